@@ -1,0 +1,81 @@
+"""Errors raised by activities, translated at the activity boundary.
+
+The tree::
+
+    TreadleError
+    ├── ToolError                    a tool could not do what was asked; becomes an
+    │   │                            ``ERROR: ...`` observation, never an activity failure
+    │   └── WorkspaceEscapeError     a path that leads out of the run's workspace
+    └── ModelError                   a model call failed; raised as an ``ApplicationError``
+        ├── ModelConfigError         unknown provider, missing API key  (non-retryable)
+        ├── ModelHTTPError           the endpoint answered with an error status
+        │                            (retryable: 408, 409, 429, 5xx; the rest non-retryable)
+        ├── ModelConnectionError     connect / read failures and timeouts (retryable)
+        └── ModelResponseError       a body that breaks the protocol's promises (retryable:
+                                     the next attempt may be well-formed)
+
+``ModelError.to_application_error()`` is the one place that decides retryability; the
+``type`` of the resulting ``ApplicationError`` is the class name, so the workflow and operators
+can tell failures apart in the event history.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from temporalio.exceptions import ApplicationError
+
+RETRYABLE_STATUS = frozenset({408, 409, 429}) | frozenset(range(500, 600))
+
+
+class TreadleError(Exception):
+    """Base of every error Treadle raises on purpose."""
+
+
+class ToolError(TreadleError):
+    """A tool failed in a way the model should see and can react to."""
+
+
+class WorkspaceEscapeError(ToolError):
+    """A path resolved outside the run's workspace (absolute, ``..`` or a symlink)."""
+
+
+class ModelError(TreadleError):
+    """A model call failed."""
+
+    retryable: bool = True
+
+    def __init__(self, message: str, *, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+    def to_application_error(self) -> ApplicationError:
+        return ApplicationError(
+            str(self),
+            type=type(self).__name__,
+            non_retryable=not self.retryable,
+            next_retry_delay=(
+                timedelta(seconds=self.retry_after) if self.retry_after is not None else None
+            ),
+        )
+
+
+class ModelConfigError(ModelError):
+    retryable = False
+
+
+class ModelHTTPError(ModelError):
+    def __init__(
+        self, message: str, *, status: int, retry_after: float | None = None
+    ) -> None:
+        super().__init__(message, retry_after=retry_after)
+        self.status = status
+        self.retryable = status in RETRYABLE_STATUS
+
+
+class ModelConnectionError(ModelError):
+    retryable = True
+
+
+class ModelResponseError(ModelError):
+    retryable = True

@@ -1,0 +1,167 @@
+"""The OpenAI chat-completions wire protocol with native tool calling.
+
+Covers OpenAI itself and every compatible endpoint (Ollama, vLLM, llama.cpp's server, LM Studio,
+OpenRouter, and Treadle's scripted model server). Pure translation: builds the request body,
+parses the response body, and turns HTTP failures into typed ``ModelError``s.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
+from typing import Any
+
+import httpx
+
+from activities.errors import ModelHTTPError, ModelResponseError
+from workflows.models import ChatMessage, ModelRequest, ModelResponse, TokenUsage, ToolCall
+from workflows.tools import TOOLS
+
+PROVIDER = "openai"
+
+
+def tool_definitions(names: tuple[str, ...]) -> list[dict[str, Any]]:
+    """JSON-Schema tool definitions for the named catalogue tools."""
+    return [
+        {
+            "type": "function",
+            "function": {
+                "name": TOOLS[name].name,
+                "description": TOOLS[name].description,
+                "parameters": TOOLS[name].json_schema(),
+            },
+        }
+        for name in names
+        if name in TOOLS
+    ]
+
+
+def _message(message: ChatMessage) -> dict[str, Any]:
+    if message.role == "tool":
+        return {"role": "tool", "tool_call_id": message.tool_call_id, "content": message.content}
+    body: dict[str, Any] = {"role": message.role, "content": message.content}
+    if message.tool_calls:
+        body["tool_calls"] = [
+            {
+                "id": call.id,
+                "type": "function",
+                "function": {"name": call.name, "arguments": call.arguments},
+            }
+            for call in message.tool_calls
+        ]
+    return body
+
+
+def build_body(request: ModelRequest, model_name: str) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "model": model_name,
+        "messages": [_message(m) for m in request.messages],
+    }
+    tools = tool_definitions(request.tools)
+    if tools:
+        body["tools"] = tools
+    if request.temperature is not None:
+        body["temperature"] = request.temperature
+    if request.max_tokens is not None:
+        body["max_tokens"] = request.max_tokens
+    return body
+
+
+def retry_after_seconds(headers: Mapping[str, str], now: datetime | None = None) -> float | None:
+    """``Retry-After`` as seconds (a number, or an HTTP date); ``None`` when absent or garbled."""
+    value = headers.get("retry-after")
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return max(0.0, (when - (now or datetime.now(UTC))).total_seconds())
+
+
+def _provider_error_text(response: httpx.Response) -> str:
+    try:
+        payload = response.json()
+    except ValueError:
+        return response.text.strip()[:500] or response.reason_phrase
+    if isinstance(payload, dict):
+        error = payload.get("error")
+        if isinstance(error, dict) and error.get("message"):
+            return str(error["message"])[:500]
+        if isinstance(error, str):
+            return error[:500]
+    return response.text.strip()[:500]
+
+
+def raise_for_status(response: httpx.Response, provider: str) -> None:
+    if response.is_success:
+        return
+    raise ModelHTTPError(
+        f"{provider} returned HTTP {response.status_code}: {_provider_error_text(response)}",
+        status=response.status_code,
+        retry_after=retry_after_seconds(response.headers),
+    )
+
+
+def parse_response(payload: Any, provider: str) -> ModelResponse:
+    """Check the body against what the protocol promises and translate it."""
+    if not isinstance(payload, dict):
+        raise ModelResponseError(f"{provider} response is not a JSON object")
+    choices = payload.get("choices")
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        raise ModelResponseError(f"{provider} response has no choices")
+    message = choices[0].get("message")
+    if not isinstance(message, dict):
+        raise ModelResponseError(f"{provider} response choice has no message")
+    content = message.get("content")
+    if content is not None and not isinstance(content, str):
+        raise ModelResponseError(f"{provider} response content is not text")
+
+    calls: list[ToolCall] = []
+    raw_calls = message.get("tool_calls") or []
+    if not isinstance(raw_calls, list):
+        raise ModelResponseError(f"{provider} response tool_calls is not a list")
+    for index, raw in enumerate(raw_calls):
+        function = raw.get("function") if isinstance(raw, dict) else None
+        name = function.get("name") if isinstance(function, dict) else None
+        if not isinstance(name, str) or not name:
+            raise ModelResponseError(f"{provider} response tool call #{index + 1} has no name")
+        arguments = function.get("arguments") if isinstance(function, dict) else None
+        if arguments is None:
+            arguments = "{}"
+        elif not isinstance(arguments, str):
+            # Some compatible servers send an object instead of JSON text; keep it faithful.
+            arguments = json.dumps(arguments)
+        call_id = raw.get("id") if isinstance(raw, dict) else None
+        calls.append(
+            ToolCall(
+                id=call_id if isinstance(call_id, str) and call_id else f"call_{index}",
+                name=name,
+                arguments=arguments,
+            )
+        )
+
+    usage = payload.get("usage") if isinstance(payload.get("usage"), dict) else {}
+    details = usage.get("prompt_tokens_details") or {}
+    prompt = int(usage.get("prompt_tokens") or 0)
+    completion = int(usage.get("completion_tokens") or 0)
+    return ModelResponse(
+        content=content,
+        tool_calls=tuple(calls),
+        usage=TokenUsage(
+            prompt_tokens=prompt,
+            completion_tokens=completion,
+            total_tokens=int(usage.get("total_tokens") or prompt + completion),
+            cached_tokens=int(details.get("cached_tokens") or 0) if isinstance(details, dict) else 0,
+        ),
+        finish_reason=choices[0].get("finish_reason"),
+        model=payload.get("model") if isinstance(payload.get("model"), str) else None,
+    )

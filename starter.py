@@ -1,0 +1,450 @@
+"""Treadle's command line: start agent runs, answer their approvals, inspect them.
+
+    python starter.py run "Summarise README.md" --model openai:gpt-4o --wait
+    python starter.py status ID [--json]        python starter.py trace ID [--json]
+    python starter.py approve ID [--call CALL_ID]
+    python starter.py reject ID [--call CALL_ID] --reason TEXT
+    python starter.py modify ID [--call CALL_ID] --args JSON
+    python starter.py demo                      # everything, end to end, no API key
+
+Connection: TEMPORAL_ADDRESS / TEMPORAL_NAMESPACE / temporal.toml profiles, or --address.
+Exit codes: 0 success, 1 the run did not finish with an answer, 2 bad input or no server.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+import uuid
+from collections.abc import Sequence
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
+from temporalio.exceptions import WorkflowAlreadyStartedError
+from temporalio.service import RPCError, RPCStatusCode
+
+from connection import ConnectionFailed, connect
+from workflows.agent import AgentWorkflow
+from workflows.models import (
+    TASK_QUEUE,
+    AgentConfig,
+    AgentInput,
+    AgentResult,
+    AgentStatus,
+    ApproveSignal,
+    ModifySignal,
+    PendingApproval,
+    RejectSignal,
+    RunStatus,
+    Trace,
+)
+from workflows.tools import ToolArgumentsError, parse_arguments
+
+HERE = Path(__file__).resolve().parent
+QUERY_TIMEOUT = timedelta(seconds=10)
+
+
+class UsageError(Exception):
+    """Bad input from the user: printed as one line, exit code 2."""
+
+
+# --------------------------------------------------------------------------------------------
+# Helpers
+# --------------------------------------------------------------------------------------------
+
+
+def _print_json(model: Any) -> None:
+    print(model.model_dump_json(indent=2) if hasattr(model, "model_dump_json") else model)
+
+
+async def _handle(client: Client, workflow_id: str) -> WorkflowHandle[Any, Any]:
+    handle = client.get_workflow_handle(workflow_id)
+    try:
+        await handle.describe()
+    except RPCError as exc:
+        if exc.status is RPCStatusCode.NOT_FOUND:
+            raise UsageError(f"no run with id {workflow_id!r} in namespace {client.namespace}") from exc
+        raise
+    return handle
+
+
+async def _status(client: Client, workflow_id: str) -> AgentStatus:
+    handle = await _handle(client, workflow_id)
+    try:
+        return await handle.query(AgentWorkflow.state, rpc_timeout=QUERY_TIMEOUT)
+    except RPCError as exc:
+        raise UsageError(
+            f"run {workflow_id!r} did not answer the state query ({exc.message}); "
+            "is a worker running?"
+        ) from exc
+
+
+def _pick(status: AgentStatus, call_id: str | None, workflow_id: str) -> PendingApproval:
+    """Check locally what the workflow would refuse, so the user gets the error right here."""
+    pending = status.pending_approvals
+    if not pending:
+        raise UsageError(f"run {workflow_id!r} has no tool call waiting for approval")
+    if call_id is None:
+        if len(pending) > 1:
+            ids = ", ".join(p.call_id for p in pending)
+            raise UsageError(f"several calls are waiting ({ids}); choose one with --call")
+        return pending[0]
+    for p in pending:
+        if p.call_id == call_id:
+            return p
+    ids = ", ".join(p.call_id for p in pending)
+    raise UsageError(f"no pending call {call_id!r} in run {workflow_id!r} (waiting: {ids})")
+
+
+def _format_status(status: AgentStatus) -> str:
+    u = status.usage
+    lines = [
+        f"state:    {status.state}",
+        f"step:     {status.step} / {status.max_steps}",
+        f"model:    {status.model}",
+        f"tokens:   {u.total_tokens} (prompt {u.prompt_tokens}, completion {u.completion_tokens})",
+        f"last:     {status.last_event or '-'}",
+    ]
+    for p in status.pending_approvals:
+        lines.append(f"waiting:  {p.call_id}  {p.tool}  {json.dumps(p.arguments)[:200]}")
+    if status.final_answer:
+        lines.append(f"answer:   {status.final_answer}")
+    if status.error:
+        lines.append(f"error:    {status.error}")
+    return "\n".join(lines)
+
+
+def _format_trace(trace: Trace) -> str:
+    rows = [("STEP", "TIME", "STATE", "EVENT", "DATA")]
+    for e in trace.entries:
+        data = e.data.replace("\n", " ")
+        rows.append(
+            (
+                str(e.step),
+                e.timestamp.strftime("%H:%M:%S.%f")[:-3],
+                e.state,
+                e.event,
+                data if len(data) <= 90 else data[:89] + "…",
+            )
+        )
+    widths = [max(len(r[i]) for r in rows) for i in range(4)]
+    return "\n".join(
+        "  ".join(cell.ljust(widths[i]) for i, cell in enumerate(r[:4])) + "  " + r[4]
+        for r in rows
+    )
+
+
+async def _result(handle: WorkflowHandle[Any, Any]) -> AgentResult:
+    try:
+        result: AgentResult = await handle.result(result_type=AgentResult)
+    except WorkflowFailureError as exc:
+        cause = exc.cause
+        return AgentResult(status=RunStatus.ERROR, error=getattr(cause, "message", str(cause)))
+    return result
+
+
+def _format_result(result: AgentResult) -> str:
+    u = result.usage
+    head = f"{result.status.value} after {result.steps} step(s), {u.total_tokens} tokens"
+    return f"{head}\n{result.answer if result.answer is not None else 'error: ' + str(result.error)}"
+
+
+# --------------------------------------------------------------------------------------------
+# Commands
+# --------------------------------------------------------------------------------------------
+
+
+def build_input(args: argparse.Namespace) -> AgentInput:
+    config: dict[str, Any] = {}
+    if args.require_approval:
+        config["require_approval"] = args.require_approval
+    if args.max_steps is not None:
+        config["max_steps"] = args.max_steps
+    if args.allow_commands:
+        config["allow_run_command"] = True
+    workspace = Path(args.workspace or HERE / "workspaces" / args.id).expanduser().resolve()
+    try:
+        return AgentInput(
+            task=args.task,
+            model=args.model,
+            workspace=str(workspace),
+            task_type=args.task_type,
+            config=AgentConfig.model_validate(config),
+        )
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()
+        )
+        raise UsageError(f"invalid run: {problems}") from exc
+
+
+async def cmd_run(client: Client, args: argparse.Namespace) -> int:
+    args.id = args.id or f"agent-{uuid.uuid4().hex[:12]}"
+    agent_input = build_input(args)
+    handle = await client.start_workflow(
+        AgentWorkflow.run,
+        agent_input,
+        id=args.id,
+        task_queue=args.task_queue,
+        static_summary=agent_input.task[:200],
+        static_details=f"model {agent_input.model} · workspace {agent_input.workspace}",
+    )
+    if not args.wait:
+        print(json.dumps({"workflow_id": handle.id}) if args.json else handle.id)
+        return 0
+    result = await _result(handle)
+    if args.json:
+        _print_json(result)
+    else:
+        print(f"{handle.id}: {_format_result(result)}")
+    return 0 if result.status is RunStatus.DONE else 1
+
+
+async def cmd_status(client: Client, args: argparse.Namespace) -> int:
+    status = await _status(client, args.workflow_id)
+    if args.json:
+        _print_json(status)
+    else:
+        print(_format_status(status))
+    return 0
+
+
+async def cmd_trace(client: Client, args: argparse.Namespace) -> int:
+    handle = await _handle(client, args.workflow_id)
+    try:
+        trace = await handle.query(AgentWorkflow.trace, rpc_timeout=QUERY_TIMEOUT)
+    except RPCError as exc:
+        raise UsageError(f"run {args.workflow_id!r} did not answer the trace query ({exc.message})") from exc
+    if args.json:
+        _print_json(trace)
+    else:
+        print(_format_trace(trace))
+    return 0
+
+
+async def cmd_decide(client: Client, args: argparse.Namespace) -> int:
+    status = await _status(client, args.workflow_id)
+    pending = _pick(status, args.call, args.workflow_id)
+    handle = client.get_workflow_handle(args.workflow_id)
+    if args.command == "approve":
+        await handle.signal(AgentWorkflow.approve, ApproveSignal(call_id=pending.call_id))
+        print(f"approved {pending.call_id} ({pending.tool}) in run {args.workflow_id}")
+    elif args.command == "reject":
+        body = RejectSignal(call_id=pending.call_id, reason=args.reason)
+        await handle.signal(AgentWorkflow.reject, body)
+        print(f"rejected {pending.call_id} ({pending.tool}) in run {args.workflow_id}")
+    else:
+        try:
+            arguments = json.loads(args.args)
+        except json.JSONDecodeError as exc:
+            raise UsageError(f"--args is not valid JSON: {exc.msg} at position {exc.pos}") from exc
+        if not isinstance(arguments, dict):
+            raise UsageError("--args must be a JSON object")
+        try:
+            parse_arguments(pending.tool, arguments)
+        except ToolArgumentsError as exc:
+            raise UsageError(str(exc)) from exc
+        await handle.signal(
+            AgentWorkflow.modify, ModifySignal(call_id=pending.call_id, arguments=arguments)
+        )
+        print(f"modified {pending.call_id} ({pending.tool}) in run {args.workflow_id}")
+    return 0
+
+
+DEMO_TASK = (
+    "Look at the workspace, write a short project note to notes.md, then check it and "
+    "summarise what you did."
+)
+
+
+async def _wait_for_state(
+    handle: WorkflowHandle[Any, Any], wanted: set[str], timeout: float = 60
+) -> AgentStatus:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        status = await handle.query(AgentWorkflow.state, rpc_timeout=QUERY_TIMEOUT)
+        if status.state in wanted:
+            return status
+        if asyncio.get_running_loop().time() > deadline:
+            raise UsageError(f"run {handle.id} did not reach {sorted(wanted)} within {timeout}s")
+        await asyncio.sleep(0.25)
+
+
+async def cmd_demo(args: argparse.Namespace) -> int:
+    """Dev server, worker, scripted model and one run with an approval, in one process."""
+    # Imported here: only the demo needs the server and worker machinery.
+    from activities.model import ProviderSettings, http_client
+    from connection import ensure_search_attributes
+    from devserver import DevServer, load_config
+    from scripted_model import ScriptedModelServer, load_script
+    from worker import build_worker
+    from workflows import search_attributes
+
+    config = load_config(Path(args.dev_config))
+    script = load_script(HERE / "demo" / "script.json")
+    async with DevServer.ensure(config) as server:
+        how = "started" if server.started else "found running"
+        print(f"1. Temporal dev server {how} at {server.address}; Web UI {server.ui_url}")
+        client = await connect(address=server.address, namespace=server.namespace)
+        await ensure_search_attributes(client, server.namespace, search_attributes.REQUIRED)
+        with ScriptedModelServer(script) as model_server:
+            print(f"2. Scripted model server (OpenAI protocol) at {model_server.base_url}")
+            suffix = uuid.uuid4().hex[:8]
+            task_queue = f"treadle-demo-{suffix}"
+            settings = ProviderSettings.from_env({"OPENAI_BASE_URL": model_server.base_url})
+            async with http_client() as http, build_worker(
+                client, task_queue=task_queue, settings=settings, http=http
+            ):
+                print(f"3. Worker polling task queue {task_queue}")
+                workflow_id = f"demo-{suffix}"
+                workspace = HERE / "workspaces" / workflow_id
+                agent_input = AgentInput(
+                    task=DEMO_TASK,
+                    model="openai:demo",
+                    workspace=str(workspace),
+                    config=AgentConfig(require_approval=("write_file",)),
+                )
+                handle = await client.start_workflow(
+                    AgentWorkflow.run,
+                    agent_input,
+                    id=workflow_id,
+                    task_queue=task_queue,
+                    static_summary=DEMO_TASK,
+                )
+                link = f"{server.ui_url}/namespaces/{server.namespace}/workflows/{workflow_id}"
+                print(f"4. Agent run {workflow_id} started\n   {link}")
+                status = await _wait_for_state(handle, {"WaitingForHuman", "Done", "Error"})
+                if status.pending_approvals:
+                    pending = status.pending_approvals[0]
+                    body = json.dumps({"call_id": pending.call_id})
+                    print(
+                        f"5. Paused for approval: {pending.tool} "
+                        f"{json.dumps(pending.arguments)[:100]}\n"
+                        f"   python starter.py approve {workflow_id}\n"
+                        f"   temporal workflow signal --address {server.address} "
+                        f"--workflow-id {workflow_id} --name approve --input '{body}'"
+                    )
+                    if args.manual:
+                        print("   waiting for you to approve, reject or modify...")
+                        await _wait_for_state(
+                            handle, {"Acting", "Observing", "Planning", "Done", "Error"}, 86_400
+                        )
+                    else:
+                        await asyncio.sleep(1)
+                        await handle.signal(
+                            AgentWorkflow.approve, ApproveSignal(call_id=pending.call_id)
+                        )
+                        print("   approved by the demo (use --manual to decide yourself)")
+                result = await _result(handle)
+                trace = await handle.query(AgentWorkflow.trace, rpc_timeout=QUERY_TIMEOUT)
+                print("6. Trace:")
+                print(_format_trace(trace))
+                print(f"7. Result: {_format_result(result)}")
+                notes = workspace / "notes.md"
+                if notes.exists():
+                    print(f"   {notes.relative_to(HERE)}:\n" + notes.read_text().rstrip())
+                print(f"   Web UI: {link}")
+        if server.started and sys.stdin.isatty():
+            await asyncio.to_thread(input, "Press Enter to stop the dev server... ")
+        elif server.started:
+            print(
+                "   (the dev server stops now; `python worker.py --dev-server` brings it back "
+                "with this run, kept in its SQLite file)"
+            )
+    return 0 if result.status is RunStatus.DONE else 1
+
+
+# --------------------------------------------------------------------------------------------
+# Entry point
+# --------------------------------------------------------------------------------------------
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description="Treadle: durable AI agents on Temporal.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=__doc__.split("\n\n", 1)[1],
+    )
+    parser.add_argument("--address", help="Temporal address (default: TEMPORAL_ADDRESS / profile)")
+    parser.add_argument("--namespace", help="namespace (default: TEMPORAL_NAMESPACE / profile)")
+    parser.add_argument("--profile", help="temporal.toml profile (default: TEMPORAL_PROFILE)")
+    parser.add_argument("--task-queue", default=TASK_QUEUE, help=f"default: {TASK_QUEUE}")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    run = sub.add_parser("run", help="start an agent run")
+    run.add_argument("task")
+    run.add_argument("--model", default="openai:gpt-4o", help="provider:model")
+    run.add_argument("--workspace", help="directory the tools work in (default: workspaces/ID)")
+    run.add_argument("--require-approval", metavar="TOOL,...", help="tools that need approval")
+    run.add_argument("--max-steps", type=int)
+    run.add_argument("--allow-commands", action="store_true", help="enable run_command")
+    run.add_argument("--task-type", default="default")
+    run.add_argument("--id", help="workflow id (default: agent-<random>)")
+    run.add_argument("--wait", action="store_true", help="wait for the result")
+    run.add_argument("--json", action="store_true", help="print JSON")
+
+    for name in ("approve", "reject", "modify"):
+        p = sub.add_parser(name, help=f"{name} a pending tool call")
+        p.add_argument("workflow_id")
+        p.add_argument("--call", help="call id (needed when several calls wait)")
+        if name == "reject":
+            p.add_argument("--reason", required=True)
+        if name == "modify":
+            p.add_argument("--args", required=True, help="new arguments as a JSON object")
+
+    for name in ("status", "trace"):
+        p = sub.add_parser(name, help=f"show a run's {name}")
+        p.add_argument("workflow_id")
+        p.add_argument("--json", action="store_true")
+
+    demo = sub.add_parser("demo", help="dev server + worker + scripted model + one run")
+    demo.add_argument("--manual", action="store_true", help="wait for you to approve")
+    demo.add_argument("--dev-config", default=str(HERE / "temporal-dev.yaml"))
+    return parser.parse_args(argv)
+
+
+async def run(args: argparse.Namespace) -> int:
+    if args.command == "demo":
+        return await cmd_demo(args)
+    client = await connect(address=args.address, namespace=args.namespace, profile=args.profile)
+    commands = {
+        "run": cmd_run,
+        "status": cmd_status,
+        "trace": cmd_trace,
+        "approve": cmd_decide,
+        "reject": cmd_decide,
+        "modify": cmd_decide,
+    }
+    return await commands[args.command](client, args)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        return asyncio.run(run(args))
+    except (UsageError, ConnectionFailed) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except WorkflowAlreadyStartedError as exc:
+        print(f"error: a run with id {exc.workflow_id!r} already exists", file=sys.stderr)
+        return 2
+    except RPCError as exc:
+        print(f"error: Temporal refused the request: {exc.message}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    code = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # Skip interpreter teardown: the Temporal core runtime's threads can abort the process
+    # while Python finalises, turning a clean exit into a crash code.
+    os._exit(code)

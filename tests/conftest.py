@@ -1,0 +1,196 @@
+"""Fixtures: one real Temporal dev server per session, a fresh task queue and worker per test,
+and one scripted model server (a real HTTP server speaking the OpenAI protocol).
+
+``--temporal-address HOST:PORT`` runs the suite against an existing server instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import uuid
+from collections.abc import AsyncIterator, Iterator, Mapping
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from temporalio.client import Client, WorkflowHandle
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.worker import Replayer, Worker
+
+from activities.model import ProviderSettings, http_client
+from connection import connect
+from devserver import DevServer, DevServerConfig
+from scripted_model import ScriptedModelServer
+from worker import WORKFLOWS, build_worker, workflow_runner
+from workflows import search_attributes
+from workflows.agent import AgentWorkflow
+from workflows.models import AgentConfig, AgentInput, AgentStatus
+
+HISTORIES = Path(__file__).parent / "histories"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--temporal-address",
+        default=None,
+        help="use the Temporal server at HOST:PORT instead of starting a dev server",
+    )
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="session")
+async def temporal_address(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> AsyncIterator[str]:
+    existing = request.config.getoption("--temporal-address")
+    if existing:
+        yield existing
+        return
+    config = DevServerConfig(
+        ip="127.0.0.1",
+        port=free_port(),
+        ui_port=free_port(),
+        db_filename=str(tmp_path_factory.mktemp("temporal") / "dev.sqlite"),
+        namespace="default",
+        log_level="error",
+        search_attributes={
+            name: kind.name.title() for name, kind in search_attributes.REQUIRED.items()
+        },
+        dynamic_config={"system.forceSearchAttributesCacheRefreshOnRead": True},
+    )
+    async with DevServer.ensure(config) as server:
+        yield server.address
+
+
+@pytest.fixture(scope="session")
+async def client(temporal_address: str) -> Client:
+    return await connect(address=temporal_address, namespace="default")
+
+
+@pytest.fixture(scope="session")
+def model_server() -> Iterator[ScriptedModelServer]:
+    with ScriptedModelServer() as server:
+        yield server
+
+
+@dataclass
+class Harness:
+    """What a workflow test needs: a client, its own task queue, and the scripted model."""
+
+    client: Client
+    task_queue: str
+    models: ScriptedModelServer
+    workspace: Path
+    handles: list[WorkflowHandle[Any, Any]] = field(default_factory=list)
+
+    def script(self, *turns: Mapping[str, Any]) -> str:
+        """Register a scripted conversation under a fresh model name; returns ``openai:<name>``."""
+        name = f"scripted-{uuid.uuid4().hex[:10]}"
+        self.models.add_model(name, list(turns))
+        return f"openai:{name}"
+
+    def requests(self, model: str) -> list[dict[str, Any]]:
+        """Bodies the model endpoint received for this model, in arrival order."""
+        return [r.body for r in self.models.requests_for(model.partition(":")[2])]
+
+    async def start(
+        self, model: str, task: str = "Do the task.", **config: Any
+    ) -> WorkflowHandle[Any, Any]:
+        handle = await self.client.start_workflow(
+            AgentWorkflow.run,
+            AgentInput(
+                task=task,
+                model=model,
+                workspace=str(self.workspace),
+                config=AgentConfig.model_validate(config),
+            ),
+            id=f"test-{uuid.uuid4().hex[:12]}",
+            task_queue=self.task_queue,
+            static_summary=task,
+            execution_timeout=timedelta(minutes=5),
+        )
+        self.handles.append(handle)
+        return handle
+
+    async def wait_for_state(
+        self, handle: WorkflowHandle[Any, Any], state: str, timeout: float = 30
+    ) -> AgentStatus:
+        deadline = asyncio.get_running_loop().time() + timeout
+        while True:
+            status: AgentStatus = await handle.query(AgentWorkflow.state)
+            if status.state == state:
+                return status
+            if asyncio.get_running_loop().time() > deadline:
+                raise AssertionError(f"run stayed in {status.state}, never reached {state}")
+            await asyncio.sleep(0.1)
+
+
+def tool_messages(body: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The ``tool`` role messages of one recorded chat-completions request."""
+    return [m for m in body["messages"] if m["role"] == "tool"]
+
+
+def scripted_worker(
+    client: Client, task_queue: str, models: ScriptedModelServer, http: Any
+) -> Worker:
+    return build_worker(
+        client,
+        task_queue=task_queue,
+        settings=ProviderSettings.from_env({"OPENAI_BASE_URL": models.base_url}),
+        http=http,
+    )
+
+
+@pytest.fixture
+async def harness(
+    request: pytest.FixtureRequest,
+    client: Client,
+    model_server: ScriptedModelServer,
+    tmp_path: Path,
+) -> AsyncIterator[Harness]:
+    """A running worker on a task queue of its own; every finished run is replay-checked."""
+    task_queue = f"test-{uuid.uuid4().hex[:12]}"
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    h = Harness(client, task_queue, model_server, workspace)
+    async with http_client() as http, scripted_worker(client, task_queue, model_server, http):
+        yield h
+    await _replay_finished(request, h)
+
+
+def replayer() -> Replayer:
+    return Replayer(
+        workflows=WORKFLOWS,
+        data_converter=pydantic_data_converter,
+        workflow_runner=workflow_runner(),
+    )
+
+
+async def _replay_finished(request: pytest.FixtureRequest, h: Harness) -> None:
+    """Replay every finished run of the test through the current code (a determinism check).
+
+    With TREADLE_RECORD_HISTORIES=1 the histories are also written to tests/histories/, where
+    tests/test_replay.py keeps replaying them after the code changes.
+    """
+    histories = []
+    for handle in h.handles:
+        desc = await handle.describe()
+        if desc.close_time is None:
+            continue  # still running: a test that only looked at a waiting run
+        histories.append(await handle.fetch_history())
+    for history in histories:
+        await replayer().replay_workflow(history)
+    if os.environ.get("TREADLE_RECORD_HISTORIES") == "1":
+        HISTORIES.mkdir(exist_ok=True)
+        for index, history in enumerate(histories):
+            name = f"{request.node.name}-{index}".replace("[", "-").replace("]", "")
+            (HISTORIES / f"{name}.json").write_text(history.to_json())

@@ -1,0 +1,183 @@
+"""Run a Treadle worker: the agent workflow plus its model and tool activities.
+
+    python worker.py                 # connect to the configured server (TEMPORAL_ADDRESS, profiles)
+    python worker.py --dev-server    # start the dev server from temporal-dev.yaml if none answers
+
+Model settings (``OPENAI_BASE_URL``, ``OPENAI_API_KEY``, ``OLLAMA_BASE_URL``) are read here, from
+this process's environment, and stay here. SIGTERM / Ctrl-C shut down gracefully: in-flight
+activities get ``--graceful-shutdown`` seconds to finish, then are handed back to Temporal so
+another worker resumes them at once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import sys
+from collections.abc import AsyncIterator, Sequence
+from datetime import timedelta
+from pathlib import Path
+
+import httpx
+from temporalio.client import Client
+from temporalio.worker import Worker
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
+
+from activities.model import ModelActivities, ProviderSettings, http_client
+from activities.tools import ToolActivities
+from connection import ConnectionFailed, connect, ensure_search_attributes
+from devserver import DevServer, DevServerError, load_config
+from workflows import search_attributes
+from workflows.agent import AgentWorkflow
+from workflows.models import TASK_QUEUE
+
+HERE = Path(__file__).resolve().parent
+DEFAULT_DEV_CONFIG = HERE / "temporal-dev.yaml"
+
+log = logging.getLogger("treadle.worker")
+
+WORKFLOWS = [AgentWorkflow]
+
+# Pure, deterministic modules shared by workflow code and clients. Passing them through the
+# sandbox means one import per worker instead of one per run, and the same pydantic classes
+# for the data converter and the workflow.
+PASSTHROUGH_MODULES = (
+    "workflows.models",
+    "workflows.tools",
+    "workflows.state_machine",
+    "workflows.memory",
+    "workflows.search_attributes",
+)
+
+
+def workflow_runner() -> SandboxedWorkflowRunner:
+    """The sandbox every worker and the replay tests use."""
+    return SandboxedWorkflowRunner(
+        restrictions=SandboxRestrictions.default.with_passthrough_modules(*PASSTHROUGH_MODULES)
+    )
+
+
+def build_worker(
+    client: Client,
+    *,
+    task_queue: str,
+    settings: ProviderSettings,
+    http: httpx.AsyncClient,
+    graceful_shutdown: timedelta = timedelta(seconds=10),
+    sticky_timeout: timedelta = timedelta(seconds=10),
+    max_concurrent_activities: int = 100,
+) -> Worker:
+    """The one place that decides what a Treadle worker runs and how."""
+    models = ModelActivities(settings, http)
+    tools = ToolActivities()
+    return Worker(
+        client,
+        task_queue=task_queue,
+        workflows=WORKFLOWS,
+        activities=[models.call_model, tools.run_tool],
+        workflow_runner=workflow_runner(),
+        max_concurrent_activities=max_concurrent_activities,
+        graceful_shutdown_timeout=graceful_shutdown,
+        sticky_queue_schedule_to_start_timeout=sticky_timeout,
+    )
+
+
+@contextlib.asynccontextmanager
+async def server_address(args: argparse.Namespace) -> AsyncIterator[tuple[str | None, str | None]]:
+    """Yield (address, namespace) overrides; with --dev-server, a running dev server's."""
+    if not args.dev_server:
+        yield args.address, args.namespace
+        return
+    config = load_config(Path(args.dev_config))
+    async with DevServer.ensure(config) as server:
+        how = "started" if server.started else "found running"
+        print(
+            f"Temporal dev server {how} at {server.address} "
+            f"(namespace {server.namespace}); Web UI: {server.ui_url}",
+            flush=True,
+        )
+        yield server.address, server.namespace
+
+
+async def run(args: argparse.Namespace) -> int:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop.set)
+
+    async with server_address(args) as (address, namespace):
+        client = await connect(address=address, namespace=namespace, profile=args.profile)
+        added = await ensure_search_attributes(
+            client, client.namespace, search_attributes.REQUIRED
+        )
+        if added:
+            print(f"Registered search attributes: {', '.join(added)}", flush=True)
+        settings = ProviderSettings.from_env(os.environ)
+        async with http_client() as http:
+            worker = build_worker(
+                client,
+                task_queue=args.task_queue,
+                settings=settings,
+                http=http,
+                graceful_shutdown=timedelta(seconds=args.graceful_shutdown),
+            )
+            async with worker:
+                print(
+                    f"Worker polling task queue {args.task_queue!r} on "
+                    f"{client.service_client.config.target_host} (namespace {client.namespace}); "
+                    "Ctrl-C to stop",
+                    flush=True,
+                )
+                await stop.wait()
+                print("Shutting down: finishing in-flight work...", flush=True)
+    print("Worker stopped.", flush=True)
+    return 0
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--dev-server",
+        action="store_true",
+        help="start the Temporal dev server described by --dev-config when nothing answers "
+        "at its address, and stop it on exit",
+    )
+    parser.add_argument("--dev-config", default=str(DEFAULT_DEV_CONFIG), help="dev server YAML")
+    parser.add_argument("--address", help="Temporal address (default: TEMPORAL_ADDRESS / profile)")
+    parser.add_argument("--namespace", help="namespace (default: TEMPORAL_NAMESPACE / profile)")
+    parser.add_argument("--profile", help="temporal.toml profile (default: TEMPORAL_PROFILE)")
+    parser.add_argument("--task-queue", default=TASK_QUEUE, help=f"default: {TASK_QUEUE}")
+    parser.add_argument(
+        "--graceful-shutdown",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="how long in-flight activities may run after SIGTERM before being handed back",
+    )
+    parser.add_argument("--log-level", default="INFO")
+    return parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s"
+    )
+    try:
+        return asyncio.run(run(args))
+    except (DevServerError, ConnectionFailed) as exc:
+        print(f"worker: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    code = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # Skip interpreter teardown: the Temporal core runtime's threads can abort the process
+    # while Python finalises, turning a clean exit into a crash code.
+    os._exit(code)

@@ -1,0 +1,529 @@
+"""``AgentWorkflow``: the agent loop as a deterministic Temporal workflow.
+
+Plan (model activity) -> act (tool activities, one or several at once) -> observe -> post-tools
+hook -> plan ... until the model answers. Every move goes through the transition table in
+``workflows.state_machine``; memory writes are checked against ``workflows.memory.OWNERSHIP``.
+
+Determinism: no I/O, clock, randomness or environment here except through ``workflow.*``. The
+conversation lives in workflow state; activities receive only what one call needs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Awaitable, Callable
+from datetime import timedelta
+from typing import Any
+
+from pydantic import ValidationError
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError, ApplicationError, is_cancelled_exception
+
+from workflows import search_attributes as sa
+from workflows.memory import AgentMemory
+from workflows.models import (
+    AgentInput,
+    AgentResult,
+    AgentStatus,
+    ApprovalDecision,
+    ApproveSignal,
+    ModelRequest,
+    ModelResponse,
+    ModifySignal,
+    PendingApproval,
+    RejectSignal,
+    RunStatus,
+    ToolCall,
+    ToolOutcome,
+    ToolPolicy,
+    ToolRequest,
+    ToolResult,
+    Trace,
+    TraceEntry,
+    Turn,
+)
+from workflows.state_machine import Event, State, next_state
+from workflows.tools import TOOLS, ToolArgumentsError, parse_arguments
+
+with workflow.unsafe.imports_passed_through():
+    # Activity classes are referenced by method (names by object, not string). Their modules
+    # import httpx, which must not be re-imported inside the sandbox on every run.
+    from activities.model import ModelActivities
+    from activities.tools import ToolActivities
+
+SUMMARY_TARGET_CHARS = 60
+
+
+def _cut(text: str, limit: int) -> str:
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}\n[... {len(text) - limit} more characters cut]"
+
+
+def _root_message(exc: BaseException) -> str:
+    """The innermost failure message of an activity error chain."""
+    while exc.__cause__ is not None:
+        exc = exc.__cause__
+    return exc.message if isinstance(exc, ApplicationError) else str(exc)
+
+
+@workflow.defn
+class AgentWorkflow:
+    """One durable agent run: plan, act, observe until the model answers."""
+
+    @workflow.init
+    def __init__(self, input: AgentInput) -> None:
+        self._input = input
+        self._config = input.config
+        self._state = State.IDLE
+        self._memory = AgentMemory(
+            task=input.task,
+            task_type=input.task_type,
+            **({"system_prompt": input.config.system_prompt} if input.config.system_prompt else {}),
+        )
+        self._trace: list[TraceEntry] = []
+        self._last_event: str | None = None
+
+    # ----------------------------------------------------------------------------------------
+    # The engine
+    # ----------------------------------------------------------------------------------------
+
+    @workflow.run
+    async def run(self, input: AgentInput) -> AgentResult:
+        handlers: dict[State, Callable[[], Awaitable[Event]]] = {
+            State.PLANNING: self._plan,
+            State.ACTING: self._act,
+            State.PARALLEL_ACTING: self._act,
+            State.WAITING_FOR_HUMAN: self._wait_for_human,
+            State.OBSERVING: self._observe,
+            State.POST_TOOLS_HOOK: self._post_tools_hook,
+        }
+        workflow.upsert_search_attributes([sa.AGENT_MODEL.value_set(input.model)])
+        self._fire(Event.START, f"task: {_cut(input.task, 200)}")
+        try:
+            while not self._state.is_terminal:
+                handler = handlers.get(self._state)
+                if handler is None:
+                    # A state the table allows but this engine does not drive yet: a bug.
+                    raise ApplicationError(
+                        f"no handler for state {self._state.value}",
+                        type="InvalidTransition",
+                        non_retryable=True,
+                    )
+                self._memory.enter(self._state)
+                self._fire(await handler())
+        except BaseException as exc:
+            # Cancellation can surface as asyncio.CancelledError or as an ActivityError whose
+            # cause is a CancelledError; either way the run ends in Cancelled and Temporal
+            # records it as cancelled because we re-raise.
+            if is_cancelled_exception(exc) and not self._state.is_terminal:
+                self._fire(Event.CANCEL, "the run was cancelled")
+            raise
+        return AgentResult(
+            status=RunStatus.DONE if self._state is State.DONE else RunStatus.ERROR,
+            answer=self._memory.final_answer,
+            error=self._memory.error,
+            steps=self._memory.step,
+            usage=self._memory.usage,
+        )
+
+    def _fire(self, event: Event, data: str = "") -> None:
+        """Apply one transition, record it, and publish it to the Web UI and visibility."""
+        before = self._state
+        after = next_state(before, event)
+        self._state = after
+        move = f"{before.value} -> {after.value}"
+        self._record(before, event.value, f"{move} · {data}" if data else move)
+        workflow.logger.info(
+            "agent.transition",
+            extra={"from": before.value, "event": event.value, "to": after.value},
+        )
+        workflow.upsert_search_attributes(
+            [sa.AGENT_STATE.value_set(after.value), sa.AGENT_STEP.value_set(self._memory.step)]
+        )
+        workflow.set_current_details(self._details())
+
+    def _record(self, state: State, event: str, data: str) -> None:
+        self._last_event = f"{event}: {data}" if data else event
+        self._trace.append(
+            TraceEntry(
+                step=self._memory.step,
+                state=state.value,
+                event=event,
+                data=data,
+                timestamp=workflow.now(),
+            )
+        )
+
+    def _details(self) -> str:
+        m = self._memory
+        lines = [
+            f"**State:** {self._state.value}",
+            f"**Step:** {m.step} / {self._config.max_steps}",
+            f"**Model:** {self._input.model}",
+            f"**Tokens:** {m.usage.total_tokens}",
+        ]
+        waiting = [p for p in m.pending_approvals if p.decision is None]
+        if waiting and self._state is State.WAITING_FOR_HUMAN:
+            lines.append("**Waiting for approval:**")
+            lines.extend(
+                f"- `{p.call_id}` {p.tool} {json.dumps(p.arguments)[:120]}" for p in waiting
+            )
+        if m.error:
+            lines.append(f"**Error:** {m.error}")
+        if m.final_answer:
+            lines.append(f"**Answer:** {_cut(m.final_answer, 300)}")
+        return "\n\n".join(lines)
+
+    # ----------------------------------------------------------------------------------------
+    # State handlers: each does its one job and returns the event that decides what's next.
+    # ----------------------------------------------------------------------------------------
+
+    async def _plan(self) -> Event:
+        m, config = self._memory, self._config
+        if m.step >= config.max_steps:
+            m.error = (
+                f"max steps reached: the model gave no final answer within {config.max_steps} steps"
+            )
+            return Event.MAX_STEPS
+        m.step += 1
+        offered = tuple(
+            name
+            for name in TOOLS
+            if name not in config.blacklisted_tools
+            and (name != "run_command" or config.allow_run_command)
+        )
+        request = ModelRequest(
+            model=self._input.model,
+            messages=m.build_messages(),
+            tools=offered,
+            temperature=config.temperature,
+        )
+        m.feedback = None
+        try:
+            response: ModelResponse = await workflow.execute_activity_method(
+                ModelActivities.call_model,
+                request,
+                start_to_close_timeout=timedelta(seconds=config.model_timeout_seconds),
+                heartbeat_timeout=timedelta(seconds=config.heartbeat_timeout_seconds),
+                retry_policy=RetryPolicy(
+                    initial_interval=timedelta(seconds=1),
+                    backoff_coefficient=2.0,
+                    maximum_interval=timedelta(seconds=60),
+                    maximum_attempts=config.model_max_attempts,
+                ),
+                summary=f"step {m.step} · model {self._input.model.partition(':')[2]}",
+            )
+        except ActivityError as exc:
+            if is_cancelled_exception(exc):
+                raise
+            m.error = f"model call failed: {_root_message(exc)}"
+            return Event.FATAL_ERROR
+        m.usage = m.usage + response.usage
+        self._record(
+            State.PLANNING,
+            "ModelResponse",
+            f"{len(response.tool_calls)} tool call(s), {response.usage.total_tokens} tokens",
+        )
+
+        if response.tool_calls:
+            return self._plan_tools(response)
+        answer = (response.content or "").strip()
+        if not answer:
+            m.feedback = (
+                "Your last reply was empty. Call a tool, or reply with the final answer as text."
+            )
+            return Event.ANSWER_TOO_SHORT
+        if len(answer) < config.min_answer_length:
+            m.feedback = (
+                f"Your answer was {len(answer)} characters; the final answer must be at least "
+                f"{config.min_answer_length}. Give the complete answer."
+            )
+            return Event.ANSWER_TOO_SHORT
+        m.final_answer = answer
+        return Event.LLM_FINAL_ANSWER
+
+    def _plan_tools(self, response: ModelResponse) -> Event:
+        m, config = self._memory, self._config
+        calls = self._unique_ids(response.tool_calls)
+        blacklisted = sorted({c.name for c in calls if c.name in config.blacklisted_tools})
+        if blacklisted:
+            m.feedback = (
+                f"Tool(s) {', '.join(blacklisted)} are not available in this run; none of your "
+                "calls were run. Use the other tools."
+            )
+            return Event.TOOL_BLACKLISTED
+        m.assistant_text = response.content
+        m.current_tool_calls = calls
+        approvals = []
+        for call in calls:
+            if call.name not in config.require_approval:
+                continue
+            try:
+                args = parse_arguments(call.name, call.arguments)
+            except ToolArgumentsError:
+                continue  # invalid calls never run, so nobody needs to approve them
+            approvals.append(
+                PendingApproval(
+                    call_id=call.id,
+                    tool=call.name,
+                    arguments=args.model_dump(),
+                    step=m.step,
+                    requested_at=workflow.now(),
+                )
+            )
+        if approvals:
+            m.pending_approvals = tuple(approvals)
+            return Event.HUMAN_APPROVAL_REQUIRED
+        if len(calls) > 1 and config.parallel_tools:
+            return Event.LLM_PARALLEL_TOOL_CALLS
+        return Event.LLM_TOOL_CALL
+
+    def _unique_ids(self, calls: tuple[ToolCall, ...]) -> tuple[ToolCall, ...]:
+        """Call ids address approvals and tool results, so they must be unique in the run."""
+        seen = {o.call.id for turn in self._memory.history for o in turn.outcomes}
+        unique = []
+        for index, call in enumerate(calls):
+            call_id = call.id
+            if call_id in seen:
+                call_id = f"{call.id}-s{self._memory.step}-{index}"
+            seen.add(call_id)
+            unique.append(call if call_id == call.id else call.model_copy(update={"id": call_id}))
+        return tuple(unique)
+
+    async def _wait_for_human(self) -> Event:
+        m = self._memory
+        waiting = ", ".join(f"{p.call_id} ({p.tool})" for p in m.pending_approvals)
+        self._record(State.WAITING_FOR_HUMAN, "AwaitingApproval", waiting)
+        workflow.set_current_details(self._details())
+        # Durable: this wait survives worker restarts and lasts as long as it must.
+        await workflow.wait_condition(
+            lambda: all(p.decision is not None for p in m.pending_approvals)
+        )
+        rejected = [p for p in m.pending_approvals if p.decision is ApprovalDecision.REJECTED]
+        rejected_ids = {p.call_id for p in rejected}
+        call_by_id = {c.id: c for c in m.current_tool_calls}
+        m.observations = tuple(
+            ToolOutcome(
+                call=call_by_id[p.call_id],
+                observation=f"ERROR: a human rejected this call: {p.reason}",
+                success=False,
+            )
+            for p in rejected
+        )
+        runnable = [c for c in m.current_tool_calls if c.id not in rejected_ids]
+        if not runnable:
+            return Event.HUMAN_REJECTED
+        if len(runnable) > 1 and self._config.parallel_tools:
+            return Event.HUMAN_APPROVED_PARALLEL
+        if any(p.decision is ApprovalDecision.MODIFIED for p in m.pending_approvals):
+            return Event.HUMAN_MODIFIED
+        return Event.HUMAN_APPROVED
+
+    async def _act(self) -> Event:
+        """Run every call not yet observed: concurrently in ParallelActing, else in order."""
+        m = self._memory
+        done = {o.call.id for o in m.observations}
+        todo = [c for c in m.current_tool_calls if c.id not in done]
+        if self._state is State.PARALLEL_ACTING:
+            outcomes = list(await asyncio.gather(*(self._run_call(c) for c in todo)))
+        else:
+            outcomes = [await self._run_call(c) for c in todo]
+        m.observations = m.observations + tuple(outcomes)
+        if all(o.success for o in m.observations):
+            return Event.TOOL_SUCCESS
+        return Event.TOOL_FAILURE
+
+    async def _run_call(self, call: ToolCall) -> ToolOutcome:
+        config = self._config
+        try:
+            args = parse_arguments(call.name, call.arguments)
+        except ToolArgumentsError as exc:
+            return ToolOutcome(call=call, observation=f"ERROR: {exc}", success=False)
+        spec = TOOLS[call.name]
+        target = spec.target(args)
+        if len(target) > SUMMARY_TARGET_CHARS:
+            target = target[: SUMMARY_TARGET_CHARS - 1] + "…"
+        canonical = call.model_copy(update={"arguments": args.model_dump_json()})
+        is_command = call.name == "run_command"
+        try:
+            result: ToolResult = await workflow.execute_activity_method(
+                ToolActivities.run_tool,
+                ToolRequest(
+                    call=canonical,
+                    workspace=self._input.workspace,
+                    policy=ToolPolicy(
+                        allow_run_command=config.allow_run_command,
+                        command_allowlist=config.command_allowlist,
+                        command_timeout_seconds=config.command_timeout_seconds,
+                        max_output_chars=config.max_observation_chars,
+                    ),
+                ),
+                start_to_close_timeout=timedelta(
+                    seconds=max(config.tool_timeout_seconds, config.command_timeout_seconds + 10)
+                    if is_command
+                    else config.tool_timeout_seconds
+                ),
+                # Only run_command runs long enough to heartbeat; file tools finish in
+                # milliseconds and would trip a heartbeat timeout they never feed.
+                heartbeat_timeout=(
+                    timedelta(seconds=config.heartbeat_timeout_seconds) if is_command else None
+                ),
+                retry_policy=RetryPolicy(
+                    initial_interval=timedelta(seconds=1),
+                    maximum_interval=timedelta(seconds=30),
+                    maximum_attempts=config.tool_max_attempts,
+                ),
+                summary=f"step {self._memory.step} · {call.name} {target}",
+            )
+        except ActivityError as exc:
+            if is_cancelled_exception(exc):
+                raise
+            return ToolOutcome(
+                call=call,
+                observation=f"ERROR: {call.name} failed: {_root_message(exc)}",
+                success=False,
+            )
+        return ToolOutcome(
+            call=call,
+            observation=_cut(result.output, config.max_observation_chars),
+            success=result.success,
+            mutated_paths=result.mutated_paths,
+        )
+
+    async def _observe(self) -> Event:
+        m = self._memory
+        by_id = {o.call.id: o for o in m.observations}
+        outcomes = tuple(by_id[c.id] for c in m.current_tool_calls if c.id in by_id)
+        for o in outcomes:
+            self._record(
+                State.OBSERVING,
+                "ToolObserved",
+                f"{o.call.name} {'ok' if o.success else 'failed'}: {_cut(o.observation, 200)}",
+            )
+        m.history = (*m.history, Turn(step=m.step, assistant_text=m.assistant_text, outcomes=outcomes))
+        m.current_tool_calls = ()
+        m.observations = ()
+        m.pending_approvals = ()
+        m.assistant_text = None
+        mutated = any(o.success and o.call.name in TOOLS and TOOLS[o.call.name].mutating for o in outcomes)
+        return Event.FILES_CHANGED if mutated else Event.CONTINUE
+
+    async def _post_tools_hook(self) -> Event:
+        """Loom's post-tools hook: infrastructure work after mutating tools (none built in yet)."""
+        last = self._memory.history[-1] if self._memory.history else None
+        changed = sorted({p for o in (last.outcomes if last else ()) for p in o.mutated_paths})
+        self._record(
+            State.POST_TOOLS_HOOK,
+            "HookRun",
+            f"changed: {', '.join(changed) if changed else '(by command)'}",
+        )
+        return Event.HOOK_DONE
+
+    # ----------------------------------------------------------------------------------------
+    # Human approval. Bodies are plain JSON objects so the stock CLI can send them; they are
+    # validated here (not by the converter, which would silently drop a malformed signal) and a
+    # refused signal is recorded in the trace and `state.last_event` instead of being lost.
+    # ----------------------------------------------------------------------------------------
+
+    @workflow.signal
+    def approve(self, body: Any = None) -> None:
+        """``{"call_id": "..."}``: run the pending call as the model asked."""
+        self._decide("approve", ApproveSignal, body)
+
+    @workflow.signal
+    def reject(self, body: Any = None) -> None:
+        """``{"call_id": "...", "reason": "..."}``: do not run it; the reason is the observation."""
+        self._decide("reject", RejectSignal, body)
+
+    @workflow.signal
+    def modify(self, body: Any = None) -> None:
+        """``{"call_id": "...", "arguments": {...}}``: run it with these (schema-checked) arguments."""
+        self._decide("modify", ModifySignal, body)
+
+    def _decide(
+        self, name: str, schema: type[ApproveSignal | RejectSignal | ModifySignal], body: Any
+    ) -> None:
+        try:
+            signal = schema.model_validate({} if body is None else body)
+            pending = self._find_pending(signal.call_id)
+            update: dict[str, Any] = {}
+            if isinstance(signal, ApproveSignal):
+                update = {"decision": ApprovalDecision.APPROVED}
+            elif isinstance(signal, RejectSignal):
+                update = {"decision": ApprovalDecision.REJECTED, "reason": signal.reason}
+            else:
+                args = parse_arguments(pending.tool, signal.arguments)
+                update = {"decision": ApprovalDecision.MODIFIED, "arguments": args.model_dump()}
+                self._memory.current_tool_calls = tuple(
+                    c.model_copy(update={"arguments": args.model_dump_json()})
+                    if c.id == pending.call_id
+                    else c
+                    for c in self._memory.current_tool_calls
+                )
+        except (ValidationError, ToolArgumentsError, _Refused) as exc:
+            message = str(exc) if not isinstance(exc, ValidationError) else _brief(exc)
+            self._record(self._state, "SignalRefused", f"{name}: {message}")
+            workflow.logger.warning("agent.signal.refused", extra={"signal": name, "why": message})
+            return
+        self._memory.pending_approvals = tuple(
+            p.model_copy(update=update) if p.call_id == pending.call_id else p
+            for p in self._memory.pending_approvals
+        )
+        self._record(self._state, "SignalReceived", f"{name} {pending.call_id}")
+        workflow.set_current_details(self._details())
+
+    def _find_pending(self, call_id: str | None) -> PendingApproval:
+        waiting = [p for p in self._memory.pending_approvals if p.decision is None]
+        if self._state is not State.WAITING_FOR_HUMAN or not waiting:
+            raise _Refused("no tool call is waiting for approval")
+        if call_id is None:
+            if len(waiting) > 1:
+                ids = ", ".join(p.call_id for p in waiting)
+                raise _Refused(f"several calls are waiting ({ids}); say which with call_id")
+            return waiting[0]
+        for p in waiting:
+            if p.call_id == call_id:
+                return p
+        ids = ", ".join(p.call_id for p in waiting)
+        raise _Refused(f"no pending call with id {call_id!r} (waiting: {ids})")
+
+    # ----------------------------------------------------------------------------------------
+    # Queries
+    # ----------------------------------------------------------------------------------------
+
+    @workflow.query
+    def state(self) -> AgentStatus:
+        """Where the run is: state, step, pending approvals, token usage, last event."""
+        m = self._memory
+        return AgentStatus(
+            state=self._state.value,
+            step=m.step,
+            max_steps=self._config.max_steps,
+            model=self._input.model,
+            task=self._input.task,
+            pending_approvals=tuple(p for p in m.pending_approvals if p.decision is None)
+            if self._state is State.WAITING_FOR_HUMAN
+            else (),
+            usage=m.usage,
+            last_event=self._last_event,
+            final_answer=m.final_answer,
+            error=m.error,
+        )
+
+    @workflow.query
+    def trace(self) -> Trace:
+        """The append-only log: step, state, event, data, timestamp."""
+        return Trace(entries=tuple(self._trace))
+
+
+class _Refused(Exception):
+    """A well-formed signal that does not fit the run's current situation."""
+
+
+def _brief(exc: ValidationError) -> str:
+    return "; ".join(
+        f"{'.'.join(str(p) for p in err['loc']) or 'body'}: {err['msg']}" for err in exc.errors()
+    )

@@ -1,0 +1,162 @@
+"""The agent's memory and the ownership rules that keep it honest (agentsm).
+
+Every field the loop mutates has declared writers and clearers. The workflow tells the memory which
+state is running before each handler; a write from any other state raises ``OwnershipViolation``,
+which fails the run (it is a bug in the loop, not something a retry can fix).
+
+=====================  ===================================  =========================
+field                  written by                           cleared by
+=====================  ===================================  =========================
+step                   Planning (only)                      never
+assistant_text         Planning                             Observing
+current_tool_calls     Planning; WaitingForHuman (modify)   Observing
+observations           Acting, ParallelActing;              Observing
+                       WaitingForHuman (reject)
+pending_approvals      Planning; WaitingForHuman            Observing
+feedback               Planning                             Planning
+history                Observing (append only);             never
+                       Reflecting (compress)
+final_answer           Planning                             never
+error                  Planning, Acting, ParallelActing     never
+usage                  Planning, Reflecting                 never
+=====================  ===================================  =========================
+
+The trace is not a field here: any state appends to it, nothing clears it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, PrivateAttr
+from temporalio.exceptions import ApplicationError
+
+from workflows.models import ChatMessage, PendingApproval, TokenUsage, ToolCall, ToolOutcome, Turn
+from workflows.state_machine import State
+
+S = State
+
+DEFAULT_SYSTEM_PROMPT = (
+    "You are a careful software agent working inside a workspace directory. Use the tools to "
+    "inspect and change files; every path is relative to the workspace. Tool results that start "
+    "with 'ERROR:' describe what went wrong: read them and adapt. When the task is complete, "
+    "reply with the final answer as plain text and no tool calls."
+)
+
+
+@dataclass(frozen=True)
+class Ownership:
+    writers: frozenset[State]
+    clearers: frozenset[State] = frozenset()
+    append_only: frozenset[State] = frozenset()
+    """Writers that may only extend the current (tuple) value, never rewrite it."""
+
+
+def _own(
+    writers: set[State], clearers: set[State] = frozenset(), append_only: set[State] = frozenset()
+) -> Ownership:
+    return Ownership(frozenset(writers), frozenset(clearers), frozenset(append_only))
+
+
+OWNERSHIP: dict[str, Ownership] = {
+    "step": _own({S.PLANNING}),
+    "assistant_text": _own({S.PLANNING}, {S.OBSERVING}),
+    "current_tool_calls": _own({S.PLANNING, S.WAITING_FOR_HUMAN}, {S.OBSERVING}),
+    "observations": _own(
+        {S.ACTING, S.PARALLEL_ACTING, S.WAITING_FOR_HUMAN}, {S.OBSERVING}
+    ),
+    "pending_approvals": _own({S.PLANNING, S.WAITING_FOR_HUMAN}, {S.OBSERVING}),
+    "feedback": _own({S.PLANNING}, {S.PLANNING}),
+    "history": _own({S.OBSERVING, S.REFLECTING}, append_only={S.OBSERVING}),
+    "final_answer": _own({S.PLANNING}),
+    "error": _own({S.PLANNING, S.ACTING, S.PARALLEL_ACTING}),
+    "usage": _own({S.PLANNING, S.REFLECTING}),
+}
+
+
+class OwnershipViolation(ApplicationError):
+    """A state wrote a memory field it does not own."""
+
+    def __init__(self, field: str, state: State, why: str) -> None:
+        super().__init__(
+            f"memory ownership violated: {state.value} {why} '{field}'",
+            type="OwnershipViolation",
+            non_retryable=True,
+        )
+
+
+def _is_clear(value: Any) -> bool:
+    return value is None or value == () or value == 0
+
+
+class AgentMemory(BaseModel):
+    """The whole world-state of one run; one model so continue-as-new can carry it later."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+    task: str
+    task_type: str = "default"
+    system_prompt: str = DEFAULT_SYSTEM_PROMPT
+
+    step: int = 0
+    assistant_text: str | None = None
+    current_tool_calls: tuple[ToolCall, ...] = ()
+    observations: tuple[ToolOutcome, ...] = ()
+    pending_approvals: tuple[PendingApproval, ...] = ()
+    feedback: str | None = None
+    history: tuple[Turn, ...] = ()
+    final_answer: str | None = None
+    error: str | None = None
+    usage: TokenUsage = TokenUsage()
+
+    _state: State = PrivateAttr(default=State.IDLE)
+
+    def enter(self, state: State) -> None:
+        """Tell the memory which state's handler runs next (the engine does this)."""
+        self._state = state
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        rule = OWNERSHIP.get(name)
+        if rule is not None:
+            self._check(name, rule, value)
+        super().__setattr__(name, value)
+
+    def _check(self, name: str, rule: Ownership, value: Any) -> None:
+        state = self._state
+        if _is_clear(value):
+            already_clear = _is_clear(getattr(self, name))
+            if state in rule.clearers or (already_clear and state in rule.writers):
+                return
+            raise OwnershipViolation(name, state, "may not clear")
+        if state not in rule.writers:
+            raise OwnershipViolation(name, state, "may not write")
+        if state in rule.append_only:
+            old = getattr(self, name)
+            if tuple(value[: len(old)]) != tuple(old):
+                raise OwnershipViolation(name, state, "may only append to")
+
+    def build_messages(self) -> tuple[ChatMessage, ...]:
+        """System prompt, the task, then each completed turn with its tool results."""
+        messages = [
+            ChatMessage(role="system", content=self.system_prompt),
+            ChatMessage(role="user", content=self.task),
+        ]
+        for turn in self.history:
+            if turn.outcomes:
+                messages.append(
+                    ChatMessage(
+                        role="assistant",
+                        content=turn.assistant_text,
+                        tool_calls=tuple(o.call for o in turn.outcomes),
+                    )
+                )
+                messages.extend(
+                    ChatMessage(role="tool", tool_call_id=o.call.id, content=o.observation)
+                    for o in turn.outcomes
+                )
+            if turn.note:
+                messages.append(ChatMessage(role="user", content=turn.note))
+        if self.feedback:
+            messages.append(ChatMessage(role="user", content=self.feedback))
+        return tuple(messages)

@@ -1,0 +1,311 @@
+"""Typed messages shared by the workflow, the activities and every client.
+
+Everything that crosses a Temporal boundary (workflow input/output, activity input/output,
+signals, queries) is one of these pydantic models, serialised by
+``temporalio.contrib.pydantic.pydantic_data_converter``. This module is pure data: no I/O, no
+clock, safe to import inside the workflow sandbox.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from workflows.tools import TOOLS
+
+TASK_QUEUE = "treadle-agent"
+"""The task queue ``worker.py`` polls and ``starter.py`` starts runs on."""
+
+MODEL_PATTERN = re.compile(r"^[a-z][a-z0-9_-]*:\S+$")
+"""``provider:model``, for example ``openai:gpt-4o`` or ``ollama:llama3.2``."""
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class _Mutable(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+# --------------------------------------------------------------------------------------------
+# Configuration and input
+# --------------------------------------------------------------------------------------------
+
+DEFAULT_COMMAND_ALLOWLIST = (
+    "cat", "echo", "git", "grep", "head", "ls", "pwd", "pytest", "python", "python3", "tail",
+    "wc",
+)  # fmt: skip
+
+
+class AgentConfig(_Frozen):
+    """Limits and policies of one run. Validated once, when the run is started."""
+
+    max_steps: int = Field(20, ge=1, le=100_000)
+    """Hard cap on planning cycles (model calls); the run ends with a max-steps error."""
+    require_approval: tuple[str, ...] = ()
+    """Tools whose calls wait for a human ``approve`` / ``reject`` / ``modify`` signal."""
+    blacklisted_tools: tuple[str, ...] = ()
+    """Tools the model may not call; a call becomes an ``ERROR:`` observation."""
+    parallel_tools: bool = True
+    """Run several tool calls from one model response concurrently."""
+    min_answer_length: int = Field(0, ge=0)
+    """Final answers shorter than this are sent back to the model once per step."""
+    system_prompt: str | None = None
+    """Replaces the built-in system prompt."""
+    temperature: float | None = Field(None, ge=0, le=2)
+
+    allow_run_command: bool = False
+    """``run_command`` is refused unless the run allows it."""
+    command_allowlist: tuple[str, ...] = DEFAULT_COMMAND_ALLOWLIST
+    """Programs ``run_command`` may start (matched against the first word, exactly)."""
+    command_timeout_seconds: float = Field(60, gt=0, le=3600)
+    max_observation_chars: int = Field(12_000, ge=200, le=1_000_000)
+    """Tool output beyond this is cut (with a note) before the model and the history see it."""
+
+    model_timeout_seconds: float = Field(300, gt=0)
+    """Start-to-close timeout of one model call attempt."""
+    model_max_attempts: int = Field(5, ge=1)
+    tool_timeout_seconds: float = Field(120, gt=0)
+    """Start-to-close timeout of one tool call attempt."""
+    tool_max_attempts: int = Field(3, ge=1)
+    heartbeat_timeout_seconds: float = Field(15, gt=0)
+    """A worker that dies during a long call is noticed after this long, not after the timeout."""
+
+    @field_validator("require_approval", "blacklisted_tools", "command_allowlist", mode="before")
+    @classmethod
+    def _split_csv(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return tuple(part.strip() for part in value.split(",") if part.strip())
+        return value
+
+    @field_validator("require_approval", "blacklisted_tools")
+    @classmethod
+    def _known_tools(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        unknown = sorted(set(value) - set(TOOLS))
+        if unknown:
+            raise ValueError(
+                f"unknown tool name(s): {', '.join(unknown)} (known: {', '.join(sorted(TOOLS))})"
+            )
+        return value
+
+
+class AgentInput(_Frozen):
+    """What a run is asked to do. Carries no secrets: keys live in the worker's environment."""
+
+    task: str = Field(min_length=1, max_length=100_000)
+    model: str = "openai:gpt-4o"
+    """``provider:model``; the provider prefix picks the wire protocol."""
+    workspace: str = Field(min_length=1)
+    """Directory on the worker host that every tool path is confined to."""
+    task_type: str = "default"
+    config: AgentConfig = AgentConfig()
+
+    @field_validator("model")
+    @classmethod
+    def _model_format(cls, value: str) -> str:
+        if not MODEL_PATTERN.match(value):
+            raise ValueError(f"model must look like 'provider:model', got {value!r}")
+        return value
+
+
+# --------------------------------------------------------------------------------------------
+# Tool calls and the agent's memory
+# --------------------------------------------------------------------------------------------
+
+
+class ToolCall(_Frozen):
+    """One tool call as the model asked for it. ``arguments`` is the raw JSON text it sent."""
+
+    id: str
+    name: str
+    arguments: str = "{}"
+
+
+class ToolOutcome(_Frozen):
+    """What one tool call produced: an observation the model sees on its next turn."""
+
+    call: ToolCall
+    observation: str
+    success: bool
+    mutated_paths: tuple[str, ...] = ()
+
+
+class Turn(_Frozen):
+    """One completed planning step: what the model said and what its tool calls produced."""
+
+    step: int
+    assistant_text: str | None = None
+    outcomes: tuple[ToolOutcome, ...] = ()
+    note: str | None = None
+    """Feedback from the loop itself (answer too short, blacklisted tool), sent as a user turn."""
+
+
+class TokenUsage(_Frozen):
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    total_tokens: int = 0
+    cached_tokens: int = 0
+
+    def __add__(self, other: TokenUsage) -> TokenUsage:
+        return TokenUsage(
+            prompt_tokens=self.prompt_tokens + other.prompt_tokens,
+            completion_tokens=self.completion_tokens + other.completion_tokens,
+            total_tokens=self.total_tokens + other.total_tokens,
+            cached_tokens=self.cached_tokens + other.cached_tokens,
+        )
+
+
+class TraceEntry(_Frozen):
+    """One line of the append-only trace. ``timestamp`` comes from ``workflow.now()``."""
+
+    step: int
+    state: str
+    event: str
+    data: str = ""
+    timestamp: datetime
+
+
+class Trace(_Frozen):
+    entries: tuple[TraceEntry, ...] = ()
+
+
+class ApprovalDecision(str, enum.Enum):
+    APPROVED = "approved"
+    REJECTED = "rejected"
+    MODIFIED = "modified"
+
+
+class PendingApproval(_Frozen):
+    """A tool call waiting for a human. ``arguments`` is the parsed, schema-valid argument set."""
+
+    call_id: str
+    tool: str
+    arguments: dict[str, Any]
+    step: int
+    requested_at: datetime
+    decision: ApprovalDecision | None = None
+    reason: str | None = None
+
+
+class RunStatus(str, enum.Enum):
+    RUNNING = "running"
+    DONE = "done"
+    ERROR = "error"
+
+
+class AgentStatus(_Frozen):
+    """Answer of the ``state`` query."""
+
+    state: str
+    step: int
+    max_steps: int
+    model: str
+    task: str
+    pending_approvals: tuple[PendingApproval, ...] = ()
+    usage: TokenUsage = TokenUsage()
+    last_event: str | None = None
+    final_answer: str | None = None
+    error: str | None = None
+
+
+class AgentResult(_Frozen):
+    """Output of a run. ``status`` is ``done`` only when the model gave a final answer."""
+
+    status: RunStatus
+    answer: str | None = None
+    error: str | None = None
+    steps: int = 0
+    usage: TokenUsage = TokenUsage()
+
+
+# --------------------------------------------------------------------------------------------
+# Signal bodies: small JSON objects, so `temporal workflow signal --input '{...}'` works.
+# --------------------------------------------------------------------------------------------
+
+
+class ApproveSignal(_Frozen):
+    """``{"call_id": "..."}``; ``call_id`` may be left out when exactly one call is pending."""
+
+    call_id: str | None = None
+
+
+class RejectSignal(_Frozen):
+    """``{"call_id": "...", "reason": "..."}``; the reason is the model's next observation."""
+
+    call_id: str | None = None
+    reason: str = Field(min_length=1)
+
+
+class ModifySignal(_Frozen):
+    """``{"call_id": "...", "arguments": {...}}``; arguments must pass the tool's schema."""
+
+    call_id: str | None = None
+    arguments: dict[str, Any]
+
+
+# --------------------------------------------------------------------------------------------
+# Activity messages
+# --------------------------------------------------------------------------------------------
+
+
+class ChatMessage(_Frozen):
+    """Provider-neutral chat message; each provider module maps it to its wire format."""
+
+    role: Literal["system", "user", "assistant", "tool"]
+    content: str | None = None
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_call_id: str | None = None
+
+
+class ModelRequest(_Frozen):
+    """Input of ``call_model``. Tools go by name; the activity builds their JSON schemas."""
+
+    model: str
+    messages: tuple[ChatMessage, ...]
+    tools: tuple[str, ...] = ()
+    temperature: float | None = None
+    max_tokens: int | None = None
+
+
+class ModelResponse(_Frozen):
+    content: str | None = None
+    tool_calls: tuple[ToolCall, ...] = ()
+    usage: TokenUsage = TokenUsage()
+    finish_reason: str | None = None
+    model: str | None = None
+
+
+class ToolPolicy(_Frozen):
+    """The part of the run's config a tool activity needs."""
+
+    allow_run_command: bool = False
+    command_allowlist: tuple[str, ...] = DEFAULT_COMMAND_ALLOWLIST
+    command_timeout_seconds: float = 60
+    max_output_chars: int = 12_000
+
+
+class ToolRequest(_Frozen):
+    """Input of ``run_tool``: one already schema-checked call, its workspace and policy."""
+
+    call: ToolCall
+    workspace: str
+    policy: ToolPolicy = ToolPolicy()
+
+
+class ToolResult(_Frozen):
+    """``success=False`` carries an ``ERROR: ...`` output: tool failures are data."""
+
+    success: bool
+    output: str
+    mutated_paths: tuple[str, ...] = ()
+
+    @model_validator(mode="after")
+    def _error_prefix(self) -> ToolResult:
+        if not self.success and not self.output.startswith("ERROR:"):
+            raise ValueError("a failed tool result must start with 'ERROR:'")
+        return self

@@ -1,0 +1,25 @@
+"""Search attributes the agent workflow keeps up to date, so runs are findable by state.
+
+They must be registered on the namespace (``temporal-dev.yaml`` does it for the dev server;
+``worker.py`` checks at start-up), otherwise upserting them fails the workflow task.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from types import MappingProxyType
+
+from temporalio.common import SearchAttributeIndexedValueType, SearchAttributeKey
+
+AGENT_STATE = SearchAttributeKey.for_keyword("AgentState")
+AGENT_STEP = SearchAttributeKey.for_int("AgentStep")
+AGENT_MODEL = SearchAttributeKey.for_keyword("AgentModel")
+
+REQUIRED: Mapping[str, SearchAttributeIndexedValueType] = MappingProxyType(
+    {
+        AGENT_STATE.name: SearchAttributeIndexedValueType.KEYWORD,
+        AGENT_STEP.name: SearchAttributeIndexedValueType.INT,
+        AGENT_MODEL.name: SearchAttributeIndexedValueType.KEYWORD,
+    }
+)
+"""Name -> type of every search attribute the workflows upsert."""

@@ -1,0 +1,186 @@
+"""States, events and the one immutable transition table of the agent loop.
+
+The table merges the states the three seed designs name (Loom, agentsm-rs, Nexora); the README
+maps each seed's names to ours. Every legal move is declared here, once; anything else is a bug
+and fails the run with a non-retryable ``InvalidTransition``.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from types import MappingProxyType
+
+from temporalio.exceptions import ApplicationError
+
+
+class State(str, enum.Enum):
+    IDLE = "Idle"
+    PLANNING = "Planning"
+    ACTING = "Acting"
+    PARALLEL_ACTING = "ParallelActing"
+    WAITING_FOR_HUMAN = "WaitingForHuman"
+    OBSERVING = "Observing"
+    POST_TOOLS_HOOK = "PostToolsHook"
+    REFLECTING = "Reflecting"
+    RECOVERING = "Recovering"
+    PHASE_TRANSITION = "PhaseTransition"
+    DONE = "Done"
+    ERROR = "Error"
+    HALTED = "Halted"
+    CANCELLED = "Cancelled"
+
+    @property
+    def is_terminal(self) -> bool:
+        return self in _TERMINAL
+
+
+_TERMINAL = frozenset({State.DONE, State.ERROR, State.HALTED, State.CANCELLED})
+
+
+class Event(str, enum.Enum):
+    # Lifecycle
+    START = "Start"
+    # Planning outcomes
+    LLM_TOOL_CALL = "LlmToolCall"
+    LLM_PARALLEL_TOOL_CALLS = "LlmParallelToolCalls"
+    LLM_FINAL_ANSWER = "LlmFinalAnswer"
+    MAX_STEPS = "MaxSteps"
+    LOW_CONFIDENCE = "LowConfidence"
+    ANSWER_TOO_SHORT = "AnswerTooShort"
+    TOOL_BLACKLISTED = "ToolBlacklisted"
+    HUMAN_APPROVAL_REQUIRED = "HumanApprovalRequired"
+    FATAL_ERROR = "FatalError"
+    # Human decisions (all pending calls of a step decided)
+    HUMAN_APPROVED = "HumanApproved"
+    HUMAN_MODIFIED = "HumanModified"
+    HUMAN_APPROVED_PARALLEL = "HumanApprovedParallel"
+    HUMAN_REJECTED = "HumanRejected"
+    # Acting outcomes
+    TOOL_SUCCESS = "ToolSuccess"
+    TOOL_FAILURE = "ToolFailure"
+    # Observing outcomes (the progress check runs here)
+    CONTINUE = "Continue"
+    FILES_CHANGED = "FilesChanged"
+    NEEDS_REFLECTION = "NeedsReflection"
+    STUCK = "Stuck"
+    PHASE_COMPLETE = "PhaseComplete"
+    # Post-tools hook, reflection, recovery, phases
+    HOOK_DONE = "HookDone"
+    REFLECT_DONE = "ReflectDone"
+    RECOVERED = "Recovered"
+    HALT = "Halt"
+    PHASE_STARTED = "PhaseStarted"
+    # Someone cancelled the run (``temporal workflow cancel``); legal from every live state.
+    CANCEL = "Cancel"
+
+
+S, E = State, Event
+
+TRANSITIONS: Mapping[tuple[State, Event], State] = MappingProxyType(
+    {
+        (S.IDLE, E.START): S.PLANNING,
+        # Planning: one model call, then decide.
+        (S.PLANNING, E.LLM_TOOL_CALL): S.ACTING,
+        (S.PLANNING, E.LLM_PARALLEL_TOOL_CALLS): S.PARALLEL_ACTING,
+        (S.PLANNING, E.LLM_FINAL_ANSWER): S.DONE,
+        (S.PLANNING, E.MAX_STEPS): S.ERROR,
+        (S.PLANNING, E.LOW_CONFIDENCE): S.REFLECTING,
+        (S.PLANNING, E.ANSWER_TOO_SHORT): S.PLANNING,
+        (S.PLANNING, E.TOOL_BLACKLISTED): S.PLANNING,
+        (S.PLANNING, E.HUMAN_APPROVAL_REQUIRED): S.WAITING_FOR_HUMAN,
+        (S.PLANNING, E.FATAL_ERROR): S.ERROR,
+        # Waiting for a human: durable, for as long as it takes.
+        (S.WAITING_FOR_HUMAN, E.HUMAN_APPROVED): S.ACTING,
+        (S.WAITING_FOR_HUMAN, E.HUMAN_MODIFIED): S.ACTING,
+        (S.WAITING_FOR_HUMAN, E.HUMAN_APPROVED_PARALLEL): S.PARALLEL_ACTING,
+        (S.WAITING_FOR_HUMAN, E.HUMAN_REJECTED): S.OBSERVING,
+        # Acting: tool failures are data, so both outcomes go to Observing.
+        (S.ACTING, E.TOOL_SUCCESS): S.OBSERVING,
+        (S.ACTING, E.TOOL_FAILURE): S.OBSERVING,
+        (S.PARALLEL_ACTING, E.TOOL_SUCCESS): S.OBSERVING,
+        (S.PARALLEL_ACTING, E.TOOL_FAILURE): S.OBSERVING,
+        # Observing: commit results to history, then check progress.
+        (S.OBSERVING, E.CONTINUE): S.PLANNING,
+        (S.OBSERVING, E.FILES_CHANGED): S.POST_TOOLS_HOOK,
+        (S.OBSERVING, E.NEEDS_REFLECTION): S.REFLECTING,
+        (S.OBSERVING, E.STUCK): S.RECOVERING,
+        (S.OBSERVING, E.PHASE_COMPLETE): S.PHASE_TRANSITION,
+        # Post-tools hook (Loom): infrastructure work after mutating tools, then the next call.
+        (S.POST_TOOLS_HOOK, E.HOOK_DONE): S.PLANNING,
+        # Reflection (agentsm): compress history, then plan again.
+        (S.REFLECTING, E.REFLECT_DONE): S.PLANNING,
+        # Recovery (Nexora): hint the model, ask a human, or halt.
+        (S.RECOVERING, E.RECOVERED): S.PLANNING,
+        (S.RECOVERING, E.HALT): S.HALTED,
+        # Phases (Nexora): starting phase n+1 completes phase n and resets tracking.
+        (S.PHASE_TRANSITION, E.PHASE_STARTED): S.PLANNING,
+    }
+    | {(state, E.CANCEL): S.CANCELLED for state in State if not state.is_terminal}
+)
+"""``(state, event) -> state``. Built once at import, read-only afterwards."""
+
+
+class InvalidTransition(ApplicationError):
+    """A ``(state, event)`` pair the table does not declare: a bug, so the run fails."""
+
+    def __init__(self, state: State, event: Event) -> None:
+        super().__init__(
+            f"no transition is declared for ({state.value}, {event.value})",
+            type="InvalidTransition",
+            non_retryable=True,
+        )
+        self.state = state
+        self.event = event
+
+
+def next_state(state: State, event: Event) -> State:
+    """Look up the move; raise ``InvalidTransition`` for an undeclared pair."""
+    try:
+        return TRANSITIONS[(state, event)]
+    except KeyError:
+        raise InvalidTransition(state, event) from None
+
+
+SEED_STATES: Mapping[str, Mapping[str, State]] = MappingProxyType(
+    {
+        "Loom": MappingProxyType(
+            {
+                "WaitingForUserInput": S.IDLE,
+                "CallingLlm": S.PLANNING,
+                "ProcessingLlmResponse": S.PLANNING,
+                "ExecutingTools": S.ACTING,
+                "PostToolsHook": S.POST_TOOLS_HOOK,
+                "Error": S.ERROR,
+                "ShuttingDown": S.CANCELLED,
+            }
+        ),
+        "agentsm": MappingProxyType(
+            {
+                "Idle": S.IDLE,
+                "Planning": S.PLANNING,
+                "Acting": S.ACTING,
+                "ParallelActing": S.PARALLEL_ACTING,
+                "WaitingForHuman": S.WAITING_FOR_HUMAN,
+                "Observing": S.OBSERVING,
+                "Reflecting": S.REFLECTING,
+                "Done": S.DONE,
+                "Error": S.ERROR,
+            }
+        ),
+        "Nexora": MappingProxyType(
+            {
+                "Idle": S.IDLE,
+                "ProcessingPrompt": S.PLANNING,
+                "StreamingResponse": S.PLANNING,
+                "ExecutingTool": S.ACTING,
+                "AwaitingPermission": S.WAITING_FOR_HUMAN,
+                "ErrorRecovery": S.RECOVERING,
+                "ProgressCheck": S.OBSERVING,
+                "PhaseTransition": S.PHASE_TRANSITION,
+                "Halted": S.HALTED,
+            }
+        ),
+    }
+)
+"""Each seed design's state names -> ours (the README carries the same table)."""

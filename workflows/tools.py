@@ -1,0 +1,163 @@
+"""The tool catalogue: names, descriptions and pydantic argument schemas.
+
+Pure data, shared by the workflow (which validates arguments before anything runs, so a bad call
+becomes an observation and a ``modify`` signal can be checked), by the model activity (which sends
+the schemas to the model as JSON Schema) and by the tool activity (which runs them).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+
+class ToolArgs(BaseModel):
+    """Base of every argument schema: unknown keys are an error, not silently dropped."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ReadFileArgs(ToolArgs):
+    path: str = Field(description="File path relative to the workspace.")
+    offset: int = Field(1, ge=1, description="First line to return (1-based).")
+    limit: int | None = Field(None, ge=1, description="Maximum number of lines to return.")
+
+
+class WriteFileArgs(ToolArgs):
+    path: str = Field(description="File path relative to the workspace; parents are created.")
+    content: str = Field(description="The complete new content of the file.")
+
+
+class EditFileArgs(ToolArgs):
+    path: str = Field(description="File path relative to the workspace.")
+    old_text: str = Field(min_length=1, description="Exact text to replace; must occur once.")
+    new_text: str = Field(description="Replacement text.")
+
+
+class ListDirArgs(ToolArgs):
+    path: str = Field(".", description="Directory relative to the workspace.")
+
+
+class SearchFilesArgs(ToolArgs):
+    pattern: str = Field(min_length=1, description="Text to search for.")
+    path: str = Field(".", description="Directory (or file) to search, relative to the workspace.")
+    regex: bool = Field(False, description="Treat the pattern as a Python regular expression.")
+    max_results: int = Field(50, ge=1, le=1000, description="Maximum matching lines to return.")
+
+
+class RunCommandArgs(ToolArgs):
+    command: str = Field(
+        min_length=1,
+        description="Program and arguments, split like a shell would (no pipes, no expansion).",
+    )
+    timeout_seconds: float | None = Field(
+        None, gt=0, description="Optional shorter timeout than the run's default."
+    )
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    name: str
+    description: str
+    args: type[ToolArgs]
+    mutating: bool
+    """A successful call may have changed files; the post-tools hook runs after it."""
+    target: Callable[[Any], str]
+    """The file or command a call acts on, for activity summaries and progress tracking."""
+
+    def json_schema(self) -> dict[str, Any]:
+        return self.args.model_json_schema()
+
+
+def _path(args: Any) -> str:
+    return str(args.path)
+
+
+TOOLS: Mapping[str, ToolSpec] = MappingProxyType(
+    {
+        spec.name: spec
+        for spec in (
+            ToolSpec(
+                "read_file",
+                "Read a text file from the workspace, optionally a range of lines.",
+                ReadFileArgs,
+                mutating=False,
+                target=_path,
+            ),
+            ToolSpec(
+                "write_file",
+                "Create or overwrite a text file in the workspace.",
+                WriteFileArgs,
+                mutating=True,
+                target=_path,
+            ),
+            ToolSpec(
+                "edit_file",
+                "Replace one exact occurrence of old_text with new_text in a workspace file.",
+                EditFileArgs,
+                mutating=True,
+                target=_path,
+            ),
+            ToolSpec(
+                "list_dir",
+                "List the entries of a workspace directory.",
+                ListDirArgs,
+                mutating=False,
+                target=_path,
+            ),
+            ToolSpec(
+                "search_files",
+                "Search workspace text files for a string or regular expression.",
+                SearchFilesArgs,
+                mutating=False,
+                target=lambda args: str(args.pattern),
+            ),
+            ToolSpec(
+                "run_command",
+                "Run an allowed program in the workspace and return its exit code and output.",
+                RunCommandArgs,
+                mutating=True,
+                target=lambda args: str(args.command),
+            ),
+        )
+    }
+)
+
+
+class ToolArgumentsError(ValueError):
+    """The model (or a human's ``modify``) gave arguments the tool cannot take."""
+
+
+def parse_arguments(tool: str, arguments: str | Mapping[str, Any]) -> ToolArgs:
+    """Validate raw model arguments (JSON text or a mapping) against the tool's schema."""
+    spec = TOOLS.get(tool)
+    if spec is None:
+        raise ToolArgumentsError(
+            f"unknown tool {tool!r}; available tools: {', '.join(sorted(TOOLS))}"
+        )
+    if isinstance(arguments, str):
+        try:
+            decoded = json.loads(arguments or "{}")
+        except json.JSONDecodeError as exc:
+            raise ToolArgumentsError(
+                f"arguments for {tool} are not valid JSON ({exc.msg} at position {exc.pos})"
+            ) from exc
+    else:
+        decoded = dict(arguments)
+    if not isinstance(decoded, dict):
+        raise ToolArgumentsError(
+            f"arguments for {tool} must be a JSON object, got {type(decoded).__name__}"
+        )
+    try:
+        return spec.args.model_validate(decoded)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc']) or '(arguments)'}: {err['msg']}"
+            for err in exc.errors()
+        )
+        raise ToolArgumentsError(f"arguments for {tool} do not match its schema: {problems}") from exc
