@@ -26,6 +26,7 @@ from typing import Any
 
 from pydantic import ValidationError
 from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
+from temporalio.common import WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
@@ -64,7 +65,7 @@ def _print_json(model: Any) -> None:
 
 
 async def _handle(client: Client, workflow_id: str) -> WorkflowHandle[Any, Any]:
-    handle = client.get_workflow_handle(workflow_id)
+    handle = client.get_workflow_handle(workflow_id, result_type=AgentResult)
     try:
         await handle.describe()
     except RPCError as exc:
@@ -142,7 +143,7 @@ def _format_trace(trace: Trace) -> str:
 
 async def _result(handle: WorkflowHandle[Any, Any]) -> AgentResult:
     try:
-        result: AgentResult = await handle.result(result_type=AgentResult)
+        result: AgentResult = await handle.result()
     except WorkflowFailureError as exc:
         cause = exc.cause
         return AgentResult(status=RunStatus.ERROR, error=getattr(cause, "message", str(cause)))
@@ -194,6 +195,8 @@ async def cmd_run(client: Client, args: argparse.Namespace) -> int:
         task_queue=args.task_queue,
         static_summary=agent_input.task[:200],
         static_details=f"model {agent_input.model} · workspace {agent_input.workspace}",
+        # An id names one run for approve/status/trace; never silently start a second one.
+        id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
     )
     if not args.wait:
         print(json.dumps({"workflow_id": handle.id}) if args.json else handle.id)

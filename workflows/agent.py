@@ -201,7 +201,6 @@ class AgentWorkflow:
             tools=offered,
             temperature=config.temperature,
         )
-        m.feedback = None
         try:
             response: ModelResponse = await workflow.execute_activity_method(
                 ModelActivities.call_model,
@@ -232,27 +231,56 @@ class AgentWorkflow:
             return self._plan_tools(response)
         answer = (response.content or "").strip()
         if not answer:
-            m.feedback = (
-                "Your last reply was empty. Call a tool, or reply with the final answer as text."
+            self._feedback(
+                Turn(
+                    step=m.step,
+                    assistant_text="",
+                    note="Your last reply was empty. Call a tool, or reply with the final "
+                    "answer as text.",
+                )
             )
             return Event.ANSWER_TOO_SHORT
         if len(answer) < config.min_answer_length:
-            m.feedback = (
-                f"Your answer was {len(answer)} characters; the final answer must be at least "
-                f"{config.min_answer_length}. Give the complete answer."
+            self._feedback(
+                Turn(
+                    step=m.step,
+                    assistant_text=answer,
+                    note=f"Your answer was {len(answer)} characters; the final answer must be "
+                    f"at least {config.min_answer_length}. Give the complete answer.",
+                )
             )
             return Event.ANSWER_TOO_SHORT
         m.final_answer = answer
         return Event.LLM_FINAL_ANSWER
+
+    def _feedback(self, turn: Turn) -> None:
+        """Planning's own note to the model (too short, blacklisted), kept in the history."""
+        self._memory.history = (*self._memory.history, turn)
+        self._record(State.PLANNING, "Feedback", turn.note or "blacklisted tool call(s)")
 
     def _plan_tools(self, response: ModelResponse) -> Event:
         m, config = self._memory, self._config
         calls = self._unique_ids(response.tool_calls)
         blacklisted = sorted({c.name for c in calls if c.name in config.blacklisted_tools})
         if blacklisted:
-            m.feedback = (
-                f"Tool(s) {', '.join(blacklisted)} are not available in this run; none of your "
-                "calls were run. Use the other tools."
+            # None of the response's calls run; each gets an answer so the protocol's
+            # call/result pairing holds, and the model is told which tools are off limits.
+            self._feedback(
+                Turn(
+                    step=m.step,
+                    assistant_text=response.content,
+                    outcomes=tuple(
+                        ToolOutcome(
+                            call=c,
+                            observation=f"ERROR: tool {c.name} is not available in this run"
+                            if c.name in blacklisted
+                            else "ERROR: not run, because another call in the same response "
+                            "used a tool that is not available",
+                            success=False,
+                        )
+                        for c in calls
+                    ),
+                )
             )
             return Event.TOOL_BLACKLISTED
         m.assistant_text = response.content

@@ -13,8 +13,8 @@ current_tool_calls     Planning; WaitingForHuman (modify)   Observing
 observations           Acting, ParallelActing;              Observing
                        WaitingForHuman (reject)
 pending_approvals      Planning; WaitingForHuman            Observing
-feedback               Planning                             Planning
-history                Observing (append only);             never
+history                Observing (append tool turns);       never
+                       Planning (append feedback turns);
                        Reflecting (compress)
 final_answer           Planning                             never
 error                  Planning, Acting, ParallelActing     never
@@ -67,8 +67,9 @@ OWNERSHIP: dict[str, Ownership] = {
         {S.ACTING, S.PARALLEL_ACTING, S.WAITING_FOR_HUMAN}, {S.OBSERVING}
     ),
     "pending_approvals": _own({S.PLANNING, S.WAITING_FOR_HUMAN}, {S.OBSERVING}),
-    "feedback": _own({S.PLANNING}, {S.PLANNING}),
-    "history": _own({S.OBSERVING, S.REFLECTING}, append_only={S.OBSERVING}),
+    "history": _own(
+        {S.OBSERVING, S.PLANNING, S.REFLECTING}, append_only={S.OBSERVING, S.PLANNING}
+    ),
     "final_answer": _own({S.PLANNING}),
     "error": _own({S.PLANNING, S.ACTING, S.PARALLEL_ACTING}),
     "usage": _own({S.PLANNING, S.REFLECTING}),
@@ -104,7 +105,6 @@ class AgentMemory(BaseModel):
     current_tool_calls: tuple[ToolCall, ...] = ()
     observations: tuple[ToolOutcome, ...] = ()
     pending_approvals: tuple[PendingApproval, ...] = ()
-    feedback: str | None = None
     history: tuple[Turn, ...] = ()
     final_answer: str | None = None
     error: str | None = None
@@ -143,7 +143,7 @@ class AgentMemory(BaseModel):
             ChatMessage(role="user", content=self.task),
         ]
         for turn in self.history:
-            if turn.outcomes:
+            if turn.outcomes or turn.assistant_text is not None:
                 messages.append(
                     ChatMessage(
                         role="assistant",
@@ -151,12 +151,10 @@ class AgentMemory(BaseModel):
                         tool_calls=tuple(o.call for o in turn.outcomes),
                     )
                 )
-                messages.extend(
-                    ChatMessage(role="tool", tool_call_id=o.call.id, content=o.observation)
-                    for o in turn.outcomes
-                )
+            messages.extend(
+                ChatMessage(role="tool", tool_call_id=o.call.id, content=o.observation)
+                for o in turn.outcomes
+            )
             if turn.note:
                 messages.append(ChatMessage(role="user", content=turn.note))
-        if self.feedback:
-            messages.append(ChatMessage(role="user", content=self.feedback))
         return tuple(messages)

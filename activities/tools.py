@@ -1,0 +1,619 @@
+"""The tool implementations and the ``run_tool`` activity that runs them.
+
+Each tool is a plain async function ``(workspace, args, policy) -> ToolOutput`` that raises
+``ToolError`` when it cannot do what was asked, so it can be tested without Temporal.
+``execute_tool`` is the boundary: it validates the raw arguments, runs the tool and turns every
+expected failure into a ``ToolResult(success=False, output="ERROR: ...")``, because a failed tool
+call is an observation for the model, not an activity failure. Only bugs and unexpected OS
+errors (EIO and the like) raise, and those Temporal retries.
+
+File work runs in a thread (``asyncio.to_thread``) and commands run as asyncio subprocesses, so
+the worker's event loop never blocks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import os
+import re
+import secrets
+import shlex
+import signal
+import stat
+import subprocess
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from temporalio import activity
+
+from activities.errors import ToolError
+from activities.workspace import is_inside, relative, resolve, workspace_root
+from workflows.models import ToolPolicy, ToolRequest, ToolResult
+from workflows.tools import (
+    EditFileArgs,
+    ListDirArgs,
+    ReadFileArgs,
+    RunCommandArgs,
+    SearchFilesArgs,
+    ToolArgs,
+    ToolArgumentsError,
+    WriteFileArgs,
+    parse_arguments,
+)
+
+__all__ = [
+    "ToolActivities",
+    "ToolOutput",
+    "cap_output",
+    "command_environment",
+    "edit_file",
+    "execute_tool",
+    "list_dir",
+    "read_file",
+    "run_command",
+    "search_files",
+    "write_file",
+]
+
+MAX_READ_BYTES = 10 * 1024 * 1024
+"""read_file and edit_file refuse larger files rather than load them whole into the worker."""
+MAX_SEARCH_FILE_BYTES = 1024 * 1024
+"""search_files skips larger files: they are almost always data, logs or generated code."""
+BINARY_SNIFF_BYTES = 8192
+"""A NUL byte in this many leading bytes marks a file as binary (the heuristic git uses)."""
+SEARCH_LINE_CHARS = 300
+"""A matching line longer than this (minified code) is shortened in search results."""
+SEARCH_SKIP_DIRS = frozenset({".git", ".hg", ".svn", "__pycache__", "node_modules", ".venv"})
+"""Directories search_files does not descend into: metadata and installed dependencies."""
+HEARTBEAT_INTERVAL_SECONDS = 2.0
+OUTPUT_DRAIN_GRACE_SECONDS = 2.0
+"""After a command ends, how long to wait for its output pipe to close."""
+
+SECRET_NAME_MARKERS = ("KEY", "TOKEN", "SECRET", "PASSWORD")
+"""An environment variable whose name contains one of these never reaches a command."""
+PASSED_ENV_NAMES = frozenset(
+    {"PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "TERM", "TZ", "TMPDIR", "VIRTUAL_ENV"}
+)
+"""The only variables (with ``LC_*``) a command inherits; anything else may carry credentials."""
+
+# OS errors that describe the workspace's state (the model can react to them), as opposed to a
+# broken disk or a bug, which should fail the attempt so Temporal retries it.
+_EXPECTED_ERRNOS: Mapping[int, str] = {
+    errno.ENOENT: "no such file or directory",
+    errno.EISDIR: "is a directory",
+    errno.ENOTDIR: "a path component is not a directory",
+    errno.EACCES: "permission denied",
+    errno.EPERM: "operation not permitted",
+    errno.EEXIST: "already exists",
+    errno.ELOOP: "too many levels of symbolic links",
+    errno.ENAMETOOLONG: "file name too long",
+    errno.EROFS: "read-only file system",
+    errno.ENOSPC: "no space left on device",
+}
+
+
+@dataclass(frozen=True)
+class ToolOutput:
+    """What a tool produced, before the output cap.
+
+    ``success=False`` is a failure whose output is still worth showing (a command's exit code
+    and log); failures with only a message raise ``ToolError`` instead.
+    """
+
+    text: str
+    success: bool = True
+    mutated_paths: tuple[str, ...] = ()
+    omitted_chars: int = 0
+    """Output dropped before ``text`` was built; for a command's flood of output this counts
+    undecoded bytes, which equals characters for ASCII."""
+
+
+def cap_output(text: str, limit: int, omitted: int = 0) -> str:
+    """``text`` cut to ``limit`` characters, with a note saying how much was cut."""
+    cut = max(0, len(text) - limit) + omitted
+    if cut == 0:
+        return text
+    return f"{text[:limit]}\n[... {cut} more characters cut]"
+
+
+def command_environment(environ: Mapping[str, str]) -> dict[str, str]:
+    """The minimal environment a command runs with: no API keys, tokens or passwords."""
+    return {
+        name: value
+        for name, value in environ.items()
+        if (name in PASSED_ENV_NAMES or name.startswith("LC_"))
+        and not any(marker in name.upper() for marker in SECRET_NAME_MARKERS)
+    }
+
+
+# --------------------------------------------------------------------------------------------
+# Shared file helpers (synchronous: they run in a worker thread)
+# --------------------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _expected_os_errors(workspace: Path) -> Iterator[None]:
+    """Turn OS errors that describe the workspace into ``ToolError``; let the rest raise."""
+    try:
+        yield
+    except OSError as exc:
+        phrase = _EXPECTED_ERRNOS.get(exc.errno or 0)
+        if phrase is None:
+            raise
+        root = workspace_root(workspace)
+        name = exc.filename
+        if isinstance(name, str) and is_inside(os.path.abspath(name), root):
+            raise ToolError(f"{relative(root, name)}: {phrase}") from exc
+        raise ToolError(phrase) from exc
+
+
+def _split_lines(text: str) -> list[str]:
+    """Lines with their ``\\n`` kept, split on ``\\n`` only, so numbers match grep and editors."""
+    parts = text.split("\n")
+    lines = [part + "\n" for part in parts[:-1]]
+    if parts[-1]:
+        lines.append(parts[-1])
+    return lines
+
+
+def _read_text(real: Path, rel: str) -> str:
+    """A regular file's UTF-8 text, or a ``ToolError`` saying why it cannot be read as text."""
+    try:
+        info = os.stat(real)
+    except FileNotFoundError:
+        raise ToolError(f"{rel} does not exist") from None
+    if stat.S_ISDIR(info.st_mode):
+        raise ToolError(f"{rel} is a directory; use list_dir to see its entries")
+    if not stat.S_ISREG(info.st_mode):
+        # A FIFO or device would block the read forever or never end.
+        raise ToolError(f"{rel} is not a regular file")
+    if info.st_size > MAX_READ_BYTES:
+        raise ToolError(
+            f"{rel} is too large to read ({info.st_size} bytes; the limit is {MAX_READ_BYTES})"
+        )
+    data = real.read_bytes()
+    if b"\x00" in data[:BINARY_SNIFF_BYTES]:
+        raise ToolError(f"{rel} is a binary file; only text files can be read")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ToolError(f"{rel} is not UTF-8 text (invalid byte at offset {exc.start})") from exc
+
+
+def _atomic_write(target: Path, data: bytes) -> None:
+    """Replace ``target`` with ``data`` so readers see the old or the new file, never half."""
+    try:
+        mode: int | None = stat.S_IMODE(os.stat(target).st_mode)
+    except FileNotFoundError:
+        mode = None
+    temp = target.with_name(f".{target.name}.{secrets.token_hex(4)}.tmp")
+    # O_EXCL never follows a link planted at the temporary name; 0o666 lets the umask decide.
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        if mode is not None:
+            os.chmod(temp, mode)
+        os.replace(temp, target)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temp)
+        raise
+
+
+def _occurrences(text: str, needle: str) -> int:
+    """Occurrences of ``needle``, overlapping ones included: each is a different edit site."""
+    count, start = 0, text.find(needle)
+    while start != -1:
+        count += 1
+        start = text.find(needle, start + 1)
+    return count
+
+
+# --------------------------------------------------------------------------------------------
+# File tools
+# --------------------------------------------------------------------------------------------
+
+
+async def read_file(workspace: Path, args: ReadFileArgs, policy: ToolPolicy) -> ToolOutput:
+    """A text file's content, optionally the lines from ``offset`` on (at most ``limit``)."""
+    return await asyncio.to_thread(_read_file, workspace, args)
+
+
+def _read_file(workspace: Path, args: ReadFileArgs) -> ToolOutput:
+    with _expected_os_errors(workspace):
+        real = resolve(workspace, args.path)
+        rel = relative(workspace, real)
+        text = _read_text(real, rel)
+    if not text:
+        return ToolOutput(f"{rel} is empty")
+    lines = _split_lines(text)
+    total = len(lines)
+    if args.offset > total:
+        raise ToolError(f"offset {args.offset} is past the end of {rel} ({total} lines)")
+    start = args.offset - 1
+    end = total if args.limit is None else min(total, start + args.limit)
+    body = "".join(lines[start:end])
+    if start == 0 and end == total:
+        return ToolOutput(body)
+    # The range goes first so an output cap cannot cut it off.
+    more = f"; continue with offset={end + 1}" if end < total else ""
+    return ToolOutput(f"[lines {start + 1}-{end} of {total} in {rel}{more}]\n{body}")
+
+
+async def write_file(workspace: Path, args: WriteFileArgs, policy: ToolPolicy) -> ToolOutput:
+    """Create or replace a text file atomically, creating its parent directories."""
+    return await asyncio.to_thread(_write_file, workspace, args)
+
+
+def _write_file(workspace: Path, args: WriteFileArgs) -> ToolOutput:
+    with _expected_os_errors(workspace):
+        real = resolve(workspace, args.path)
+        rel = relative(workspace, real)
+        if real.is_dir():
+            raise ToolError(f"{rel} is a directory")
+        try:
+            real.parent.mkdir(parents=True, exist_ok=True)
+        except (FileExistsError, NotADirectoryError):
+            raise ToolError(
+                f"cannot create the directory for {rel}: a part of the path is a file"
+            ) from None
+        data = args.content.encode("utf-8")
+        _atomic_write(real, data)
+    return ToolOutput(f"wrote {len(data)} bytes to {rel}", mutated_paths=(rel,))
+
+
+async def edit_file(workspace: Path, args: EditFileArgs, policy: ToolPolicy) -> ToolOutput:
+    """Replace the one exact occurrence of ``old_text`` with ``new_text``, atomically."""
+    return await asyncio.to_thread(_edit_file, workspace, args)
+
+
+def _edit_file(workspace: Path, args: EditFileArgs) -> ToolOutput:
+    with _expected_os_errors(workspace):
+        real = resolve(workspace, args.path)
+        rel = relative(workspace, real)
+        text = _read_text(real, rel)
+        count = _occurrences(text, args.old_text)
+        if count == 0:
+            raise ToolError(f"old_text not found in {rel}")
+        if count > 1:
+            raise ToolError(
+                f"old_text occurs {count} times in {rel}; include more context so it is unique"
+            )
+        index = text.index(args.old_text)
+        line = text.count("\n", 0, index) + 1
+        edited = text[:index] + args.new_text + text[index + len(args.old_text) :]
+        _atomic_write(real, edited.encode("utf-8"))
+    return ToolOutput(f"edited {rel}: replaced 1 occurrence at line {line}", mutated_paths=(rel,))
+
+
+async def list_dir(workspace: Path, args: ListDirArgs, policy: ToolPolicy) -> ToolOutput:
+    """A directory's entries by name: ``dir/``, ``file  (N bytes)``, ``link -> target``."""
+    return await asyncio.to_thread(_list_dir, workspace, args)
+
+
+def _list_dir(workspace: Path, args: ListDirArgs) -> ToolOutput:
+    with _expected_os_errors(workspace):
+        root = workspace_root(workspace)
+        real = resolve(workspace, args.path)
+        rel = relative(root, real)
+        if not real.exists():
+            raise ToolError(f"{rel} does not exist")
+        if not real.is_dir():
+            raise ToolError(f"{rel} is not a directory; use read_file to read a file")
+        with os.scandir(real) as entries:
+            lines = [_describe_entry(entry, root) for entry in sorted(entries, key=_entry_name)]
+    if not lines:
+        return ToolOutput(
+            "the workspace is empty" if rel == "." else f"{rel} is an empty directory"
+        )
+    return ToolOutput("\n".join(lines))
+
+
+def _entry_name(entry: os.DirEntry[str]) -> str:
+    return entry.name
+
+
+def _describe_entry(entry: os.DirEntry[str], root: Path) -> str:
+    if entry.is_symlink():
+        # Say where a link goes only when that is inside: the listing must not map the host.
+        target = os.path.realpath(entry.path)
+        if not is_inside(target, root):
+            return f"{entry.name} -> (outside workspace)"
+        if not os.path.exists(target):
+            return f"{entry.name} -> (broken link)"
+        suffix = "/" if os.path.isdir(target) else ""
+        return f"{entry.name} -> {relative(root, target)}{suffix}"
+    if entry.is_dir(follow_symlinks=False):
+        return f"{entry.name}/"
+    if entry.is_file(follow_symlinks=False):
+        return f"{entry.name}  ({entry.stat(follow_symlinks=False).st_size} bytes)"
+    return f"{entry.name}  (special file)"
+
+
+async def search_files(workspace: Path, args: SearchFilesArgs, policy: ToolPolicy) -> ToolOutput:
+    """Matching lines (``path:line: text``) of the text files under ``path``."""
+    return await asyncio.to_thread(_search_files, workspace, args)
+
+
+def _search_files(workspace: Path, args: SearchFilesArgs) -> ToolOutput:
+    matches = _matcher(args.pattern, regex=args.regex)
+    with _expected_os_errors(workspace):
+        root = workspace_root(workspace)
+        real = resolve(workspace, args.path)
+        rel = relative(root, real)
+        if not real.exists():
+            raise ToolError(f"{rel} does not exist")
+        found: list[str] = []
+        capped = False
+        for path in _search_candidates(real, root):
+            text = _searchable_text(path)
+            if text is None:
+                continue
+            shown = relative(root, path)
+            for number, line in enumerate(_split_lines(text), start=1):
+                line = line.rstrip("\r\n")
+                if not matches(line):
+                    continue
+                if len(found) == args.max_results:
+                    capped = True
+                    break
+                if len(line) > SEARCH_LINE_CHARS:
+                    line = line[:SEARCH_LINE_CHARS] + " [...]"
+                found.append(f"{shown}:{number}: {line}")
+            if capped:
+                break
+    if not found:
+        return ToolOutput(f"no matches for {args.pattern!r} in {rel}")
+    if capped:
+        found.append(
+            f"[results capped at {args.max_results} matches; narrow the pattern or the path]"
+        )
+    return ToolOutput("\n".join(found))
+
+
+def _matcher(pattern: str, *, regex: bool) -> Callable[[str], bool]:
+    if not regex:
+        return lambda line: pattern in line
+    try:
+        compiled = re.compile(pattern)
+    except re.error as exc:
+        raise ToolError(f"invalid regular expression {pattern!r}: {exc}") from exc
+    return lambda line: compiled.search(line) is not None
+
+
+def _search_candidates(top: Path, root: Path) -> Iterator[str]:
+    """Files under ``top`` in a stable order; linked directories are not entered."""
+    if not top.is_dir():
+        yield os.fspath(top)
+        return
+    # followlinks=False (the default) lists a linked directory but never walks into it.
+    for dirpath, dirnames, filenames in os.walk(top):
+        dirnames[:] = sorted(name for name in dirnames if name not in SEARCH_SKIP_DIRS)
+        for name in sorted(filenames):
+            path = os.path.join(dirpath, name)
+            if is_inside(os.path.realpath(path), root):
+                yield path
+
+
+def _searchable_text(path: str) -> str | None:
+    """The file's text, or ``None`` for anything search skips (binary, big, unreadable)."""
+    try:
+        info = os.stat(path)
+        if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_SEARCH_FILE_BYTES:
+            return None
+        with open(path, "rb") as handle:
+            data = handle.read()
+    except OSError:
+        return None
+    if b"\x00" in data[:BINARY_SNIFF_BYTES]:
+        return None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+
+
+# --------------------------------------------------------------------------------------------
+# run_command
+# --------------------------------------------------------------------------------------------
+
+
+class _CommandProtocol(asyncio.SubprocessProtocol):
+    """Collects a command's combined output and tells when it exits.
+
+    Our own protocol rather than ``asyncio.subprocess.Process``, whose ``wait()`` also waits for
+    the output pipe to close: a background child holding the pipe would hang it past exit.
+    Only the first ``keep`` bytes are kept, so a flood of output cannot exhaust the worker.
+    """
+
+    def __init__(self, keep: int) -> None:
+        loop = asyncio.get_running_loop()
+        self.keep = keep
+        self.data = bytearray()
+        self.dropped = 0
+        self.exited: asyncio.Future[None] = loop.create_future()
+        self.output_closed: asyncio.Future[None] = loop.create_future()
+
+    def pipe_data_received(self, fd: int, data: bytes) -> None:
+        room = max(0, self.keep - len(self.data))
+        self.data += data[:room]
+        self.dropped += max(0, len(data) - room)
+
+    def pipe_connection_lost(self, fd: int, exc: Exception | None) -> None:
+        if not self.output_closed.done():
+            self.output_closed.set_result(None)
+
+    def process_exited(self) -> None:
+        if not self.exited.done():
+            self.exited.set_result(None)
+
+    def text(self) -> str:
+        return self.data.decode("utf-8", errors="replace")
+
+
+async def run_command(workspace: Path, args: RunCommandArgs, policy: ToolPolicy) -> ToolOutput:
+    """Run an allowed program (no shell) in the workspace; its exit code and combined output."""
+    if not policy.allow_run_command:
+        raise ToolError("run_command is not allowed in this run (allow_run_command is off)")
+    try:
+        argv = shlex.split(args.command)
+    except ValueError as exc:
+        raise ToolError(f"cannot split the command into words: {exc}") from exc
+    if not argv:
+        raise ToolError("the command is empty")
+    program = argv[0]
+    # Exact match only: '/bin/rm' or './x' must not slip past an allowlist that names 'rm'.
+    if program not in policy.command_allowlist:
+        allowed = ", ".join(sorted(policy.command_allowlist)) or "(none)"
+        raise ToolError(f"program {program!r} is not allowed; allowed programs: {allowed}")
+    timeout = policy.command_timeout_seconds
+    if args.timeout_seconds is not None:
+        timeout = min(timeout, args.timeout_seconds)
+
+    root = await asyncio.to_thread(workspace_root, workspace)
+    loop = asyncio.get_running_loop()
+    try:
+        transport, protocol = await loop.subprocess_exec(
+            # UTF-8 needs at most 4 bytes a character, so this always fills the character cap.
+            lambda: _CommandProtocol(keep=4 * policy.max_output_chars),
+            *argv,
+            cwd=root,
+            env=command_environment(os.environ),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            # Its own process group, so a timeout kills the children it started too.
+            start_new_session=True,
+        )
+    except FileNotFoundError:
+        raise ToolError(f"program {program!r} was not found on the worker's PATH") from None
+    except OSError as exc:
+        raise ToolError(f"program {program!r} could not be started: {exc.strerror}") from exc
+
+    try:
+        finished = await _wait_with_heartbeats(protocol.exited, timeout, program)
+    finally:
+        # Also on cancellation and after a normal exit: no child a command started outlives it.
+        _kill_group(transport.get_pid())
+        await asyncio.wait({protocol.exited}, timeout=OUTPUT_DRAIN_GRACE_SECONDS)
+        # A process that left the group may still hold the pipe; keep what arrived by then.
+        await asyncio.wait({protocol.output_closed}, timeout=OUTPUT_DRAIN_GRACE_SECONDS)
+        transport.close()
+
+    body = protocol.text() or "(no output)"
+    omitted = protocol.dropped
+    code = transport.get_returncode()
+    activity.logger.info(
+        "tool.command_finished program=%s exit_code=%s timed_out=%s", program, code, not finished
+    )
+    if not finished:
+        return ToolOutput(
+            f"command timed out after {timeout:g}s; output so far:\n{body}",
+            success=False,
+            omitted_chars=omitted,
+        )
+    if code is not None and code < 0:
+        return ToolOutput(
+            f"command was killed by signal {-code}\n{body}", success=False, omitted_chars=omitted
+        )
+    if code != 0:
+        return ToolOutput(
+            f"command exited with code {code}\n{body}", success=False, omitted_chars=omitted
+        )
+    return ToolOutput(f"exit code 0\n{body}", omitted_chars=omitted)
+
+
+async def _wait_with_heartbeats(exited: asyncio.Future[None], timeout: float, program: str) -> bool:
+    """Wait for the process to exit; ``False`` if ``timeout`` seconds pass first."""
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    while True:
+        remaining = started + timeout - loop.time()
+        if remaining <= 0:
+            return False
+        done, _ = await asyncio.wait({exited}, timeout=min(HEARTBEAT_INTERVAL_SECONDS, remaining))
+        if done:
+            return True
+        # Heartbeats let Temporal notice a dead worker long before the tool timeout.
+        if activity.in_activity():
+            activity.heartbeat(f"{program} running for {loop.time() - started:.0f}s")
+
+
+def _kill_group(pid: int) -> None:
+    # The group id is the child's pid (start_new_session); an empty group is already gone.
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGKILL)
+
+
+# --------------------------------------------------------------------------------------------
+# The boundary: raw arguments in, ToolResult out
+# --------------------------------------------------------------------------------------------
+
+
+async def execute_tool(
+    workspace: Path, tool: str, arguments: str | Mapping[str, Any], policy: ToolPolicy
+) -> ToolResult:
+    """Validate and run one tool call; every expected failure is an ``ERROR:`` result."""
+    limit = policy.max_output_chars
+    try:
+        args = parse_arguments(tool, arguments)
+        await asyncio.to_thread(_ensure_workspace, workspace)
+        output = await _dispatch(workspace, args, policy)
+    except (ToolError, ToolArgumentsError) as exc:
+        return ToolResult(success=False, output=f"ERROR: {cap_output(str(exc), limit)}")
+    text = cap_output(output.text, limit, output.omitted_chars)
+    if not output.success:
+        return ToolResult(success=False, output=f"ERROR: {text}")
+    return ToolResult(success=True, output=text, mutated_paths=output.mutated_paths)
+
+
+def _ensure_workspace(workspace: Path) -> None:
+    try:
+        workspace.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError) as exc:
+        raise ToolError(f"the workspace {workspace} is not a directory") from exc
+    except PermissionError as exc:
+        raise ToolError(f"the workspace {workspace} cannot be created: permission denied") from exc
+
+
+async def _dispatch(workspace: Path, args: ToolArgs, policy: ToolPolicy) -> ToolOutput:
+    match args:
+        case ReadFileArgs():
+            return await read_file(workspace, args, policy)
+        case WriteFileArgs():
+            return await write_file(workspace, args, policy)
+        case EditFileArgs():
+            return await edit_file(workspace, args, policy)
+        case ListDirArgs():
+            return await list_dir(workspace, args, policy)
+        case SearchFilesArgs():
+            return await search_files(workspace, args, policy)
+        case RunCommandArgs():
+            return await run_command(workspace, args, policy)
+    # A catalogue entry without an implementation is a bug, not a tool failure.
+    raise TypeError(f"no implementation for {type(args).__name__}")
+
+
+class ToolActivities:
+    """The tool activity; a class so dependencies (hooks, limits) can be injected later."""
+
+    @activity.defn(name="run_tool")
+    async def run_tool(self, request: ToolRequest) -> ToolResult:
+        """Run one tool call confined to its workspace; failures come back as ``ERROR:`` data."""
+        result = await execute_tool(
+            Path(request.workspace), request.call.name, request.call.arguments, request.policy
+        )
+        activity.logger.info(
+            "tool.finished tool=%s call_id=%s success=%s",
+            request.call.name,
+            request.call.id,
+            result.success,
+        )
+        return result

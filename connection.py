@@ -1,0 +1,243 @@
+"""The one place that makes Temporal clients, and registers the search attributes Treadle needs.
+
+Connection settings come from ``temporalio.envconfig`` (``TEMPORAL_ADDRESS``,
+``TEMPORAL_NAMESPACE``, ``TEMPORAL_API_KEY``, ``TEMPORAL_PROFILE`` and ``temporal.toml`` profiles);
+explicit arguments win over them. Every client uses the pydantic data converter, because every
+workflow and activity exchanges pydantic models.
+
+The error tree (every message is one line that says what to do)::
+
+    TemporalConnectionError
+    ├── ConnectionSettingsError        the envconfig file or profile cannot be used
+    ├── ConnectionFailed               no Temporal server answered at the address
+    └── SearchAttributeError
+        ├── SearchAttributesRejected     the server would not list or add them (Temporal Cloud
+        │                                wants them created in its UI or with tcld)
+        └── SearchAttributeTypeConflict  one exists with another type than Treadle needs
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from datetime import timedelta
+from pathlib import Path
+
+from temporalio.api.enums.v1 import IndexedValueType
+from temporalio.api.operatorservice.v1 import (
+    AddSearchAttributesRequest,
+    ListSearchAttributesRequest,
+)
+from temporalio.client import Client
+from temporalio.common import SearchAttributeIndexedValueType
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.envconfig import ClientConfigProfile
+from temporalio.service import RPCError, RPCStatusCode
+
+__all__ = [
+    "DEFAULT_ADDRESS",
+    "ConnectionFailed",
+    "ConnectionSettingsError",
+    "SearchAttributeError",
+    "SearchAttributeTypeConflict",
+    "SearchAttributesRejected",
+    "TemporalConnectionError",
+    "connect",
+    "ensure_search_attributes",
+    "search_attribute_type_name",
+]
+
+DEFAULT_ADDRESS = "127.0.0.1:7233"
+"""Where the dev server listens (``temporal-dev.yaml``) when nothing else names an address."""
+
+CONNECT_TIMEOUT = timedelta(seconds=10)
+"""How long to wait for a server to answer; a port that accepts and stays silent would hang."""
+
+OPERATOR_TIMEOUT = timedelta(seconds=10)
+
+_LOCAL_HOSTS = ("127.0.0.1", "localhost", "[::1]")
+
+
+class TemporalConnectionError(Exception):
+    """Base of the errors raised while reaching Temporal."""
+
+
+class ConnectionSettingsError(TemporalConnectionError):
+    """The connection settings (``temporal.toml``, profile, environment) cannot be used."""
+
+
+class ConnectionFailed(TemporalConnectionError):
+    """No Temporal server answered at the configured address."""
+
+
+class SearchAttributeError(TemporalConnectionError):
+    """The namespace lacks the search attributes Treadle upserts, and they cannot be added."""
+
+
+class SearchAttributesRejected(SearchAttributeError):
+    """The server refused to list or add search attributes."""
+
+
+class SearchAttributeTypeConflict(SearchAttributeError):
+    """A search attribute exists with a different type than the one Treadle needs."""
+
+
+async def connect(
+    *,
+    address: str | None = None,
+    namespace: str | None = None,
+    profile: str | None = None,
+    config_file: str | None = None,
+) -> Client:
+    """Connect to Temporal with envconfig settings, overridden by the explicit arguments."""
+    # The bridge reads temporal.toml from disk: keep that off the event loop.
+    settings = await asyncio.to_thread(_load_profile, profile, config_file)
+    options = settings.to_client_connect_config()
+    target = address or options.get("target_host") or DEFAULT_ADDRESS
+    try:
+        return await asyncio.wait_for(
+            Client.connect(
+                target,
+                namespace=namespace or options.get("namespace") or "default",
+                api_key=options.get("api_key"),
+                tls=options.get("tls"),
+                rpc_metadata=options.get("rpc_metadata") or {},
+                data_converter=pydantic_data_converter,
+            ),
+            CONNECT_TIMEOUT.total_seconds(),
+        )
+    except TimeoutError as exc:
+        reason = f"no answer within {CONNECT_TIMEOUT.total_seconds():g} s"
+        raise ConnectionFailed(_cannot_reach(target, reason)) from exc
+    except RuntimeError as exc:  # the bridge reports connect failures as RuntimeError
+        raise ConnectionFailed(_cannot_reach(target, _connect_reason(exc))) from exc
+
+
+async def ensure_search_attributes(
+    client: Client,
+    namespace: str,
+    required: Mapping[str, SearchAttributeIndexedValueType],
+) -> list[str]:
+    """Add the ``required`` custom search attributes the namespace lacks; return the names added."""
+    address = client.service_client.config.target_host
+    existing = await _custom_search_attributes(client, namespace, required)
+    _check_types(existing, required, namespace, address)
+    missing = {name: kind for name, kind in required.items() if name not in existing}
+    if not missing:
+        return []
+    request = AddSearchAttributesRequest(
+        namespace=namespace,
+        search_attributes={
+            name: IndexedValueType.ValueType(kind.value) for name, kind in missing.items()
+        },
+    )
+    try:
+        await client.operator_service.add_search_attributes(request, timeout=OPERATOR_TIMEOUT)
+    except RPCError as exc:
+        if exc.status != RPCStatusCode.ALREADY_EXISTS:
+            raise SearchAttributesRejected(
+                _rejected(f"refused to add {', '.join(missing)}", exc, namespace, address, missing)
+            ) from exc
+        # Another worker added them between our list and add; only their types matter now.
+        existing = await _custom_search_attributes(client, namespace, required)
+        _check_types(existing, required, namespace, address)
+        return []
+    return list(missing)
+
+
+def _load_profile(profile: str | None, config_file: str | None) -> ClientConfigProfile:
+    # envconfig silently ignores a config file that does not exist; a path the caller named
+    # explicitly and that is missing is a mistake worth reporting.
+    if config_file is not None and not Path(config_file).is_file():
+        raise ConnectionSettingsError(f"Temporal config file {config_file} does not exist")
+    try:
+        return ClientConfigProfile.load(
+            profile, config_source=Path(config_file) if config_file is not None else None
+        )
+    except RuntimeError as exc:  # the bridge's ConfigError: bad TOML, unknown profile
+        raise ConnectionSettingsError(
+            f"cannot load Temporal connection settings: {_one_line(str(exc))}"
+        ) from exc
+
+
+async def _custom_search_attributes(
+    client: Client,
+    namespace: str,
+    required: Mapping[str, SearchAttributeIndexedValueType],
+) -> dict[str, int]:
+    address = client.service_client.config.target_host
+    try:
+        response = await client.operator_service.list_search_attributes(
+            ListSearchAttributesRequest(namespace=namespace), timeout=OPERATOR_TIMEOUT
+        )
+    except RPCError as exc:
+        raise SearchAttributesRejected(
+            _rejected("refused to list search attributes", exc, namespace, address, required)
+        ) from exc
+    # Raw enum numbers: a type this SDK does not know is still a type, and still a conflict.
+    return dict(response.custom_attributes)
+
+
+def _check_types(
+    existing: Mapping[str, int],
+    required: Mapping[str, SearchAttributeIndexedValueType],
+    namespace: str,
+    address: str,
+) -> None:
+    name_of = search_attribute_type_name
+    conflicts = [
+        f"{name} is {name_of(existing[name])} (needs {name_of(kind)})"
+        for name, kind in required.items()
+        if name in existing and existing[name] != int(kind)
+    ]
+    if conflicts:
+        raise SearchAttributeTypeConflict(
+            f"search attributes on namespace {namespace!r} at {address} have the wrong type: "
+            f"{'; '.join(conflicts)}; remove them with "
+            "'temporal operator search-attribute remove --name NAME' or use another namespace"
+        )
+
+
+def search_attribute_type_name(kind: int) -> str:
+    """The name the CLI and ``temporal-dev.yaml`` use: ``KEYWORD_LIST`` -> ``KeywordList``."""
+    try:
+        name = SearchAttributeIndexedValueType(kind).name
+    except ValueError:
+        return f"type #{kind}"
+    return "".join(part.capitalize() for part in name.split("_"))
+
+
+def _rejected(
+    what: str,
+    exc: RPCError,
+    namespace: str,
+    address: str,
+    names: Mapping[str, SearchAttributeIndexedValueType],
+) -> str:
+    create = ", ".join(
+        f"{name} ({search_attribute_type_name(kind)})" for name, kind in names.items()
+    )
+    return (
+        f"Temporal at {address} {what} on namespace {namespace!r}: {_one_line(exc.message)}; "
+        f"create {create} yourself (Temporal Cloud: in the namespace's settings in the Cloud UI "
+        "or with tcld; elsewhere: temporal operator search-attribute create)"
+    )
+
+
+def _cannot_reach(target: str, reason: str) -> str:
+    if target.startswith(_LOCAL_HOSTS):
+        hint = "start one with: python worker.py --dev-server"
+    else:
+        hint = "check TEMPORAL_ADDRESS, TLS and API key settings"
+    return f"cannot reach Temporal at {target}: {reason}; {hint}"
+
+
+def _connect_reason(exc: RuntimeError) -> str:
+    message = str(exc).removeprefix("Failed client connect: ")
+    if "Connection refused" in message:
+        return "connection refused"
+    return _one_line(message)
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())

@@ -1,0 +1,127 @@
+"""Runs survive their workers: a killed worker's run completes elsewhere without redoing work."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from datetime import timedelta
+from pathlib import Path
+
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client
+
+from scripted_model import ScriptedModelServer
+from tests.conftest import replayer
+from tests.processes import clean_env, start_worker
+from workflows.agent import AgentWorkflow
+from workflows.models import AgentConfig, AgentInput, AgentResult, RunStatus
+
+APPEND_ONCE = "python3 -c \"open('ran.log', 'a').write('ran\\n')\""
+
+
+def _address(client: Client) -> str:
+    return client.service_client.config.target_host
+
+
+async def _wait_for_requests(models: ScriptedModelServer, model: str, count: int) -> None:
+    for _ in range(300):
+        if len(models.requests_for(model)) >= count:
+            return
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"the model never received {count} requests")
+
+
+def _activity_counts(events: list, activity: str) -> tuple[int, int]:
+    scheduled = [
+        e.event_id
+        for e in events
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+        and e.activity_task_scheduled_event_attributes.activity_type.name == activity
+    ]
+    completed = [
+        e
+        for e in events
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED
+        and e.activity_task_completed_event_attributes.scheduled_event_id in scheduled
+    ]
+    return len(scheduled), len(completed)
+
+
+async def test_worker_killed_mid_run_and_restarted(
+    client: Client, model_server: ScriptedModelServer, tmp_path: Path
+) -> None:
+    """SIGKILL during a model call: a new worker finishes the run; the tool that ran is not rerun."""
+    model = f"crash-{uuid.uuid4().hex[:8]}"
+    model_server.add_model(
+        model,
+        [
+            {"tool_calls": [{"name": "run_command", "arguments": {"command": APPEND_ONCE}}]},
+            {"content": "done after the crash", "delay": 3},
+        ],
+    )
+    task_queue = f"test-{uuid.uuid4().hex[:12]}"
+    env = clean_env(OPENAI_BASE_URL=model_server.base_url)
+    workspace = tmp_path / "ws"
+    first = await start_worker(_address(client), task_queue, env)
+    handle = await client.start_workflow(
+        AgentWorkflow.run,
+        AgentInput(
+            task="append once",
+            model=f"openai:{model}",
+            workspace=str(workspace),
+            config=AgentConfig(allow_run_command=True, heartbeat_timeout_seconds=2),
+        ),
+        id=f"crash-{uuid.uuid4().hex[:8]}",
+        task_queue=task_queue,
+        execution_timeout=timedelta(minutes=3),
+    )
+    await _wait_for_requests(model_server, model, 2)  # the tool ran; the 2nd model call is live
+    await first.kill()
+
+    second = await start_worker(_address(client), task_queue, env)
+    try:
+        result: AgentResult = await asyncio.wait_for(handle.result(), 120)
+    finally:
+        assert await second.terminate() == 0
+
+    assert result.status is RunStatus.DONE
+    assert result.answer == "done after the crash"
+    assert (workspace / "ran.log").read_text() == "ran\n"
+    history = await handle.fetch_history()
+    assert _activity_counts(list(history.events), "run_tool") == (1, 1)
+    model_attempts = [
+        e.activity_task_started_event_attributes.attempt
+        for e in history.events
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED
+    ]
+    assert max(model_attempts) >= 2  # the interrupted model call was retried on the new worker
+    await replayer().replay_workflow(history)
+
+
+async def test_sigterm_hands_in_flight_work_to_another_worker(
+    client: Client, model_server: ScriptedModelServer, tmp_path: Path
+) -> None:
+    """SIGTERM: worker.py exits 0 and the interrupted call is retried by the next worker."""
+    model = f"handover-{uuid.uuid4().hex[:8]}"
+    model_server.add_model(model, [{"content": "finished elsewhere", "delay": 4}])
+    task_queue = f"test-{uuid.uuid4().hex[:12]}"
+    env = clean_env(OPENAI_BASE_URL=model_server.base_url)
+    first = await start_worker(_address(client), task_queue, env, "--graceful-shutdown", "0.5")
+    handle = await client.start_workflow(
+        AgentWorkflow.run,
+        AgentInput(task="slow answer", model=f"openai:{model}", workspace=str(tmp_path)),
+        id=f"handover-{uuid.uuid4().hex[:8]}",
+        task_queue=task_queue,
+        execution_timeout=timedelta(minutes=3),
+    )
+    await _wait_for_requests(model_server, model, 1)
+    assert await first.terminate() == 0
+    assert first.output[-1] == "Worker stopped."
+
+    second = await start_worker(_address(client), task_queue, env)
+    try:
+        result: AgentResult = await asyncio.wait_for(handle.result(), 120)
+    finally:
+        assert await second.terminate() == 0
+    assert result.answer == "finished elsewhere"
+    assert len(model_server.requests_for(model)) == 2

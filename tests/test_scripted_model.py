@@ -1,0 +1,409 @@
+"""The scripted model server speaks OpenAI chat completions and answers from a script."""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from scripted_model import Script, ScriptedModelServer, ScriptError, load_script
+
+ROOT = Path(__file__).resolve().parents[1]
+
+SCRIPT: dict[str, Any] = {
+    "models": {
+        "text": [
+            {"content": "Hello there.", "usage": {"prompt_tokens": 10, "completion_tokens": 3}}
+        ],
+        "tools": [
+            {
+                "content": "Looking.",
+                "tool_calls": [
+                    {"name": "list_dir", "arguments": {"path": "."}},
+                    {"name": "read_file", "arguments": {"path": "a.md"}, "id": "call_custom"},
+                ],
+            },
+            {"tool_calls": [{"name": "write_file", "arguments": '{"path": "x.md", '}]},
+            {"content": "All done."},
+        ],
+        "flaky": [
+            {
+                "content": "Recovered.",
+                "errors": [
+                    {"status": 429, "headers": {"Retry-After": "1"}},
+                    {"status": 500, "body": "upstream exploded"},
+                ],
+            }
+        ],
+        "raw": [{"raw": "{not json", "raw_status": 200}],
+        "loop": [{"tool_calls": [{"name": "list_dir", "arguments": {"path": "."}}]}],
+        "slow": [{"content": "Eventually.", "delay": 30}],
+    }
+}
+
+
+def conversation(task: str = "Do the task", assistant_turns: int = 0) -> list[dict[str, Any]]:
+    """Messages with `assistant_turns` assistant/tool exchanges after the user task."""
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": "You are an agent."},
+        {"role": "user", "content": task},
+    ]
+    for turn in range(assistant_turns):
+        call_id = f"call_t{turn}_0"
+        messages.append(
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": call_id,
+                        "type": "function",
+                        "function": {"name": "list_dir", "arguments": "{}"},
+                    }
+                ],
+            }
+        )
+        messages.append({"role": "tool", "tool_call_id": call_id, "content": "ok"})
+    return messages
+
+
+@pytest.fixture
+def server() -> Iterator[ScriptedModelServer]:
+    with ScriptedModelServer(SCRIPT) as srv:
+        yield srv
+
+
+@pytest.fixture
+def client(server: ScriptedModelServer) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=server.base_url, timeout=10) as http:
+        yield http
+
+
+def chat(client: httpx.Client, model: str, **body: Any) -> httpx.Response:
+    body.setdefault("messages", conversation())
+    return client.post("/chat/completions", json={"model": model, **body})
+
+
+def test_text_turn_is_a_stop_completion(client: httpx.Client) -> None:
+    """A content-only turn answers with an assistant message and finish_reason "stop"."""
+    response = chat(client, "text")
+    assert response.status_code == 200
+    assert response.headers["content-type"] == "application/json"
+    data = response.json()
+    assert data["object"] == "chat.completion"
+    assert data["id"].startswith("chatcmpl-")
+    assert isinstance(data["created"], int)
+    assert data["model"] == "text"
+    (choice,) = data["choices"]
+    assert choice["index"] == 0
+    assert choice["finish_reason"] == "stop"
+    assert choice["message"]["role"] == "assistant"
+    assert choice["message"]["content"] == "Hello there."
+    assert "tool_calls" not in choice["message"]
+    assert data["usage"] == {
+        "prompt_tokens": 10,
+        "completion_tokens": 3,
+        "total_tokens": 13,
+        "prompt_tokens_details": {"cached_tokens": 0},
+        "completion_tokens_details": {"reasoning_tokens": 0},
+    }
+
+
+def test_tool_call_turn_sends_native_tool_calls(client: httpx.Client) -> None:
+    """A tool-call turn sends OpenAI tool_calls whose arguments string decodes to the object."""
+    data = chat(client, "tools").json()
+    (choice,) = data["choices"]
+    assert choice["finish_reason"] == "tool_calls"
+    message = choice["message"]
+    assert message["content"] == "Looking."
+    first, second = message["tool_calls"]
+    assert first["id"] == "call_t0_0"
+    assert first["type"] == "function"
+    assert first["function"]["name"] == "list_dir"
+    assert isinstance(first["function"]["arguments"], str)
+    assert json.loads(first["function"]["arguments"]) == {"path": "."}
+    assert second["id"] == "call_custom"
+    assert json.loads(second["function"]["arguments"]) == {"path": "a.md"}
+
+
+def test_estimated_usage_when_script_gives_none(client: httpx.Client) -> None:
+    """Without scripted usage the server estimates tokens and always reports total_tokens."""
+    usage = chat(client, "tools").json()["usage"]
+    assert usage["prompt_tokens"] > 0
+    assert usage["completion_tokens"] > 0
+    assert usage["total_tokens"] == usage["prompt_tokens"] + usage["completion_tokens"]
+    assert usage["prompt_tokens_details"] == {"cached_tokens": 0}
+
+
+def test_string_arguments_are_sent_verbatim(client: httpx.Client) -> None:
+    """Arguments given as a string reach the client unchanged, even when not valid JSON."""
+    data = chat(client, "tools", messages=conversation(assistant_turns=1)).json()
+    (call,) = data["choices"][0]["message"]["tool_calls"]
+    assert call["id"] == "call_t1_0"
+    assert call["function"]["arguments"] == '{"path": "x.md", '
+    assert data["choices"][0]["message"]["content"] is None
+
+
+def test_turn_index_is_the_assistant_message_count(client: httpx.Client) -> None:
+    """The number of assistant messages picks the turn; past the end the last turn repeats."""
+    contents = [
+        chat(client, "tools", messages=conversation(assistant_turns=n)).json()["choices"][0][
+            "message"
+        ]["content"]
+        for n in (0, 1, 2, 3, 7)
+    ]
+    assert contents == ["Looking.", None, "All done.", "All done.", "All done."]
+
+
+def test_a_script_ending_in_a_tool_call_loops(client: httpx.Client) -> None:
+    """A one-turn tool-call script keeps calling tools, with ids unique per turn."""
+    for n in range(4):
+        choice = chat(client, "loop", messages=conversation(assistant_turns=n)).json()["choices"][0]
+        assert choice["finish_reason"] == "tool_calls"
+        assert choice["message"]["tool_calls"][0]["id"] == f"call_t{n}_0"
+
+
+def test_errors_come_first_then_the_answer(client: httpx.Client) -> None:
+    """Scripted errors answer the first attempts of a turn in order, then the turn succeeds."""
+    first = chat(client, "flaky")
+    assert first.status_code == 429
+    assert first.headers["retry-after"] == "1"
+    assert first.json()["error"]["code"] == "rate_limit_exceeded"
+    assert set(first.json()["error"]) == {"message", "type", "param", "code"}
+
+    second = chat(client, "flaky")
+    assert second.status_code == 500
+    assert second.text == "upstream exploded"
+
+    third = chat(client, "flaky")
+    assert third.status_code == 200
+    assert third.json()["choices"][0]["message"]["content"] == "Recovered."
+    assert chat(client, "flaky").status_code == 200
+
+
+def test_each_conversation_counts_its_own_attempts(client: httpx.Client) -> None:
+    """Attempts are counted per conversation (first user message), so another run fails afresh."""
+    assert chat(client, "flaky", messages=conversation("task A")).status_code == 429
+    assert chat(client, "flaky", messages=conversation("task B")).status_code == 429
+    assert chat(client, "flaky", messages=conversation("task A")).status_code == 500
+    assert chat(client, "flaky", messages=conversation("task A")).status_code == 200
+    assert chat(client, "flaky", messages=conversation("task B")).status_code == 500
+
+
+def test_raw_body_is_sent_verbatim(client: httpx.Client) -> None:
+    """A raw turn sends its text as the body, so clients meet a malformed response."""
+    response = chat(client, "raw")
+    assert response.status_code == 200
+    assert response.text == "{not json"
+
+
+def test_unknown_model_is_404(client: httpx.Client) -> None:
+    """An unscripted model gets OpenAI's model_not_found error."""
+    response = chat(client, "gpt-nope")
+    assert response.status_code == 404
+    error = response.json()["error"]
+    assert error["code"] == "model_not_found"
+    assert "`gpt-nope` does not exist" in error["message"]
+
+
+def test_invalid_json_body_is_400(client: httpx.Client) -> None:
+    """A body that is not JSON gets a 400 error object."""
+    response = client.post(
+        "/chat/completions", content=b"{oops", headers={"Content-Type": "application/json"}
+    )
+    assert response.status_code == 400
+    assert response.json()["error"]["type"] == "invalid_request_error"
+
+
+def test_missing_messages_is_400(client: httpx.Client) -> None:
+    """A request without messages is rejected like OpenAI does."""
+    response = client.post("/chat/completions", json={"model": "text"})
+    assert response.status_code == 400
+    assert response.json()["error"]["param"] == "messages"
+
+
+def test_streaming_is_400(client: httpx.Client) -> None:
+    """Streaming requests are refused with a 400."""
+    response = chat(client, "text", stream=True)
+    assert response.status_code == 400
+    assert response.json()["error"]["param"] == "stream"
+
+
+def test_unknown_path_is_404(client: httpx.Client) -> None:
+    """Paths outside the API get OpenAI's Invalid URL error."""
+    response = client.post("/completions", json={})
+    assert response.status_code == 404
+    assert response.json()["error"]["message"] == "Invalid URL (POST /v1/completions)"
+
+
+def test_models_are_listed(client: httpx.Client) -> None:
+    """GET /v1/models lists the scripted models."""
+    data = client.get("/models").json()
+    assert data["object"] == "list"
+    assert {model["id"] for model in data["data"]} == set(SCRIPT["models"])
+
+
+def test_api_key_is_enforced_when_configured() -> None:
+    """With an api_key, a missing or wrong bearer token is 401 and the right one is 200."""
+    with (
+        ScriptedModelServer(SCRIPT, api_key="sk-test") as server,
+        httpx.Client(base_url=server.base_url, timeout=10) as client,
+    ):
+        missing = chat(client, "text")
+        assert missing.status_code == 401
+        assert missing.json()["error"]["code"] == "invalid_api_key"
+        wrong = client.post(
+            "/chat/completions",
+            json={"model": "text", "messages": conversation()},
+            headers={"Authorization": "Bearer sk-wrong"},
+        )
+        assert wrong.status_code == 401
+        assert "sk-wrong" not in wrong.text
+        assert client.get("/models").status_code == 401
+        good = client.post(
+            "/chat/completions",
+            json={"model": "text", "messages": conversation()},
+            headers={"Authorization": "Bearer sk-test"},
+        )
+        assert good.status_code == 200
+
+
+def test_requests_are_recorded(server: ScriptedModelServer, client: httpx.Client) -> None:
+    """Every chat request is recorded in order with its parsed body and lowercase headers."""
+    chat(client, "text", messages=conversation("first"))
+    chat(client, "tools", messages=conversation("second"), tools=[])
+    client.get("/models")
+    recorded = server.requests
+    assert [r.model for r in recorded] == ["text", "tools"]
+    assert recorded[0].body["messages"][1]["content"] == "first"
+    assert recorded[1].body["tools"] == []
+    assert recorded[0].headers["content-type"] == "application/json"
+    assert [r.body["messages"][1]["content"] for r in server.requests_for("tools")] == ["second"]
+
+
+def test_add_model_validates_and_serves(server: ScriptedModelServer, client: httpx.Client) -> None:
+    """add_model adds a scripted model at run time and rejects a bad turn naming its index."""
+    server.add_model("late", [{"content": "Hi."}])
+    assert chat(client, "late").json()["choices"][0]["message"]["content"] == "Hi."
+    with pytest.raises(ScriptError, match=r"model 'late' turn 1"):
+        server.add_model("late", [{"content": "ok"}, {"contnet": "typo"}])
+
+
+def test_stop_interrupts_a_delayed_answer(server: ScriptedModelServer) -> None:
+    """Stopping the server does not wait out a turn's delay; the client sees the hang-up."""
+    outcome: list[BaseException | httpx.Response] = []
+
+    def call() -> None:
+        with httpx.Client(base_url=server.base_url, timeout=10) as http:
+            try:
+                outcome.append(chat(http, "slow"))
+            except httpx.HTTPError as exc:
+                outcome.append(exc)
+
+    caller = threading.Thread(target=call)
+    caller.start()
+    deadline = time.monotonic() + 5
+    while not server.requests_for("slow") and time.monotonic() < deadline:
+        time.sleep(0.01)
+    started = time.monotonic()
+    server.stop()
+    caller.join(timeout=10)
+    assert time.monotonic() - started < 5
+    assert len(outcome) == 1
+    assert isinstance(outcome[0], httpx.RemoteProtocolError)
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (None, r"script file not found"),
+        ("{nope", r"invalid JSON at line 1 column 2"),
+        ('{"models": {"demo": []}}', r"model 'demo': List should have at least 1 item"),
+        (
+            '{"models": {"demo": [{"content": "a"}, {"tool_calls": [{"arguments": {}}]}]}}',
+            r"model 'demo' turn 1 tool_calls\.0\.name: Field required",
+        ),
+        ('{"models": {"demo": [{"usage": {}}]}}', r"model 'demo' turn 0 usage\.prompt_tokens"),
+        ('{"models": {"demo": [{}]}}', r"model 'demo' turn 0: a turn needs content"),
+        ('{"modles": {}}', r"models: Field required"),
+    ],
+)
+def test_script_errors_are_one_line(tmp_path: Path, content: str | None, message: str) -> None:
+    """A bad script file raises ScriptError with a one-line message naming the problem."""
+    path = tmp_path / "script.json"
+    if content is not None:
+        path.write_text(content)
+    with pytest.raises(ScriptError, match=message) as info:
+        load_script(path)
+    assert "\n" not in str(info.value)
+    assert str(info.value).startswith(str(path))
+
+
+def test_demo_script_is_valid() -> None:
+    """The demo script loads and ends with a final answer after list, write, read+search."""
+    script = load_script(ROOT / "demo" / "script.json")
+    assert isinstance(script, Script)
+    turns = script.models["demo"]
+    assert [[call.name for call in turn.tool_calls] for turn in turns] == [
+        ["list_dir"],
+        ["write_file"],
+        ["read_file", "search_files"],
+        [],
+    ]
+    assert turns[-1].content
+
+
+def test_cli_serves_until_sigterm(tmp_path: Path) -> None:
+    """The CLI prints its URL, serves the script and exits 0 on SIGTERM."""
+    path = tmp_path / "script.json"
+    path.write_text(json.dumps({"models": {"demo": [{"content": "hi"}]}}))
+    command = [
+        sys.executable,
+        str(ROOT / "scripted_model.py"),
+        "--script",
+        str(path),
+        "--port",
+        "0",
+    ]
+    with subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    ) as process:
+        try:
+            assert process.stdout is not None
+            line = process.stdout.readline()
+            pattern = r"scripted model server listening on (http://127\.0\.0\.1:\d+/v1) "
+            match = re.fullmatch(pattern + r"\(models: demo\)\n", line)
+            assert match, line
+            with httpx.Client(base_url=match.group(1), timeout=10) as client:
+                assert client.get("/models").json()["data"][0]["id"] == "demo"
+            process.send_signal(signal.SIGTERM)
+            assert process.wait(timeout=10) == 0
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+
+
+def test_cli_rejects_a_bad_script_in_one_line(tmp_path: Path) -> None:
+    """The CLI exits 2 with a one-line error when the script is invalid."""
+    path = tmp_path / "script.json"
+    path.write_text('{"models": {"demo": [{"content": 1}]}}')
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "scripted_model.py"), "--script", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert result.returncode == 2
+    assert result.stderr.count("\n") == 1
+    assert "model 'demo' turn 0 content" in result.stderr
