@@ -308,6 +308,9 @@ class _HTTPServer(ThreadingHTTPServer):
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # keep-alive, like the real API behind a connection pool
+    # Headers and body go out in separate writes; with Nagle on, the body waits for the
+    # client's delayed ACK (~40 ms a response on Linux), which would dominate every benchmark.
+    disable_nagle_algorithm = True
     server_version = "treadle-scripted-model"
     sys_version = ""
     server: _HTTPServer

@@ -70,7 +70,9 @@ async def _handle(client: Client, workflow_id: str) -> WorkflowHandle[Any, Any]:
         await handle.describe()
     except RPCError as exc:
         if exc.status is RPCStatusCode.NOT_FOUND:
-            raise UsageError(f"no run with id {workflow_id!r} in namespace {client.namespace}") from exc
+            raise UsageError(
+                f"no run with id {workflow_id!r} in namespace {client.namespace}"
+            ) from exc
         raise
     return handle
 
@@ -136,8 +138,7 @@ def _format_trace(trace: Trace) -> str:
         )
     widths = [max(len(r[i]) for r in rows) for i in range(4)]
     return "\n".join(
-        "  ".join(cell.ljust(widths[i]) for i, cell in enumerate(r[:4])) + "  " + r[4]
-        for r in rows
+        "  ".join(cell.ljust(widths[i]) for i, cell in enumerate(r[:4])) + "  " + r[4] for r in rows
     )
 
 
@@ -153,7 +154,9 @@ async def _result(handle: WorkflowHandle[Any, Any]) -> AgentResult:
 def _format_result(result: AgentResult) -> str:
     u = result.usage
     head = f"{result.status.value} after {result.steps} step(s), {u.total_tokens} tokens"
-    return f"{head}\n{result.answer if result.answer is not None else 'error: ' + str(result.error)}"
+    return (
+        f"{head}\n{result.answer if result.answer is not None else 'error: ' + str(result.error)}"
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -223,7 +226,9 @@ async def cmd_trace(client: Client, args: argparse.Namespace) -> int:
     try:
         trace = await handle.query(AgentWorkflow.trace, rpc_timeout=QUERY_TIMEOUT)
     except RPCError as exc:
-        raise UsageError(f"run {args.workflow_id!r} did not answer the trace query ({exc.message})") from exc
+        raise UsageError(
+            f"run {args.workflow_id!r} did not answer the trace query ({exc.message})"
+        ) from exc
     if args.json:
         _print_json(trace)
     else:
@@ -301,8 +306,9 @@ async def cmd_demo(args: argparse.Namespace) -> int:
             suffix = uuid.uuid4().hex[:8]
             task_queue = f"treadle-demo-{suffix}"
             settings = ProviderSettings.from_env({"OPENAI_BASE_URL": model_server.base_url})
-            async with http_client() as http, build_worker(
-                client, task_queue=task_queue, settings=settings, http=http
+            async with (
+                http_client() as http,
+                build_worker(client, task_queue=task_queue, settings=settings, http=http),
             ):
                 print(f"3. Worker polling task queue {task_queue}")
                 workflow_id = f"demo-{suffix}"

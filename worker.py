@@ -111,9 +111,7 @@ async def run(args: argparse.Namespace) -> int:
 
     async with server_address(args) as (address, namespace):
         client = await connect(address=address, namespace=namespace, profile=args.profile)
-        added = await ensure_search_attributes(
-            client, client.namespace, search_attributes.REQUIRED
-        )
+        added = await ensure_search_attributes(client, client.namespace, search_attributes.REQUIRED)
         if added:
             print(f"Registered search attributes: {', '.join(added)}", flush=True)
         settings = ProviderSettings.from_env(os.environ)

@@ -65,9 +65,7 @@ class ModelConfigError(ModelError):
 
 
 class ModelHTTPError(ModelError):
-    def __init__(
-        self, message: str, *, status: int, retry_after: float | None = None
-    ) -> None:
+    def __init__(self, message: str, *, status: int, retry_after: float | None = None) -> None:
         super().__init__(message, retry_after=retry_after)
         self.status = status
         self.retryable = status in RETRYABLE_STATUS

@@ -120,12 +120,24 @@ class ModelActivities:
     @activity.defn(name="call_model")
     async def call_model(self, request: ModelRequest) -> ModelResponse:
         """Ask the model for its next move; one HTTP attempt per activity attempt."""
+        start_to_close = activity.info().start_to_close_timeout or timedelta(minutes=5)
         try:
-            return await self._call(request)
+            async with heartbeating():
+                result = await self.complete(request, read_timeout=start_to_close.total_seconds())
         except ModelError as exc:
             raise exc.to_application_error() from exc
+        activity.logger.info(
+            "model.call.completed",
+            extra={
+                "model": request.model,
+                "tool_calls": len(result.tool_calls),
+                "total_tokens": result.usage.total_tokens,
+            },
+        )
+        return result
 
-    async def _call(self, request: ModelRequest) -> ModelResponse:
+    async def complete(self, request: ModelRequest, *, read_timeout: float) -> ModelResponse:
+        """One chat completion over HTTP, errors classified. Usable without Temporal."""
         provider, name = split_model(request.model)
         endpoint = self._settings.endpoints.get(provider)
         if endpoint is None:
@@ -139,15 +151,11 @@ class ModelActivities:
         headers = {"content-type": "application/json"}
         if endpoint.api_key:
             headers["authorization"] = f"Bearer {endpoint.api_key}"
-        start_to_close = activity.info().start_to_close_timeout or timedelta(minutes=5)
-        timeout = httpx.Timeout(
-            connect=10.0, read=start_to_close.total_seconds(), write=30.0, pool=30.0
-        )
+        timeout = httpx.Timeout(connect=10.0, read=read_timeout, write=30.0, pool=30.0)
         url = endpoint.base_url.rstrip("/") + "/chat/completions"
         body = openai_chat.build_body(request, name)
         try:
-            async with heartbeating():
-                response = await self._client.post(url, json=body, headers=headers, timeout=timeout)
+            response = await self._client.post(url, json=body, headers=headers, timeout=timeout)
         except httpx.TimeoutException as exc:
             raise ModelConnectionError(f"{provider} timed out: {type(exc).__name__}") from exc
         except httpx.TransportError as exc:
@@ -157,14 +165,4 @@ class ModelActivities:
             payload = response.json()
         except ValueError as exc:
             raise ModelResponseError(f"{provider} response is not valid JSON") from exc
-        result = openai_chat.parse_response(payload, provider)
-        activity.logger.info(
-            "model.call.completed",
-            extra={
-                "provider": provider,
-                "model": name,
-                "tool_calls": len(result.tool_calls),
-                "total_tokens": result.usage.total_tokens,
-            },
-        )
-        return result
+        return openai_chat.parse_response(payload, provider)

@@ -149,7 +149,8 @@ def parse_response(payload: Any, provider: str) -> ModelResponse:
             )
         )
 
-    usage = payload.get("usage") if isinstance(payload.get("usage"), dict) else {}
+    raw_usage = payload.get("usage")
+    usage: dict[str, Any] = raw_usage if isinstance(raw_usage, dict) else {}
     details = usage.get("prompt_tokens_details") or {}
     prompt = int(usage.get("prompt_tokens") or 0)
     completion = int(usage.get("completion_tokens") or 0)
@@ -160,7 +161,9 @@ def parse_response(payload: Any, provider: str) -> ModelResponse:
             prompt_tokens=prompt,
             completion_tokens=completion,
             total_tokens=int(usage.get("total_tokens") or prompt + completion),
-            cached_tokens=int(details.get("cached_tokens") or 0) if isinstance(details, dict) else 0,
+            cached_tokens=int(details.get("cached_tokens") or 0)
+            if isinstance(details, dict)
+            else 0,
         ),
         finish_reason=choices[0].get("finish_reason"),
         model=payload.get("model") if isinstance(payload.get("model"), str) else None,

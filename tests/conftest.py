@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from temporalio.client import Client, WorkflowHandle
+from temporalio.client import Client, WorkflowHandle, WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer, Worker
 
@@ -187,10 +187,15 @@ async def _replay_finished(request: pytest.FixtureRequest, h: Harness) -> None:
         if desc.close_time is None:
             continue  # still running: a test that only looked at a waiting run
         histories.append(await handle.fetch_history())
-    for history in histories:
+    for index, history in enumerate(histories):
         await replayer().replay_workflow(history)
-    if os.environ.get("TREADLE_RECORD_HISTORIES") == "1":
-        HISTORIES.mkdir(exist_ok=True)
-        for index, history in enumerate(histories):
-            name = f"{request.node.name}-{index}".replace("[", "-").replace("]", "")
-            (HISTORIES / f"{name}.json").write_text(history.to_json())
+        keep_history(f"{request.node.name}-{index}", history)
+
+
+def keep_history(name: str, history: WorkflowHistory) -> None:
+    """With TREADLE_RECORD_HISTORIES=1, save a history for tests/test_replay.py to keep replaying."""
+    if os.environ.get("TREADLE_RECORD_HISTORIES") != "1":
+        return
+    HISTORIES.mkdir(exist_ok=True)
+    safe = name.replace("[", "-").replace("]", "")
+    (HISTORIES / f"{safe}.json").write_text(history.to_json())

@@ -75,14 +75,16 @@ async def start_worker(
     while True:
         raw = await asyncio.wait_for(process.stdout.readline(), 60)
         if not raw:
-            raise AssertionError(f"worker.py exited early:\n" + "\n".join(worker.output))
+            raise AssertionError("worker.py exited early:\n" + "\n".join(worker.output))
         line = raw.decode().rstrip()
         worker.output.append(line)
         if line.startswith("Worker polling"):
             return worker
 
 
-async def run_cli(*args: str, env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+async def run_cli(
+    *args: str, env: Mapping[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     """Run ``starter.py`` with arguments; returns the completed process (text output)."""
     return await asyncio.to_thread(
         subprocess.run,

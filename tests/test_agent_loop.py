@@ -14,7 +14,11 @@ from workflows.models import AgentResult, RunStatus
 async def test_happy_path_writes_a_file_and_answers(harness: Harness) -> None:
     """A tool call runs in the workspace, its result reaches the model, the answer ends the run."""
     model = harness.script(
-        {"tool_calls": [{"name": "write_file", "arguments": {"path": "notes.md", "content": "hi"}}]},
+        {
+            "tool_calls": [
+                {"name": "write_file", "arguments": {"path": "notes.md", "content": "hi"}}
+            ]
+        },
         {"content": "I wrote notes.md."},
     )
     handle = await harness.start(model, task="Write hi to notes.md")
@@ -96,7 +100,10 @@ async def test_parallel_tool_calls_run_concurrently_and_are_observed_in_call_ord
         e.event_type
         for e in history.events
         if e.event_type
-        in (EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED, EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED)
+        in (
+            EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED,
+            EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED,
+        )
     ]
     # model, then three tools scheduled before any of them completes, then the final model call
     scheduled = EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED

@@ -169,7 +169,9 @@ async def test_parallel_calls_are_addressed_by_call_id(harness: Harness) -> None
     trace = await handle.query(AgentWorkflow.trace)
     refused = [e.data for e in trace.entries if e.event == "SignalRefused"]
     assert refused == ["approve: several calls are waiting (w1, w2); say which with call_id"]
-    assert ("WaitingForHuman", "HumanApprovedParallel") in [(e.state, e.event) for e in trace.entries]
+    assert ("WaitingForHuman", "HumanApprovedParallel") in [
+        (e.state, e.event) for e in trace.entries
+    ]
 
 
 async def test_stock_temporal_cli_signal_approves(harness: Harness) -> None:

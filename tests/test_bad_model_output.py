@@ -106,7 +106,9 @@ async def test_blacklisted_tool_is_not_run_and_the_model_is_told(harness: Harnes
     assert not (harness.workspace / "x").exists()
     first, second = harness.requests(model)
     assert "write_file" not in {t["function"]["name"] for t in first["tools"]}
-    assert tool_messages(second)[0]["content"] == "ERROR: tool write_file is not available in this run"
+    assert (
+        tool_messages(second)[0]["content"] == "ERROR: tool write_file is not available in this run"
+    )
 
 
 async def test_malformed_response_body_is_retried(harness: Harness) -> None:

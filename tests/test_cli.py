@@ -13,7 +13,12 @@ WRITE = {"name": "write_file", "arguments": {"path": "notes.md", "content": "cli
 
 
 def _common(harness: Harness) -> list[str]:
-    return ["--address", harness.client.service_client.config.target_host, "--task-queue", harness.task_queue]
+    return [
+        "--address",
+        harness.client.service_client.config.target_host,
+        "--task-queue",
+        harness.task_queue,
+    ]
 
 
 def _one_line_error(stderr: str) -> str:
@@ -77,7 +82,9 @@ async def test_status_approve_and_trace_through_the_cli(harness: Harness) -> Non
 
     approved = await run_cli(*_common(harness), "approve", workflow_id, "--call", pending.call_id)
     assert approved.returncode == 0, approved.stderr
-    assert approved.stdout.strip() == f"approved {pending.call_id} (write_file) in run {workflow_id}"
+    assert (
+        approved.stdout.strip() == f"approved {pending.call_id} (write_file) in run {workflow_id}"
+    )
     assert (await handle.result()).status is RunStatus.DONE
 
     traced = await run_cli(*_common(harness), "trace", workflow_id, "--json")
@@ -116,7 +123,10 @@ async def test_bad_input_exits_2_with_one_clear_line(harness: Harness) -> None:
     """Unknown run, unknown tool name, nothing waiting, invalid model: exit 2, one line each."""
     unknown = await run_cli(*_common(harness), "status", "no-such-run")
     assert unknown.returncode == 2
-    assert _one_line_error(unknown.stderr) == "error: no run with id 'no-such-run' in namespace default"
+    assert (
+        _one_line_error(unknown.stderr)
+        == "error: no run with id 'no-such-run' in namespace default"
+    )
 
     bad_tool = await run_cli(*_common(harness), "run", "x", "--require-approval", "write_fil")
     assert bad_tool.returncode == 2

@@ -11,7 +11,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
 from scripted_model import ScriptedModelServer
-from tests.conftest import replayer
+from tests.conftest import keep_history, replayer
 from tests.processes import clean_env, start_worker
 from workflows.agent import AgentWorkflow
 from workflows.models import AgentConfig, AgentInput, AgentResult, RunStatus
@@ -50,7 +50,7 @@ def _activity_counts(events: list, activity: str) -> tuple[int, int]:
 async def test_worker_killed_mid_run_and_restarted(
     client: Client, model_server: ScriptedModelServer, tmp_path: Path
 ) -> None:
-    """SIGKILL during a model call: a new worker finishes the run; the tool that ran is not rerun."""
+    """SIGKILL mid model call: a new worker finishes the run; the finished tool is not rerun."""
     model = f"crash-{uuid.uuid4().hex[:8]}"
     model_server.add_model(
         model,
@@ -96,6 +96,7 @@ async def test_worker_killed_mid_run_and_restarted(
     ]
     assert max(model_attempts) >= 2  # the interrupted model call was retried on the new worker
     await replayer().replay_workflow(history)
+    keep_history("test_worker_killed_mid_run_and_restarted-0", history)
 
 
 async def test_sigterm_hands_in_flight_work_to_another_worker(

@@ -431,12 +431,17 @@ class AgentWorkflow:
                 "ToolObserved",
                 f"{o.call.name} {'ok' if o.success else 'failed'}: {_cut(o.observation, 200)}",
             )
-        m.history = (*m.history, Turn(step=m.step, assistant_text=m.assistant_text, outcomes=outcomes))
+        m.history = (
+            *m.history,
+            Turn(step=m.step, assistant_text=m.assistant_text, outcomes=outcomes),
+        )
         m.current_tool_calls = ()
         m.observations = ()
         m.pending_approvals = ()
         m.assistant_text = None
-        mutated = any(o.success and o.call.name in TOOLS and TOOLS[o.call.name].mutating for o in outcomes)
+        mutated = any(
+            o.success and o.call.name in TOOLS and TOOLS[o.call.name].mutating for o in outcomes
+        )
         return Event.FILES_CHANGED if mutated else Event.CONTINUE
 
     async def _post_tools_hook(self) -> Event:
@@ -468,7 +473,7 @@ class AgentWorkflow:
 
     @workflow.signal
     def modify(self, body: Any = None) -> None:
-        """``{"call_id": "...", "arguments": {...}}``: run it with these (schema-checked) arguments."""
+        """``{"call_id": "...", "arguments": {...}}``: run it with these (checked) arguments."""
         self._decide("modify", ModifySignal, body)
 
     def _decide(

@@ -54,7 +54,9 @@ class Ownership:
 
 
 def _own(
-    writers: set[State], clearers: set[State] = frozenset(), append_only: set[State] = frozenset()
+    writers: set[State],
+    clearers: frozenset[State] | set[State] = frozenset(),
+    append_only: frozenset[State] | set[State] = frozenset(),
 ) -> Ownership:
     return Ownership(frozenset(writers), frozenset(clearers), frozenset(append_only))
 
@@ -63,13 +65,9 @@ OWNERSHIP: dict[str, Ownership] = {
     "step": _own({S.PLANNING}),
     "assistant_text": _own({S.PLANNING}, {S.OBSERVING}),
     "current_tool_calls": _own({S.PLANNING, S.WAITING_FOR_HUMAN}, {S.OBSERVING}),
-    "observations": _own(
-        {S.ACTING, S.PARALLEL_ACTING, S.WAITING_FOR_HUMAN}, {S.OBSERVING}
-    ),
+    "observations": _own({S.ACTING, S.PARALLEL_ACTING, S.WAITING_FOR_HUMAN}, {S.OBSERVING}),
     "pending_approvals": _own({S.PLANNING, S.WAITING_FOR_HUMAN}, {S.OBSERVING}),
-    "history": _own(
-        {S.OBSERVING, S.PLANNING, S.REFLECTING}, append_only={S.OBSERVING, S.PLANNING}
-    ),
+    "history": _own({S.OBSERVING, S.PLANNING, S.REFLECTING}, append_only={S.OBSERVING, S.PLANNING}),
     "final_answer": _own({S.PLANNING}),
     "error": _own({S.PLANNING, S.ACTING, S.PARALLEL_ACTING}),
     "usage": _own({S.PLANNING, S.REFLECTING}),

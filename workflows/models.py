@@ -174,7 +174,7 @@ class Trace(_Frozen):
     entries: tuple[TraceEntry, ...] = ()
 
 
-class ApprovalDecision(str, enum.Enum):
+class ApprovalDecision(enum.StrEnum):
     APPROVED = "approved"
     REJECTED = "rejected"
     MODIFIED = "modified"
@@ -192,7 +192,7 @@ class PendingApproval(_Frozen):
     reason: str | None = None
 
 
-class RunStatus(str, enum.Enum):
+class RunStatus(enum.StrEnum):
     RUNNING = "running"
     DONE = "done"
     ERROR = "error"

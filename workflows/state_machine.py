@@ -14,7 +14,7 @@ from types import MappingProxyType
 from temporalio.exceptions import ApplicationError
 
 
-class State(str, enum.Enum):
+class State(enum.StrEnum):
     IDLE = "Idle"
     PLANNING = "Planning"
     ACTING = "Acting"
@@ -38,7 +38,7 @@ class State(str, enum.Enum):
 _TERMINAL = frozenset({State.DONE, State.ERROR, State.HALTED, State.CANCELLED})
 
 
-class Event(str, enum.Enum):
+class Event(enum.StrEnum):
     # Lifecycle
     START = "Start"
     # Planning outcomes

@@ -160,4 +160,6 @@ def parse_arguments(tool: str, arguments: str | Mapping[str, Any]) -> ToolArgs:
             f"{'.'.join(str(p) for p in err['loc']) or '(arguments)'}: {err['msg']}"
             for err in exc.errors()
         )
-        raise ToolArgumentsError(f"arguments for {tool} do not match its schema: {problems}") from exc
+        raise ToolArgumentsError(
+            f"arguments for {tool} do not match its schema: {problems}"
+        ) from exc

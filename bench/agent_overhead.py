@@ -1,0 +1,217 @@
+"""What durability costs: the same agent work as Temporal workflows and as a plain asyncio loop.
+
+    python bench/agent_overhead.py [--runs 20] [--steps 5] [--address HOST:PORT]
+
+Both sides use the same scripted model server (real HTTP, OpenAI protocol) and the same tool
+code writing real files. The plain loop keeps everything in memory (a crash loses it all); the
+workflow side persists every step in the dev server's SQLite history. Prints per-step latency,
+throughput and their ratio, plus the worker's memory per cached run. Nothing is asserted: the
+machines are shared and noisy, so read the ratio, measured in one process and one run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import socket
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from activities.model import ModelActivities, ProviderSettings, http_client  # noqa: E402
+from activities.tools import execute_tool  # noqa: E402
+from connection import connect  # noqa: E402
+from devserver import DevServer, DevServerConfig  # noqa: E402
+from scripted_model import ScriptedModelServer  # noqa: E402
+from worker import build_worker  # noqa: E402
+from workflows.agent import AgentWorkflow  # noqa: E402
+from workflows.memory import AgentMemory  # noqa: E402
+from workflows.models import (  # noqa: E402
+    AgentInput,
+    AgentResult,
+    ModelRequest,
+    ToolOutcome,
+    ToolPolicy,
+    Turn,
+)
+from workflows.state_machine import State  # noqa: E402
+from workflows.tools import TOOLS  # noqa: E402
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _rss_kib() -> int:
+    """Current resident memory of this process (Linux)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    return 0
+
+
+def _script(steps: int) -> list[dict[str, object]]:
+    turns: list[dict[str, object]] = [
+        {
+            "tool_calls": [
+                {"name": "write_file", "arguments": {"path": f"f{i}.txt", "content": "x" * 200}}
+            ],
+            "usage": {"prompt_tokens": 500, "completion_tokens": 40},
+        }
+        for i in range(steps)
+    ]
+    turns.append({"content": "done", "usage": {"prompt_tokens": 600, "completion_tokens": 5}})
+    return turns
+
+
+async def plain_loop(models: ModelActivities, model: str, task: str, workspace: Path) -> int:
+    """The baseline: the same plan -> act -> observe loop with nothing persisted."""
+    memory = AgentMemory(task=task)
+    policy = ToolPolicy()
+    tools = tuple(n for n in TOOLS if n != "run_command")
+    while True:
+        memory.enter(State.PLANNING)
+        memory.step += 1
+        response = await models.complete(
+            ModelRequest(model=model, messages=memory.build_messages(), tools=tools),
+            read_timeout=60,
+        )
+        if not response.tool_calls:
+            return memory.step
+        outcomes = []
+        for call in response.tool_calls:
+            result = await execute_tool(workspace, call.name, call.arguments, policy)
+            outcomes.append(
+                ToolOutcome(call=call, observation=result.output, success=result.success)
+            )
+        memory.enter(State.OBSERVING)
+        memory.history = (*memory.history, Turn(step=memory.step, outcomes=tuple(outcomes)))
+
+
+async def bench(args: argparse.Namespace) -> None:
+    tmp = Path(tempfile.mkdtemp(prefix="treadle-bench-"))
+    steps_per_run = args.steps + 1  # tool steps plus the answering step
+    with ScriptedModelServer() as model_server:
+        name = f"bench-{uuid.uuid4().hex[:6]}"
+        model_server.add_model(name, _script(args.steps))
+        model = f"openai:{name}"
+        settings = ProviderSettings.from_env({"OPENAI_BASE_URL": model_server.base_url})
+
+        async with http_client() as http:
+            models = ModelActivities(settings, http)
+            await plain_loop(models, model, "warm-up", tmp / "warm")
+            start = time.perf_counter()
+            await plain_loop(models, model, "single", tmp / "plain-single")
+            plain_single = time.perf_counter() - start
+            start = time.perf_counter()
+            await asyncio.gather(
+                *(
+                    plain_loop(models, model, f"task {i}", tmp / f"plain{i}")
+                    for i in range(args.runs)
+                )
+            )
+            plain = time.perf_counter() - start
+
+        if args.address:
+            server_cm = None
+            address = args.address
+        else:
+            config = DevServerConfig(
+                port=_free_port(),
+                ui_port=_free_port(),
+                db_filename=tmp / "bench.sqlite",
+                log_level="error",
+                search_attributes={
+                    "AgentState": "Keyword",
+                    "AgentStep": "Int",
+                    "AgentModel": "Keyword",
+                },
+                dynamic_config={"system.forceSearchAttributesCacheRefreshOnRead": True},
+            )
+            server_cm = DevServer.ensure(config)
+            address = (await server_cm.__aenter__()).address
+        try:
+            client = await connect(address=address, namespace="default")
+            task_queue = f"bench-{uuid.uuid4().hex[:6]}"
+            async with (
+                http_client() as http,
+                build_worker(client, task_queue=task_queue, settings=settings, http=http),
+            ):
+                warm = await client.start_workflow(
+                    AgentWorkflow.run,
+                    AgentInput(task="warm-up", model=model, workspace=str(tmp / "wwarm")),
+                    id=f"bench-warm-{uuid.uuid4().hex[:6]}",
+                    task_queue=task_queue,
+                )
+                await warm.result()
+                start = time.perf_counter()
+                single = await client.start_workflow(
+                    AgentWorkflow.run,
+                    AgentInput(task="single", model=model, workspace=str(tmp / "wf-single")),
+                    id=f"bench-single-{uuid.uuid4().hex[:6]}",
+                    task_queue=task_queue,
+                )
+                await single.result()
+                durable_single = time.perf_counter() - start
+                rss_before = _rss_kib()
+                start = time.perf_counter()
+                handles = await asyncio.gather(
+                    *(
+                        client.start_workflow(
+                            AgentWorkflow.run,
+                            AgentInput(
+                                task=f"task {i}", model=model, workspace=str(tmp / f"wf{i}")
+                            ),
+                            id=f"bench-{uuid.uuid4().hex[:10]}",
+                            task_queue=task_queue,
+                        )
+                        for i in range(args.runs)
+                    )
+                )
+                results: list[AgentResult] = await asyncio.gather(*(h.result() for h in handles))
+                durable = time.perf_counter() - start
+                rss_after = _rss_kib()
+            assert all(r.steps == steps_per_run for r in results), results
+            history_events = [len((await h.fetch_history()).events) for h in handles[:3]]
+        finally:
+            if server_cm is not None:
+                await server_cm.__aexit__(None, None, None)
+
+    total_steps = args.runs * steps_per_run
+    one = steps_per_run
+    print(f"each step: 1 model call (HTTP) + 1 tool call (a file write); {one} steps per run")
+    print(f"{'':28}{'plain asyncio':>15}{'Temporal':>12}{'ratio':>8}")
+    print(
+        f"{'1 run, ms per step':28}{plain_single / one * 1000:>15.1f}"
+        f"{durable_single / one * 1000:>12.1f}{durable_single / plain_single:>7.1f}x"
+    )
+    print(
+        f"{f'{args.runs} concurrent runs, steps/s':28}{total_steps / plain:>15.0f}"
+        f"{total_steps / durable:>12.0f}{plain / durable:>7.2f}x"
+    )
+    print(f"history events per run: {statistics.mean(history_events):.0f}")
+    grown = rss_after - rss_before
+    print(
+        f"worker RSS growth while {args.runs} runs completed and stayed cached: "
+        f"{grown / 1024:.1f} MiB ({grown / args.runs:.0f} KiB/run)"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=20)
+    parser.add_argument("--steps", type=int, default=5, help="tool steps per run")
+    parser.add_argument("--address", help="use this Temporal server instead of a fresh dev server")
+    asyncio.run(bench(parser.parse_args()))
+
+
+if __name__ == "__main__":
+    main()

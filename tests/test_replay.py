@@ -1,0 +1,39 @@
+"""Histories of real runs, recorded earlier, still replay through today's workflow code.
+
+A change that would break replay of runs already in flight (reordered commands, a new activity
+in the middle of the loop, different search-attribute upserts) fails here, before it ships.
+Refresh after an intentional, versioned change with:
+    TREADLE_RECORD_HISTORIES=1 pytest tests/test_agent_loop.py tests/test_approval.py ...
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from temporalio.client import WorkflowHistory
+
+from tests.conftest import HISTORIES, replayer
+
+RECORDED = sorted(HISTORIES.glob("*.json"))
+
+
+def test_recorded_histories_are_present() -> None:
+    """The replay corpus exists and covers approvals, parallel tools, errors and a crash."""
+    names = {p.stem for p in RECORDED}
+    assert len(names) >= 10
+    for needed in ("approve", "parallel", "max_steps", "killed", "reject", "modify", "not_json"):
+        assert any(needed in name for name in names), needed
+
+
+@pytest.mark.parametrize("path", RECORDED, ids=[p.stem for p in RECORDED])
+async def test_recorded_history_replays(path: Path) -> None:
+    """Replaying the recorded events through the current code issues the same commands."""
+    text = path.read_text()
+    workflow_id = json.loads(text)["events"][0]["workflowExecutionStartedEventAttributes"].get(
+        "workflowId", path.stem
+    )
+    history = WorkflowHistory.from_json(workflow_id, text)
+    result = await replayer().replay_workflow(history, raise_on_replay_failure=False)
+    assert result.replay_failure is None, f"{path.name}: {result.replay_failure}"

@@ -1,0 +1,40 @@
+"""A model that tries to leave its workspace gets error observations; nothing outside changes."""
+
+from __future__ import annotations
+
+from tests.conftest import Harness, tool_messages
+from workflows.models import AgentResult, RunStatus
+
+
+async def test_escape_attempts_are_refused_inside_a_real_run(harness: Harness) -> None:
+    """Absolute paths, '..' and symlinks leading out are refused; the run still answers."""
+    outside = harness.workspace.parent / "outside.txt"
+    outside.write_text("secret")
+    (harness.workspace / "link").symlink_to(harness.workspace.parent, target_is_directory=True)
+    model = harness.script(
+        {
+            "tool_calls": [
+                {"id": "abs", "name": "read_file", "arguments": {"path": str(outside)}},
+                {"id": "dots", "name": "read_file", "arguments": {"path": "../outside.txt"}},
+                {
+                    "id": "link",
+                    "name": "write_file",
+                    "arguments": {"path": "link/outside.txt", "content": "pwned"},
+                },
+                {"id": "list", "name": "list_dir", "arguments": {"path": "link"}},
+            ]
+        },
+        {"content": "I stayed inside."},
+    )
+    handle = await harness.start(model)
+    result: AgentResult = await handle.result()
+
+    assert result.status is RunStatus.DONE
+    assert outside.read_text() == "secret"
+    results = {m["tool_call_id"]: m["content"] for m in tool_messages(harness.requests(model)[1])}
+    assert results["abs"].startswith("ERROR: path ")
+    assert "is absolute" in results["abs"]
+    assert "outside the workspace" in results["dots"]
+    assert "outside the workspace" in results["link"]
+    assert "outside the workspace" in results["list"]
+    assert all("secret" not in text for text in results.values())
