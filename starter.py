@@ -30,7 +30,9 @@ from temporalio.common import WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
-from connection import ConnectionFailed, connect
+from connection import TemporalConnectionError, connect
+from devserver import DevServerError
+from scripted_model import ScriptError
 from workflows.agent import AgentWorkflow
 from workflows.models import (
     TASK_QUEUE,
@@ -437,7 +439,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     try:
         return asyncio.run(run(args))
-    except (UsageError, ConnectionFailed) as exc:
+    except (UsageError, TemporalConnectionError, DevServerError, ScriptError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except WorkflowAlreadyStartedError as exc:

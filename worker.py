@@ -29,7 +29,7 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxR
 
 from activities.model import ModelActivities, ProviderSettings, http_client
 from activities.tools import ToolActivities
-from connection import ConnectionFailed, connect, ensure_search_attributes
+from connection import TemporalConnectionError, connect, ensure_search_attributes
 from devserver import DevServer, DevServerError, load_config
 from workflows import search_attributes
 from workflows.agent import AgentWorkflow
@@ -167,7 +167,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     try:
         return asyncio.run(run(args))
-    except (DevServerError, ConnectionFailed) as exc:
+    except (DevServerError, TemporalConnectionError) as exc:
         print(f"worker: {exc}", file=sys.stderr)
         return 2
 

@@ -193,7 +193,7 @@ async def _replay_finished(request: pytest.FixtureRequest, h: Harness) -> None:
 
 
 def keep_history(name: str, history: WorkflowHistory) -> None:
-    """With TREADLE_RECORD_HISTORIES=1, save a history for tests/test_replay.py to keep replaying."""
+    """With TREADLE_RECORD_HISTORIES=1, save a history for tests/test_replay.py to replay."""
     if os.environ.get("TREADLE_RECORD_HISTORIES") != "1":
         return
     HISTORIES.mkdir(exist_ok=True)
