@@ -1,0 +1,200 @@
+"""The model activity: OpenAI wire format, error classification, Retry-After, keys kept local."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+
+import httpx
+import pytest
+from temporalio.api.enums.v1 import EventType
+
+from activities.errors import (
+    ModelConfigError,
+    ModelConnectionError,
+    ModelHTTPError,
+    ModelResponseError,
+)
+from activities.model import ModelActivities, ProviderSettings, http_client
+from activities.openai_chat import parse_response, retry_after_seconds
+from scripted_model import ScriptedModelServer
+from tests.conftest import Harness, free_port
+from workflows.models import AgentResult, ChatMessage, ModelRequest, RunStatus, ToolCall
+
+KEY = "sk-test-treadle-0123456789abcdef"
+MESSAGES = (ChatMessage(role="user", content="hi"),)
+
+
+@pytest.fixture
+async def http() -> AsyncIterator[httpx.AsyncClient]:
+    async with http_client() as client:
+        yield client
+
+
+def _models(http: httpx.AsyncClient, base_url: str, key: str | None = None) -> ModelActivities:
+    env = {"OPENAI_BASE_URL": base_url} | ({"OPENAI_API_KEY": key} if key else {})
+    return ModelActivities(ProviderSettings.from_env(env), http)
+
+
+async def _complete(models: ModelActivities, name: str) -> object:
+    return await models.complete(
+        ModelRequest(model=f"openai:{name}", messages=MESSAGES), read_timeout=5
+    )
+
+
+def test_retry_after_in_seconds_and_as_an_http_date() -> None:
+    """Retry-After is read as seconds or as an HTTP date; garbage is ignored."""
+    now = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)
+    assert retry_after_seconds({"retry-after": "7"}) == 7.0
+    assert retry_after_seconds({"retry-after": "Thu, 01 Jan 2026 12:00:30 GMT"}, now) == 30.0
+    assert retry_after_seconds({"retry-after": "soon"}) is None
+    assert retry_after_seconds({}) is None
+
+
+def test_parse_response_reads_text_tool_calls_and_usage() -> None:
+    """A well-formed body becomes content, tool calls (arguments kept as text) and usage."""
+    body = {
+        "model": "m",
+        "choices": [
+            {
+                "message": {
+                    "role": "assistant",
+                    "content": None,
+                    "tool_calls": [
+                        {"id": "a", "function": {"name": "list_dir", "arguments": "{}"}},
+                        {"id": "b", "function": {"name": "read_file", "arguments": {"path": "x"}}},
+                    ],
+                },
+                "finish_reason": "tool_calls",
+            }
+        ],
+        "usage": {
+            "prompt_tokens": 10,
+            "completion_tokens": 2,
+            "total_tokens": 12,
+            "prompt_tokens_details": {"cached_tokens": 4},
+        },
+    }
+    response = parse_response(body, "openai")
+    assert response.tool_calls == (
+        ToolCall(id="a", name="list_dir", arguments="{}"),
+        ToolCall(id="b", name="read_file", arguments='{"path": "x"}'),
+    )
+    assert response.usage.cached_tokens == 4
+    assert response.usage.total_tokens == 12
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ([], "not a JSON object"),
+        ({"choices": []}, "has no choices"),
+        ({"choices": [{"message": "x"}]}, "has no message"),
+        ({"choices": [{"message": {"content": 3}}]}, "content is not text"),
+        ({"choices": [{"message": {"tool_calls": [{"function": {}}]}}]}, "#1 has no name"),
+    ],
+)
+def test_bodies_that_break_the_protocol_are_typed_errors(body: object, message: str) -> None:
+    """Each protocol violation is a ModelResponseError naming what is wrong."""
+    with pytest.raises(ModelResponseError, match=message):
+        parse_response(body, "openai")
+
+
+async def test_rate_limit_is_retryable_with_the_servers_delay(http: httpx.AsyncClient) -> None:
+    """429 with Retry-After becomes a retryable error whose next delay is the header's."""
+    with ScriptedModelServer() as server:
+        server.add_model(
+            "m", [{"content": "x", "errors": [{"status": 429, "headers": {"Retry-After": "3"}}]}]
+        )
+        with pytest.raises(ModelHTTPError) as caught:
+            await _complete(_models(http, server.base_url), "m")
+    error = caught.value.to_application_error()
+    assert not error.non_retryable
+    assert error.next_retry_delay == timedelta(seconds=3)
+    assert error.type == "ModelHTTPError"
+    assert "HTTP 429" in error.message
+
+
+@pytest.mark.parametrize("status", [400, 401, 403, 404, 422])
+async def test_client_errors_are_not_retried(http: httpx.AsyncClient, status: int) -> None:
+    """4xx answers (other than 408/409/429) fail at once, naming provider, status and text."""
+    with ScriptedModelServer() as server:
+        server.add_model(
+            "m",
+            [
+                {
+                    "content": "x",
+                    "errors": [{"status": status, "body": {"error": {"message": "nope"}}}],
+                }
+            ],
+        )
+        with pytest.raises(ModelHTTPError) as caught:
+            await _complete(_models(http, server.base_url), "m")
+    error = caught.value.to_application_error()
+    assert error.non_retryable
+    assert error.message == f"openai returned HTTP {status}: nope"
+
+
+@pytest.mark.parametrize("status", [408, 409, 500, 502, 503])
+async def test_server_errors_are_retried(http: httpx.AsyncClient, status: int) -> None:
+    """Timeouts, conflicts and 5xx are retryable."""
+    with ScriptedModelServer() as server:
+        server.add_model("m", [{"content": "x", "errors": [{"status": status}]}])
+        with pytest.raises(ModelHTTPError) as caught:
+            await _complete(_models(http, server.base_url), "m")
+    assert not caught.value.to_application_error().non_retryable
+
+
+async def test_unreachable_endpoint_is_a_retryable_connection_error(
+    http: httpx.AsyncClient,
+) -> None:
+    """Nothing listening is a connection error, which Temporal retries."""
+    with pytest.raises(ModelConnectionError, match="unreachable"):
+        await _complete(_models(http, f"http://127.0.0.1:{free_port()}/v1"), "m")
+
+
+async def test_missing_key_for_openai_fails_before_any_request(http: httpx.AsyncClient) -> None:
+    """Against api.openai.com without OPENAI_API_KEY the call fails fast and non-retryably."""
+    models = ModelActivities(ProviderSettings.from_env({}), http)
+    with pytest.raises(ModelConfigError, match="OPENAI_API_KEY is not set") as caught:
+        await _complete(models, "gpt-4o")
+    assert caught.value.to_application_error().non_retryable
+
+
+async def test_unknown_provider_is_a_config_error(http: httpx.AsyncClient) -> None:
+    """An unknown provider prefix names the known ones."""
+    models = ModelActivities(ProviderSettings.from_env({}), http)
+    with pytest.raises(ModelConfigError, match="unknown model provider 'nope'"):
+        await models.complete(ModelRequest(model="nope:x", messages=MESSAGES), read_timeout=5)
+
+
+async def test_the_key_is_sent_as_bearer_and_never_echoed(http: httpx.AsyncClient) -> None:
+    """The worker's key goes in the Authorization header and appears in no error text."""
+    with ScriptedModelServer(api_key=KEY) as server:
+        server.add_model("m", [{"content": "x"}])
+        await _complete(_models(http, server.base_url, KEY), "m")
+        assert server.requests[-1].headers["authorization"] == f"Bearer {KEY}"
+        with pytest.raises(ModelHTTPError) as caught:
+            await _complete(_models(http, server.base_url, "sk-wrong-key-0000000000"), "m")
+    assert KEY not in str(caught.value)
+    assert KEY not in repr(ProviderSettings.from_env({"OPENAI_API_KEY": KEY}))
+
+
+async def test_retry_after_sets_the_next_attempt_delay_in_a_run(harness: Harness) -> None:
+    """In a real run, a 429's Retry-After is the delay Temporal schedules before attempt 2."""
+    model = harness.script(
+        {"content": "after the wait", "errors": [{"status": 429, "headers": {"Retry-After": "2"}}]}
+    )
+    handle = await harness.start(model)
+    result: AgentResult = await handle.result()
+    assert result.status is RunStatus.DONE
+    history = await handle.fetch_history()
+    (retried,) = [
+        e.activity_task_started_event_attributes
+        for e in history.events
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED
+        and e.activity_task_started_event_attributes.attempt == 2
+    ]
+    delay = retried.last_failure.application_failure_info.next_retry_delay
+    assert delay.seconds == 2
+    assert "HTTP 429" in retried.last_failure.message
