@@ -22,6 +22,7 @@ import asyncio
 from collections.abc import Mapping
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 from temporalio.api.enums.v1 import IndexedValueType
 from temporalio.api.operatorservice.v1 import (
@@ -88,11 +89,19 @@ async def connect(
     namespace: str | None = None,
     profile: str | None = None,
     config_file: str | None = None,
+    local_dev: bool = False,
 ) -> Client:
-    """Connect to Temporal with envconfig settings, overridden by the explicit arguments."""
-    # The bridge reads temporal.toml from disk: keep that off the event loop.
-    settings = await asyncio.to_thread(_load_profile, profile, config_file)
-    options = settings.to_client_connect_config()
+    """Connect to Temporal with envconfig settings, overridden by the explicit arguments.
+
+    ``local_dev=True`` ignores envconfig entirely: a ``TEMPORAL_API_KEY`` or TLS setting meant
+    for a real cluster must not be sent to the embedded dev server.
+    """
+    if local_dev:
+        options: Mapping[str, Any] = {}
+    else:
+        # The bridge reads temporal.toml from disk: keep that off the event loop.
+        settings = await asyncio.to_thread(_load_profile, profile, config_file)
+        options = settings.to_client_connect_config()
     target = address or options.get("target_host") or DEFAULT_ADDRESS
     try:
         return await asyncio.wait_for(

@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import sys
 import uuid
 from collections.abc import Sequence
@@ -25,11 +24,17 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
-from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
+from temporalio.client import (
+    Client,
+    WorkflowFailureError,
+    WorkflowHandle,
+    WorkflowUpdateFailedError,
+)
 from temporalio.common import WorkflowIDReusePolicy
-from temporalio.exceptions import WorkflowAlreadyStartedError
+from temporalio.exceptions import TemporalError, WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
+from cli_exit import run_and_exit
 from connection import TemporalConnectionError, connect
 from devserver import DevServerError
 from scripted_model import ScriptError
@@ -41,13 +46,10 @@ from workflows.models import (
     AgentResult,
     AgentStatus,
     ApproveSignal,
-    ModifySignal,
-    PendingApproval,
-    RejectSignal,
+    Decision,
     RunStatus,
     Trace,
 )
-from workflows.tools import ToolArgumentsError, parse_arguments
 
 HERE = Path(__file__).resolve().parent
 QUERY_TIMEOUT = timedelta(seconds=10)
@@ -88,23 +90,6 @@ async def _status(client: Client, workflow_id: str) -> AgentStatus:
             f"run {workflow_id!r} did not answer the state query ({exc.message}); "
             "is a worker running?"
         ) from exc
-
-
-def _pick(status: AgentStatus, call_id: str | None, workflow_id: str) -> PendingApproval:
-    """Check locally what the workflow would refuse, so the user gets the error right here."""
-    pending = status.pending_approvals
-    if not pending:
-        raise UsageError(f"run {workflow_id!r} has no tool call waiting for approval")
-    if call_id is None:
-        if len(pending) > 1:
-            ids = ", ".join(p.call_id for p in pending)
-            raise UsageError(f"several calls are waiting ({ids}); choose one with --call")
-        return pending[0]
-    for p in pending:
-        if p.call_id == call_id:
-            return p
-    ids = ", ".join(p.call_id for p in pending)
-    raise UsageError(f"no pending call {call_id!r} in run {workflow_id!r} (waiting: {ids})")
 
 
 def _format_status(status: AgentStatus) -> str:
@@ -239,31 +224,37 @@ async def cmd_trace(client: Client, args: argparse.Namespace) -> int:
 
 
 async def cmd_decide(client: Client, args: argparse.Namespace) -> int:
-    status = await _status(client, args.workflow_id)
-    pending = _pick(status, args.call, args.workflow_id)
-    handle = client.get_workflow_handle(args.workflow_id)
-    if args.command == "approve":
-        await handle.signal(AgentWorkflow.approve, ApproveSignal(call_id=pending.call_id))
-        print(f"approved {pending.call_id} ({pending.tool}) in run {args.workflow_id}")
-    elif args.command == "reject":
-        body = RejectSignal(call_id=pending.call_id, reason=args.reason)
-        await handle.signal(AgentWorkflow.reject, body)
-        print(f"rejected {pending.call_id} ({pending.tool}) in run {args.workflow_id}")
-    else:
+    """approve / reject / modify through the `decide` update, so a refusal comes back here."""
+    handle = await _handle(client, args.workflow_id)
+    arguments = None
+    if args.command == "modify":
         try:
             arguments = json.loads(args.args)
         except json.JSONDecodeError as exc:
             raise UsageError(f"--args is not valid JSON: {exc.msg} at position {exc.pos}") from exc
         if not isinstance(arguments, dict):
             raise UsageError("--args must be a JSON object")
-        try:
-            parse_arguments(pending.tool, arguments)
-        except ToolArgumentsError as exc:
-            raise UsageError(str(exc)) from exc
-        await handle.signal(
-            AgentWorkflow.modify, ModifySignal(call_id=pending.call_id, arguments=arguments)
+    decision = Decision(
+        action=args.command,
+        call_id=args.call,
+        reason=getattr(args, "reason", None),
+        arguments=arguments,
+    )
+    try:
+        decided = await handle.execute_update(
+            AgentWorkflow.decide, decision, rpc_timeout=QUERY_TIMEOUT
         )
-        print(f"modified {pending.call_id} ({pending.tool}) in run {args.workflow_id}")
+    except WorkflowUpdateFailedError as exc:
+        reason = getattr(exc.cause, "message", str(exc.cause))
+        raise UsageError(f"run {args.workflow_id!r} refused to {args.command}: {reason}") from exc
+    except RPCError as exc:
+        if exc.status is RPCStatusCode.DEADLINE_EXCEEDED:
+            raise UsageError(
+                f"run {args.workflow_id!r} did not answer; is a worker running?"
+            ) from exc
+        raise UsageError(f"run {args.workflow_id!r}: {exc.message}") from exc
+    done = {"approve": "approved", "reject": "rejected", "modify": "modified"}[args.command]
+    print(f"{done} {decided.call_id} ({decided.tool}) in run {args.workflow_id}")
     return 0
 
 
@@ -301,7 +292,7 @@ async def cmd_demo(args: argparse.Namespace) -> int:
     async with DevServer.ensure(config) as server:
         how = "started" if server.started else "found running"
         print(f"1. Temporal dev server {how} at {server.address}; Web UI {server.ui_url}")
-        client = await connect(address=server.address, namespace=server.namespace)
+        client = await connect(address=server.address, namespace=server.namespace, local_dev=True)
         await ensure_search_attributes(client, server.namespace, search_attributes.REQUIRED)
         with ScriptedModelServer(script) as model_server:
             print(f"2. Scripted model server (OpenAI protocol) at {model_server.base_url}")
@@ -448,14 +439,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except RPCError as exc:
         print(f"error: Temporal refused the request: {exc.message}", file=sys.stderr)
         return 2
+    except (TemporalError, ValidationError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        print(f"error: {type(exc).__name__}: {first}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         return 130
 
 
 if __name__ == "__main__":
-    code = main()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    # Skip interpreter teardown: the Temporal core runtime's threads can abort the process
-    # while Python finalises, turning a clean exit into a crash code.
-    os._exit(code)
+    run_and_exit(main)

@@ -29,6 +29,7 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxR
 
 from activities.model import ModelActivities, ProviderSettings, http_client
 from activities.tools import ToolActivities
+from cli_exit import run_and_exit
 from connection import TemporalConnectionError, connect, ensure_search_attributes
 from devserver import DevServer, DevServerError, load_config
 from workflows import search_attributes
@@ -87,10 +88,12 @@ def build_worker(
 
 
 @contextlib.asynccontextmanager
-async def server_address(args: argparse.Namespace) -> AsyncIterator[tuple[str | None, str | None]]:
-    """Yield (address, namespace) overrides; with --dev-server, a running dev server's."""
+async def server_address(
+    args: argparse.Namespace,
+) -> AsyncIterator[tuple[str | None, str | None, bool]]:
+    """Yield (address, namespace, local_dev); with --dev-server, a running dev server's."""
     if not args.dev_server:
-        yield args.address, args.namespace
+        yield args.address, args.namespace, False
         return
     config = load_config(Path(args.dev_config))
     async with DevServer.ensure(config) as server:
@@ -100,7 +103,7 @@ async def server_address(args: argparse.Namespace) -> AsyncIterator[tuple[str | 
             f"(namespace {server.namespace}); Web UI: {server.ui_url}",
             flush=True,
         )
-        yield server.address, server.namespace
+        yield server.address, server.namespace, True
 
 
 async def run(args: argparse.Namespace) -> int:
@@ -109,8 +112,10 @@ async def run(args: argparse.Namespace) -> int:
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
 
-    async with server_address(args) as (address, namespace):
-        client = await connect(address=address, namespace=namespace, profile=args.profile)
+    async with server_address(args) as (address, namespace, local_dev):
+        client = await connect(
+            address=address, namespace=namespace, profile=args.profile, local_dev=local_dev
+        )
         added = await ensure_search_attributes(client, client.namespace, search_attributes.REQUIRED)
         if added:
             print(f"Registered search attributes: {', '.join(added)}", flush=True)
@@ -173,9 +178,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    code = main()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    # Skip interpreter teardown: the Temporal core runtime's threads can abort the process
-    # while Python finalises, turning a clean exit into a crash code.
-    os._exit(code)
+    run_and_exit(main)

@@ -153,14 +153,18 @@ class ModelActivities:
             headers["authorization"] = f"Bearer {endpoint.api_key}"
         timeout = httpx.Timeout(connect=10.0, read=read_timeout, write=30.0, pool=30.0)
         url = endpoint.base_url.rstrip("/") + "/chat/completions"
+        secrets = (endpoint.api_key,) if endpoint.api_key else ()
         body = openai_chat.build_body(request, name)
         try:
             response = await self._client.post(url, json=body, headers=headers, timeout=timeout)
         except httpx.TimeoutException as exc:
             raise ModelConnectionError(f"{provider} timed out: {type(exc).__name__}") from exc
         except httpx.TransportError as exc:
-            raise ModelConnectionError(f"{provider} unreachable at {url}: {exc}") from exc
-        openai_chat.raise_for_status(response, provider)
+            where = openai_chat.safe_url(url)
+            raise ModelConnectionError(
+                openai_chat.redact(f"{provider} unreachable at {where}: {exc}", secrets)
+            ) from exc
+        openai_chat.raise_for_status(response, provider, secrets)
         try:
             payload = response.json()
         except ValueError as exc:

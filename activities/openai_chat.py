@@ -8,6 +8,7 @@ parses the response body, and turns HTTP failures into typed ``ModelError``s.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
@@ -87,6 +88,27 @@ def retry_after_seconds(headers: Mapping[str, str], now: datetime | None = None)
     return max(0.0, (when - (now or datetime.now(UTC))).total_seconds())
 
 
+_KEY_LIKE = re.compile(r"\b(sk|key|token)-[A-Za-z0-9_*.-]{6,}", re.IGNORECASE)
+
+
+def redact(text: str, secrets: tuple[str, ...] = ()) -> str:
+    """Remove API keys from text bound for history: the worker's own, and anything key-shaped.
+
+    Providers echo keys in error messages (OpenAI's 401 shows a masked one; proxies may show
+    more), and those messages become activity failures recorded in the event history.
+    """
+    for secret in secrets:
+        if secret:
+            text = text.replace(secret, "[redacted]")
+    return _KEY_LIKE.sub("[redacted]", text)
+
+
+def safe_url(url: str) -> str:
+    """The URL without user info or query, fit for error messages."""
+    parsed = httpx.URL(url)
+    return str(parsed.copy_with(username=None, password=None, query=None, fragment=None))
+
+
 def _provider_error_text(response: httpx.Response) -> str:
     try:
         payload = response.json()
@@ -101,11 +123,14 @@ def _provider_error_text(response: httpx.Response) -> str:
     return response.text.strip()[:500]
 
 
-def raise_for_status(response: httpx.Response, provider: str) -> None:
+def raise_for_status(
+    response: httpx.Response, provider: str, secrets: tuple[str, ...] = ()
+) -> None:
     if response.is_success:
         return
+    text = redact(_provider_error_text(response), secrets)
     raise ModelHTTPError(
-        f"{provider} returned HTTP {response.status_code}: {_provider_error_text(response)}",
+        f"{provider} returned HTTP {response.status_code}: {text}",
         status=response.status_code,
         retry_after=retry_after_seconds(response.headers),
     )

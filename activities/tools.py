@@ -9,6 +9,15 @@ errors (EIO and the like) raise, and those Temporal retries.
 
 File work runs in a thread (``asyncio.to_thread``) and commands run as asyncio subprocesses, so
 the worker's event loop never blocks.
+
+``run_command`` confines a command's *file arguments*, by a heuristic: every word after the
+program is refused when it is absolute (``/etc/hostname``, ``/proc/self/environ``), starts with
+``~``, has a ``..`` segment, or names a path whose existing part leads out of the workspace
+through a symbolic link; the value of a ``--opt=value`` or ``name=value`` word is checked the same
+way. This keeps ``cat`` or ``grep`` from reading the worker's files and environment through their
+arguments. It is not a sandbox: a program that executes code (an interpreter, ``git`` with its
+hooks and aliases, ``make``) can still reach anything the worker can, so such programs do not
+belong in the allowlist of an untrusted run. Glued short options (``-f/etc/x``) are not parsed.
 """
 
 from __future__ import annotations
@@ -30,7 +39,7 @@ from typing import Any
 
 from temporalio import activity
 
-from activities.errors import ToolError
+from activities.errors import ToolError, WorkspaceEscapeError
 from activities.workspace import is_inside, relative, resolve, workspace_root
 from workflows.models import ToolPolicy, ToolRequest, ToolResult
 from workflows.tools import (
@@ -70,6 +79,9 @@ SEARCH_LINE_CHARS = 300
 SEARCH_SKIP_DIRS = frozenset({".git", ".hg", ".svn", "__pycache__", "node_modules", ".venv"})
 """Directories search_files does not descend into: metadata and installed dependencies."""
 HEARTBEAT_INTERVAL_SECONDS = 2.0
+"""How often a running command heartbeats when the activity has no heartbeat timeout."""
+MIN_HEARTBEAT_INTERVAL_SECONDS = 0.2
+"""The shortest heartbeat interval, however short the heartbeat timeout."""
 OUTPUT_DRAIN_GRACE_SECONDS = 2.0
 """After a command ends, how long to wait for its output pipe to close."""
 
@@ -459,7 +471,11 @@ class _CommandProtocol(asyncio.SubprocessProtocol):
 
 
 async def run_command(workspace: Path, args: RunCommandArgs, policy: ToolPolicy) -> ToolOutput:
-    """Run an allowed program (no shell) in the workspace; its exit code and combined output."""
+    """Run an allowed program (no shell) in the workspace; its exit code and combined output.
+
+    Arguments that name paths outside the workspace are refused before anything starts (see
+    ``_check_arguments``); that confines file arguments, not what the program itself does.
+    """
     if not policy.allow_run_command:
         raise ToolError("run_command is not allowed in this run (allow_run_command is off)")
     try:
@@ -473,11 +489,13 @@ async def run_command(workspace: Path, args: RunCommandArgs, policy: ToolPolicy)
     if program not in policy.command_allowlist:
         allowed = ", ".join(sorted(policy.command_allowlist)) or "(none)"
         raise ToolError(f"program {program!r} is not allowed; allowed programs: {allowed}")
+    root = await asyncio.to_thread(workspace_root, workspace)
+    # Before anything starts: a refused argument means the command does not run at all.
+    await asyncio.to_thread(_check_arguments, root, argv[1:])
     timeout = policy.command_timeout_seconds
     if args.timeout_seconds is not None:
         timeout = min(timeout, args.timeout_seconds)
 
-    root = await asyncio.to_thread(workspace_root, workspace)
     loop = asyncio.get_running_loop()
     try:
         transport, protocol = await loop.subprocess_exec(
@@ -530,15 +548,53 @@ async def run_command(workspace: Path, args: RunCommandArgs, policy: ToolPolicy)
     return ToolOutput(f"exit code 0\n{body}", omitted_chars=omitted)
 
 
+def _check_arguments(root: Path, arguments: list[str]) -> None:
+    """Refuse any argument that could name a file outside the workspace (a heuristic).
+
+    Each word, and the value after the first ``=`` of a word that has one, must be a
+    workspace-relative path: not absolute, not ``~...``, no ``..`` segment, and not leading out
+    through a symbolic link that exists. Words that are not paths pass, because as paths they
+    would stay inside. This confines file arguments; it does not confine programs that run code.
+    """
+    for argument in arguments:
+        candidates = [argument]
+        if "=" in argument:
+            candidates.append(argument.split("=", 1)[1])
+        for candidate in candidates:
+            if candidate.startswith(("/", "~")) or ".." in candidate.split("/"):
+                raise WorkspaceEscapeError(
+                    f"argument {argument!r} leads outside the workspace; "
+                    "commands may only use workspace-relative paths"
+                )
+            try:
+                resolve(root, candidate)
+            except WorkspaceEscapeError:
+                raise WorkspaceEscapeError(
+                    f"argument {argument!r} leads outside the workspace through a symbolic "
+                    "link; commands may only use paths inside the workspace"
+                ) from None
+
+
+def _heartbeat_interval() -> float:
+    """A third of the activity's heartbeat timeout, so one late beat does not fail the attempt."""
+    if not activity.in_activity():
+        return HEARTBEAT_INTERVAL_SECONDS
+    heartbeat_timeout = activity.info().heartbeat_timeout
+    if not heartbeat_timeout:
+        return HEARTBEAT_INTERVAL_SECONDS
+    return max(MIN_HEARTBEAT_INTERVAL_SECONDS, heartbeat_timeout.total_seconds() / 3)
+
+
 async def _wait_with_heartbeats(exited: asyncio.Future[None], timeout: float, program: str) -> bool:
     """Wait for the process to exit; ``False`` if ``timeout`` seconds pass first."""
     loop = asyncio.get_running_loop()
+    interval = _heartbeat_interval()
     started = loop.time()
     while True:
         remaining = started + timeout - loop.time()
         if remaining <= 0:
             return False
-        done, _ = await asyncio.wait({exited}, timeout=min(HEARTBEAT_INTERVAL_SECONDS, remaining))
+        done, _ = await asyncio.wait({exited}, timeout=min(interval, remaining))
         if done:
             return True
         # Heartbeats let Temporal notice a dead worker long before the tool timeout.

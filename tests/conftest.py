@@ -28,7 +28,7 @@ from scripted_model import ScriptedModelServer
 from worker import WORKFLOWS, build_worker, workflow_runner
 from workflows import search_attributes
 from workflows.agent import AgentWorkflow
-from workflows.models import AgentConfig, AgentInput, AgentStatus
+from workflows.models import AgentConfig, AgentInput, AgentStatus, TraceEntry
 
 HISTORIES = Path(__file__).parent / "histories"
 
@@ -132,6 +132,20 @@ class Harness:
             if asyncio.get_running_loop().time() > deadline:
                 raise AssertionError(f"run stayed in {status.state}, never reached {state}")
             await asyncio.sleep(0.1)
+
+    async def trace_events(
+        self, handle: WorkflowHandle[Any, Any], event: str, count: int, timeout: float = 30
+    ) -> list[TraceEntry]:
+        """Wait until the trace holds ``count`` entries of ``event``; return them."""
+        deadline = asyncio.get_running_loop().time() + timeout
+        while True:
+            trace = await handle.query(AgentWorkflow.trace)
+            found = [e for e in trace.entries if e.event == event]
+            if len(found) >= count:
+                return found
+            if asyncio.get_running_loop().time() > deadline:
+                raise AssertionError(f"{len(found)} {event} entries, expected {count}")
+            await asyncio.sleep(0.05)
 
 
 def tool_messages(body: Mapping[str, Any]) -> list[dict[str, Any]]:

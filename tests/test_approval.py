@@ -6,7 +6,9 @@ import asyncio
 import json
 import subprocess
 
-from temporalio.client import Client
+import pytest
+from temporalio.client import Client, WorkflowUpdateFailedError
+from temporalio.exceptions import ApplicationError
 
 from devserver import find_temporal_binary
 from tests.conftest import Harness, tool_messages
@@ -14,7 +16,9 @@ from workflows.agent import AgentWorkflow
 from workflows.models import (
     AgentResult,
     AgentStatus,
+    ApprovalDecision,
     ApproveSignal,
+    Decision,
     ModifySignal,
     RejectSignal,
     RunStatus,
@@ -80,7 +84,7 @@ async def test_invalid_modify_is_refused_and_the_run_keeps_waiting(harness: Harn
     handle = await harness.start(model, require_approval=["write_file"])
     await harness.wait_for_state(handle, "WaitingForHuman")
     await handle.signal(AgentWorkflow.modify, ModifySignal(arguments={"path": "notes.md"}))
-    await asyncio.sleep(0.5)
+    await harness.trace_events(handle, "SignalRefused", 1)
     status: AgentStatus = await handle.query(AgentWorkflow.state)
     assert status.state == "WaitingForHuman"
     assert len(status.pending_approvals) == 1
@@ -105,9 +109,7 @@ async def test_malformed_signal_bodies_are_refused_without_losing_the_run(
     await handle.signal("approve", {"callid": "typo"})
     await handle.signal("approve", {"call_id": "no-such-call"})
     await handle.signal("reject", {})
-    await asyncio.sleep(0.5)
-    trace = await handle.query(AgentWorkflow.trace)
-    refused = [e.data for e in trace.entries if e.event == "SignalRefused"]
+    refused = [e.data for e in await harness.trace_events(handle, "SignalRefused", 4)]
     assert len(refused) == 4
     assert "Input should be a valid dictionary" in refused[0]
     assert "callid: Extra inputs are not permitted" in refused[1]
@@ -124,6 +126,7 @@ async def test_signal_outside_waiting_is_refused(harness: Harness) -> None:
     handle = await harness.start(model)
     await harness.wait_for_state(handle, "Planning")
     await handle.signal(AgentWorkflow.approve, ApproveSignal(call_id="x"))
+    await harness.trace_events(handle, "SignalRefused", 1)
     result: AgentResult = await handle.result()
     assert result.status is RunStatus.DONE
     trace = await handle.query(AgentWorkflow.trace)
@@ -155,7 +158,7 @@ async def test_parallel_calls_are_addressed_by_call_id(harness: Harness) -> None
 
     await handle.signal(AgentWorkflow.approve, ApproveSignal())  # ambiguous: refused
     await handle.signal(AgentWorkflow.reject, RejectSignal(call_id="w2", reason="not that one"))
-    await asyncio.sleep(0.3)
+    await harness.trace_events(handle, "SignalReceived", 1)
     status = await handle.query(AgentWorkflow.state)
     assert [p.call_id for p in status.pending_approvals] == ["w1"]
     await handle.signal(AgentWorkflow.approve, ApproveSignal(call_id="w1"))
@@ -238,3 +241,34 @@ async def test_waiting_runs_are_found_by_search_attribute(harness: Harness) -> N
     assert handle.id in listed.stdout
     await handle.signal(AgentWorkflow.approve, ApproveSignal())
     await handle.result()
+
+
+async def test_decide_update_answers_the_caller(harness: Harness) -> None:
+    """The `decide` update refuses bad decisions to the caller, leaving no history; good ones
+    return the decided call."""
+    model = harness.script({"tool_calls": [WRITE]}, {"content": "ok"})
+    handle = await harness.start(model, require_approval=["write_file"])
+    status = await harness.wait_for_state(handle, "WaitingForHuman")
+    before = len((await handle.fetch_history()).events)
+
+    refusals = [
+        (Decision(action="approve", call_id="nope"), "no pending call with id 'nope'"),
+        (Decision(action="reject"), "reason: Field required"),
+        (Decision(action="modify", arguments={"path": 1}), "do not match its schema"),
+    ]
+    for decision, message in refusals:
+        with pytest.raises(WorkflowUpdateFailedError) as caught:
+            await handle.execute_update(AgentWorkflow.decide, decision)
+        assert isinstance(caught.value.cause, ApplicationError)
+        assert caught.value.cause.type == "DecisionRefused"
+        assert message in caught.value.cause.message
+    assert len((await handle.fetch_history()).events) == before  # refusals left no trace
+
+    decided = await handle.execute_update(
+        AgentWorkflow.decide,
+        Decision(action="modify", arguments={"path": "notes.md", "content": "via update"}),
+    )
+    assert decided.call_id == status.pending_approvals[0].call_id
+    assert decided.decision is ApprovalDecision.MODIFIED
+    assert (await handle.result()).status is RunStatus.DONE
+    assert (harness.workspace / "notes.md").read_text() == "via update"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import uuid
 
 from tests.conftest import Harness, free_port
 from tests.processes import clean_env, run_cli
@@ -21,6 +22,13 @@ def _common(harness: Harness) -> list[str]:
     ]
 
 
+def _track(harness: Harness) -> str:
+    """A workflow id for a CLI-started run, registered so the harness replay-checks it."""
+    workflow_id = f"cli-{uuid.uuid4().hex[:12]}"
+    harness.handles.append(harness.client.get_workflow_handle(workflow_id))
+    return workflow_id
+
+
 def _one_line_error(stderr: str) -> str:
     lines = stderr.strip().splitlines()
     assert len(lines) == 1, stderr
@@ -33,7 +41,7 @@ async def test_run_wait_json_prints_the_result_and_exits_0(harness: Harness) -> 
     model = harness.script({"content": "the answer"})
     done = await run_cli(
         *_common(harness), "run", "Answer", "--model", model,
-        "--workspace", str(harness.workspace), "--wait", "--json",
+        "--workspace", str(harness.workspace), "--wait", "--json", "--id", _track(harness),
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     result = AgentResult.model_validate_json(done.stdout)
@@ -46,8 +54,8 @@ async def test_run_wait_json_exits_1_when_the_run_ends_in_error(harness: Harness
     """A run that hits max steps prints its error result and exits 1."""
     model = harness.script({"tool_calls": [{"name": "list_dir", "arguments": {}}]})
     done = await run_cli(
-        *_common(harness), "run", "Loop", "--model", model,
-        "--workspace", str(harness.workspace), "--max-steps", "2", "--wait", "--json",
+        *_common(harness), "run", "Loop", "--model", model, "--workspace",
+        str(harness.workspace), "--max-steps", "2", "--wait", "--json", "--id", _track(harness),
     )  # fmt: skip
     assert done.returncode == 1, done.stderr
     result = AgentResult.model_validate_json(done.stdout)
@@ -141,7 +149,7 @@ async def test_bad_input_exits_2_with_one_clear_line(harness: Harness) -> None:
     await handle.result()
     nothing = await run_cli(*_common(harness), "approve", handle.id)
     assert nothing.returncode == 2
-    assert "has no tool call waiting for approval" in _one_line_error(nothing.stderr)
+    assert "already completed" in _one_line_error(nothing.stderr)
 
     again = await run_cli(*_common(harness), "run", "x", "--model", model, "--id", handle.id)
     assert again.returncode == 2
@@ -160,7 +168,7 @@ async def test_temporal_address_from_the_environment(harness: Harness) -> None:
     model = harness.script({"content": "via env"})
     done = await run_cli(
         "--task-queue", harness.task_queue, "run", "x", "--model", model,
-        "--workspace", str(harness.workspace), "--wait", "--json",
+        "--workspace", str(harness.workspace), "--wait", "--json", "--id", _track(harness),
         env=clean_env(TEMPORAL_ADDRESS=harness.client.service_client.config.target_host),
     )  # fmt: skip
     assert done.returncode == 0, done.stderr

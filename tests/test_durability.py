@@ -14,7 +14,7 @@ from scripted_model import ScriptedModelServer
 from tests.conftest import keep_history, replayer
 from tests.processes import clean_env, start_worker
 from workflows.agent import AgentWorkflow
-from workflows.models import AgentConfig, AgentInput, AgentResult, RunStatus
+from workflows.models import AgentConfig, AgentInput, AgentResult, Decision, RunStatus
 
 APPEND_ONCE = "python3 -c \"open('ran.log', 'a').write('ran\\n')\""
 
@@ -69,7 +69,9 @@ async def test_worker_killed_mid_run_and_restarted(
             task="append once",
             model=f"openai:{model}",
             workspace=str(workspace),
-            config=AgentConfig(allow_run_command=True, heartbeat_timeout_seconds=2),
+            config=AgentConfig(
+                allow_run_command=True, command_allowlist=("python3",), heartbeat_timeout_seconds=2
+            ),
         ),
         id=f"crash-{uuid.uuid4().hex[:8]}",
         task_queue=task_queue,
@@ -126,3 +128,59 @@ async def test_sigterm_hands_in_flight_work_to_another_worker(
         assert await second.terminate() == 0
     assert result.answer == "finished elsewhere"
     assert len(model_server.requests_for(model)) == 2
+    history = await handle.fetch_history()
+    (second_attempt,) = [
+        e.activity_task_started_event_attributes
+        for e in history.events
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED
+        and e.activity_task_started_event_attributes.attempt == 2
+    ]
+    # Handed back by the shutting-down worker, not found dead after a heartbeat timeout.
+    assert second_attempt.last_failure.application_failure_info.type == "WorkerShutdown"
+    await replayer().replay_workflow(history)
+
+
+async def test_a_pending_approval_survives_a_worker_restart(
+    client: Client, model_server: ScriptedModelServer, tmp_path: Path
+) -> None:
+    """A run waiting for a human outlives the worker that started it; the next one finishes it."""
+    model = f"restart-{uuid.uuid4().hex[:8]}"
+    model_server.add_model(
+        model,
+        [
+            {"tool_calls": [{"name": "write_file", "arguments": {"path": "a", "content": "x"}}]},
+            {"content": "written"},
+        ],
+    )
+    task_queue = f"test-{uuid.uuid4().hex[:12]}"
+    env = clean_env(OPENAI_BASE_URL=model_server.base_url)
+    first = await start_worker(_address(client), task_queue, env)
+    handle = await client.start_workflow(
+        AgentWorkflow.run,
+        AgentInput(
+            task="write a",
+            model=f"openai:{model}",
+            workspace=str(tmp_path),
+            config=AgentConfig(require_approval=("write_file",)),
+        ),
+        id=f"restart-{uuid.uuid4().hex[:8]}",
+        task_queue=task_queue,
+        execution_timeout=timedelta(minutes=3),
+    )
+    for _ in range(300):
+        if (await handle.query(AgentWorkflow.state)).state == "WaitingForHuman":
+            break
+        await asyncio.sleep(0.1)
+    await first.kill()
+
+    second = await start_worker(_address(client), task_queue, env)
+    try:
+        decided = await handle.execute_update(AgentWorkflow.decide, Decision(action="approve"))
+        result: AgentResult = await asyncio.wait_for(handle.result(), 60)
+    finally:
+        assert await second.terminate() == 0
+    assert decided.tool == "write_file"
+    assert result.answer == "written"
+    assert (tmp_path / "a").read_text() == "x"
+    assert len(model_server.requests_for(model)) == 2  # nothing before the wait was redone
+    await replayer().replay_workflow(await handle.fetch_history())

@@ -168,16 +168,31 @@ async def test_unknown_provider_is_a_config_error(http: httpx.AsyncClient) -> No
         await models.complete(ModelRequest(model="nope:x", messages=MESSAGES), read_timeout=5)
 
 
-async def test_the_key_is_sent_as_bearer_and_never_echoed(http: httpx.AsyncClient) -> None:
-    """The worker's key goes in the Authorization header and appears in no error text."""
+async def test_the_key_is_sent_as_bearer_and_redacted_from_errors(
+    http: httpx.AsyncClient,
+) -> None:
+    """The key goes in the Authorization header; a provider echoing it back is redacted."""
+    echo = {"error": {"message": f"Incorrect API key provided: {KEY}. Or sk-proj-****abcd."}}
     with ScriptedModelServer(api_key=KEY) as server:
-        server.add_model("m", [{"content": "x"}])
-        await _complete(_models(http, server.base_url, KEY), "m")
-        assert server.requests[-1].headers["authorization"] == f"Bearer {KEY}"
+        server.add_model("m", [{"content": "x", "errors": [{"status": 401, "body": echo}]}])
         with pytest.raises(ModelHTTPError) as caught:
-            await _complete(_models(http, server.base_url, "sk-wrong-key-0000000000"), "m")
-    assert KEY not in str(caught.value)
+            await _complete(_models(http, server.base_url, KEY), "m")
+        assert server.requests[-1].headers["authorization"] == f"Bearer {KEY}"
+    message = caught.value.to_application_error().message
+    assert KEY not in message
+    assert "sk-proj" not in message
+    assert message.startswith("openai returned HTTP 401: Incorrect API key provided: [redacted]")
     assert KEY not in repr(ProviderSettings.from_env({"OPENAI_API_KEY": KEY}))
+
+
+async def test_credentials_in_the_base_url_stay_out_of_errors(http: httpx.AsyncClient) -> None:
+    """user:password in OPENAI_BASE_URL never appears in a connection error's text."""
+    url = f"http://user:s3cret-pass@127.0.0.1:{free_port()}/v1?api-key=abc123"
+    with pytest.raises(ModelConnectionError) as caught:
+        await _complete(_models(http, url), "m")
+    assert "s3cret" not in str(caught.value)
+    assert "abc123" not in str(caught.value)
+    assert "127.0.0.1" in str(caught.value)
 
 
 async def test_retry_after_sets_the_next_attempt_delay_in_a_run(harness: Harness) -> None:

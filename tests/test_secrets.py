@@ -18,6 +18,7 @@ from temporalio.client import Client
 from activities.model import ProviderSettings, http_client
 from devserver import find_temporal_binary
 from scripted_model import ScriptedModelServer
+from tests.conftest import replayer
 from worker import build_worker
 from workflows.agent import AgentWorkflow
 from workflows.models import AgentConfig, AgentInput, AgentResult, RunStatus
@@ -59,6 +60,7 @@ async def test_key_never_enters_the_exported_history(
                 task_queue=task_queue,
             )
             result: AgentResult = await handle.result()
+            await replayer().replay_workflow(await handle.fetch_history())
         assert models.requests[0].headers["authorization"] == f"Bearer {KEY}"
 
     assert result.status is RunStatus.DONE

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 import time
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +21,11 @@ from activities.workspace import relative, resolve
 from workflows.models import ToolCall, ToolPolicy, ToolRequest, ToolResult
 
 POLICY = ToolPolicy()
-COMMANDS = ToolPolicy(allow_run_command=True, command_timeout_seconds=30)
+COMMANDS = ToolPolicy(
+    allow_run_command=True,
+    command_allowlist=("cat", "echo", "grep", "python3", "sleep", "touch"),
+    command_timeout_seconds=30,
+)
 
 
 @pytest.fixture
@@ -445,12 +451,72 @@ async def test_run_command_environment_has_no_secrets(
 
 async def test_run_command_output_is_capped(workspace: Path) -> None:
     """A command's flood of output is cut to max_output_chars with an exact count of the rest."""
-    policy = ToolPolicy(allow_run_command=True, max_output_chars=200)
+    policy = COMMANDS.model_copy(update={"max_output_chars": 200})
     result = await run(workspace, "run_command", policy, command="python3 -c 'print(\"x\" * 5000)'")
     assert result.success
     assert (
         result.output == ("exit code 0\n" + "x" * 5000)[:200] + "\n[... 4813 more characters cut]"
     )
+
+
+async def test_run_command_refuses_absolute_path_arguments(workspace: Path) -> None:
+    """An absolute path argument is refused before the command starts, so nothing runs."""
+    result = await run(workspace, "run_command", COMMANDS, command="cat /etc/hostname")
+    assert result == ToolResult(
+        success=False,
+        output="ERROR: argument '/etc/hostname' leads outside the workspace; "
+        "commands may only use workspace-relative paths",
+    )
+    touch = await run(workspace, "run_command", COMMANDS, command="touch made.txt /tmp/x ~/y")
+    assert_refused(touch, "'/tmp/x' leads outside the workspace")
+    assert not (workspace / "made.txt").exists()
+    assert_refused(await run(workspace, "run_command", COMMANDS, command="cat ~/.bashrc"), "'~")
+
+
+async def test_run_command_refuses_dot_dot_arguments(workspace: Path, outside: Path) -> None:
+    """An argument with a '..' segment is refused, and the outside file is not read."""
+    for command in ("cat ../outside/secret.txt", "cat a/../../outside/secret.txt"):
+        result = await run(workspace, "run_command", COMMANDS, command=command)
+        assert_refused(result, "leads outside the workspace")
+        assert "top secret" not in result.output
+
+
+async def test_run_command_refuses_paths_in_option_values(workspace: Path) -> None:
+    """The value of '--opt=value' is checked like a plain argument."""
+    (workspace / "notes.txt").write_text("root\n")
+    for command in ("grep --file=/etc/passwd notes.txt", "grep --file=../x/y notes.txt"):
+        result = await run(workspace, "run_command", COMMANDS, command=command)
+        assert_refused(result, "argument '--file=", "leads outside the workspace")
+
+
+async def test_run_command_cannot_read_the_worker_environment(
+    workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """'cat /proc/self/environ' is refused, so the worker's API key cannot be read through it."""
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-must-not-leak")
+    for command in ("cat /proc/self/environ", f"cat /proc/{os.getpid()}/environ"):
+        result = await run(workspace, "run_command", COMMANDS, command=command)
+        assert_refused(result, "leads outside the workspace")
+        assert "sk-must-not-leak" not in result.output
+
+
+async def test_run_command_refuses_symlinks_leading_out(workspace: Path, outside: Path) -> None:
+    """An argument that reaches outside through a link in the workspace is refused."""
+    (workspace / "notes.txt").symlink_to(outside / "secret.txt")
+    (workspace / "link").symlink_to(outside)
+    for command in ("cat notes.txt", "cat link/secret.txt", "touch link/new.txt"):
+        result = await run(workspace, "run_command", COMMANDS, command=command)
+        assert_refused(result, "leads outside the workspace through a symbolic link")
+        assert "top secret" not in result.output
+    assert sorted(p.name for p in outside.iterdir()) == ["secret.txt"]
+
+
+async def test_run_command_accepts_workspace_relative_arguments(workspace: Path) -> None:
+    """Relative paths inside the workspace, and links that stay inside, still work."""
+    (workspace / "notes.txt").write_text("hello\n")
+    (workspace / "alias.txt").symlink_to(workspace / "notes.txt")
+    result = await run(workspace, "run_command", COMMANDS, command="cat notes.txt alias.txt")
+    assert result == ToolResult(success=True, output="exit code 0\nhello\nhello\n")
 
 
 # --------------------------------------------------------------------------------------------
@@ -512,6 +578,18 @@ async def test_run_command_heartbeats_while_waiting(
     assert result.success
     assert beats
     assert str(beats[0][0]).startswith("python3 running for")
+
+
+async def test_heartbeat_interval_follows_the_heartbeat_timeout(workspace: Path) -> None:
+    """With a 0.6 s heartbeat timeout a command heartbeats every 0.2 s, not every 2 s."""
+    beats: list[Any] = []
+    env = ActivityEnvironment()
+    env.info = dataclasses.replace(env.info, heartbeat_timeout=timedelta(seconds=0.6))
+    env.on_heartbeat = lambda *details: beats.append(details)
+    call = request(workspace, "run_command", json.dumps({"command": "sleep 1.5"}))
+    result = await env.run(ToolActivities().run_tool, call.model_copy(update={"policy": COMMANDS}))
+    assert result.success
+    assert len(beats) >= 3
 
 
 async def test_cancelling_the_activity_kills_the_command(

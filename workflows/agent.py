@@ -13,13 +13,19 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
 from pydantic import ValidationError
 from temporalio import workflow
-from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError, ApplicationError, is_cancelled_exception
+from temporalio.common import RetryPolicy, SearchAttributeUpdate
+from temporalio.exceptions import (
+    ActivityError,
+    ApplicationError,
+    TimeoutError,
+    is_cancelled_exception,
+)
 
 from workflows import search_attributes as sa
 from workflows.memory import AgentMemory
@@ -29,6 +35,7 @@ from workflows.models import (
     AgentStatus,
     ApprovalDecision,
     ApproveSignal,
+    Decision,
     ModelRequest,
     ModelResponse,
     ModifySignal,
@@ -55,6 +62,13 @@ with workflow.unsafe.imports_passed_through():
 
 SUMMARY_TARGET_CHARS = 60
 
+# Temporal fails a payload over 2 MB and terminates a run at 50 MB / 51,200 events without
+# letting it react. The loop stops itself, with a clear error, well before either. (Reflection
+# and continue-as-new will bound growth; until then these are the honest limits.)
+MAX_MODEL_INPUT_BYTES = 1_500_000
+MAX_HISTORY_BYTES = 40 * 1024 * 1024
+MAX_HISTORY_EVENTS = 40_000
+
 
 def _cut(text: str, limit: int) -> str:
     if len(text) <= limit:
@@ -62,14 +76,25 @@ def _cut(text: str, limit: int) -> str:
     return f"{text[:limit]}\n[... {len(text) - limit} more characters cut]"
 
 
-def _root_message(exc: BaseException) -> str:
-    """The innermost failure message of an activity error chain."""
-    while exc.__cause__ is not None:
-        exc = exc.__cause__
-    return exc.message if isinstance(exc, ApplicationError) else str(exc)
+def _failure_message(exc: ActivityError) -> str:
+    """What an activity failure means, in one line.
+
+    The activity's own ``ApplicationError`` carries the deliberate message (provider, status,
+    provider text); a timeout says which timeout; only otherwise is the raw cause used.
+    """
+    cause = exc.cause
+    if isinstance(cause, ApplicationError):
+        return cause.message
+    if isinstance(cause, TimeoutError):
+        kind = cause.type.name.lower().replace("_", "-") if cause.type else "activity"
+        why = exc.retry_state.name.lower().replace("_", " ") if exc.retry_state else "retries over"
+        return f"{kind} timeout ({why})"
+    return str(cause or exc)
 
 
-@workflow.defn
+# A ValidationError in workflow code means bad data (an input another client built without our
+# models, a corrupt body): fail the run with the message instead of retrying its task forever.
+@workflow.defn(failure_exception_types=[ValidationError])
 class AgentWorkflow:
     """One durable agent run: plan, act, observe until the model answers."""
 
@@ -100,7 +125,7 @@ class AgentWorkflow:
             State.OBSERVING: self._observe,
             State.POST_TOOLS_HOOK: self._post_tools_hook,
         }
-        workflow.upsert_search_attributes([sa.AGENT_MODEL.value_set(input.model)])
+        self._upsert([sa.AGENT_MODEL.value_set(input.model)])
         self._fire(Event.START, f"task: {_cut(input.task, 200)}")
         try:
             while not self._state.is_terminal:
@@ -118,8 +143,14 @@ class AgentWorkflow:
             # Cancellation can surface as asyncio.CancelledError or as an ActivityError whose
             # cause is a CancelledError; either way the run ends in Cancelled and Temporal
             # records it as cancelled because we re-raise.
-            if is_cancelled_exception(exc) and not self._state.is_terminal:
-                self._fire(Event.CANCEL, "the run was cancelled")
+            if is_cancelled_exception(exc):
+                if not self._state.is_terminal:
+                    self._fire(Event.CANCEL, "the run was cancelled")
+            else:
+                # A bug (InvalidTransition, OwnershipViolation): the run fails, and its search
+                # attribute must not keep claiming it is alive in its last state.
+                self._record(self._state, "RunFailed", str(exc))
+                self._upsert([sa.AGENT_STATE.value_set(State.ERROR.value)])
             raise
         return AgentResult(
             status=RunStatus.DONE if self._state is State.DONE else RunStatus.ERROR,
@@ -140,10 +171,14 @@ class AgentWorkflow:
             "agent.transition",
             extra={"from": before.value, "event": event.value, "to": after.value},
         )
-        workflow.upsert_search_attributes(
+        self._upsert(
             [sa.AGENT_STATE.value_set(after.value), sa.AGENT_STEP.value_set(self._memory.step)]
         )
         workflow.set_current_details(self._details())
+
+    def _upsert(self, updates: list[SearchAttributeUpdate[Any]]) -> None:
+        if self._config.search_attributes:
+            workflow.upsert_search_attributes(updates)
 
     def _record(self, state: State, event: str, data: str) -> None:
         self._last_event = f"{event}: {data}" if data else event
@@ -188,6 +223,17 @@ class AgentWorkflow:
                 f"max steps reached: the model gave no final answer within {config.max_steps} steps"
             )
             return Event.MAX_STEPS
+        info = workflow.info()
+        if (
+            info.get_current_history_size() > MAX_HISTORY_BYTES
+            or info.get_current_history_length() > MAX_HISTORY_EVENTS
+        ):
+            m.error = (
+                f"history limit reached ({info.get_current_history_length()} events, "
+                f"{info.get_current_history_size() // 1024} KiB) before Temporal's hard limit; "
+                "split the task or lower max_steps"
+            )
+            return Event.FATAL_ERROR
         m.step += 1
         offered = tuple(
             name
@@ -201,6 +247,14 @@ class AgentWorkflow:
             tools=offered,
             temperature=config.temperature,
         )
+        size = len(request.model_dump_json())
+        if size > MAX_MODEL_INPUT_BYTES:
+            m.error = (
+                f"the conversation ({size // 1024} KiB) no longer fits in one model call's "
+                f"input (limit {MAX_MODEL_INPUT_BYTES // 1024} KiB); lower "
+                "max_observation_chars or split the task"
+            )
+            return Event.FATAL_ERROR
         try:
             response: ModelResponse = await workflow.execute_activity_method(
                 ModelActivities.call_model,
@@ -218,7 +272,7 @@ class AgentWorkflow:
         except ActivityError as exc:
             if is_cancelled_exception(exc):
                 raise
-            m.error = f"model call failed: {_root_message(exc)}"
+            m.error = f"model call failed: {_failure_message(exc)}"
             return Event.FATAL_ERROR
         m.usage = m.usage + response.usage
         self._record(
@@ -411,7 +465,7 @@ class AgentWorkflow:
                 raise
             return ToolOutcome(
                 call=call,
-                observation=f"ERROR: {call.name} failed: {_root_message(exc)}",
+                observation=f"ERROR: {call.name} failed: {_failure_message(exc)}",
                 success=False,
             )
         return ToolOutcome(
@@ -456,57 +510,95 @@ class AgentWorkflow:
         return Event.HOOK_DONE
 
     # ----------------------------------------------------------------------------------------
-    # Human approval. Bodies are plain JSON objects so the stock CLI can send them; they are
-    # validated here (not by the converter, which would silently drop a malformed signal) and a
-    # refused signal is recorded in the trace and `state.last_event` instead of being lost.
+    # Human approval. Two doors to the same checks:
+    # - signals `approve` / `reject` / `modify` take small plain JSON bodies, so the stock
+    #   `temporal workflow signal` works. They are validated here, not by the data converter
+    #   (which would drop a malformed signal with only a worker log line); a refused signal is
+    #   recorded in the trace and in `state.last_event`, and the run keeps waiting.
+    # - the update `decide` runs the same checks in its validator, so a client (starter.py)
+    #   hears "refused, because ..." synchronously, and a refused update leaves no history.
     # ----------------------------------------------------------------------------------------
 
     @workflow.signal
     def approve(self, body: Any = None) -> None:
         """``{"call_id": "..."}``: run the pending call as the model asked."""
-        self._decide("approve", ApproveSignal, body)
+        self._signal("approve", body)
 
     @workflow.signal
     def reject(self, body: Any = None) -> None:
         """``{"call_id": "...", "reason": "..."}``: do not run it; the reason is the observation."""
-        self._decide("reject", RejectSignal, body)
+        self._signal("reject", body)
 
     @workflow.signal
     def modify(self, body: Any = None) -> None:
         """``{"call_id": "...", "arguments": {...}}``: run it with these (checked) arguments."""
-        self._decide("modify", ModifySignal, body)
+        self._signal("modify", body)
 
-    def _decide(
-        self, name: str, schema: type[ApproveSignal | RejectSignal | ModifySignal], body: Any
-    ) -> None:
+    @workflow.update
+    def decide(self, decision: Decision) -> PendingApproval:
+        """Approve, reject or modify one pending call; returns the call as decided."""
+        return self._apply(decision.action, self._check_or_refuse(decision))
+
+    @decide.validator
+    def _validate_decide(self, decision: Decision) -> None:
+        # Raised in the validator, the refusal rejects the update: nothing reaches the history.
+        self._check_or_refuse(decision)
+
+    def _check_or_refuse(self, decision: Decision) -> _Checked:
+        try:
+            return self._check(decision.action, decision.body())
+        except _Refused as exc:
+            raise ApplicationError(str(exc), type="DecisionRefused", non_retryable=True) from None
+
+    def _signal(self, action: str, body: Any) -> None:
+        try:
+            checked = self._check(action, body)
+        except _Refused as exc:
+            self._record(self._state, "SignalRefused", f"{action}: {exc}")
+            workflow.logger.warning(
+                "agent.signal.refused", extra={"signal": action, "why": str(exc)}
+            )
+            return
+        self._apply(action, checked)
+
+    def _check(self, action: str, body: Any) -> _Checked:
+        """Everything that could refuse a decision, without changing anything."""
+        schema = _DECISION_BODIES[action]
         try:
             signal = schema.model_validate({} if body is None else body)
-            pending = self._find_pending(signal.call_id)
-            update: dict[str, Any] = {}
-            if isinstance(signal, ApproveSignal):
-                update = {"decision": ApprovalDecision.APPROVED}
-            elif isinstance(signal, RejectSignal):
-                update = {"decision": ApprovalDecision.REJECTED, "reason": signal.reason}
-            else:
-                args = parse_arguments(pending.tool, signal.arguments)
-                update = {"decision": ApprovalDecision.MODIFIED, "arguments": args.model_dump()}
-                self._memory.current_tool_calls = tuple(
-                    c.model_copy(update={"arguments": args.model_dump_json()})
-                    if c.id == pending.call_id
-                    else c
-                    for c in self._memory.current_tool_calls
-                )
-        except (ValidationError, ToolArgumentsError, _Refused) as exc:
-            message = str(exc) if not isinstance(exc, ValidationError) else _brief(exc)
-            self._record(self._state, "SignalRefused", f"{name}: {message}")
-            workflow.logger.warning("agent.signal.refused", extra={"signal": name, "why": message})
-            return
-        self._memory.pending_approvals = tuple(
-            p.model_copy(update=update) if p.call_id == pending.call_id else p
-            for p in self._memory.pending_approvals
+        except ValidationError as exc:
+            raise _Refused(_brief(exc)) from None
+        pending = self._find_pending(signal.call_id)
+        if isinstance(signal, ApproveSignal):
+            return _Checked(pending, {"decision": ApprovalDecision.APPROVED})
+        if isinstance(signal, RejectSignal):
+            return _Checked(
+                pending, {"decision": ApprovalDecision.REJECTED, "reason": signal.reason}
+            )
+        try:
+            args = parse_arguments(pending.tool, signal.arguments)
+        except ToolArgumentsError as exc:
+            raise _Refused(str(exc)) from None
+        return _Checked(
+            pending,
+            {"decision": ApprovalDecision.MODIFIED, "arguments": args.model_dump()},
+            new_arguments=args.model_dump_json(),
         )
-        self._record(self._state, "SignalReceived", f"{name} {pending.call_id}")
+
+    def _apply(self, action: str, checked: _Checked) -> PendingApproval:
+        m, call_id = self._memory, checked.pending.call_id
+        if checked.new_arguments is not None:
+            m.current_tool_calls = tuple(
+                c.model_copy(update={"arguments": checked.new_arguments}) if c.id == call_id else c
+                for c in m.current_tool_calls
+            )
+        decided = checked.pending.model_copy(update=checked.update)
+        m.pending_approvals = tuple(
+            decided if p.call_id == call_id else p for p in m.pending_approvals
+        )
+        self._record(self._state, "SignalReceived", f"{action} {call_id}")
         workflow.set_current_details(self._details())
+        return decided
 
     def _find_pending(self, call_id: str | None) -> PendingApproval:
         waiting = [p for p in self._memory.pending_approvals if p.decision is None]
@@ -553,7 +645,21 @@ class AgentWorkflow:
 
 
 class _Refused(Exception):
-    """A well-formed signal that does not fit the run's current situation."""
+    """A decision the run cannot take: malformed, or not fitting its current situation."""
+
+
+@dataclass(frozen=True)
+class _Checked:
+    pending: PendingApproval
+    update: dict[str, Any]
+    new_arguments: str | None = None
+
+
+_DECISION_BODIES: dict[str, type[ApproveSignal | RejectSignal | ModifySignal]] = {
+    "approve": ApproveSignal,
+    "reject": RejectSignal,
+    "modify": ModifySignal,
+}
 
 
 def _brief(exc: ValidationError) -> str:

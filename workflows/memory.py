@@ -17,7 +17,7 @@ history                Observing (append tool turns);       never
                        Planning (append feedback turns);
                        Reflecting (compress)
 final_answer           Planning                             never
-error                  Planning, Acting, ParallelActing     never
+error                  Planning                             never
 usage                  Planning, Reflecting                 never
 =====================  ===================================  =========================
 
@@ -69,7 +69,7 @@ OWNERSHIP: dict[str, Ownership] = {
     "pending_approvals": _own({S.PLANNING, S.WAITING_FOR_HUMAN}, {S.OBSERVING}),
     "history": _own({S.OBSERVING, S.PLANNING, S.REFLECTING}, append_only={S.OBSERVING, S.PLANNING}),
     "final_answer": _own({S.PLANNING}),
-    "error": _own({S.PLANNING, S.ACTING, S.PARALLEL_ACTING}),
+    "error": _own({S.PLANNING}),
     "usage": _own({S.PLANNING, S.REFLECTING}),
 }
 

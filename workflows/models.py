@@ -37,9 +37,11 @@ class _Mutable(BaseModel):
 # --------------------------------------------------------------------------------------------
 
 DEFAULT_COMMAND_ALLOWLIST = (
-    "cat", "echo", "git", "grep", "head", "ls", "pwd", "pytest", "python", "python3", "tail",
-    "wc",
+    "cat", "diff", "echo", "grep", "head", "ls", "pwd", "sort", "tail", "wc",
 )  # fmt: skip
+"""Programs that only read and print. Interpreters (python, node, sh) and git (hooks, aliases,
+``-c``) run arbitrary code as the worker's user: add them only for workers you would let run
+anything, e.g. in a container."""
 
 
 class AgentConfig(_Frozen):
@@ -67,14 +69,17 @@ class AgentConfig(_Frozen):
     max_observation_chars: int = Field(12_000, ge=200, le=1_000_000)
     """Tool output beyond this is cut (with a note) before the model and the history see it."""
 
-    model_timeout_seconds: float = Field(300, gt=0)
+    model_timeout_seconds: float = Field(300, gt=0, le=86_400)
     """Start-to-close timeout of one model call attempt."""
-    model_max_attempts: int = Field(5, ge=1)
-    tool_timeout_seconds: float = Field(120, gt=0)
+    model_max_attempts: int = Field(5, ge=1, le=100)
+    tool_timeout_seconds: float = Field(120, gt=0, le=86_400)
     """Start-to-close timeout of one tool call attempt."""
-    tool_max_attempts: int = Field(3, ge=1)
-    heartbeat_timeout_seconds: float = Field(15, gt=0)
+    tool_max_attempts: int = Field(3, ge=1, le=100)
+    heartbeat_timeout_seconds: float = Field(15, ge=1, le=3600)
     """A worker that dies during a long call is noticed after this long, not after the timeout."""
+    search_attributes: bool = True
+    """Keep AgentState / AgentStep / AgentModel current. Turn off only where they cannot be
+    registered (the time-skipping test server): upserting an unknown one fails the run's task."""
 
     @field_validator("require_approval", "blacklisted_tools", "command_allowlist", mode="before")
     @classmethod
@@ -98,11 +103,11 @@ class AgentInput(_Frozen):
     """What a run is asked to do. Carries no secrets: keys live in the worker's environment."""
 
     task: str = Field(min_length=1, max_length=100_000)
-    model: str = "openai:gpt-4o"
+    model: str = Field("openai:gpt-4o", max_length=200)
     """``provider:model``; the provider prefix picks the wire protocol."""
-    workspace: str = Field(min_length=1)
+    workspace: str = Field(min_length=1, max_length=4096)
     """Directory on the worker host that every tool path is confined to."""
-    task_type: str = "default"
+    task_type: str = Field("default", min_length=1, max_length=100)
     config: AgentConfig = AgentConfig()
 
     @field_validator("model")
@@ -246,6 +251,19 @@ class ModifySignal(_Frozen):
 
     call_id: str | None = None
     arguments: dict[str, Any]
+
+
+class Decision(_Frozen):
+    """Input of the ``decide`` update: one signal body plus which action it is."""
+
+    action: Literal["approve", "reject", "modify"]
+    call_id: str | None = None
+    reason: str | None = None
+    arguments: dict[str, Any] | None = None
+
+    def body(self) -> dict[str, Any]:
+        """The equivalent signal body, so both doors share one set of checks."""
+        return self.model_dump(exclude={"action"}, exclude_none=True)
 
 
 # --------------------------------------------------------------------------------------------

@@ -59,7 +59,7 @@ class Event(enum.StrEnum):
     # Acting outcomes
     TOOL_SUCCESS = "ToolSuccess"
     TOOL_FAILURE = "ToolFailure"
-    # Observing outcomes (the progress check runs here)
+    # Observing outcomes (Nexora's progress check will decide among these)
     CONTINUE = "Continue"
     FILES_CHANGED = "FilesChanged"
     NEEDS_REFLECTION = "NeedsReflection"
