@@ -24,6 +24,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from temporalio.client import Client  # noqa: E402
+
 from activities.model import ModelActivities, ProviderSettings, http_client  # noqa: E402
 from activities.tools import execute_tool  # noqa: E402
 from connection import connect  # noqa: E402
@@ -33,6 +35,7 @@ from worker import build_worker  # noqa: E402
 from workflows.agent import AgentWorkflow  # noqa: E402
 from workflows.memory import AgentMemory  # noqa: E402
 from workflows.models import (  # noqa: E402
+    AgentConfig,
     AgentInput,
     AgentResult,
     ModelRequest,
@@ -94,6 +97,32 @@ async def plain_loop(models: ModelActivities, model: str, task: str, workspace: 
             )
         memory.enter(State.OBSERVING)
         memory.history = (*memory.history, Turn(step=memory.step, outcomes=tuple(outcomes)))
+
+
+async def _memory_per_waiting_run(
+    client: Client, task_queue: str, model: str, tmp: Path, count: int
+) -> float:
+    """Park ``count`` runs in WaitingForHuman (cached on this worker); RSS growth per run."""
+    config = AgentConfig(require_approval=("write_file",))
+    before = _rss_kib()
+    handles = [
+        await client.start_workflow(
+            AgentWorkflow.run,
+            AgentInput(
+                task=f"park {i}", model=model, workspace=str(tmp / f"park{i}"), config=config
+            ),
+            id=f"bench-park-{uuid.uuid4().hex[:10]}",
+            task_queue=task_queue,
+        )
+        for i in range(count)
+    ]
+    for handle in handles:
+        while (await handle.query(AgentWorkflow.state)).state != "WaitingForHuman":
+            await asyncio.sleep(0.05)
+    grown = _rss_kib() - before
+    for handle in handles:
+        await handle.cancel()
+    return grown / count
 
 
 async def bench(args: argparse.Namespace) -> None:
@@ -161,7 +190,6 @@ async def bench(args: argparse.Namespace) -> None:
                 )
                 await single.result()
                 durable_single = time.perf_counter() - start
-                rss_before = _rss_kib()
                 start = time.perf_counter()
                 handles = await asyncio.gather(
                     *(
@@ -178,7 +206,9 @@ async def bench(args: argparse.Namespace) -> None:
                 )
                 results: list[AgentResult] = await asyncio.gather(*(h.result() for h in handles))
                 durable = time.perf_counter() - start
-                rss_after = _rss_kib()
+                per_waiting_run = await _memory_per_waiting_run(
+                    client, task_queue, model, tmp, args.waiting
+                )
             assert all(r.steps == steps_per_run for r in results), results
             history_events = [len((await h.fetch_history()).events) for h in handles[:3]]
         finally:
@@ -198,16 +228,16 @@ async def bench(args: argparse.Namespace) -> None:
         f"{total_steps / durable:>12.0f}{plain / durable:>7.2f}x"
     )
     print(f"history events per run: {statistics.mean(history_events):.0f}")
-    grown = rss_after - rss_before
     print(
-        f"worker RSS growth while {args.runs} runs completed and stayed cached: "
-        f"{grown / 1024:.1f} MiB ({grown / args.runs:.0f} KiB/run)"
+        f"worker memory per run cached while waiting for approval ({args.waiting} runs): "
+        f"{per_waiting_run:.0f} KiB"
     )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=20)
+    parser.add_argument("--waiting", type=int, default=200, help="runs parked for memory")
     parser.add_argument("--steps", type=int, default=5, help="tool steps per run")
     parser.add_argument("--address", help="use this Temporal server instead of a fresh dev server")
     asyncio.run(bench(parser.parse_args()))
