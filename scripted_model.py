@@ -1,8 +1,9 @@
-"""A scripted model server: a real local HTTP server that speaks OpenAI chat completions.
+"""A scripted model server: a real local HTTP server speaking OpenAI and Anthropic protocols.
 
-The agent's model activity talks to it over HTTP exactly as it talks to OpenAI, so the demo and the
-test suite exercise the real client, timeouts, retries and error translation. Answers come from a
-script instead of a model::
+The agent's model activity talks to it over HTTP exactly as it talks to OpenAI
+(``POST /v1/chat/completions``) or Anthropic (``POST /v1/messages``), so the demo and the test suite
+exercise the real client, timeouts, retries and error translation. Answers come from a script
+instead of a model, and one script serves both protocols::
 
     {"models": {"demo": [
         {"content": "I'll look first.",
@@ -13,7 +14,8 @@ script instead of a model::
 Which turn answers a request is decided by the request alone: the number of assistant messages in
 ``messages``. Retries and concurrent conversations therefore get the same answer; past the end of a
 script the last turn repeats. A turn may fail its first attempts (``errors``), answer late
-(``delay``), or send a raw body (``raw``) to simulate a broken provider.
+(``delay``), or send a raw body (``raw``) to simulate a broken provider. A turn's ``confidence``
+becomes OpenAI log-probabilities when the request asks for them (Anthropic has none).
 
 Run it on its own with ``python scripted_model.py --script demo/script.json``.
 """
@@ -23,18 +25,20 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
+import re
 import signal
 import socket
 import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from types import FrameType, TracebackType
-from typing import Annotated, Any, Self
+from typing import Annotated, Any, Literal, Self
 from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -55,6 +59,8 @@ __all__ = [
 
 _JSON = "application/json"
 
+_Api = Literal["openai", "anthropic"]
+
 
 class ScriptError(ValueError):
     """A script that cannot be used: missing file, invalid JSON or bad shape (one-line message)."""
@@ -68,9 +74,12 @@ class TurnToolCall(BaseModel):
     name: str = Field(min_length=1)
     """Tool (function) name."""
     arguments: dict[str, Any] | str = Field(default_factory=dict)
-    """An object is JSON-encoded; a string is sent verbatim, so tests can send malformed JSON."""
+    """An object is JSON-encoded; a string is sent verbatim, so tests can send malformed JSON.
+
+    Anthropic's ``input`` is an object, so there a string must decode to one (else a 500).
+    """
     id: str | None = None
-    """Tool call id; defaults to ``call_t<turn>_<i>``."""
+    """Tool call id; by default ``call_t<turn>_<i>`` (OpenAI) or ``toolu_t<turn>_<i>``."""
 
 
 class TurnError(BaseModel):
@@ -85,7 +94,7 @@ class TurnError(BaseModel):
     status: int = Field(ge=200, le=599)
     """HTTP status code."""
     body: Any = None
-    """A string is sent verbatim, other JSON values encoded; ``None`` gives OpenAI's error shape."""
+    """A string is sent verbatim, other JSON values encoded; ``None`` gives the protocol's error."""
     headers: dict[str, str] = Field(default_factory=dict)
     """Extra response headers, e.g. ``{"Retry-After": "1"}``."""
 
@@ -98,7 +107,10 @@ class TurnUsage(BaseModel):
     prompt_tokens: int = Field(ge=0)
     completion_tokens: int = Field(ge=0)
     cached_tokens: int = Field(default=0, ge=0)
-    """Reported as ``usage.prompt_tokens_details.cached_tokens``."""
+    """OpenAI ``usage.prompt_tokens_details.cached_tokens``; Anthropic ``cache_read_input_tokens``.
+
+    Anthropic's ``input_tokens`` counts uncached input only: ``prompt_tokens - cached_tokens``.
+    """
 
     @model_validator(mode="after")
     def _cached_within_prompt(self) -> Self:
@@ -126,13 +138,15 @@ class Turn(BaseModel):
     """Sent verbatim as the response body instead of a chat completion."""
     raw_status: int | None = Field(default=None, ge=100, le=599)
     """Status for ``raw`` (default 200)."""
+    confidence: float | None = Field(default=None, gt=0, le=1)
+    """OpenAI only: with ``"logprobs": true`` in the request, every token's logprob is its log."""
 
     @model_validator(mode="after")
     def _one_kind_of_answer(self) -> Self:
         if self.raw is not None:
-            if self.content is not None or self.tool_calls:
+            if self.content is not None or self.tool_calls or self.confidence is not None:
                 raise ValueError(
-                    "raw replaces the whole answer; give it without content/tool_calls"
+                    "raw replaces the whole answer; give it without content/tool_calls/confidence"
                 )
         elif self.raw_status is not None:
             raise ValueError("raw_status needs raw")
@@ -151,12 +165,14 @@ class Script(BaseModel):
 
 @dataclass(frozen=True)
 class RecordedRequest:
-    """A chat-completions request the server received."""
+    """A model request the server received, in either protocol."""
 
     model: str
     body: dict[str, Any]
     headers: dict[str, str]
     """Header names are lowercase."""
+    protocol: Literal["openai", "anthropic"] = "openai"
+    """``"openai"`` for ``/v1/chat/completions``, ``"anthropic"`` for ``/v1/messages``."""
 
 
 def _describe(exc: ValidationError) -> str:
@@ -256,6 +272,35 @@ def _default_error_body(status: int) -> dict[str, Any]:
     return _openai_error(message, type_, code)
 
 
+# Anthropic's error type and message for each status when a scripted error gives no body.
+_ANTHROPIC_ERRORS: dict[int, tuple[str, str]] = {
+    400: ("invalid_request_error", "Invalid request."),
+    401: ("authentication_error", "invalid x-api-key"),
+    403: (
+        "permission_error",
+        "Your API key does not have permission to use the specified resource.",
+    ),
+    404: ("not_found_error", "The requested resource could not be found."),
+    413: ("request_too_large", "Request exceeds the maximum allowed number of bytes."),
+    429: (
+        "rate_limit_error",
+        "Number of requests has exceeded your rate limit. Please try again later.",
+    ),
+    500: ("api_error", "Internal server error"),
+    529: ("overloaded_error", "Overloaded"),
+}
+
+
+def _anthropic_error_body(status: int, message: str | None = None) -> dict[str, Any]:
+    if status in _ANTHROPIC_ERRORS:
+        type_, default = _ANTHROPIC_ERRORS[status]
+    elif status >= 500:
+        type_, default = _ANTHROPIC_ERRORS[500]
+    else:
+        type_, default = _ANTHROPIC_ERRORS[400]
+    return {"type": "error", "error": {"type": type_, "message": message or default}}
+
+
 def _tokens(chars: int) -> int:
     return max(1, chars // 4)
 
@@ -269,6 +314,10 @@ class _Reply:
 
 def _json_reply(status: int, payload: Any, headers: Iterable[tuple[str, str]] = ()) -> _Reply:
     return _Reply(status, json.dumps(payload).encode(), tuple(headers))
+
+
+def _anthropic_error(status: int, message: str | None = None) -> _Reply:
+    return _json_reply(status, _anthropic_error_body(status, message))
 
 
 class _HTTPServer(ThreadingHTTPServer):
@@ -385,8 +434,10 @@ class _Handler(BaseHTTPRequestHandler):
             extra = {name.lower() for name, _ in reply.headers}
             if "content-type" not in extra:
                 self.send_header("Content-Type", _JSON)
-            if "x-request-id" not in extra:
-                self.send_header("x-request-id", f"req_{uuid.uuid4().hex}")
+            request_id = f"req_{uuid.uuid4().hex}"
+            for name in ("x-request-id", "request-id"):  # OpenAI's and Anthropic's names
+                if name not in extra:
+                    self.send_header(name, request_id)
             for name, value in reply.headers:
                 self.send_header(name, value)
             self.send_header("Content-Length", str(len(reply.body)))
@@ -397,7 +448,7 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 class ScriptedModelServer:
-    """An OpenAI-compatible chat-completions server answering from a script, on a daemon thread."""
+    """An OpenAI- and Anthropic-compatible server answering from a script, on a daemon thread."""
 
     def __init__(
         self,
@@ -415,7 +466,7 @@ class ScriptedModelServer:
         self._lock = threading.Lock()
         self._models: dict[str, list[Turn]] = {}
         self._requests: list[RecordedRequest] = []
-        self._attempts: dict[tuple[str, str, int], int] = {}
+        self._attempts: dict[tuple[_Api, str, str, int], int] = {}
         self._httpd: _HTTPServer | None = None
         self._thread: threading.Thread | None = None
         if script is not None:
@@ -465,7 +516,7 @@ class ScriptedModelServer:
 
     @property
     def base_url(self) -> str:
-        """``http://<host>:<port>/v1``, the value for ``OPENAI_BASE_URL``."""
+        """``http://<host>:<port>/v1``, for ``OPENAI_BASE_URL``; Anthropic is at ``/messages``."""
         if self._httpd is None:
             raise RuntimeError("scripted model server not started")
         return f"http://{self.host}:{self.port}/v1"
@@ -486,7 +537,7 @@ class ScriptedModelServer:
 
     @property
     def requests(self) -> list[RecordedRequest]:
-        """Chat-completions requests received so far, in arrival order (a copy)."""
+        """Model requests (both protocols) received so far, in arrival order (a copy)."""
         with self._lock:
             return list(self._requests)
 
@@ -497,17 +548,48 @@ class ScriptedModelServer:
     # Request handling (called on handler threads)
 
     def _handle(self, method: str, path: str, headers: dict[str, str], raw: bytes) -> _Reply | None:
+        # Only Anthropic clients send anthropic-version, so it picks the shape of shared answers.
+        anthropic = "anthropic-version" in headers
         if method == "GET" and path == "/v1/models":
-            if (denied := self._check_auth(headers)) is not None:
-                return denied
-            data = [
-                {"id": name, "object": "model", "created": 0, "owned_by": "treadle-scripted"}
-                for name in self.models
-            ]
-            return _json_reply(200, {"object": "list", "data": data})
+            return self._list_models(headers, anthropic=anthropic)
         if method == "POST" and path == "/v1/chat/completions":
             return self._chat_completions(headers, raw)
+        if method == "POST" and path == "/v1/messages":
+            return self._messages(headers, raw)
+        if anthropic:
+            return _anthropic_error(404, f"Not Found ({method} {path})")
         return _json_reply(404, _openai_error(f"Invalid URL ({method} {path})"))
+
+    def _list_models(self, headers: dict[str, str], *, anthropic: bool) -> _Reply:
+        if anthropic:
+            if (denied := self._check_anthropic_auth(headers)) is not None:
+                return denied
+            names = self.models
+            models = [
+                {
+                    "type": "model",
+                    "id": name,
+                    "display_name": name,
+                    "created_at": "1970-01-01T00:00:00Z",
+                }
+                for name in names
+            ]
+            return _json_reply(
+                200,
+                {
+                    "data": models,
+                    "has_more": False,
+                    "first_id": names[0] if names else None,
+                    "last_id": names[-1] if names else None,
+                },
+            )
+        if (denied := self._check_auth(headers)) is not None:
+            return denied
+        data = [
+            {"id": name, "object": "model", "created": 0, "owned_by": "treadle-scripted"}
+            for name in self.models
+        ]
+        return _json_reply(200, {"object": "list", "data": data})
 
     def _check_auth(self, headers: dict[str, str]) -> _Reply | None:
         if self.api_key is None:
@@ -521,18 +603,31 @@ class ScriptedModelServer:
             message = "Incorrect API key provided."  # never echo the key back
         return _json_reply(401, _openai_error(message, code="invalid_api_key"))
 
-    def _chat_completions(self, headers: dict[str, str], raw: bytes) -> _Reply | None:
+    def _check_anthropic_auth(self, headers: dict[str, str]) -> _Reply | None:
+        if self.api_key is None or headers.get("x-api-key", "").strip() == self.api_key:
+            return None
+        return _anthropic_error(401, "invalid x-api-key")  # never echo the key back
+
+    def _record(self, api: _Api, headers: dict[str, str], raw: bytes) -> Any:
+        """Parse a request body and record it if it is a JSON object (even if later rejected)."""
         try:
             body: Any = json.loads(raw)
         except (json.JSONDecodeError, UnicodeDecodeError):
-            body = None
+            return None
         if isinstance(body, dict):
             model = body.get("model")
             record = RecordedRequest(
-                model=model if isinstance(model, str) else "", body=body, headers=headers
+                model=model if isinstance(model, str) else "",
+                body=body,
+                headers=headers,
+                protocol=api,
             )
             with self._lock:
                 self._requests.append(record)
+        return body
+
+    def _chat_completions(self, headers: dict[str, str], raw: bytes) -> _Reply | None:
+        body = self._record("openai", headers, raw)
         if (denied := self._check_auth(headers)) is not None:
             return denied
         if not isinstance(body, dict):
@@ -579,23 +674,75 @@ class ScriptedModelServer:
             )
 
         index = sum(1 for m in messages if isinstance(m, dict) and m.get("role") == "assistant")
-        turn = turns[min(index, len(turns) - 1)]
-        attempt = self._next_attempt(model, messages, index)
-        if turn.delay and self._stopping(turn.delay):
-            return None
-        if attempt < len(turn.errors):
-            return _error_reply(turn.errors[attempt])
-        if turn.raw is not None:
-            return _Reply(turn.raw_status or 200, turn.raw.encode())
-        return _json_reply(200, _completion(model, index, turn, body))
-
-    def _next_attempt(self, model: str, messages: list[Any], index: int) -> int:
-        """Count attempts per (model, first user message, turn): retries see the errors in order."""
         first_user = next(
             (m.get("content") for m in messages if isinstance(m, dict) and m.get("role") == "user"),
             None,
         )
-        key = (model, json.dumps(first_user, sort_keys=True), index)
+        conversation = json.dumps(first_user, sort_keys=True)
+        return self._play(
+            "openai",
+            model,
+            turns,
+            index,
+            conversation,
+            lambda turn: _json_reply(200, _completion(model, index, turn, body)),
+        )
+
+    def _messages(self, headers: dict[str, str], raw: bytes) -> _Reply | None:
+        body = self._record("anthropic", headers, raw)
+        if (denied := self._check_anthropic_auth(headers)) is not None:
+            return denied
+        if "anthropic-version" not in headers:
+            return _anthropic_error(400, "anthropic-version: header is required")
+        if not isinstance(body, dict):
+            return _anthropic_error(400, "The request body is not a valid JSON object.")
+        if (problem := _anthropic_request_problem(body)) is not None:
+            return _anthropic_error(400, problem)
+        if body.get("stream") is True:
+            return _anthropic_error(
+                400, "stream: streaming is not supported by the scripted model server"
+            )
+        model: str = body["model"]
+        with self._lock:
+            turns = self._models.get(model)
+        if turns is None:
+            return _anthropic_error(404, f"model: {model}")
+
+        messages: list[dict[str, Any]] = body["messages"]
+        index = sum(1 for m in messages if m["role"] == "assistant")
+        position = min(index, len(turns) - 1)
+        return self._play(
+            "anthropic",
+            model,
+            turns,
+            index,
+            _anthropic_conversation(messages),
+            lambda turn: _anthropic_reply(model, index, position, turn, body),
+        )
+
+    def _play(
+        self,
+        api: _Api,
+        model: str,
+        turns: list[Turn],
+        index: int,
+        conversation: str,
+        answer: Callable[[Turn], _Reply],
+    ) -> _Reply | None:
+        """Answer with turn `index` after its delay: a scripted error, its raw body or `answer`."""
+        turn = turns[min(index, len(turns) - 1)]
+        attempt = self._next_attempt(api, model, conversation, index)
+        if turn.delay and self._stopping(turn.delay):
+            return None
+        if attempt < len(turn.errors):
+            return _error_reply(turn.errors[attempt], api)
+        if turn.raw is not None:
+            return _Reply(turn.raw_status or 200, turn.raw.encode())
+        return answer(turn)
+
+    def _next_attempt(self, api: _Api, model: str, conversation: str, index: int) -> int:
+        """Count attempts per (protocol, model, conversation, turn): retries see errors in order."""
+        key = (api, model, conversation, index)
         with self._lock:
             attempt = self._attempts.get(key, 0)
             self._attempts[key] = attempt + 1
@@ -608,9 +755,14 @@ class ScriptedModelServer:
         return httpd.stopping.wait(delay)
 
 
-def _error_reply(error: TurnError) -> _Reply:
+def _error_reply(error: TurnError, api: _Api) -> _Reply:
     if error.body is None:
-        body = json.dumps(_default_error_body(error.status)).encode()
+        default = (
+            _anthropic_error_body(error.status)
+            if api == "anthropic"
+            else _default_error_body(error.status)
+        )
+        body = json.dumps(default).encode()
     elif isinstance(error.body, str):
         body = error.body.encode()
     else:
@@ -647,6 +799,11 @@ def _completion(model: str, index: int, turn: Turn, request: dict[str, Any]) -> 
             json.dumps(request.get("tools", []))
         )
         prompt, completion, cached = _tokens(prompt_chars), _tokens(completion_chars), 0
+    logprobs = (
+        _logprobs(turn, turn.confidence)
+        if turn.confidence is not None and request.get("logprobs") is True
+        else None
+    )
     return {
         "id": f"chatcmpl-{uuid.uuid4().hex[:24]}",
         "object": "chat.completion",
@@ -656,7 +813,7 @@ def _completion(model: str, index: int, turn: Turn, request: dict[str, Any]) -> 
             {
                 "index": 0,
                 "message": message,
-                "logprobs": None,
+                "logprobs": logprobs,
                 "finish_reason": "tool_calls" if turn.tool_calls else "stop",
             }
         ],
@@ -671,13 +828,201 @@ def _completion(model: str, index: int, turn: Turn, request: dict[str, Any]) -> 
     }
 
 
+def _logprobs(turn: Turn, confidence: float) -> dict[str, Any]:
+    """Every token gets ln(confidence), so exp of the mean logprob is the scripted confidence."""
+    # Whitespace-led words, so the tokens join back into the text; a turn without text still
+    # needs one entry, so its tool names stand in.
+    tokens = re.findall(r"\s*\S+", turn.content or "")
+    tokens = tokens or [call.name for call in turn.tool_calls] or [turn.content or ""]
+    logprob = math.log(confidence)
+    return {
+        "content": [
+            {"token": token, "logprob": logprob, "bytes": None, "top_logprobs": []}
+            for token in tokens
+        ]
+    }
+
+
+def _anthropic_request_problem(body: dict[str, Any]) -> str | None:
+    """What the Messages API would reject in this request, as its error message, or None."""
+    model = body.get("model")
+    if not isinstance(model, str) or not model:
+        return "model: Field required"
+    if "max_tokens" not in body:
+        return "max_tokens: Field required"
+    max_tokens = body["max_tokens"]
+    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
+        return "max_tokens: Input should be a positive integer"
+    system = body.get("system")
+    if system is not None and not isinstance(system, str) and not _text_blocks(system):
+        return "system: Input should be a string or a list of text blocks"
+    temperature = body.get("temperature")
+    if temperature is not None and (
+        isinstance(temperature, bool)
+        or not isinstance(temperature, int | float)
+        or not 0 <= temperature <= 1
+    ):
+        return "temperature: Input should be a number between 0 and 1"
+    tools = body.get("tools")
+    if tools is not None:
+        if not isinstance(tools, list):
+            return "tools: Input should be a list"
+        for i, tool in enumerate(tools):
+            if not isinstance(tool, dict) or not isinstance(tool.get("name"), str):
+                return f"tools.{i}.name: Field required"
+            # Server tools (web search, ...) carry a "type" and no schema; custom tools need one.
+            if tool.get("type", "custom") == "custom" and not isinstance(
+                tool.get("input_schema"), dict
+            ):
+                return f"tools.{i}.input_schema: Field required"
+    if "messages" not in body:
+        return "messages: Field required"
+    messages = body["messages"]
+    if not isinstance(messages, list) or not messages:
+        return "messages: at least one message is required"
+    return _conversation_problem(messages)
+
+
+def _conversation_problem(messages: list[Any]) -> str | None:
+    """Roles and content shapes, and tool_use blocks answered by tool_result blocks right after."""
+    pending: list[str] = []  # tool_use ids of the previous (assistant) message
+    for i, message in enumerate(messages):
+        if not isinstance(message, dict):
+            return f"messages.{i}: Input should be an object"
+        role = message.get("role")
+        if role not in ("user", "assistant"):
+            return f"messages.{i}.role: Input should be 'user' or 'assistant'"
+        content = message.get("content")
+        if isinstance(content, str):
+            blocks: list[dict[str, Any]] = []
+        elif isinstance(content, list) and all(
+            isinstance(block, dict) and isinstance(block.get("type"), str) for block in content
+        ):
+            blocks = content
+        else:
+            return f"messages.{i}.content: Input should be a string or a list of content blocks"
+        results = [b.get("tool_use_id") for b in blocks if b["type"] == "tool_result"]
+        for j, block in enumerate(blocks):
+            if block["type"] == "tool_result" and block.get("tool_use_id") not in pending:
+                return (
+                    f"messages.{i}.content.{j}: unexpected `tool_use_id` found in `tool_result` "
+                    f"blocks: {block.get('tool_use_id')}. Each `tool_result` block must have a "
+                    "corresponding `tool_use` block in the previous message."
+                )
+        if missing := [id_ for id_ in pending if id_ not in results]:
+            return (
+                f"messages.{i - 1}: `tool_use` ids were found without `tool_result` blocks "
+                f"immediately after: {', '.join(missing)}. Each `tool_use` block must have a "
+                "corresponding `tool_result` block in the next message."
+            )
+        pending = [
+            str(block.get("id"))
+            for block in blocks
+            if role == "assistant" and block["type"] == "tool_use"
+        ]
+    return None
+
+
+def _text_blocks(value: Any) -> bool:
+    return isinstance(value, list) and all(
+        isinstance(block, dict)
+        and block.get("type") == "text"
+        and isinstance(block.get("text"), str)
+        for block in value
+    )
+
+
+def _anthropic_conversation(messages: list[dict[str, Any]]) -> str:
+    """The first user message's text (its first text block), which names a conversation."""
+    for message in messages:
+        if message["role"] != "user":
+            continue
+        content = message["content"]
+        if isinstance(content, str):
+            return content
+        for block in content:
+            if block["type"] == "text" and isinstance(block.get("text"), str):
+                return str(block["text"])
+        return json.dumps(content, sort_keys=True)
+    return ""
+
+
+def _anthropic_reply(
+    model: str, index: int, position: int, turn: Turn, request: dict[str, Any]
+) -> _Reply:
+    content: list[dict[str, Any]] = []
+    if turn.content:
+        content.append({"type": "text", "text": turn.content})
+    output_chars = len(turn.content or "")
+    for i, call in enumerate(turn.tool_calls):
+        arguments = _json_object(call.arguments)
+        if arguments is None:
+            return _anthropic_error(
+                500,
+                f"scripted model {model!r} turn {position} is not representable in the "
+                f"Anthropic protocol: tool call {call.name!r} has arguments that are not a JSON "
+                "object, and tool_use input must be one",
+            )
+        output_chars += len(call.name) + len(json.dumps(arguments))
+        content.append(
+            {
+                "type": "tool_use",
+                "id": call.id or f"toolu_t{index}_{i}",
+                "name": call.name,
+                "input": arguments,
+            }
+        )
+    if turn.usage is not None:
+        prompt, output, cached = (
+            turn.usage.prompt_tokens,
+            turn.usage.completion_tokens,
+            turn.usage.cached_tokens,
+        )
+    else:
+        prompt_chars = sum(
+            len(json.dumps(request.get(key) or "")) for key in ("system", "messages", "tools")
+        )
+        prompt, output, cached = _tokens(prompt_chars), _tokens(output_chars), 0
+    message = {
+        "id": f"msg_{uuid.uuid4().hex[:24]}",
+        "type": "message",
+        "role": "assistant",
+        "model": model,
+        "content": content,
+        "stop_reason": "tool_use" if turn.tool_calls else "end_turn",
+        "stop_sequence": None,
+        "usage": {
+            # Anthropic counts cache reads apart from input_tokens; OpenAI's prompt_tokens has both.
+            "input_tokens": prompt - cached,
+            "output_tokens": output,
+            "cache_creation_input_tokens": 0,
+            "cache_read_input_tokens": cached,
+        },
+    }
+    return _json_reply(200, message)
+
+
+def _json_object(arguments: dict[str, Any] | str) -> dict[str, Any] | None:
+    if isinstance(arguments, dict):
+        return arguments
+    try:
+        decoded = json.loads(arguments)
+    except json.JSONDecodeError:
+        return None
+    return decoded if isinstance(decoded, dict) else None
+
+
 def main(argv: list[str] | None = None) -> int:
     """Serve a script until Ctrl-C or SIGTERM."""
-    parser = argparse.ArgumentParser(description="Serve scripted OpenAI chat completions.")
+    parser = argparse.ArgumentParser(
+        description="Serve scripted OpenAI chat completions and Anthropic messages."
+    )
     parser.add_argument("--script", required=True, type=Path, help="JSON script file")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8765, help="0 picks a free port")
-    parser.add_argument("--api-key", default=None, help="require this bearer token")
+    parser.add_argument(
+        "--api-key", default=None, help="require this key (bearer token or x-api-key)"
+    )
     parser.add_argument("--verbose", action="store_true", help="log each request to stderr")
     args = parser.parse_args(argv)
 

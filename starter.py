@@ -23,6 +23,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import yaml
 from pydantic import ValidationError
 from temporalio.client import (
     Client,
@@ -98,9 +99,13 @@ def _format_status(status: AgentStatus) -> str:
         f"state:    {status.state}",
         f"step:     {status.step} / {status.max_steps}",
         f"model:    {status.model}",
-        f"tokens:   {u.total_tokens} (prompt {u.prompt_tokens}, completion {u.completion_tokens})",
+        f"tokens:   {u.total_tokens} (prompt {u.prompt_tokens}, completion {u.completion_tokens}"
+        f", cached {u.cached_tokens})"
+        + (f" of a {status.token_budget} budget" if status.token_budget else ""),
         f"last:     {status.last_event or '-'}",
     ]
+    if status.cost_usd is not None:
+        lines.insert(4, f"cost:     ${status.cost_usd:.4f}")
     for p in status.pending_approvals:
         lines.append(f"waiting:  {p.call_id}  {p.tool}  {json.dumps(p.arguments)[:200]}")
     if status.final_answer:
@@ -151,12 +156,33 @@ def _format_result(result: AgentResult) -> str:
 # --------------------------------------------------------------------------------------------
 
 
+def _config_file(path: str | None) -> dict[str, Any]:
+    """An AgentConfig as JSON or YAML (prices, per-task-type models, limits...)."""
+    if path is None:
+        return {}
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise UsageError(f"--config {path}: {exc.strerror}") from exc
+    try:
+        loaded = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise UsageError(
+            f"--config {path} is not valid JSON or YAML: {exc}".splitlines()[0]
+        ) from exc
+    if not isinstance(loaded, dict):
+        raise UsageError(f"--config {path} must hold a mapping of AgentConfig fields")
+    return loaded
+
+
 def build_input(args: argparse.Namespace) -> AgentInput:
-    config: dict[str, Any] = {}
+    config = _config_file(args.config)
     if args.require_approval:
         config["require_approval"] = args.require_approval
     if args.max_steps is not None:
         config["max_steps"] = args.max_steps
+    if args.token_budget is not None:
+        config["token_budget"] = args.token_budget
     if args.allow_commands:
         config["allow_run_command"] = True
     workspace = Path(args.workspace or HERE / "workspaces" / args.id).expanduser().resolve()
@@ -385,6 +411,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     run.add_argument("--workspace", help="directory the tools work in (default: workspaces/ID)")
     run.add_argument("--require-approval", metavar="TOOL,...", help="tools that need approval")
     run.add_argument("--max-steps", type=int)
+    run.add_argument("--token-budget", type=int, metavar="N", help="total tokens the run may use")
+    run.add_argument(
+        "--config", metavar="FILE", help="AgentConfig fields as JSON or YAML (flags override)"
+    )
     run.add_argument("--allow-commands", action="store_true", help="enable run_command")
     run.add_argument("--task-type", default="default")
     run.add_argument("--id", help="workflow id (default: agent-<random>)")

@@ -48,6 +48,7 @@ WORKFLOWS = [AgentWorkflow]
 # for the data converter and the workflow.
 PASSTHROUGH_MODULES = (
     "workflows.models",
+    "workflows.providers",
     "workflows.tools",
     "workflows.state_machine",
     "workflows.memory",

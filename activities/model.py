@@ -12,13 +12,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
+from types import MappingProxyType
+from typing import Any, Protocol, cast
 
 import httpx
 from temporalio import activity
 
-from activities import openai_chat
+from activities import anthropic_messages, openai_chat
 from activities.errors import (
     ModelConfigError,
     ModelConnectionError,
@@ -26,17 +28,29 @@ from activities.errors import (
     ModelResponseError,
 )
 from workflows.models import ModelRequest, ModelResponse
+from workflows.providers import PROVIDERS, ModelStringError, resolve
 
-OPENAI_DEFAULT_BASE_URL = "https://api.openai.com/v1"
-OLLAMA_DEFAULT_BASE_URL = "http://localhost:11434/v1"
+
+class WireProtocol(Protocol):
+    """What one provider module provides (``openai_chat``, ``anthropic_messages``)."""
+
+    def path(self) -> str: ...
+    def headers(self, api_key: str | None) -> dict[str, str]: ...
+    def build_body(self, request: ModelRequest, model_name: str) -> dict[str, Any]: ...
+    def parse_response(self, payload: Any, provider: str) -> ModelResponse: ...
+
+
+PROTOCOLS: Mapping[str, WireProtocol] = MappingProxyType(
+    {"openai": cast(WireProtocol, openai_chat), "anthropic": cast(WireProtocol, anthropic_messages)}
+)
 
 
 @dataclass(frozen=True)
 class Endpoint:
     base_url: str
-    api_key: str | None
+    api_key: str | None = field(repr=False)
     key_required: bool
-    key_name: str
+    key_name: str | None
 
     def __repr__(self) -> str:  # never print a key, not even by accident
         return f"Endpoint(base_url={self.base_url!r}, api_key={'set' if self.api_key else None})"
@@ -44,37 +58,24 @@ class Endpoint:
 
 @dataclass(frozen=True)
 class ProviderSettings:
-    """Where each OpenAI-compatible provider lives. Built by the worker, from its environment."""
+    """Where each provider lives and its key. Built by the worker, from its environment."""
 
     endpoints: Mapping[str, Endpoint]
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> ProviderSettings:
-        openai_url = env.get("OPENAI_BASE_URL") or OPENAI_DEFAULT_BASE_URL
-        return cls(
-            endpoints={
-                "openai": Endpoint(
-                    base_url=openai_url,
-                    api_key=env.get("OPENAI_API_KEY") or None,
-                    # A custom base URL is usually a local server that takes no key.
-                    key_required=openai_url.rstrip("/") == OPENAI_DEFAULT_BASE_URL,
-                    key_name="OPENAI_API_KEY",
-                ),
-                "ollama": Endpoint(
-                    base_url=env.get("OLLAMA_BASE_URL") or OLLAMA_DEFAULT_BASE_URL,
-                    api_key=None,
-                    key_required=False,
-                    key_name="",
-                ),
-            }
-        )
-
-
-def split_model(model: str) -> tuple[str, str]:
-    provider, _, name = model.partition(":")
-    if not name:
-        raise ModelConfigError(f"model must look like 'provider:model', got {model!r}")
-    return provider, name
+        endpoints = {}
+        for spec in PROVIDERS.values():
+            base_url = env.get(spec.base_url_env) or spec.default_base_url
+            endpoints[spec.name] = Endpoint(
+                base_url=base_url,
+                api_key=(env.get(spec.key_env) or None) if spec.key_env else None,
+                # A custom base URL is usually a local server or a proxy that takes no key.
+                key_required=spec.key_required
+                and base_url.rstrip("/") == spec.default_base_url.rstrip("/"),
+                key_name=spec.key_env,
+            )
+        return cls(endpoints=endpoints)
 
 
 def http_client() -> httpx.AsyncClient:
@@ -137,36 +138,40 @@ class ModelActivities:
         return result
 
     async def complete(self, request: ModelRequest, *, read_timeout: float) -> ModelResponse:
-        """One chat completion over HTTP, errors classified. Usable without Temporal."""
-        provider, name = split_model(request.model)
-        endpoint = self._settings.endpoints.get(provider)
+        """One model call over HTTP, errors classified. Usable without Temporal."""
+        try:
+            spec, name = resolve(request.model)
+        except ModelStringError as exc:
+            raise ModelConfigError(str(exc)) from exc
+        endpoint = self._settings.endpoints.get(spec.name)
         if endpoint is None:
-            known = ", ".join(sorted(self._settings.endpoints))
-            raise ModelConfigError(f"unknown model provider {provider!r} (known: {known})")
+            raise ModelConfigError(f"provider {spec.name!r} is not configured on this worker")
         if endpoint.key_required and not endpoint.api_key:
             raise ModelConfigError(
                 f"{endpoint.key_name} is not set in the worker's environment; "
                 f"set it where worker.py runs (keys never travel with the run)"
             )
-        headers = {"content-type": "application/json"}
-        if endpoint.api_key:
-            headers["authorization"] = f"Bearer {endpoint.api_key}"
-        timeout = httpx.Timeout(connect=10.0, read=read_timeout, write=30.0, pool=30.0)
-        url = endpoint.base_url.rstrip("/") + "/chat/completions"
+        protocol = PROTOCOLS[spec.protocol]
+        url = endpoint.base_url.rstrip("/") + protocol.path()
         secrets = (endpoint.api_key,) if endpoint.api_key else ()
-        body = openai_chat.build_body(request, name)
+        timeout = httpx.Timeout(connect=10.0, read=read_timeout, write=30.0, pool=30.0)
         try:
-            response = await self._client.post(url, json=body, headers=headers, timeout=timeout)
+            response = await self._client.post(
+                url,
+                json=protocol.build_body(request, name),
+                headers=protocol.headers(endpoint.api_key),
+                timeout=timeout,
+            )
         except httpx.TimeoutException as exc:
-            raise ModelConnectionError(f"{provider} timed out: {type(exc).__name__}") from exc
+            raise ModelConnectionError(f"{spec.name} timed out: {type(exc).__name__}") from exc
         except httpx.TransportError as exc:
             where = openai_chat.safe_url(url)
             raise ModelConnectionError(
-                openai_chat.redact(f"{provider} unreachable at {where}: {exc}", secrets)
+                openai_chat.redact(f"{spec.name} unreachable at {where}: {exc}", secrets)
             ) from exc
-        openai_chat.raise_for_status(response, provider, secrets)
+        openai_chat.raise_for_status(response, spec.name, secrets)
         try:
             payload = response.json()
         except ValueError as exc:
-            raise ModelResponseError(f"{provider} response is not valid JSON") from exc
-        return openai_chat.parse_response(payload, provider)
+            raise ModelResponseError(f"{spec.name} response is not valid JSON") from exc
+        return protocol.parse_response(payload, spec.name)

@@ -8,6 +8,7 @@ parses the response body, and turns HTTP failures into typed ``ModelError``s.
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Mapping
 from datetime import UTC, datetime
@@ -20,7 +21,16 @@ from activities.errors import ModelHTTPError, ModelResponseError
 from workflows.models import ChatMessage, ModelRequest, ModelResponse, TokenUsage, ToolCall
 from workflows.tools import TOOLS
 
-PROVIDER = "openai"
+
+def path() -> str:
+    return "/chat/completions"
+
+
+def headers(api_key: str | None) -> dict[str, str]:
+    result = {"content-type": "application/json"}
+    if api_key:
+        result["authorization"] = f"Bearer {api_key}"
+    return result
 
 
 def tool_definitions(names: tuple[str, ...]) -> list[dict[str, Any]]:
@@ -67,7 +77,25 @@ def build_body(request: ModelRequest, model_name: str) -> dict[str, Any]:
         body["temperature"] = request.temperature
     if request.max_tokens is not None:
         body["max_tokens"] = request.max_tokens
+    if request.logprobs:
+        body["logprobs"] = True
     return body
+
+
+def _confidence(choice: dict[str, Any]) -> float | None:
+    """exp(mean log-probability) of the returned tokens; ``None`` when none were returned."""
+    logprobs = choice.get("logprobs")
+    content = logprobs.get("content") if isinstance(logprobs, dict) else None
+    if not isinstance(content, list):
+        return None
+    values = [
+        float(t["logprob"])
+        for t in content
+        if isinstance(t, dict) and isinstance(t.get("logprob"), int | float)
+    ]
+    if not values:
+        return None
+    return math.exp(sum(values) / len(values))
 
 
 def retry_after_seconds(headers: Mapping[str, str], now: datetime | None = None) -> float | None:
@@ -192,4 +220,5 @@ def parse_response(payload: Any, provider: str) -> ModelResponse:
         ),
         finish_reason=choices[0].get("finish_reason"),
         model=payload.get("model") if isinstance(payload.get("model"), str) else None,
+        confidence=_confidence(choices[0]),
     )

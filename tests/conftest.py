@@ -92,11 +92,15 @@ class Harness:
     workspace: Path
     handles: list[WorkflowHandle[Any, Any]] = field(default_factory=list)
 
-    def script(self, *turns: Mapping[str, Any]) -> str:
-        """Register a scripted conversation under a fresh model name; returns ``openai:<name>``."""
+    def script(self, *turns: Mapping[str, Any], provider: str = "openai") -> str:
+        """Register a scripted conversation under a fresh model name; returns ``provider:name``.
+
+        The scripted server speaks both protocols: ``openai`` (chat completions) and
+        ``anthropic`` (messages) reach the same script through their own wire format.
+        """
         name = f"scripted-{uuid.uuid4().hex[:10]}"
         self.models.add_model(name, list(turns))
-        return f"openai:{name}"
+        return f"{provider}:{name}"
 
     def requests(self, model: str) -> list[dict[str, Any]]:
         """Bodies the model endpoint received for this model, in arrival order."""
@@ -159,7 +163,9 @@ def scripted_worker(
     return build_worker(
         client,
         task_queue=task_queue,
-        settings=ProviderSettings.from_env({"OPENAI_BASE_URL": models.base_url}),
+        settings=ProviderSettings.from_env(
+            {"OPENAI_BASE_URL": models.base_url, "ANTHROPIC_BASE_URL": models.base_url}
+        ),
         http=http,
     )
 

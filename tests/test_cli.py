@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from pathlib import Path
 
 from tests.conftest import Harness, free_port
 from tests.processes import clean_env, run_cli
@@ -142,7 +143,7 @@ async def test_bad_input_exits_2_with_one_clear_line(harness: Harness) -> None:
 
     bad_model = await run_cli(*_common(harness), "run", "x", "--model", "gpt-4o")
     assert bad_model.returncode == 2
-    assert "provider:model" in _one_line_error(bad_model.stderr)
+    assert "unknown model provider 'gpt-4o'" in _one_line_error(bad_model.stderr)
 
     model = harness.script({"content": "fine"})
     handle = await harness.start(model)
@@ -173,3 +174,36 @@ async def test_temporal_address_from_the_environment(harness: Harness) -> None:
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert AgentResult.model_validate_json(done.stdout).answer == "via env"
+
+
+async def test_budget_and_price_table_through_the_cli(harness: Harness, tmp_path: Path) -> None:
+    """--token-budget and --config (prices) reach the run; status --json shows usage and cost."""
+    model = harness.script(
+        {"tool_calls": [WRITE], "usage": {"prompt_tokens": 400_000, "completion_tokens": 0}},
+        {"content": "never reached"},
+    )
+    config = tmp_path / "agent.yaml"
+    config.write_text(f"prices:\n  {model}: {{prompt: 1.5, completion: 6}}\nmax_steps: 5\n")
+    workflow_id = _track(harness)
+    done = await run_cli(
+        *_common(harness), "run", "Spend", "--model", model, "--workspace",
+        str(harness.workspace), "--token-budget", "400200", "--config", str(config),
+        "--id", workflow_id, "--wait", "--json",
+    )  # fmt: skip
+    assert done.returncode == 1
+    result = AgentResult.model_validate_json(done.stdout)
+    assert (result.error or "").startswith("token budget exhausted: 400000 of 400200")
+    shown = await run_cli(*_common(harness), "status", workflow_id, "--json")
+    status = AgentStatus.model_validate_json(shown.stdout)
+    assert status.usage.prompt_tokens == 400_000
+    assert status.token_budget == 400_200
+    assert status.cost_usd == 0.6
+    text = await run_cli(*_common(harness), "status", workflow_id)
+    assert "cost:     $0.6000" in text.stdout
+    assert "of a 400200 budget" in text.stdout
+
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("prices: {x: [}\n")
+    broken = await run_cli(*_common(harness), "run", "x", "--config", str(bad))
+    assert broken.returncode == 2
+    assert "is not valid JSON or YAML" in _one_line_error(broken.stderr)

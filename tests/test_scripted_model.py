@@ -1,8 +1,9 @@
-"""The scripted model server speaks OpenAI chat completions and answers from a script."""
+"""The scripted model server speaks OpenAI chat completions and Anthropic messages from a script."""
 
 from __future__ import annotations
 
 import json
+import math
 import re
 import signal
 import subprocess
@@ -48,8 +49,22 @@ SCRIPT: dict[str, Any] = {
         "raw": [{"raw": "{not json", "raw_status": 200}],
         "loop": [{"tool_calls": [{"name": "list_dir", "arguments": {"path": "."}}]}],
         "slow": [{"content": "Eventually.", "delay": 30}],
+        "cached": [
+            {
+                "content": "From cache.",
+                "usage": {"prompt_tokens": 100, "completion_tokens": 5, "cached_tokens": 60},
+            }
+        ],
+        "overloaded": [{"content": "Back.", "errors": [{"status": 529}]}],
+        "stringly": [{"tool_calls": [{"name": "write_file", "arguments": '{"path": "x.md"}'}]}],
+        "confident": [
+            {"content": "Fairly sure of this.", "confidence": 0.8},
+            {"tool_calls": [{"name": "list_dir"}], "confidence": 0.5},
+        ],
     }
 }
+
+ANTHROPIC_HEADERS = {"anthropic-version": "2023-06-01"}
 
 
 def conversation(task: str = "Do the task", assistant_turns: int = 0) -> list[dict[str, Any]]:
@@ -336,6 +351,14 @@ def test_stop_interrupts_a_delayed_answer(server: ScriptedModelServer) -> None:
         ('{"models": {"demo": [{"usage": {}}]}}', r"model 'demo' turn 0 usage\.prompt_tokens"),
         ('{"models": {"demo": [{}]}}', r"model 'demo' turn 0: a turn needs content"),
         ('{"modles": {}}', r"models: Field required"),
+        (
+            '{"models": {"demo": [{"content": "a", "confidence": 0}]}}',
+            r"model 'demo' turn 0 confidence: Input should be greater than 0",
+        ),
+        (
+            '{"models": {"demo": [{"raw": "x", "confidence": 0.5}]}}',
+            r"model 'demo' turn 0: raw replaces the whole answer",
+        ),
     ],
 )
 def test_script_errors_are_one_line(tmp_path: Path, content: str | None, message: str) -> None:
@@ -407,3 +430,301 @@ def test_cli_rejects_a_bad_script_in_one_line(tmp_path: Path) -> None:
     assert result.returncode == 2
     assert result.stderr.count("\n") == 1
     assert "model 'demo' turn 0 content" in result.stderr
+
+
+# Log-probabilities (OpenAI)
+
+
+def test_logprobs_carry_the_scripted_confidence(client: httpx.Client) -> None:
+    """With logprobs requested, exp of the mean token logprob is the turn's confidence."""
+    choice = chat(client, "confident", logprobs=True).json()["choices"][0]
+    entries = choice["logprobs"]["content"]
+    assert "".join(entry["token"] for entry in entries) == "Fairly sure of this."
+    assert all(entry["bytes"] is None and entry["top_logprobs"] == [] for entry in entries)
+    mean = sum(entry["logprob"] for entry in entries) / len(entries)
+    assert math.exp(mean) == pytest.approx(0.8)
+
+
+def test_logprobs_cover_a_tool_call_turn(client: httpx.Client) -> None:
+    """A tool-call turn without text still gets at least one logprob entry."""
+    messages = conversation(assistant_turns=1)
+    choice = chat(client, "confident", messages=messages, logprobs=True).json()["choices"][0]
+    assert choice["finish_reason"] == "tool_calls"
+    entries = choice["logprobs"]["content"]
+    assert len(entries) >= 1
+    mean = sum(entry["logprob"] for entry in entries) / len(entries)
+    assert math.exp(mean) == pytest.approx(0.5)
+
+
+def test_logprobs_are_null_unless_asked_and_scripted(client: httpx.Client) -> None:
+    """Logprobs are null when the request does not ask or the turn has no confidence."""
+    assert chat(client, "confident").json()["choices"][0]["logprobs"] is None
+    assert chat(client, "confident", logprobs=False).json()["choices"][0]["logprobs"] is None
+    assert chat(client, "text", logprobs=True).json()["choices"][0]["logprobs"] is None
+
+
+# Anthropic Messages API
+
+
+def anthropic_conversation(
+    task: str = "Do the task", assistant_turns: int = 0, *, blocks: bool = False
+) -> list[dict[str, Any]]:
+    """Anthropic messages: the task (a string or text blocks), then tool_use/tool_result pairs."""
+    first: str | list[dict[str, Any]] = [{"type": "text", "text": task}] if blocks else task
+    messages: list[dict[str, Any]] = [{"role": "user", "content": first}]
+    for turn in range(assistant_turns):
+        tool_id = f"toolu_t{turn}_0"
+        messages.append(
+            {
+                "role": "assistant",
+                "content": [{"type": "tool_use", "id": tool_id, "name": "list_dir", "input": {}}],
+            }
+        )
+        messages.append(
+            {
+                "role": "user",
+                "content": [{"type": "tool_result", "tool_use_id": tool_id, "content": "ok"}],
+            }
+        )
+    return messages
+
+
+def message(
+    client: httpx.Client, model: str, headers: dict[str, str] | None = None, **body: Any
+) -> httpx.Response:
+    body.setdefault("messages", anthropic_conversation())
+    body.setdefault("max_tokens", 1024)
+    return client.post(
+        "/messages",
+        json={"model": model, **body},
+        headers=ANTHROPIC_HEADERS if headers is None else headers,
+    )
+
+
+def test_anthropic_text_turn_is_an_end_turn_message(client: httpx.Client) -> None:
+    """A content-only turn answers with one text block and stop_reason "end_turn"."""
+    response = message(client, "text", system="You are an agent.", temperature=0.2)
+    assert response.status_code == 200
+    data = response.json()
+    assert data["id"].startswith("msg_")
+    assert data["type"] == "message"
+    assert data["role"] == "assistant"
+    assert data["model"] == "text"
+    assert data["content"] == [{"type": "text", "text": "Hello there."}]
+    assert data["stop_reason"] == "end_turn"
+    assert data["stop_sequence"] is None
+    assert response.headers["request-id"].startswith("req_")
+
+
+def test_anthropic_tool_use_turn_sends_an_input_object(client: httpx.Client) -> None:
+    """A tool-call turn without text is a single tool_use block whose input is an object."""
+    data = message(client, "loop").json()
+    assert data["stop_reason"] == "tool_use"
+    assert data["content"] == [
+        {"type": "tool_use", "id": "toolu_t0_0", "name": "list_dir", "input": {"path": "."}}
+    ]
+
+
+def test_anthropic_parallel_tool_use_follows_the_text(client: httpx.Client) -> None:
+    """Several tool calls become tool_use blocks in order after the text block."""
+    text, first, second = message(client, "tools").json()["content"]
+    assert text == {"type": "text", "text": "Looking."}
+    assert first == {
+        "type": "tool_use",
+        "id": "toolu_t0_0",
+        "name": "list_dir",
+        "input": {"path": "."},
+    }
+    assert second["id"] == "call_custom"
+    assert second["input"] == {"path": "a.md"}
+
+
+def test_anthropic_string_arguments_must_decode_to_an_object(client: httpx.Client) -> None:
+    """String arguments holding a JSON object become input; others make the turn a 500."""
+    (call,) = message(client, "stringly").json()["content"]
+    assert call["input"] == {"path": "x.md"}
+    broken = message(client, "tools", messages=anthropic_conversation(assistant_turns=1))
+    assert broken.status_code == 500
+    error = broken.json()["error"]
+    assert error["type"] == "api_error"
+    assert "not representable in the Anthropic protocol" in error["message"]
+
+
+def test_anthropic_turn_index_is_the_assistant_message_count(client: httpx.Client) -> None:
+    """Assistant messages pick the turn, and default tool_use ids are unique per turn."""
+    final = message(client, "tools", messages=anthropic_conversation(assistant_turns=2)).json()
+    assert final["content"] == [{"type": "text", "text": "All done."}]
+    looped = message(client, "loop", messages=anthropic_conversation(assistant_turns=3)).json()
+    assert looped["content"][0]["id"] == "toolu_t3_0"
+
+
+def test_anthropic_usage_reports_cache_reads_apart(client: httpx.Client) -> None:
+    """Scripted cached tokens are cache reads, and input_tokens counts only the rest."""
+    assert message(client, "cached").json()["usage"] == {
+        "input_tokens": 40,
+        "output_tokens": 5,
+        "cache_read_input_tokens": 60,
+        "cache_creation_input_tokens": 0,
+    }
+    estimated = message(client, "tools").json()["usage"]
+    assert estimated["input_tokens"] > 0
+    assert estimated["output_tokens"] > 0
+    assert estimated["cache_read_input_tokens"] == 0
+
+
+def test_anthropic_ignores_confidence(client: httpx.Client) -> None:
+    """Anthropic has no logprobs, so a turn's confidence adds nothing to the message."""
+    data = message(client, "confident", logprobs=True).json()
+    assert "logprobs" not in data
+    assert data["content"] == [{"type": "text", "text": "Fairly sure of this."}]
+
+
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        ({"max_tokens": None}, "max_tokens: Field required"),
+        ({"max_tokens": 0}, "max_tokens"),
+        ({"messages": None}, "messages: Field required"),
+        ({"messages": [{"role": "system", "content": "hi"}]}, "messages.0.role"),
+        ({"system": 3}, "system"),
+        ({"temperature": 1.5}, "temperature"),
+        ({"tools": [{"name": "list_dir", "description": "List."}]}, "tools.0.input_schema"),
+        (
+            {"messages": anthropic_conversation(assistant_turns=1)[:2] + anthropic_conversation()},
+            "`tool_use` ids were found without `tool_result` blocks",
+        ),
+        (
+            {"messages": anthropic_conversation(assistant_turns=1)[2:]},
+            "unexpected `tool_use_id`",
+        ),
+    ],
+)
+def test_anthropic_invalid_requests_are_400(
+    client: httpx.Client, change: dict[str, Any], expected: str
+) -> None:
+    """Requests the Messages API rejects get a 400 invalid_request_error naming the field."""
+    body: dict[str, Any] = {
+        "model": "text",
+        "max_tokens": 1024,
+        "system": "You are an agent.",
+        "messages": anthropic_conversation(),
+        **change,
+    }
+    body = {key: value for key, value in body.items() if value is not None}
+    response = client.post("/messages", json=body, headers=ANTHROPIC_HEADERS)
+    assert response.status_code == 400
+    data = response.json()
+    assert data["type"] == "error"
+    assert data["error"]["type"] == "invalid_request_error"
+    assert expected in data["error"]["message"]
+
+
+def test_anthropic_version_header_is_required(client: httpx.Client) -> None:
+    """A Messages request without anthropic-version is a 400 invalid_request_error."""
+    response = message(client, "text", headers={})
+    assert response.status_code == 400
+    error = response.json()["error"]
+    assert error["type"] == "invalid_request_error"
+    assert "anthropic-version" in error["message"]
+
+
+def test_anthropic_streaming_is_400(client: httpx.Client) -> None:
+    """Streaming Messages requests are refused with a 400."""
+    response = message(client, "text", stream=True)
+    assert response.status_code == 400
+    assert response.json()["error"]["type"] == "invalid_request_error"
+
+
+def test_anthropic_api_key_is_the_x_api_key_header() -> None:
+    """With an api_key, a missing or wrong x-api-key is a 401 and the right one is a 200."""
+    with (
+        ScriptedModelServer(SCRIPT, api_key="sk-ant-test") as server,
+        httpx.Client(base_url=server.base_url, timeout=10) as client,
+    ):
+        denied = {
+            "type": "error",
+            "error": {"type": "authentication_error", "message": "invalid x-api-key"},
+        }
+        missing = message(client, "text")
+        assert missing.status_code == 401
+        assert missing.json() == denied
+        wrong = message(client, "text", headers={**ANTHROPIC_HEADERS, "x-api-key": "sk-wrong"})
+        assert wrong.status_code == 401
+        assert wrong.json() == denied
+        bearer = message(
+            client, "text", headers={**ANTHROPIC_HEADERS, "Authorization": "Bearer sk-ant-test"}
+        )
+        assert bearer.status_code == 401
+        good = message(client, "text", headers={**ANTHROPIC_HEADERS, "x-api-key": "sk-ant-test"})
+        assert good.status_code == 200
+        assert good.json()["content"][0]["text"] == "Hello there."
+
+
+def test_anthropic_errors_come_first_in_anthropic_shape(client: httpx.Client) -> None:
+    """Scripted errors keep their headers and bodies; a bodiless one gets Anthropic's shape."""
+    first = message(client, "flaky")
+    assert first.status_code == 429
+    assert first.headers["retry-after"] == "1"
+    data = first.json()
+    assert data["type"] == "error"
+    assert data["error"]["type"] == "rate_limit_error"
+    assert set(data["error"]) == {"type", "message"}
+
+    second = message(client, "flaky")
+    assert second.status_code == 500
+    assert second.text == "upstream exploded"
+
+    third = message(client, "flaky")
+    assert third.status_code == 200
+    assert third.json()["content"] == [{"type": "text", "text": "Recovered."}]
+
+
+def test_anthropic_attempts_are_counted_per_conversation(client: httpx.Client) -> None:
+    """The first user message's text names the conversation, whether a string or text blocks."""
+    task_a_blocks = anthropic_conversation("task A", blocks=True)
+    assert message(client, "flaky", messages=task_a_blocks).status_code == 429
+    assert message(client, "flaky", messages=anthropic_conversation("task B")).status_code == 429
+    assert message(client, "flaky", messages=task_a_blocks).status_code == 500
+    assert message(client, "flaky", messages=anthropic_conversation("task A")).status_code == 200
+    assert message(client, "flaky", messages=anthropic_conversation("task B")).status_code == 500
+    assert chat(client, "flaky", messages=conversation("task A")).status_code == 429
+
+
+def test_anthropic_overloaded_error_has_the_default_shape(client: httpx.Client) -> None:
+    """A scripted 529 without a body answers Anthropic's overloaded_error."""
+    response = message(client, "overloaded")
+    assert response.status_code == 529
+    assert response.json() == {
+        "type": "error",
+        "error": {"type": "overloaded_error", "message": "Overloaded"},
+    }
+    assert message(client, "overloaded").status_code == 200
+
+
+def test_anthropic_unknown_model_is_404(client: httpx.Client) -> None:
+    """An unscripted model gets Anthropic's not_found_error naming it."""
+    response = message(client, "claude-nope")
+    assert response.status_code == 404
+    assert response.json() == {
+        "type": "error",
+        "error": {"type": "not_found_error", "message": "model: claude-nope"},
+    }
+
+
+def test_anthropic_models_are_listed(client: httpx.Client) -> None:
+    """GET /v1/models with anthropic-version lists the scripted models in Anthropic's shape."""
+    data = client.get("/models", headers=ANTHROPIC_HEADERS).json()
+    assert data["has_more"] is False
+    assert {model["type"] for model in data["data"]} == {"model"}
+    assert [model["id"] for model in data["data"]] == sorted(SCRIPT["models"])
+
+
+def test_requests_record_their_protocol(server: ScriptedModelServer, client: httpx.Client) -> None:
+    """Both protocols are recorded, each with its protocol, and requests_for covers both."""
+    chat(client, "text")
+    message(client, "text", system="Be brief.")
+    openai, anthropic = server.requests_for("text")
+    assert openai.protocol == "openai"
+    assert anthropic.protocol == "anthropic"
+    assert anthropic.body["system"] == "Be brief."
+    assert anthropic.headers["anthropic-version"] == "2023-06-01"

@@ -27,6 +27,7 @@ from temporalio.exceptions import (
     is_cancelled_exception,
 )
 
+from workflows import providers
 from workflows import search_attributes as sa
 from workflows.memory import AgentMemory
 from workflows.models import (
@@ -42,6 +43,7 @@ from workflows.models import (
     PendingApproval,
     RejectSignal,
     RunStatus,
+    TokenUsage,
     ToolCall,
     ToolOutcome,
     ToolPolicy,
@@ -52,7 +54,7 @@ from workflows.models import (
     Turn,
 )
 from workflows.state_machine import Event, State, next_state
-from workflows.tools import TOOLS, ToolArgumentsError, parse_arguments
+from workflows.tools import TOOLS, ToolArgumentsError, estimate_prompt_tokens, parse_arguments
 
 with workflow.unsafe.imports_passed_through():
     # Activity classes are referenced by method (names by object, not string). Their modules
@@ -68,6 +70,8 @@ SUMMARY_TARGET_CHARS = 60
 MAX_MODEL_INPUT_BYTES = 1_500_000
 MAX_HISTORY_BYTES = 40 * 1024 * 1024
 MAX_HISTORY_EVENTS = 40_000
+MIN_COMPLETION_TOKENS = 64
+"""Below this much room left in the token budget, another model call is not worth making."""
 
 
 def _cut(text: str, limit: int) -> str:
@@ -102,6 +106,9 @@ class AgentWorkflow:
     def __init__(self, input: AgentInput) -> None:
         self._input = input
         self._config = input.config
+        # Chosen once per run: models[task_type], then models["default"], then input.model.
+        self._model = providers.select(input.config.models, input.task_type, input.model)
+        self._confidence_unavailable_noted = False
         self._state = State.IDLE
         self._memory = AgentMemory(
             task=input.task,
@@ -124,8 +131,9 @@ class AgentWorkflow:
             State.WAITING_FOR_HUMAN: self._wait_for_human,
             State.OBSERVING: self._observe,
             State.POST_TOOLS_HOOK: self._post_tools_hook,
+            State.REFLECTING: self._reflect,
         }
-        self._upsert([sa.AGENT_MODEL.value_set(input.model)])
+        self._upsert([sa.AGENT_MODEL.value_set(self._model)])
         self._fire(Event.START, f"task: {_cut(input.task, 200)}")
         try:
             while not self._state.is_terminal:
@@ -158,6 +166,7 @@ class AgentWorkflow:
             error=self._memory.error,
             steps=self._memory.step,
             usage=self._memory.usage,
+            cost_usd=self._cost(),
         )
 
     def _fire(self, event: Event, data: str = "") -> None:
@@ -165,6 +174,8 @@ class AgentWorkflow:
         before = self._state
         after = next_state(before, event)
         self._state = after
+        if after is State.ERROR and self._memory.error and not data:
+            data = self._memory.error
         move = f"{before.value} -> {after.value}"
         self._record(before, event.value, f"{move} · {data}" if data else move)
         workflow.logger.info(
@@ -192,12 +203,30 @@ class AgentWorkflow:
             )
         )
 
+    def _cost(self) -> float | None:
+        """Usage priced per model with ``config.prices``; ``None`` if any model has no price."""
+        prices = self._config.prices
+        if not prices or not self._memory.usage_by_model:
+            return None
+        total = 0.0
+        for model, usage in self._memory.usage_by_model.items():
+            price = prices.get(model)
+            if price is None:
+                return None
+            cached_price = price.prompt if price.cached_prompt is None else price.cached_prompt
+            total += (
+                (usage.prompt_tokens - usage.cached_tokens) * price.prompt
+                + usage.cached_tokens * cached_price
+                + usage.completion_tokens * price.completion
+            ) / 1_000_000
+        return round(total, 6)
+
     def _details(self) -> str:
         m = self._memory
         lines = [
             f"**State:** {self._state.value}",
             f"**Step:** {m.step} / {self._config.max_steps}",
-            f"**Model:** {self._input.model}",
+            f"**Model:** {self._model}",
             f"**Tokens:** {m.usage.total_tokens}",
         ]
         waiting = [p for p in m.pending_approvals if p.decision is None]
@@ -242,10 +271,12 @@ class AgentWorkflow:
             and (name != "run_command" or config.allow_run_command)
         )
         request = ModelRequest(
-            model=self._input.model,
+            model=self._model,
             messages=m.build_messages(),
             tools=offered,
             temperature=config.temperature,
+            max_tokens=config.max_tokens,
+            logprobs=config.confidence_threshold is not None,
         )
         size = len(request.model_dump_json())
         if size > MAX_MODEL_INPUT_BYTES:
@@ -255,6 +286,17 @@ class AgentWorkflow:
                 "max_observation_chars or split the task"
             )
             return Event.FATAL_ERROR
+        if config.token_budget is not None:
+            estimate = estimate_prompt_tokens(request)
+            cap = config.token_budget - m.usage.total_tokens - estimate
+            if cap < MIN_COMPLETION_TOKENS:
+                m.error = (
+                    f"token budget exhausted: {m.usage.total_tokens} of {config.token_budget} "
+                    f"tokens used, and the next call needs about {estimate} prompt tokens"
+                )
+                return Event.BUDGET_EXCEEDED
+            # The cap keeps one call from overshooting what is left.
+            request = request.model_copy(update={"max_tokens": min(cap, config.max_tokens or cap)})
         try:
             response: ModelResponse = await workflow.execute_activity_method(
                 ModelActivities.call_model,
@@ -267,7 +309,7 @@ class AgentWorkflow:
                     maximum_interval=timedelta(seconds=60),
                     maximum_attempts=config.model_max_attempts,
                 ),
-                summary=f"step {m.step} · model {self._input.model.partition(':')[2]}",
+                summary=f"step {m.step} · model {self._model.partition(':')[2]}",
             )
         except ActivityError as exc:
             if is_cancelled_exception(exc):
@@ -275,11 +317,21 @@ class AgentWorkflow:
             m.error = f"model call failed: {_failure_message(exc)}"
             return Event.FATAL_ERROR
         m.usage = m.usage + response.usage
+        m.usage_by_model = {
+            **m.usage_by_model,
+            self._model: m.usage_by_model.get(self._model, TokenUsage()) + response.usage,
+        }
+        confidence = (
+            "" if response.confidence is None else f", confidence {response.confidence:.2f}"
+        )
         self._record(
             State.PLANNING,
             "ModelResponse",
-            f"{len(response.tool_calls)} tool call(s), {response.usage.total_tokens} tokens",
+            f"{len(response.tool_calls)} tool call(s), {response.usage.total_tokens} tokens"
+            + confidence,
         )
+        if self._confidence_is_low(response):
+            return Event.LOW_CONFIDENCE
 
         if response.tool_calls:
             return self._plan_tools(response)
@@ -306,6 +358,48 @@ class AgentWorkflow:
             return Event.ANSWER_TOO_SHORT
         m.final_answer = answer
         return Event.LLM_FINAL_ANSWER
+
+    def _confidence_is_low(self, response: ModelResponse) -> bool:
+        """agentsm's confidence check, on the endpoint's own token log-probabilities."""
+        m, threshold = self._memory, self._config.confidence_threshold
+        if threshold is None:
+            return False
+        if response.confidence is None:
+            if not self._confidence_unavailable_noted:
+                self._confidence_unavailable_noted = True
+                self._record(
+                    State.PLANNING,
+                    "ConfidenceUnavailable",
+                    "the endpoint returned no token log-probabilities: confidence check off",
+                )
+            return False
+        m.confidence_score = response.confidence
+        if response.confidence >= threshold:
+            return False
+        if m.retry_count >= self._config.max_retries:
+            self._record(
+                State.PLANNING,
+                "LowConfidenceAccepted",
+                f"confidence {response.confidence:.2f} < {threshold}; "
+                f"all {self._config.max_retries} reconsiderations used",
+            )
+            return False
+        m.retry_count += 1
+        m.assistant_text = response.content or ""
+        return True
+
+    async def _reflect(self) -> Event:
+        """Reflecting: after a low-confidence reply, ask the model to reconsider it."""
+        m = self._memory
+        note = (
+            f"Your last reply had low confidence ({m.confidence_score:.2f}, below "
+            f"{self._config.confidence_threshold}). Re-read the task and the tool results; "
+            "check with a tool if unsure, then reply again. "
+            f"(Reconsideration {m.retry_count} of {self._config.max_retries}.)"
+        )
+        m.history = (*m.history, Turn(step=m.step, assistant_text=m.assistant_text, note=note))
+        m.assistant_text = None
+        return Event.REFLECT_DONE
 
     def _feedback(self, turn: Turn) -> None:
         """Planning's own note to the model (too short, blacklisted), kept in the history."""
@@ -627,12 +721,15 @@ class AgentWorkflow:
             state=self._state.value,
             step=m.step,
             max_steps=self._config.max_steps,
-            model=self._input.model,
+            model=self._model,
             task=self._input.task,
             pending_approvals=tuple(p for p in m.pending_approvals if p.decision is None)
             if self._state is State.WAITING_FOR_HUMAN
             else (),
             usage=m.usage,
+            cost_usd=self._cost(),
+            token_budget=self._config.token_budget,
+            confidence=m.confidence_score,
             last_event=self._last_event,
             final_answer=m.final_answer,
             error=m.error,

@@ -8,7 +8,9 @@ which fails the run (it is a bug in the loop, not something a retry can fix).
 field                  written by                           cleared by
 =====================  ===================================  =========================
 step                   Planning (only)                      never
-assistant_text         Planning                             Observing
+retry_count            Planning (only)                      never
+confidence_score       Planning (only)                      never
+assistant_text         Planning                             Observing, Reflecting
 current_tool_calls     Planning; WaitingForHuman (modify)   Observing
 observations           Acting, ParallelActing;              Observing
                        WaitingForHuman (reject)
@@ -18,7 +20,7 @@ history                Observing (append tool turns);       never
                        Reflecting (compress)
 final_answer           Planning                             never
 error                  Planning                             never
-usage                  Planning, Reflecting                 never
+usage, usage_by_model  Planning, Reflecting                 never
 =====================  ===================================  =========================
 
 The trace is not a field here: any state appends to it, nothing clears it.
@@ -63,7 +65,9 @@ def _own(
 
 OWNERSHIP: dict[str, Ownership] = {
     "step": _own({S.PLANNING}),
-    "assistant_text": _own({S.PLANNING}, {S.OBSERVING}),
+    "retry_count": _own({S.PLANNING}),
+    "confidence_score": _own({S.PLANNING}),
+    "assistant_text": _own({S.PLANNING}, {S.OBSERVING, S.REFLECTING}),
     "current_tool_calls": _own({S.PLANNING, S.WAITING_FOR_HUMAN}, {S.OBSERVING}),
     "observations": _own({S.ACTING, S.PARALLEL_ACTING, S.WAITING_FOR_HUMAN}, {S.OBSERVING}),
     "pending_approvals": _own({S.PLANNING, S.WAITING_FOR_HUMAN}, {S.OBSERVING}),
@@ -71,6 +75,7 @@ OWNERSHIP: dict[str, Ownership] = {
     "final_answer": _own({S.PLANNING}),
     "error": _own({S.PLANNING}),
     "usage": _own({S.PLANNING, S.REFLECTING}),
+    "usage_by_model": _own({S.PLANNING, S.REFLECTING}),
 }
 
 
@@ -99,6 +104,10 @@ class AgentMemory(BaseModel):
     system_prompt: str = DEFAULT_SYSTEM_PROMPT
 
     step: int = 0
+    retry_count: int = 0
+    """Low-confidence reconsiderations used."""
+    confidence_score: float | None = None
+    """The last response's confidence, when the endpoint reported one."""
     assistant_text: str | None = None
     current_tool_calls: tuple[ToolCall, ...] = ()
     observations: tuple[ToolOutcome, ...] = ()
@@ -107,6 +116,7 @@ class AgentMemory(BaseModel):
     final_answer: str | None = None
     error: str | None = None
     usage: TokenUsage = TokenUsage()
+    usage_by_model: dict[str, TokenUsage] = {}
 
     _state: State = PrivateAttr(default=State.IDLE)
 

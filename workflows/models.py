@@ -9,19 +9,16 @@ clock, safe to import inside the workflow sandbox.
 from __future__ import annotations
 
 import enum
-import re
 from datetime import datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from workflows.providers import ModelStringError, resolve
 from workflows.tools import TOOLS
 
 TASK_QUEUE = "treadle-agent"
 """The task queue ``worker.py`` polls and ``starter.py`` starts runs on."""
-
-MODEL_PATTERN = re.compile(r"^[a-z][a-z0-9_-]*:\S+$")
-"""``provider:model``, for example ``openai:gpt-4o`` or ``ollama:llama3.2``."""
 
 
 class _Frozen(BaseModel):
@@ -44,6 +41,23 @@ DEFAULT_COMMAND_ALLOWLIST = (
 anything, e.g. in a container."""
 
 
+def _check_model(value: str) -> str:
+    try:
+        resolve(value)
+    except ModelStringError as exc:
+        raise ValueError(str(exc)) from None
+    return value
+
+
+class Price(_Frozen):
+    """US dollars per million tokens."""
+
+    prompt: float = Field(ge=0)
+    completion: float = Field(ge=0)
+    cached_prompt: float | None = Field(None, ge=0)
+    """Price of prompt tokens served from the provider's cache; ``prompt`` when unset."""
+
+
 class AgentConfig(_Frozen):
     """Limits and policies of one run. Validated once, when the run is started."""
 
@@ -60,6 +74,21 @@ class AgentConfig(_Frozen):
     system_prompt: str | None = None
     """Replaces the built-in system prompt."""
     temperature: float | None = Field(None, ge=0, le=2)
+    models: dict[str, str] = Field(default_factory=dict)
+    """Model per task type (agentsm): ``models[task_type]``, then ``models["default"]``, then
+    the run's ``model``. Values are ``provider:model`` or just ``provider`` (its default)."""
+
+    token_budget: int | None = Field(None, ge=1)
+    """Total tokens the run may spend; the run stops before a call that would exceed it."""
+    max_tokens: int | None = Field(None, ge=1)
+    """Completion cap for every call (the budget may lower it further)."""
+    prices: dict[str, Price] = Field(default_factory=dict)
+    """``provider:model`` -> price, to turn usage into cost in ``status``."""
+    confidence_threshold: float | None = Field(None, gt=0, le=1)
+    """Answers below this confidence (from the endpoint's token log-probabilities) are
+    reconsidered, up to ``max_retries`` times. Off where the endpoint returns none."""
+    max_retries: int = Field(2, ge=0, le=20)
+    """Low-confidence retry budget."""
 
     allow_run_command: bool = False
     """``run_command`` is refused unless the run allows it."""
@@ -80,6 +109,13 @@ class AgentConfig(_Frozen):
     search_attributes: bool = True
     """Keep AgentState / AgentStep / AgentModel current. Turn off only where they cannot be
     registered (the time-skipping test server): upserting an unknown one fails the run's task."""
+
+    @field_validator("models")
+    @classmethod
+    def _models(cls, value: dict[str, str]) -> dict[str, str]:
+        for model in value.values():
+            _check_model(model)
+        return value
 
     @field_validator("require_approval", "blacklisted_tools", "command_allowlist", mode="before")
     @classmethod
@@ -104,7 +140,8 @@ class AgentInput(_Frozen):
 
     task: str = Field(min_length=1, max_length=100_000)
     model: str = Field("openai:gpt-4o", max_length=200)
-    """``provider:model``; the provider prefix picks the wire protocol."""
+    """``provider:model`` (or ``provider`` for its default model); the provider picks the wire
+    protocol. ``config.models`` may choose another model for the run's ``task_type``."""
     workspace: str = Field(min_length=1, max_length=4096)
     """Directory on the worker host that every tool path is confined to."""
     task_type: str = Field("default", min_length=1, max_length=100)
@@ -113,9 +150,7 @@ class AgentInput(_Frozen):
     @field_validator("model")
     @classmethod
     def _model_format(cls, value: str) -> str:
-        if not MODEL_PATTERN.match(value):
-            raise ValueError(f"model must look like 'provider:model', got {value!r}")
-        return value
+        return _check_model(value)
 
 
 # --------------------------------------------------------------------------------------------
@@ -213,6 +248,11 @@ class AgentStatus(_Frozen):
     task: str
     pending_approvals: tuple[PendingApproval, ...] = ()
     usage: TokenUsage = TokenUsage()
+    cost_usd: float | None = None
+    """Usage priced with ``config.prices``; ``None`` without a price for the model."""
+    token_budget: int | None = None
+    confidence: float | None = None
+    """The last response's confidence, when the endpoint reports log-probabilities."""
     last_event: str | None = None
     final_answer: str | None = None
     error: str | None = None
@@ -226,6 +266,7 @@ class AgentResult(_Frozen):
     error: str | None = None
     steps: int = 0
     usage: TokenUsage = TokenUsage()
+    cost_usd: float | None = None
 
 
 # --------------------------------------------------------------------------------------------
@@ -288,6 +329,8 @@ class ModelRequest(_Frozen):
     tools: tuple[str, ...] = ()
     temperature: float | None = None
     max_tokens: int | None = None
+    logprobs: bool = False
+    """Ask for token log-probabilities (for the confidence check), where the protocol has them."""
 
 
 class ModelResponse(_Frozen):
@@ -296,6 +339,8 @@ class ModelResponse(_Frozen):
     usage: TokenUsage = TokenUsage()
     finish_reason: str | None = None
     model: str | None = None
+    confidence: float | None = None
+    """exp(mean token log-probability) when the endpoint returned log-probabilities."""
 
 
 class ToolPolicy(_Frozen):

@@ -51,6 +51,7 @@ class Event(enum.StrEnum):
     TOOL_BLACKLISTED = "ToolBlacklisted"
     HUMAN_APPROVAL_REQUIRED = "HumanApprovalRequired"
     FATAL_ERROR = "FatalError"
+    BUDGET_EXCEEDED = "BudgetExceeded"
     # Human decisions (all pending calls of a step decided)
     HUMAN_APPROVED = "HumanApproved"
     HUMAN_MODIFIED = "HumanModified"
@@ -90,6 +91,7 @@ TRANSITIONS: Mapping[tuple[State, Event], State] = MappingProxyType(
         (S.PLANNING, E.TOOL_BLACKLISTED): S.PLANNING,
         (S.PLANNING, E.HUMAN_APPROVAL_REQUIRED): S.WAITING_FOR_HUMAN,
         (S.PLANNING, E.FATAL_ERROR): S.ERROR,
+        (S.PLANNING, E.BUDGET_EXCEEDED): S.ERROR,
         # Waiting for a human: durable, for as long as it takes.
         (S.WAITING_FOR_HUMAN, E.HUMAN_APPROVED): S.ACTING,
         (S.WAITING_FOR_HUMAN, E.HUMAN_MODIFIED): S.ACTING,

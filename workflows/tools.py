@@ -7,6 +7,7 @@ the schemas to the model as JSON Schema) and by the tool activity (which runs th
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -163,3 +164,17 @@ def parse_arguments(tool: str, arguments: str | Mapping[str, Any]) -> ToolArgs:
         raise ToolArgumentsError(
             f"arguments for {tool} do not match its schema: {problems}"
         ) from exc
+
+
+@functools.cache
+def _schema_chars(name: str) -> int:
+    return len(json.dumps(TOOLS[name].json_schema()))
+
+
+def estimate_prompt_tokens(request: Any) -> int:
+    """A deterministic, slightly generous estimate of a request's prompt tokens (~4 chars each):
+    the messages as sent plus each offered tool's schema."""
+    chars = sum(len(m.content or "") + len(m.tool_calls) * 40 for m in request.messages)
+    chars += sum(len(c.arguments) for m in request.messages for c in m.tool_calls)
+    chars += sum(_schema_chars(n) + 40 for n in request.tools if n in TOOLS)
+    return chars // 4 + 8 * len(request.messages)

@@ -1,0 +1,150 @@
+"""The Anthropic Messages API: ``tool_use`` / ``tool_result`` content blocks.
+
+Pure translation between Treadle's provider-neutral messages and Anthropic's wire format. The
+differences that matter: the system prompt is a top-level field, ``max_tokens`` is required,
+tool calls are ``tool_use`` blocks whose ``input`` is a JSON object, and their results travel
+back as ``tool_result`` blocks inside a *user* message (several results, and any note after
+them, share one user message so roles keep alternating).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from activities.errors import ModelResponseError
+from workflows.models import ChatMessage, ModelRequest, ModelResponse, TokenUsage, ToolCall
+from workflows.tools import TOOLS
+
+API_VERSION = "2023-06-01"
+DEFAULT_MAX_TOKENS = 4096
+"""Anthropic requires a completion cap; used when neither the config nor a budget sets one."""
+
+
+def path() -> str:
+    return "/messages"
+
+
+def headers(api_key: str | None) -> dict[str, str]:
+    result = {"content-type": "application/json", "anthropic-version": API_VERSION}
+    if api_key:
+        result["x-api-key"] = api_key
+    return result
+
+
+def _tool_input(arguments: str) -> dict[str, Any]:
+    """A call's arguments as the JSON object Anthropic needs. Malformed text (it can only come
+    from another provider's model earlier in a conversation) is carried, not lost."""
+    try:
+        decoded = json.loads(arguments or "{}")
+    except json.JSONDecodeError:
+        return {"_unparsed_arguments": arguments}
+    return decoded if isinstance(decoded, dict) else {"_unparsed_arguments": arguments}
+
+
+def _blocks(message: ChatMessage) -> list[dict[str, Any]]:
+    if message.role == "tool":
+        content = message.content or ""
+        return [
+            {
+                "type": "tool_result",
+                "tool_use_id": message.tool_call_id,
+                "content": content,
+                "is_error": content.startswith("ERROR:"),
+            }
+        ]
+    blocks: list[dict[str, Any]] = []
+    if message.content:
+        blocks.append({"type": "text", "text": message.content})
+    blocks.extend(
+        {"type": "tool_use", "id": c.id, "name": c.name, "input": _tool_input(c.arguments)}
+        for c in message.tool_calls
+    )
+    return blocks
+
+
+def build_body(request: ModelRequest, model_name: str) -> dict[str, Any]:
+    system = "\n\n".join(m.content or "" for m in request.messages if m.role == "system")
+    messages: list[dict[str, Any]] = []
+    for message in request.messages:
+        if message.role == "system":
+            continue
+        role = "assistant" if message.role == "assistant" else "user"
+        blocks = _blocks(message)
+        if not blocks:
+            blocks = [{"type": "text", "text": "(empty)"}]
+        if messages and messages[-1]["role"] == role:
+            messages[-1]["content"].extend(blocks)  # keep user/assistant alternating
+        else:
+            messages.append({"role": role, "content": blocks})
+    body: dict[str, Any] = {
+        "model": model_name,
+        "max_tokens": request.max_tokens or DEFAULT_MAX_TOKENS,
+        "messages": messages,
+    }
+    if system:
+        body["system"] = system
+    tools = [
+        {
+            "name": TOOLS[name].name,
+            "description": TOOLS[name].description,
+            "input_schema": TOOLS[name].json_schema(),
+        }
+        for name in request.tools
+        if name in TOOLS
+    ]
+    if tools:
+        body["tools"] = tools
+    if request.temperature is not None:
+        body["temperature"] = min(request.temperature, 1.0)  # Anthropic's range is 0..1
+    return body
+
+
+def parse_response(payload: Any, provider: str) -> ModelResponse:
+    """Check the body against what the Messages API promises and translate it."""
+    if not isinstance(payload, dict):
+        raise ModelResponseError(f"{provider} response is not a JSON object")
+    blocks = payload.get("content")
+    if not isinstance(blocks, list):
+        raise ModelResponseError(f"{provider} response has no content blocks")
+    texts: list[str] = []
+    calls: list[ToolCall] = []
+    for index, block in enumerate(blocks):
+        kind = block.get("type") if isinstance(block, dict) else None
+        if kind == "text":
+            texts.append(str(block.get("text") or ""))
+        elif kind == "tool_use":
+            name = block.get("name")
+            if not isinstance(name, str) or not name:
+                raise ModelResponseError(f"{provider} response tool_use block has no name")
+            tool_input = block.get("input", {})
+            if not isinstance(tool_input, dict):
+                raise ModelResponseError(f"{provider} response tool_use input is not an object")
+            call_id = block.get("id")
+            calls.append(
+                ToolCall(
+                    id=call_id if isinstance(call_id, str) and call_id else f"toolu_{index}",
+                    name=name,
+                    arguments=json.dumps(tool_input),
+                )
+            )
+        # thinking / redacted_thinking and future block types carry nothing the loop needs
+    raw_usage = payload.get("usage")
+    usage: dict[str, Any] = raw_usage if isinstance(raw_usage, dict) else {}
+    fresh = int(usage.get("input_tokens") or 0)
+    cached = int(usage.get("cache_read_input_tokens") or 0)
+    written = int(usage.get("cache_creation_input_tokens") or 0)
+    completion = int(usage.get("output_tokens") or 0)
+    prompt = fresh + cached + written  # Anthropic counts cache reads and writes separately
+    return ModelResponse(
+        content="".join(texts) if texts else None,
+        tool_calls=tuple(calls),
+        usage=TokenUsage(
+            prompt_tokens=prompt,
+            completion_tokens=completion,
+            total_tokens=prompt + completion,
+            cached_tokens=cached,
+        ),
+        finish_reason=payload.get("stop_reason"),
+        model=payload.get("model") if isinstance(payload.get("model"), str) else None,
+    )
