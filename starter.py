@@ -5,6 +5,7 @@
     python starter.py approve ID [--call CALL_ID]
     python starter.py reject ID [--call CALL_ID] --reason TEXT
     python starter.py modify ID [--call CALL_ID] --args JSON
+    python starter.py guide ID (--guidance TEXT | --halt [--reason TEXT])
     python starter.py demo                      # everything, end to end, no API key
 
 Connection: TEMPORAL_ADDRESS / TEMPORAL_NAMESPACE / temporal.toml profiles, or --address.
@@ -106,8 +107,18 @@ def _format_status(status: AgentStatus) -> str:
     ]
     if status.cost_usd is not None:
         lines.insert(4, f"cost:     ${status.cost_usd:.4f}")
-    for p in status.pending_approvals:
-        lines.append(f"waiting:  {p.call_id}  {p.tool}  {json.dumps(p.arguments)[:200]}")
+    if status.progress is not None:
+        p = status.progress
+        phase = f"phase {p.current_phase}/{p.total_phases or '?'}, " if p.current_phase else ""
+        lines.append(
+            f"progress: {phase}{p.phases_completed} phases done, {p.tool_calls} tool calls, "
+            f"{p.files_modified} files, {p.tests_passed} tests passed, {p.elapsed_seconds:.0f}s"
+        )
+    if status.stuck:
+        lines.append(f"stuck:    {status.stuck}")
+    for pending in status.pending_approvals:
+        args_text = json.dumps(pending.arguments)[:200]
+        lines.append(f"waiting:  {pending.call_id}  {pending.tool}  {args_text}")
     if status.final_answer:
         lines.append(f"answer:   {status.final_answer}")
     if status.error:
@@ -260,12 +271,22 @@ async def cmd_decide(client: Client, args: argparse.Namespace) -> int:
             raise UsageError(f"--args is not valid JSON: {exc.msg} at position {exc.pos}") from exc
         if not isinstance(arguments, dict):
             raise UsageError("--args must be a JSON object")
-    decision = Decision(
-        action=args.command,
-        call_id=args.call,
-        reason=getattr(args, "reason", None),
-        arguments=arguments,
-    )
+    if args.command == "guide":
+        if bool(args.halt) == bool(args.guidance):
+            raise UsageError("give either --guidance TEXT (to continue) or --halt")
+        decision = Decision(
+            action="guide",
+            guidance=args.guidance,
+            halt=bool(args.halt),
+            reason=args.reason,
+        )
+    else:
+        decision = Decision(
+            action=args.command,
+            call_id=args.call,
+            reason=getattr(args, "reason", None),
+            arguments=arguments,
+        )
     try:
         decided = await handle.execute_update(
             AgentWorkflow.decide, decision, rpc_timeout=QUERY_TIMEOUT
@@ -279,6 +300,10 @@ async def cmd_decide(client: Client, args: argparse.Namespace) -> int:
                 f"run {args.workflow_id!r} did not answer; is a worker running?"
             ) from exc
         raise UsageError(f"run {args.workflow_id!r}: {exc.message}") from exc
+    if decided is None:
+        what = "told to halt" if args.halt else "sent guidance to"
+        print(f"{what} run {args.workflow_id}")
+        return 0
     done = {"approve": "approved", "reject": "rejected", "modify": "modified"}[args.command]
     print(f"{done} {decided.call_id} ({decided.tool}) in run {args.workflow_id}")
     return 0
@@ -430,6 +455,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         if name == "modify":
             p.add_argument("--args", required=True, help="new arguments as a JSON object")
 
+    guide = sub.add_parser("guide", help="continue a stuck run with guidance, or halt it")
+    guide.add_argument("workflow_id")
+    guide.add_argument("--guidance", help="advice for the model; the run continues")
+    guide.add_argument("--halt", action="store_true", help="stop the run (status halted)")
+    guide.add_argument("--reason", help="why, with --halt")
+
     for name in ("status", "trace"):
         p = sub.add_parser(name, help=f"show a run's {name}")
         p.add_argument("workflow_id")
@@ -452,6 +483,7 @@ async def run(args: argparse.Namespace) -> int:
         "approve": cmd_decide,
         "reject": cmd_decide,
         "modify": cmd_decide,
+        "guide": cmd_decide,
     }
     return await commands[args.command](client, args)
 

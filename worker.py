@@ -48,7 +48,9 @@ WORKFLOWS = [AgentWorkflow]
 # for the data converter and the workflow.
 PASSTHROUGH_MODULES = (
     "workflows.models",
+    "workflows.progress",
     "workflows.providers",
+    "workflows.reflection",
     "workflows.tools",
     "workflows.state_machine",
     "workflows.memory",

@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import hashlib
 import os
 import re
 import secrets
@@ -119,9 +120,16 @@ class ToolOutput:
     text: str
     success: bool = True
     mutated_paths: tuple[str, ...] = ()
+    content_hashes: tuple[tuple[str, str], ...] = ()
+    """(path, sha256 of the new content) per written file, so progress tracking can tell a
+    real change from the same content written again."""
     omitted_chars: int = 0
     """Output dropped before ``text`` was built; for a command's flood of output this counts
     undecoded bytes, which equals characters for ASCII."""
+
+
+def content_hash(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()[:16]
 
 
 def cap_output(text: str, limit: int, omitted: int = 0) -> str:
@@ -278,7 +286,11 @@ def _write_file(workspace: Path, args: WriteFileArgs) -> ToolOutput:
             ) from None
         data = args.content.encode("utf-8")
         _atomic_write(real, data)
-    return ToolOutput(f"wrote {len(data)} bytes to {rel}", mutated_paths=(rel,))
+    return ToolOutput(
+        f"wrote {len(data)} bytes to {rel}",
+        mutated_paths=(rel,),
+        content_hashes=((rel, content_hash(data)),),
+    )
 
 
 async def edit_file(workspace: Path, args: EditFileArgs, policy: ToolPolicy) -> ToolOutput:
@@ -300,9 +312,13 @@ def _edit_file(workspace: Path, args: EditFileArgs) -> ToolOutput:
             )
         index = text.index(args.old_text)
         line = text.count("\n", 0, index) + 1
-        edited = text[:index] + args.new_text + text[index + len(args.old_text) :]
-        _atomic_write(real, edited.encode("utf-8"))
-    return ToolOutput(f"edited {rel}: replaced 1 occurrence at line {line}", mutated_paths=(rel,))
+        edited = (text[:index] + args.new_text + text[index + len(args.old_text) :]).encode()
+        _atomic_write(real, edited)
+    return ToolOutput(
+        f"edited {rel}: replaced 1 occurrence at line {line}",
+        mutated_paths=(rel,),
+        content_hashes=((rel, content_hash(edited)),),
+    )
 
 
 async def list_dir(workspace: Path, args: ListDirArgs, policy: ToolPolicy) -> ToolOutput:
@@ -627,7 +643,12 @@ async def execute_tool(
     text = cap_output(output.text, limit, output.omitted_chars)
     if not output.success:
         return ToolResult(success=False, output=f"ERROR: {text}")
-    return ToolResult(success=True, output=text, mutated_paths=output.mutated_paths)
+    return ToolResult(
+        success=True,
+        output=text,
+        mutated_paths=output.mutated_paths,
+        content_hashes=dict(output.content_hashes),
+    )
 
 
 def _ensure_workspace(workspace: Path) -> None:

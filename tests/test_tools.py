@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import hashlib
 import json
 import os
 import time
@@ -48,6 +49,11 @@ async def run(
     workspace: Path, tool: str, policy: ToolPolicy = POLICY, **arguments: Any
 ) -> ToolResult:
     return await execute_tool(workspace, tool, json.dumps(arguments), policy)
+
+
+def sha(text: str) -> str:
+    """The content hash write_file / edit_file report, for progress tracking."""
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def assert_refused(result: ToolResult, *fragments: str) -> None:
@@ -134,7 +140,10 @@ async def test_write_file_creates_parents_and_reports_the_path(workspace: Path) 
     """write_file creates missing parent directories and reports bytes written and the path."""
     result = await run(workspace, "write_file", path="docs/notes.md", content="héllo\n")
     assert result == ToolResult(
-        success=True, output="wrote 7 bytes to docs/notes.md", mutated_paths=("docs/notes.md",)
+        success=True,
+        output="wrote 7 bytes to docs/notes.md",
+        mutated_paths=("docs/notes.md",),
+        content_hashes={"docs/notes.md": sha("héllo\n")},
     )
     assert (workspace / "docs" / "notes.md").read_text() == "héllo\n"
 
@@ -166,6 +175,7 @@ async def test_edit_file_replaces_the_unique_occurrence(workspace: Path) -> None
         success=True,
         output="edited main.py: replaced 1 occurrence at line 2",
         mutated_paths=("main.py",),
+        content_hashes={"main.py": sha("a = 1\nb = 20\nc = 3\n")},
     )
     assert (workspace / "main.py").read_text() == "a = 1\nb = 20\nc = 3\n"
 
@@ -536,7 +546,10 @@ async def test_activity_creates_the_workspace_and_runs_the_tool(tmp_path: Path) 
     arguments = json.dumps({"path": "a.txt", "content": "hi"})
     result = await ToolActivities().run_tool(request(workspace, "write_file", arguments))
     assert result == ToolResult(
-        success=True, output="wrote 2 bytes to a.txt", mutated_paths=("a.txt",)
+        success=True,
+        output="wrote 2 bytes to a.txt",
+        mutated_paths=("a.txt",),
+        content_hashes={"a.txt": sha("hi")},
     )
     assert (workspace / "a.txt").read_text() == "hi"
 

@@ -27,7 +27,7 @@ from temporalio.exceptions import (
     is_cancelled_exception,
 )
 
-from workflows import providers
+from workflows import providers, reflection
 from workflows import search_attributes as sa
 from workflows.memory import AgentMemory
 from workflows.models import (
@@ -37,6 +37,7 @@ from workflows.models import (
     ApprovalDecision,
     ApproveSignal,
     Decision,
+    GuideSignal,
     ModelRequest,
     ModelResponse,
     ModifySignal,
@@ -53,8 +54,15 @@ from workflows.models import (
     TraceEntry,
     Turn,
 )
+from workflows.progress import ProgressSummary, ProgressTracker
 from workflows.state_machine import Event, State, next_state
-from workflows.tools import TOOLS, ToolArgumentsError, estimate_prompt_tokens, parse_arguments
+from workflows.tools import (
+    TOOLS,
+    StartPhaseArgs,
+    ToolArgumentsError,
+    estimate_prompt_tokens,
+    parse_arguments,
+)
 
 with workflow.unsafe.imports_passed_through():
     # Activity classes are referenced by method (names by object, not string). Their modules
@@ -109,6 +117,15 @@ class AgentWorkflow:
         # Chosen once per run: models[task_type], then models["default"], then input.model.
         self._model = providers.select(input.config.models, input.task_type, input.model)
         self._confidence_unavailable_noted = False
+        # Nexora's tracker: recorded and checked by Observing, phases moved by PhaseTransition,
+        # reset by Recovering. Pure and deterministic, so it replays like everything here.
+        self._tracker = ProgressTracker(config=input.config.progress)
+        self._started_at = workflow.now()
+        self._stuck_reason: str | None = None
+        self._hints_given = 0
+        self._pending_phase: StartPhaseArgs | None = None
+        self._last_step_mutated = False
+        self._reflect_reason = ""
         self._state = State.IDLE
         self._memory = AgentMemory(
             task=input.task,
@@ -132,9 +149,17 @@ class AgentWorkflow:
             State.OBSERVING: self._observe,
             State.POST_TOOLS_HOOK: self._post_tools_hook,
             State.REFLECTING: self._reflect,
+            State.RECOVERING: self._recover,
+            State.PHASE_TRANSITION: self._phase_transition,
         }
         self._upsert([sa.AGENT_MODEL.value_set(self._model)])
         self._fire(Event.START, f"task: {_cut(input.task, 200)}")
+        if self._config.phases:
+            total = len(self._config.phases)
+            self._tracker.start_phase(1, self._config.phases[0], workflow.now(), total=total)
+            self._record(
+                State.PLANNING, "PhaseStarted", f"phase 1 of {total}: {self._config.phases[0]}"
+            )
         try:
             while not self._state.is_terminal:
                 handler = handlers.get(self._state)
@@ -160,8 +185,9 @@ class AgentWorkflow:
                 self._record(self._state, "RunFailed", str(exc))
                 self._upsert([sa.AGENT_STATE.value_set(State.ERROR.value)])
             raise
+        status = {State.DONE: RunStatus.DONE, State.HALTED: RunStatus.HALTED}
         return AgentResult(
-            status=RunStatus.DONE if self._state is State.DONE else RunStatus.ERROR,
+            status=status.get(self._state, RunStatus.ERROR),
             answer=self._memory.final_answer,
             error=self._memory.error,
             steps=self._memory.step,
@@ -174,7 +200,7 @@ class AgentWorkflow:
         before = self._state
         after = next_state(before, event)
         self._state = after
-        if after is State.ERROR and self._memory.error and not data:
+        if after in (State.ERROR, State.HALTED) and self._memory.error and not data:
             data = self._memory.error
         move = f"{before.value} -> {after.value}"
         self._record(before, event.value, f"{move} · {data}" if data else move)
@@ -235,6 +261,16 @@ class AgentWorkflow:
             lines.extend(
                 f"- `{p.call_id}` {p.tool} {json.dumps(p.arguments)[:120]}" for p in waiting
             )
+        if m.pending_guidance:
+            lines.append(f"**Stuck, waiting for guidance:** {m.pending_guidance}")
+        elif self._stuck_reason:
+            lines.append(f"**Stuck:** {self._stuck_reason}")
+        p = self._tracker.summary(workflow.now(), self._started_at)
+        phase = f"phase {p.current_phase} of {p.total_phases or '?'} · " if p.current_phase else ""
+        lines.append(
+            f"**Progress:** {phase}{p.tool_calls} tool calls · {p.files_modified} files · "
+            f"{p.tests_passed} tests passed"
+        )
         if m.error:
             lines.append(f"**Error:** {m.error}")
         if m.final_answer:
@@ -386,20 +422,73 @@ class AgentWorkflow:
             return False
         m.retry_count += 1
         m.assistant_text = response.content or ""
+        self._reflect_reason = "low confidence"
         return True
 
     async def _reflect(self) -> Event:
-        """Reflecting: after a low-confidence reply, ask the model to reconsider it."""
+        """Reflecting (agentsm): compress older history into a summary; after a low-confidence
+        reply, also ask the model to reconsider it."""
         m = self._memory
-        note = (
-            f"Your last reply had low confidence ({m.confidence_score:.2f}, below "
-            f"{self._config.confidence_threshold}). Re-read the task and the tool results; "
-            "check with a tool if unsure, then reply again. "
-            f"(Reconsideration {m.retry_count} of {self._config.max_retries}.)"
-        )
-        m.history = (*m.history, Turn(step=m.step, assistant_text=m.assistant_text, note=note))
-        m.assistant_text = None
+        if self._reflect_reason == "low confidence":
+            note = (
+                f"Your last reply had low confidence ({m.confidence_score:.2f}, below "
+                f"{self._config.confidence_threshold}). Re-read the task and the tool results; "
+                "check with a tool if unsure, then reply again. "
+                f"(Reconsideration {m.retry_count} of {self._config.max_retries}.)"
+            )
+            m.history = (*m.history, Turn(step=m.step, assistant_text=m.assistant_text, note=note))
+            m.assistant_text = None
+        await self._compress()
+        self._reflect_reason = ""
         return Event.REFLECT_DONE
+
+    async def _compress(self) -> None:
+        m, keep = self._memory, self._config.reflection_keep_recent
+        older, recent = m.history[:-keep], m.history[-keep:]
+        if not older:
+            self._record(State.REFLECTING, "HistoryKept", f"no turns older than the last {keep}")
+            return
+        unresolved = reflection.unresolved_errors(older, recent)
+        model = self._config.reflection_model or self._model
+        try:
+            response: ModelResponse = await workflow.execute_activity_method(
+                ModelActivities.call_model,
+                reflection.summary_request(model, m.task, older),
+                start_to_close_timeout=timedelta(seconds=self._config.model_timeout_seconds),
+                heartbeat_timeout=timedelta(seconds=self._config.heartbeat_timeout_seconds),
+                retry_policy=RetryPolicy(initial_interval=timedelta(seconds=1), maximum_attempts=2),
+                summary=f"step {m.step} · reflect {model.partition(':')[2]}",
+            )
+            summary = (response.content or "").strip()
+            m.usage = m.usage + response.usage
+            m.usage_by_model = {
+                **m.usage_by_model,
+                model: m.usage_by_model.get(model, TokenUsage()) + response.usage,
+            }
+            if not summary or response.tool_calls:
+                raise _NoSummary("the summary reply was empty or called tools")
+            how = "summarised by the model"
+        except (ActivityError, _NoSummary) as exc:
+            if is_cancelled_exception(exc):
+                raise
+            summary = reflection.compact(older)
+            how = "compacted without a model"
+            detail = _failure_message(exc) if isinstance(exc, ActivityError) else str(exc)
+            self._record(State.REFLECTING, "ReflectionFallback", f"summary call failed: {detail}")
+        m.history = (reflection.summary_turn(older, summary, unresolved), *recent)
+        self._record(
+            State.REFLECTING,
+            "HistoryCompressed",
+            f"{len(older)} turns {how}; {len(recent)} kept verbatim; "
+            f"{len(unresolved)} unresolved error(s) carried",
+        )
+
+    def _reflection_due(self) -> bool:
+        every = self._config.reflect_every_n_steps
+        due = bool(every) and self._memory.step % (every or 1) == 0
+        if due:
+            self._reflect_reason = f"every {every} steps"
+        return due
 
     def _feedback(self, turn: Turn) -> None:
         """Planning's own note to the model (too short, blacklisted), kept in the history."""
@@ -471,6 +560,8 @@ class AgentWorkflow:
 
     async def _wait_for_human(self) -> Event:
         m = self._memory
+        if m.pending_guidance is not None:
+            return await self._wait_for_guidance()
         waiting = ", ".join(f"{p.call_id} ({p.tool})" for p in m.pending_approvals)
         self._record(State.WAITING_FOR_HUMAN, "AwaitingApproval", waiting)
         workflow.set_current_details(self._details())
@@ -498,6 +589,23 @@ class AgentWorkflow:
             return Event.HUMAN_MODIFIED
         return Event.HUMAN_APPROVED
 
+    async def _wait_for_guidance(self) -> Event:
+        """A stuck run asks a human: continue with guidance for the model, or halt."""
+        m = self._memory
+        self._record(State.WAITING_FOR_HUMAN, "AwaitingGuidance", m.pending_guidance or "")
+        workflow.set_current_details(self._details())
+        await workflow.wait_condition(lambda: m.human_guidance is not None)
+        guide, reason = m.human_guidance, m.pending_guidance
+        m.human_guidance = None
+        m.pending_guidance = None
+        if guide is None or guide.halt:
+            m.error = f"halted by a human: {guide.reason if guide and guide.reason else reason}"
+            return Event.HUMAN_HALTED
+        m.history = (*m.history, Turn(step=m.step, note=f"Guidance from a human: {guide.guidance}"))
+        self._tracker.reset_after_recovery()
+        self._stuck_reason = None
+        return Event.HUMAN_GUIDED
+
     async def _act(self) -> Event:
         """Run every call not yet observed: concurrently in ParallelActing, else in order."""
         m = self._memory
@@ -519,6 +627,8 @@ class AgentWorkflow:
         except ToolArgumentsError as exc:
             return ToolOutcome(call=call, observation=f"ERROR: {exc}", success=False)
         spec = TOOLS[call.name]
+        if isinstance(args, StartPhaseArgs):
+            return self._start_phase_call(call, args)
         target = spec.target(args)
         if len(target) > SUMMARY_TARGET_CHARS:
             target = target[: SUMMARY_TARGET_CHARS - 1] + "…"
@@ -569,7 +679,21 @@ class AgentWorkflow:
             mutated_paths=result.mutated_paths,
         )
 
+    def _start_phase_call(self, call: ToolCall, args: StartPhaseArgs) -> ToolOutcome:
+        """The start_phase tool changes only the run's own state: no activity needed."""
+        current = self._tracker.summary(workflow.now(), self._started_at).current_phase or 0
+        if self._pending_phase is not None:
+            error = "ERROR: only one start_phase call per step"
+        elif args.number is not None and args.number <= current:
+            error = f"ERROR: phase {args.number} is not after the current phase {current}"
+        else:
+            self._pending_phase = args
+            number = args.number or current + 1
+            return ToolOutcome(call=call, observation=f"phase {number} started", success=True)
+        return ToolOutcome(call=call, observation=error, success=False)
+
     async def _observe(self) -> Event:
+        """Commit the results to history, then run Nexora's progress check on them."""
         m = self._memory
         by_id = {o.call.id: o for o in m.observations}
         outcomes = tuple(by_id[c.id] for c in m.current_tool_calls if c.id in by_id)
@@ -579,6 +703,8 @@ class AgentWorkflow:
                 "ToolObserved",
                 f"{o.call.name} {'ok' if o.success else 'failed'}: {_cut(o.observation, 200)}",
             )
+            self._track(o)
+        repeated = self._tracker.record_message(m.assistant_text or "")
         m.history = (
             *m.history,
             Turn(step=m.step, assistant_text=m.assistant_text, outcomes=outcomes),
@@ -587,10 +713,49 @@ class AgentWorkflow:
         m.observations = ()
         m.pending_approvals = ()
         m.assistant_text = None
-        mutated = any(
+        self._last_step_mutated = any(
             o.success and o.call.name in TOOLS and TOOLS[o.call.name].mutating for o in outcomes
         )
-        return Event.FILES_CHANGED if mutated else Event.CONTINUE
+
+        stuck = self._tracker.check() or repeated
+        if stuck:
+            self._stuck_reason = stuck
+            self._record(State.OBSERVING, "Stuck", stuck)
+            workflow.logger.warning("agent.stuck", extra={"reason": stuck, "step": m.step})
+            return Event.STUCK
+        if self._tracker.should_report():
+            self._report_progress()
+        if self._pending_phase is not None:
+            return Event.PHASE_COMPLETE
+        if self._last_step_mutated:
+            return Event.FILES_CHANGED
+        return Event.NEEDS_REFLECTION if self._reflection_due() else Event.CONTINUE
+
+    def _track(self, outcome: ToolOutcome) -> None:
+        """Feed one observed call to the progress tracker."""
+        call, spec = outcome.call, TOOLS.get(outcome.call.name)
+        if spec is not None and spec.in_workflow:
+            return  # phase bookkeeping is not work
+        target = reflection.target(call)
+        self._tracker.record_tool_call(
+            call.name,
+            target,
+            success=outcome.success,
+            error=None if outcome.success else outcome.observation,
+            mutating=spec.mutating if spec else False,
+            content_hash=outcome.content_hashes.get(target),
+        )
+        if call.name == "run_command" and any(t in target for t in self._config.test_commands):
+            self._tracker.record_test(target, passed=outcome.success, output=outcome.observation)
+
+    def _report_progress(self) -> None:
+        progress = self._tracker.summary(workflow.now(), self._started_at)
+        line = (
+            f"{progress.tool_calls} tool calls, {progress.files_modified} files, "
+            f"phase {progress.current_phase or '-'} ({progress.phases_completed} completed)"
+        )
+        self._record(self._state, "Progress", line)
+        workflow.logger.info("agent.progress", extra=progress.model_dump(mode="json"))
 
     async def _post_tools_hook(self) -> Event:
         """Loom's post-tools hook: infrastructure work after mutating tools (none built in yet)."""
@@ -601,7 +766,54 @@ class AgentWorkflow:
             "HookRun",
             f"changed: {', '.join(changed) if changed else '(by command)'}",
         )
-        return Event.HOOK_DONE
+        return Event.NEEDS_REFLECTION if self._reflection_due() else Event.HOOK_DONE
+
+    async def _recover(self) -> Event:
+        """Recovering (Nexora): hint the model, ask a human, or halt, per ``config.recovery``."""
+        m, config, reason = self._memory, self._config, self._stuck_reason or "stuck"
+        if config.recovery == "ask_human":
+            m.pending_guidance = reason
+            return Event.HUMAN_GUIDANCE_REQUIRED
+        if config.recovery == "halt" or self._hints_given >= config.max_hints:
+            m.error = f"halted: {reason}"
+            if config.recovery == "hint":
+                m.error += f" (still stuck after {config.max_hints} hint(s))"
+            workflow.logger.warning("agent.halted", extra={"reason": m.error})
+            return Event.HALT
+        self._hints_given += 1
+        note = (
+            f"You appear to be stuck: {reason}. That approach is not working. Stop repeating it "
+            "and try something different (read the file again, change the plan, or explain "
+            f"what blocks you). Hint {self._hints_given} of {config.max_hints}."
+        )
+        m.history = (*m.history, Turn(step=m.step, note=note))
+        self._tracker.reset_after_recovery()
+        self._stuck_reason = None
+        return Event.RECOVERED
+
+    async def _phase_transition(self) -> Event:
+        """PhaseTransition (Nexora): complete the current phase, start the next, reset tracking."""
+        args, self._pending_phase = self._pending_phase, None
+        if args is None:  # only a start_phase call leads here
+            raise ApplicationError(
+                "PhaseTransition without a phase to start", type="InvalidTransition"
+            )
+        current = self._tracker.summary(workflow.now(), self._started_at).current_phase
+        number = args.number or (current or 0) + 1
+        finished = self._tracker.start_phase(
+            number, args.description, workflow.now(), total=args.total_phases
+        )
+        if finished is not None:
+            self._record(
+                State.PHASE_TRANSITION,
+                "PhaseCompleted",
+                f"phase {finished.number}: {len(finished.files_changed)} files, "
+                f"{finished.tests_passed} tests passed, {len(finished.blockers)} blockers, "
+                f"{finished.duration_seconds:.0f}s",
+            )
+            workflow.logger.info("agent.phase.completed", extra=finished.model_dump(mode="json"))
+        self._record(State.PHASE_TRANSITION, "PhaseStarted", f"phase {number}: {args.description}")
+        return Event.FILES_CHANGED if self._last_step_mutated else Event.PHASE_STARTED
 
     # ----------------------------------------------------------------------------------------
     # Human approval. Two doors to the same checks:
@@ -628,15 +840,51 @@ class AgentWorkflow:
         """``{"call_id": "...", "arguments": {...}}``: run it with these (checked) arguments."""
         self._signal("modify", body)
 
+    @workflow.signal
+    def guide(self, body: Any = None) -> None:
+        """``{"guidance": "..."}`` or ``{"halt": true, "reason": "..."}`` for a stuck run."""
+        try:
+            signal = self._check_guide(body)
+        except _Refused as exc:
+            self._record(self._state, "SignalRefused", f"guide: {exc}")
+            return
+        self._apply_guide(signal)
+
     @workflow.update
-    def decide(self, decision: Decision) -> PendingApproval:
-        """Approve, reject or modify one pending call; returns the call as decided."""
+    def decide(self, decision: Decision) -> PendingApproval | None:
+        """Approve, reject or modify one pending call (returns it as decided), or guide a
+        stuck run (returns nothing)."""
+        if decision.action == "guide":
+            self._apply_guide(self._guide_or_refuse(decision))
+            return None
         return self._apply(decision.action, self._check_or_refuse(decision))
 
     @decide.validator
     def _validate_decide(self, decision: Decision) -> None:
         # Raised in the validator, the refusal rejects the update: nothing reaches the history.
-        self._check_or_refuse(decision)
+        if decision.action == "guide":
+            self._guide_or_refuse(decision)
+        else:
+            self._check_or_refuse(decision)
+
+    def _guide_or_refuse(self, decision: Decision) -> GuideSignal:
+        try:
+            return self._check_guide(decision.body())
+        except _Refused as exc:
+            raise ApplicationError(str(exc), type="DecisionRefused", non_retryable=True) from None
+
+    def _check_guide(self, body: Any) -> GuideSignal:
+        try:
+            signal = GuideSignal.model_validate({} if body is None else body)
+        except ValidationError as exc:
+            raise _Refused(_brief(exc)) from None
+        if self._state is not State.WAITING_FOR_HUMAN or self._memory.pending_guidance is None:
+            raise _Refused("the run is not waiting for guidance")
+        return signal
+
+    def _apply_guide(self, signal: GuideSignal) -> None:
+        self._memory.human_guidance = signal
+        self._record(self._state, "SignalReceived", "guide: halt" if signal.halt else "guide")
 
     def _check_or_refuse(self, decision: Decision) -> _Checked:
         try:
@@ -733,12 +981,23 @@ class AgentWorkflow:
             last_event=self._last_event,
             final_answer=m.final_answer,
             error=m.error,
+            progress=self._tracker.summary(workflow.now(), self._started_at),
+            stuck=m.pending_guidance or self._stuck_reason,
         )
+
+    @workflow.query
+    def progress(self) -> ProgressSummary:
+        """Nexora's totals: phases completed / total, files, tool calls, tests, elapsed."""
+        return self._tracker.summary(workflow.now(), self._started_at)
 
     @workflow.query
     def trace(self) -> Trace:
         """The append-only log: step, state, event, data, timestamp."""
         return Trace(entries=tuple(self._trace))
+
+
+class _NoSummary(Exception):
+    """The summary model answered, but not with a summary."""
 
 
 class _Refused(Exception):

@@ -17,9 +17,14 @@ observations           Acting, ParallelActing;              Observing
 pending_approvals      Planning; WaitingForHuman            Observing
 history                Observing (append tool turns);       never
                        Planning (append feedback turns);
+                       Recovering, WaitingForHuman (append
+                       hints and guidance);
                        Reflecting (compress)
+pending_guidance       Recovering                           WaitingForHuman
+human_guidance         WaitingForHuman (the guide signal)   WaitingForHuman
 final_answer           Planning                             never
-error                  Planning                             never
+error                  Planning; Recovering, WaitingForHuman never
+                       (halting)
 usage, usage_by_model  Planning, Reflecting                 never
 =====================  ===================================  =========================
 
@@ -34,7 +39,15 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, PrivateAttr
 from temporalio.exceptions import ApplicationError
 
-from workflows.models import ChatMessage, PendingApproval, TokenUsage, ToolCall, ToolOutcome, Turn
+from workflows.models import (
+    ChatMessage,
+    GuideSignal,
+    PendingApproval,
+    TokenUsage,
+    ToolCall,
+    ToolOutcome,
+    Turn,
+)
 from workflows.state_machine import State
 
 S = State
@@ -73,7 +86,7 @@ OWNERSHIP: dict[str, Ownership] = {
     "pending_approvals": _own({S.PLANNING, S.WAITING_FOR_HUMAN}, {S.OBSERVING}),
     "history": _own({S.OBSERVING, S.PLANNING, S.REFLECTING}, append_only={S.OBSERVING, S.PLANNING}),
     "final_answer": _own({S.PLANNING}),
-    "error": _own({S.PLANNING}),
+    "error": _own({S.PLANNING, S.RECOVERING, S.WAITING_FOR_HUMAN}),
     "usage": _own({S.PLANNING, S.REFLECTING}),
     "usage_by_model": _own({S.PLANNING, S.REFLECTING}),
 }
@@ -116,6 +129,9 @@ class AgentMemory(BaseModel):
     final_answer: str | None = None
     error: str | None = None
     usage: TokenUsage = TokenUsage()
+    pending_guidance: str | None = None
+    """Why a stuck run waits for a human (recovery strategy ask_human)."""
+    human_guidance: GuideSignal | None = None
     usage_by_model: dict[str, TokenUsage] = {}
 
     _state: State = PrivateAttr(default=State.IDLE)

@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from workflows.progress import ProgressConfig, ProgressSummary
 from workflows.providers import ModelStringError, resolve
 from workflows.tools import TOOLS
 
@@ -90,6 +91,24 @@ class AgentConfig(_Frozen):
     max_retries: int = Field(2, ge=0, le=20)
     """Low-confidence retry budget."""
 
+    progress: ProgressConfig = ProgressConfig()
+    """Nexora's stuck-detection thresholds."""
+    recovery: Literal["hint", "ask_human", "halt"] = "hint"
+    """On stuck: ``hint`` tells the model what repeats (at most ``max_hints`` times, then
+    halts), ``ask_human`` waits for a ``guide`` signal, ``halt`` ends the run halted."""
+    max_hints: int = Field(2, ge=0, le=100)
+    phases: tuple[str, ...] = ()
+    """Phase descriptions, if the task is planned in phases; phase 1 starts with the run and the
+    model moves on with the ``start_phase`` tool (which also works without this)."""
+    test_commands: tuple[str, ...] = ("pytest", "go test", "npm test", "cargo test", "make test")
+    """A ``run_command`` containing one of these is a test run for progress tracking."""
+    reflect_every_n_steps: int | None = Field(None, ge=1)
+    """Compress the history every N steps (agentsm's reflection)."""
+    reflection_keep_recent: int = Field(4, ge=1, le=100)
+    """Turns kept verbatim when the history is compressed; older ones become a summary."""
+    reflection_model: str | None = Field(None, max_length=200)
+    """Model for summaries; default: the run's model."""
+
     allow_run_command: bool = False
     """``run_command`` is refused unless the run allows it."""
     command_allowlist: tuple[str, ...] = DEFAULT_COMMAND_ALLOWLIST
@@ -116,6 +135,11 @@ class AgentConfig(_Frozen):
         for model in value.values():
             _check_model(model)
         return value
+
+    @field_validator("reflection_model")
+    @classmethod
+    def _reflection_model(cls, value: str | None) -> str | None:
+        return None if value is None else _check_model(value)
 
     @field_validator("require_approval", "blacklisted_tools", "command_allowlist", mode="before")
     @classmethod
@@ -173,6 +197,7 @@ class ToolOutcome(_Frozen):
     observation: str
     success: bool
     mutated_paths: tuple[str, ...] = ()
+    content_hashes: dict[str, str] = Field(default_factory=dict)
 
 
 class Turn(_Frozen):
@@ -236,6 +261,8 @@ class RunStatus(enum.StrEnum):
     RUNNING = "running"
     DONE = "done"
     ERROR = "error"
+    HALTED = "halted"
+    """Stopped on purpose: stuck beyond recovery, or a human said halt."""
 
 
 class AgentStatus(_Frozen):
@@ -256,6 +283,9 @@ class AgentStatus(_Frozen):
     last_event: str | None = None
     final_answer: str | None = None
     error: str | None = None
+    progress: ProgressSummary | None = None
+    stuck: str | None = None
+    """Why the run is recovering or waiting for guidance, when it is."""
 
 
 class AgentResult(_Frozen):
@@ -294,13 +324,30 @@ class ModifySignal(_Frozen):
     arguments: dict[str, Any]
 
 
+class GuideSignal(_Frozen):
+    """``{"guidance": "..."}`` to continue a stuck run with advice for the model, or
+    ``{"halt": true, "reason": "..."}`` to stop it."""
+
+    guidance: str | None = Field(None, min_length=1)
+    halt: bool = False
+    reason: str | None = None
+
+    @model_validator(mode="after")
+    def _one_choice(self) -> GuideSignal:
+        if self.halt == (self.guidance is not None):
+            raise ValueError("give either guidance (to continue) or halt: true")
+        return self
+
+
 class Decision(_Frozen):
     """Input of the ``decide`` update: one signal body plus which action it is."""
 
-    action: Literal["approve", "reject", "modify"]
+    action: Literal["approve", "reject", "modify", "guide"]
     call_id: str | None = None
     reason: str | None = None
     arguments: dict[str, Any] | None = None
+    guidance: str | None = None
+    halt: bool | None = None
 
     def body(self) -> dict[str, Any]:
         """The equivalent signal body, so both doors share one set of checks."""
@@ -366,6 +413,8 @@ class ToolResult(_Frozen):
     success: bool
     output: str
     mutated_paths: tuple[str, ...] = ()
+    content_hashes: dict[str, str] = Field(default_factory=dict)
+    """path -> sha256 prefix of the content written, for progress tracking."""
 
     @model_validator(mode="after")
     def _error_prefix(self) -> ToolResult:

@@ -57,10 +57,12 @@ class Event(enum.StrEnum):
     HUMAN_MODIFIED = "HumanModified"
     HUMAN_APPROVED_PARALLEL = "HumanApprovedParallel"
     HUMAN_REJECTED = "HumanRejected"
+    HUMAN_GUIDED = "HumanGuided"
+    HUMAN_HALTED = "HumanHalted"
     # Acting outcomes
     TOOL_SUCCESS = "ToolSuccess"
     TOOL_FAILURE = "ToolFailure"
-    # Observing outcomes (Nexora's progress check will decide among these)
+    # Observing outcomes: Nexora's progress check runs after every observation
     CONTINUE = "Continue"
     FILES_CHANGED = "FilesChanged"
     NEEDS_REFLECTION = "NeedsReflection"
@@ -70,6 +72,7 @@ class Event(enum.StrEnum):
     HOOK_DONE = "HookDone"
     REFLECT_DONE = "ReflectDone"
     RECOVERED = "Recovered"
+    HUMAN_GUIDANCE_REQUIRED = "HumanGuidanceRequired"
     HALT = "Halt"
     PHASE_STARTED = "PhaseStarted"
     # Someone cancelled the run (``temporal workflow cancel``); legal from every live state.
@@ -97,6 +100,9 @@ TRANSITIONS: Mapping[tuple[State, Event], State] = MappingProxyType(
         (S.WAITING_FOR_HUMAN, E.HUMAN_MODIFIED): S.ACTING,
         (S.WAITING_FOR_HUMAN, E.HUMAN_APPROVED_PARALLEL): S.PARALLEL_ACTING,
         (S.WAITING_FOR_HUMAN, E.HUMAN_REJECTED): S.OBSERVING,
+        # ... or for guidance on a stuck run (recovery strategy ask_human).
+        (S.WAITING_FOR_HUMAN, E.HUMAN_GUIDED): S.PLANNING,
+        (S.WAITING_FOR_HUMAN, E.HUMAN_HALTED): S.HALTED,
         # Acting: tool failures are data, so both outcomes go to Observing.
         (S.ACTING, E.TOOL_SUCCESS): S.OBSERVING,
         (S.ACTING, E.TOOL_FAILURE): S.OBSERVING,
@@ -110,13 +116,16 @@ TRANSITIONS: Mapping[tuple[State, Event], State] = MappingProxyType(
         (S.OBSERVING, E.PHASE_COMPLETE): S.PHASE_TRANSITION,
         # Post-tools hook (Loom): infrastructure work after mutating tools, then the next call.
         (S.POST_TOOLS_HOOK, E.HOOK_DONE): S.PLANNING,
+        (S.POST_TOOLS_HOOK, E.NEEDS_REFLECTION): S.REFLECTING,
         # Reflection (agentsm): compress history, then plan again.
         (S.REFLECTING, E.REFLECT_DONE): S.PLANNING,
         # Recovery (Nexora): hint the model, ask a human, or halt.
         (S.RECOVERING, E.RECOVERED): S.PLANNING,
+        (S.RECOVERING, E.HUMAN_GUIDANCE_REQUIRED): S.WAITING_FOR_HUMAN,
         (S.RECOVERING, E.HALT): S.HALTED,
         # Phases (Nexora): starting phase n+1 completes phase n and resets tracking.
         (S.PHASE_TRANSITION, E.PHASE_STARTED): S.PLANNING,
+        (S.PHASE_TRANSITION, E.FILES_CHANGED): S.POST_TOOLS_HOOK,
     }
     | {(state, E.CANCEL): S.CANCELLED for state in State if not state.is_terminal}
 )

@@ -61,6 +61,14 @@ class RunCommandArgs(ToolArgs):
     )
 
 
+class StartPhaseArgs(ToolArgs):
+    description: str = Field(min_length=1, max_length=500, description="What this phase does.")
+    number: int | None = Field(None, ge=1, description="Phase number; default: the next one.")
+    total_phases: int | None = Field(
+        None, ge=1, le=1000, description="How many phases the whole task has, if known."
+    )
+
+
 @dataclass(frozen=True)
 class ToolSpec:
     name: str
@@ -70,6 +78,8 @@ class ToolSpec:
     """A successful call may have changed files; the post-tools hook runs after it."""
     target: Callable[[Any], str]
     """The file or command a call acts on, for activity summaries and progress tracking."""
+    in_workflow: bool = False
+    """Changes only the run's own state, so the workflow handles it: no activity, no I/O."""
 
     def json_schema(self) -> dict[str, Any]:
         return self.args.model_json_schema()
@@ -124,6 +134,15 @@ TOOLS: Mapping[str, ToolSpec] = MappingProxyType(
                 RunCommandArgs,
                 mutating=True,
                 target=lambda args: str(args.command),
+            ),
+            ToolSpec(
+                "start_phase",
+                "Declare that the task moves to its next phase (completing the current one), "
+                "for long multi-phase work; progress tracking starts fresh for the new phase.",
+                StartPhaseArgs,
+                mutating=False,
+                target=lambda args: f"phase {args.number or 'next'}",
+                in_workflow=True,
             ),
         )
     }

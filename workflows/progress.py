@@ -1,0 +1,570 @@
+"""Nexora's progress tracker: tell a long productive run from a stuck loop, phase by phase.
+
+Pure and deterministic, because it runs inside the workflow: no I/O, no clock (the caller passes
+``workflow.now()``), no randomness, no sets iterated (string hashing differs between worker
+processes). Its whole state is one pydantic model, so continue-as-new can carry it.
+
+``check()`` reports the first of these that holds, as a sentence naming the file, error or pair:
+
+1. **Repeated error** - the same target failed with the same normalised error
+   ``stuck_threshold`` times in a row; any success (a call on any target, or a passing test)
+   ends the run of errors. Errors are compared after lowercasing, collapsing whitespace, removing
+   quotes and replacing numbers, hex and uuid-like runs, so ``line 12`` and ``line 13`` match.
+2. **Oscillation** - the last ``oscillation_window`` successful writes to files alternate between
+   two files A, B, A, B. Reads, failures, commands and tests are not writes, so an
+   edit/test/edit/test loop is ordinary work.
+3. **No progress** - among the last ``progress_window`` actions (tool calls and tests since the
+   last reset) fewer than ``min_progress`` count as progress: distinct targets of successful
+   writes that changed something (a file written with the hash it already had did not; a command
+   whose output hash equals its last run in the window did not; an unknown hash did) plus passing
+   tests.
+4. **Repeated message** - ``record_message`` saw a verbatim repeat of one of the model's last
+   ``message_dedup_window`` messages; the reason stays latched until the next reset.
+
+``reset_after_recovery()`` and ``start_phase()`` clear the error run, the recent actions and
+errors and the latch, so the model gets a fresh window; files modified and test history are kept.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import re
+from datetime import datetime
+from typing import Self, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+__all__ = [
+    "ActionKind",
+    "ActionRecord",
+    "ErrorRecord",
+    "PhaseOrderError",
+    "PhaseRecord",
+    "ProgressConfig",
+    "ProgressSummary",
+    "ProgressTracker",
+    "TestRecord",
+    "normalise_error",
+]
+
+_SHORT = 120
+_T = TypeVar("_T")
+_MAX_BLOCKERS = 10
+
+
+class PhaseOrderError(ValueError):
+    """A phase was started with a number not greater than the phase before it."""
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class ProgressConfig(_Frozen):
+    """Thresholds for stuck detection (defaults from Nexora)."""
+
+    stuck_threshold: int = Field(3, ge=2, le=100)
+    """Identical failures on one target in a row that mean stuck."""
+    oscillation_window: int = Field(4, ge=4, le=100)
+    """Successful file writes that must alternate A, B, A, B (even)."""
+    progress_window: int = Field(10, ge=3, le=1000)
+    """Actions looked at by the no-progress rule."""
+    min_progress: int = Field(1, ge=1, le=1000)
+    """Progress items needed within ``progress_window``."""
+    max_recent_actions: int = Field(20, ge=3, le=1000)
+    max_recent_errors: int = Field(10, ge=1, le=1000)
+    message_dedup_window: int = Field(5, ge=1, le=100)
+    """A message repeating one of this many previous messages is stuck."""
+    progress_report_every: int = Field(10, ge=1, le=100_000)
+    """Tool calls between two periodic progress reports."""
+    max_test_history: int = Field(20, ge=1, le=1000)
+    """Test results kept verbatim (the counts cover all of them)."""
+    command_tools: tuple[str, ...] = ("run_command",)
+    """Tools whose target is a command, not a file: they never oscillate or modify files."""
+
+    @field_validator("oscillation_window")
+    @classmethod
+    def _even(cls, value: int) -> int:
+        if value % 2:
+            raise ValueError("oscillation_window must be even (A, B, A, B ...)")
+        return value
+
+    @model_validator(mode="after")
+    def _windows_fit(self) -> Self:
+        if self.progress_window > self.max_recent_actions:
+            raise ValueError(
+                f"progress_window ({self.progress_window}) cannot exceed "
+                f"max_recent_actions ({self.max_recent_actions})"
+            )
+        if self.min_progress > self.progress_window:
+            raise ValueError(
+                f"min_progress ({self.min_progress}) cannot exceed "
+                f"progress_window ({self.progress_window})"
+            )
+        return self
+
+
+class ActionKind(enum.StrEnum):
+    READ_ONLY = "read_only"
+    FILE_WRITE = "file_write"
+    COMMAND = "command"
+    TEST = "test"
+
+
+class ActionRecord(_Frozen):
+    """One tool call or test result, as the windowed rules see it."""
+
+    kind: ActionKind
+    tool: str
+    target: str
+    success: bool
+    changed: bool = False
+    """A successful write or command that changed something (counts as progress)."""
+    content_hash: str | None = None
+    error_hash: str | None = None
+
+
+class ErrorRecord(_Frozen):
+    tool: str
+    target: str
+    error_hash: str
+    text: str
+    """The error, shortened to about 120 characters."""
+
+
+class TestRecord(_Frozen):
+    __test__ = False  # not a pytest test class, despite the name
+
+    command: str
+    passed: bool
+    output: str
+    """The last non-empty line of the output, shortened (pytest's summary line, typically)."""
+    phase: int | None
+
+
+class PhaseRecord(_Frozen):
+    """A completed phase."""
+
+    number: int
+    description: str
+    started_at: datetime
+    finished_at: datetime
+    duration_seconds: float
+    expected_minutes: float | None
+    files_changed: tuple[str, ...]
+    """Sorted distinct files written successfully during the phase."""
+    tests_passed: int
+    tool_calls: int
+    blockers: tuple[str, ...]
+    """``target: error`` for failures not followed by a success on that target (at most 10)."""
+    success: bool
+
+
+class ProgressSummary(_Frozen):
+    """Total progress, for ``status`` and the periodic ``agent.progress`` log event."""
+
+    phases_completed: int
+    total_phases: int | None
+    current_phase: int | None
+    current_phase_description: str | None
+    files_modified: int
+    tool_calls: int
+    tests_passed: int
+    tests_failed: int
+    recent_successes: int
+    recent_failures: int
+    elapsed_seconds: float
+
+
+class _Phase(BaseModel):
+    """The phase in progress (mutable; becomes a ``PhaseRecord`` when it completes)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    number: int
+    description: str
+    started_at: datetime
+    expected_minutes: float | None = None
+    tool_calls: int = 0
+    tests_passed: int = 0
+    files_changed: list[str] = Field(default_factory=list)
+    open_errors: dict[str, str] = Field(default_factory=dict)
+    """target -> latest error text, for targets that have not succeeded since."""
+
+    def record(self, now: datetime, success: bool | None) -> PhaseRecord:
+        blockers = tuple(f"{t}: {e}" for t, e in self.open_errors.items())[-_MAX_BLOCKERS:]
+        return PhaseRecord(
+            number=self.number,
+            description=self.description,
+            started_at=self.started_at,
+            finished_at=now,
+            duration_seconds=(now - self.started_at).total_seconds(),
+            expected_minutes=self.expected_minutes,
+            files_changed=tuple(sorted(self.files_changed)),
+            tests_passed=self.tests_passed,
+            tool_calls=self.tool_calls,
+            blockers=blockers,
+            success=not blockers if success is None else success,
+        )
+
+    def fail(self, target: str, text: str) -> None:
+        # Re-insert so the most recent failures are the ones kept as blockers.
+        self.open_errors.pop(target, None)
+        self.open_errors[target] = text
+
+
+class ProgressTracker(BaseModel):
+    """Everything the progress check knows; mutate it only through its methods."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=False)
+
+    config: ProgressConfig = Field(default_factory=ProgressConfig)
+    total_phases: int | None = None
+    tool_calls: int = 0
+    files_modified: dict[str, str | None] = Field(default_factory=dict)
+    """path -> content hash of the last successful write (``None`` when unknown)."""
+    tests_passed: int = 0
+    tests_failed: int = 0
+    test_history: list[TestRecord] = Field(default_factory=list)
+    recent_actions: list[ActionRecord] = Field(default_factory=list)
+    recent_errors: list[ErrorRecord] = Field(default_factory=list)
+    recent_writes: list[str] = Field(default_factory=list)
+    """Targets of the last successful file writes, for the oscillation rule (reads between
+    writes must not push them out of view)."""
+    recent_messages: list[str] = Field(default_factory=list)
+    """sha256 of the model's last messages (stripped)."""
+    error_run_target: str | None = None
+    error_run_hash: str | None = None
+    error_run_text: str = ""
+    error_run_count: int = 0
+    message_latch: str | None = None
+    phase: _Phase | None = None
+    phases: list[PhaseRecord] = Field(default_factory=list)
+    last_report_at: int = 0
+
+    # ---------------------------------------------------------------------------------------
+    # Recording
+    # ---------------------------------------------------------------------------------------
+
+    def record_tool_call(
+        self,
+        tool: str,
+        target: str,
+        *,
+        success: bool,
+        error: str | None = None,
+        mutating: bool,
+        content_hash: str | None = None,
+    ) -> None:
+        """Record one tool call; ``target`` is the file path or the command.
+
+        ``content_hash`` is the hash of what a file write left on disk, or of a command's output.
+        """
+        self.tool_calls += 1
+        if self.phase is not None:
+            self.phase.tool_calls += 1
+        if not mutating:
+            kind = ActionKind.READ_ONLY
+        elif tool in self.config.command_tools:
+            kind = ActionKind.COMMAND
+        else:
+            kind = ActionKind.FILE_WRITE
+
+        if not success:
+            self._record_failure(kind, tool, target, error or "")
+            return
+
+        self._end_error_run()
+        if self.phase is not None:
+            self.phase.open_errors.pop(target, None)
+        changed = False
+        if kind is ActionKind.FILE_WRITE:
+            changed = content_hash is None or self.files_modified.get(target, "") != content_hash
+            self.files_modified[target] = content_hash
+            _push(self.recent_writes, target, self.config.oscillation_window)
+            if self.phase is not None and target not in self.phase.files_changed:
+                self.phase.files_changed.append(target)
+        elif kind is ActionKind.COMMAND:
+            changed = content_hash is None or not any(
+                a.kind is ActionKind.COMMAND
+                and a.success
+                and a.target == target
+                and a.content_hash == content_hash
+                for a in self.recent_actions
+            )
+        self._push_action(
+            ActionRecord(
+                kind=kind,
+                tool=tool,
+                target=target,
+                success=True,
+                changed=changed,
+                content_hash=content_hash,
+            )
+        )
+
+    def record_test(self, command: str, *, passed: bool, output: str = "") -> None:
+        """Record a test run; a passing one is progress and ends a run of errors."""
+        lines = [line for line in output.splitlines() if line.strip()]
+        _push(
+            self.test_history,
+            TestRecord(
+                command=command,
+                passed=passed,
+                output=_shorten(lines[-1]) if lines else "",
+                phase=self.phase.number if self.phase else None,
+            ),
+            self.config.max_test_history,
+        )
+        if passed:
+            self.tests_passed += 1
+            self._end_error_run()
+            if self.phase is not None:
+                self.phase.tests_passed += 1
+                self.phase.open_errors.pop(command, None)
+        else:
+            self.tests_failed += 1
+            if self.phase is not None:
+                self.phase.fail(command, _shorten(lines[-1]) if lines else "tests failed")
+        self._push_action(
+            ActionRecord(kind=ActionKind.TEST, tool="test", target=command, success=passed)
+        )
+
+    def record_message(self, text: str) -> str | None:
+        """Record the model's own message; a reason when it repeats a recent one verbatim."""
+        stripped = text.strip()
+        if not stripped:
+            return None
+        digest = hashlib.sha256(stripped.encode()).hexdigest()
+        reason = None
+        if digest in self.recent_messages:
+            window = self.config.message_dedup_window
+            reason = (
+                f"The model repeated one of its last {window} messages verbatim: "
+                f"'{_shorten(stripped)}'"
+            )
+            self.message_latch = reason
+        _push(self.recent_messages, digest, self.config.message_dedup_window)
+        return reason
+
+    # ---------------------------------------------------------------------------------------
+    # Checking and recovering
+    # ---------------------------------------------------------------------------------------
+
+    def check(self) -> str | None:
+        """Why the run is stuck, as a sentence naming the file, error or pair; else ``None``."""
+        return (
+            self._repeated_error()
+            or self._oscillation()
+            or self._no_progress()
+            or self.message_latch
+        )
+
+    def reset_after_recovery(self) -> None:
+        """Start a fresh window after the model was told what repeats (keeps files and tests)."""
+        self._end_error_run()
+        self.recent_actions.clear()
+        self.recent_errors.clear()
+        self.recent_writes.clear()
+        self.message_latch = None
+
+    def should_report(self) -> bool:
+        """True once per ``progress_report_every`` tool calls (even when several arrive at once)."""
+        every = self.config.progress_report_every
+        if self.tool_calls - self.last_report_at < every:
+            return False
+        self.last_report_at = self.tool_calls - self.tool_calls % every
+        return True
+
+    # ---------------------------------------------------------------------------------------
+    # Phases
+    # ---------------------------------------------------------------------------------------
+
+    def start_phase(
+        self,
+        number: int,
+        description: str,
+        now: datetime,
+        expected_minutes: float | None = None,
+        *,
+        total: int | None = None,
+    ) -> PhaseRecord | None:
+        """Start phase ``number``; returns the record of the phase it completes, if any."""
+        last = self.phase or (self.phases[-1] if self.phases else None)
+        if last is not None and number <= last.number:
+            raise PhaseOrderError(
+                f"cannot start phase {number} after phase {last.number}: "
+                "phase numbers must increase"
+            )
+        completed = self.complete_phase(now)
+        if total is not None:
+            self.total_phases = total
+        self.phase = _Phase(
+            number=number,
+            description=description,
+            started_at=now,
+            expected_minutes=expected_minutes,
+        )
+        self.reset_after_recovery()
+        return completed
+
+    def complete_phase(self, now: datetime, success: bool | None = None) -> PhaseRecord | None:
+        """End the current phase (success defaults to: no blockers); ``None`` without one."""
+        if self.phase is None:
+            return None
+        record = self.phase.record(now, success)
+        self.phases.append(record)
+        self.phase = None
+        return record
+
+    def summary(self, now: datetime, started_at: datetime) -> ProgressSummary:
+        """Total progress across phases, for ``status`` and the progress log event."""
+        return ProgressSummary(
+            phases_completed=len(self.phases),
+            total_phases=self.total_phases,
+            current_phase=self.phase.number if self.phase else None,
+            current_phase_description=self.phase.description if self.phase else None,
+            files_modified=len(self.files_modified),
+            tool_calls=self.tool_calls,
+            tests_passed=self.tests_passed,
+            tests_failed=self.tests_failed,
+            recent_successes=sum(a.success for a in self.recent_actions),
+            recent_failures=sum(not a.success for a in self.recent_actions),
+            elapsed_seconds=(now - started_at).total_seconds(),
+        )
+
+    # ---------------------------------------------------------------------------------------
+    # Internals
+    # ---------------------------------------------------------------------------------------
+
+    def _record_failure(self, kind: ActionKind, tool: str, target: str, error: str) -> None:
+        error_hash = _hash(normalise_error(error))
+        text = _shorten(error) or "(no error text)"
+        if self.error_run_target == target and self.error_run_hash == error_hash:
+            self.error_run_count += 1
+        else:
+            self.error_run_target, self.error_run_hash, self.error_run_count = target, error_hash, 1
+        self.error_run_text = text
+        _push(
+            self.recent_errors,
+            ErrorRecord(tool=tool, target=target, error_hash=error_hash, text=text),
+            self.config.max_recent_errors,
+        )
+        if self.phase is not None:
+            self.phase.fail(target, text)
+        self._push_action(
+            ActionRecord(kind=kind, tool=tool, target=target, success=False, error_hash=error_hash)
+        )
+
+    def _end_error_run(self) -> None:
+        self.error_run_target = self.error_run_hash = None
+        self.error_run_text = ""
+        self.error_run_count = 0
+
+    def _push_action(self, action: ActionRecord) -> None:
+        _push(self.recent_actions, action, self.config.max_recent_actions)
+
+    def _repeated_error(self) -> str | None:
+        if self.error_run_count < self.config.stuck_threshold:
+            return None
+        return (
+            f"Same error on '{self.error_run_target}' repeated {self.error_run_count} times: "
+            f"{self.error_run_text}"
+        )
+
+    def _oscillation(self) -> str | None:
+        window = self.config.oscillation_window
+        writes = self.recent_writes[-window:]
+        if len(writes) < window:
+            return None
+        a, b = writes[0], writes[1]
+        if a == b or any(t != (a, b)[i % 2] for i, t in enumerate(writes)):
+            return None
+        return f"Oscillating between '{a}' and '{b}'"
+
+    def _no_progress(self) -> str | None:
+        size = self.config.progress_window
+        if len(self.recent_actions) < size:
+            return None
+        window = self.recent_actions[-size:]
+        changed: dict[str, None] = {}
+        passing_tests = 0
+        kinds: dict[str, int] = {}
+        for action in window:
+            if action.kind is ActionKind.TEST and action.success:
+                passing_tests += 1
+                label = "passing test"
+            elif action.success and action.changed:
+                changed[action.target] = None
+                label = "change" if action.kind is ActionKind.FILE_WRITE else "command"
+            else:
+                label = _LABELS[action.kind, action.success]
+            kinds[label] = kinds.get(label, 0) + 1
+        progress = len(changed) + passing_tests
+        if progress >= self.config.min_progress:
+            return None
+        parts = ", ".join(_count(kinds[label], label) for label in _LABEL_ORDER if label in kinds)
+        if progress == 0:
+            return f"No progress in the last {size} actions: {parts}"
+        return (
+            f"Too little progress in the last {size} actions "
+            f"({progress} of {self.config.min_progress} needed): {parts}"
+        )
+
+
+_LABELS = {
+    (ActionKind.READ_ONLY, True): "read-only",
+    (ActionKind.FILE_WRITE, True): "unchanged write",
+    (ActionKind.COMMAND, True): "repeated command",
+    (ActionKind.TEST, False): "failed test",
+    (ActionKind.READ_ONLY, False): "failed",
+    (ActionKind.FILE_WRITE, False): "failed",
+    (ActionKind.COMMAND, False): "failed",
+}
+_LABEL_ORDER = (
+    "read-only",
+    "failed",
+    "unchanged write",
+    "repeated command",
+    "failed test",
+    "change",
+    "command",
+    "passing test",
+)
+_ADJECTIVES = frozenset({"read-only", "failed"})
+
+
+def _count(n: int, label: str) -> str:
+    return f"{n} {label}" if label in _ADJECTIVES or n == 1 else f"{n} {label}s"
+
+
+_UUID = re.compile(r"[0-9a-f]{8}(?:-[0-9a-f]{4}){3}-[0-9a-f]{12}")
+_HEX = re.compile(r"\b0x[0-9a-f]+\b|\b(?=[0-9a-f]*[a-f])(?=[0-9a-f]*\d)[0-9a-f]{7,}\b")
+_NUMBER = re.compile(r"\d+(?:\.\d+)*")
+_QUOTES = re.compile("['\"`‘’“”]")
+_SPACE = re.compile(r"\s+")
+
+
+def normalise_error(error: str) -> str:
+    """The error with what varies between identical failures (numbers, ids, quotes) removed."""
+    text = error.lower()
+    text = _UUID.sub("<id>", text)
+    text = _HEX.sub("<hex>", text)
+    text = _NUMBER.sub("<n>", text)
+    text = _QUOTES.sub("", text)
+    return _SPACE.sub(" ", text).strip()
+
+
+def _push(items: list[_T], item: _T, limit: int) -> None:
+    items.append(item)
+    del items[:-limit]
+
+
+def _hash(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _shorten(text: str, limit: int = _SHORT) -> str:
+    text = _SPACE.sub(" ", text).strip()
+    return text if len(text) <= limit else text[: limit - 3].rstrip() + "..."
