@@ -20,10 +20,15 @@ RECORDED = sorted(HISTORIES.glob("*.json"))
 
 
 def test_recorded_histories_are_present() -> None:
-    """The replay corpus exists and covers approvals, parallel tools, errors and a crash."""
+    """The replay corpus exists and covers approvals, parallel tools, errors, a crash, stuck
+    recovery, phases, reflection, confidence and budgets."""
     names = {p.stem for p in RECORDED}
-    assert len(names) >= 10
-    for needed in ("approve", "parallel", "max_steps", "killed", "reject", "modify", "not_json"):
+    assert len(names) >= 20
+    needed_all = (
+        "approve", "parallel", "max_steps", "killed", "reject", "modify", "not_json",
+        "halted", "guidance", "productive", "reflection", "confidence", "budget", "cancelling",
+    )  # fmt: skip
+    for needed in needed_all:
         assert any(needed in name for name in names), needed
 
 

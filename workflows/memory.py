@@ -84,7 +84,12 @@ OWNERSHIP: dict[str, Ownership] = {
     "current_tool_calls": _own({S.PLANNING, S.WAITING_FOR_HUMAN}, {S.OBSERVING}),
     "observations": _own({S.ACTING, S.PARALLEL_ACTING, S.WAITING_FOR_HUMAN}, {S.OBSERVING}),
     "pending_approvals": _own({S.PLANNING, S.WAITING_FOR_HUMAN}, {S.OBSERVING}),
-    "history": _own({S.OBSERVING, S.PLANNING, S.REFLECTING}, append_only={S.OBSERVING, S.PLANNING}),
+    "history": _own(
+        {S.OBSERVING, S.PLANNING, S.REFLECTING, S.RECOVERING, S.WAITING_FOR_HUMAN},
+        append_only={S.OBSERVING, S.PLANNING, S.RECOVERING, S.WAITING_FOR_HUMAN},
+    ),
+    "pending_guidance": _own({S.RECOVERING}, {S.WAITING_FOR_HUMAN}),
+    "human_guidance": _own({S.WAITING_FOR_HUMAN}, {S.WAITING_FOR_HUMAN}),
     "final_answer": _own({S.PLANNING}),
     "error": _own({S.PLANNING, S.RECOVERING, S.WAITING_FOR_HUMAN}),
     "usage": _own({S.PLANNING, S.REFLECTING}),
