@@ -36,6 +36,8 @@ from temporalio.common import WorkflowIDReusePolicy
 from temporalio.exceptions import TemporalError, WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
+import cli_jobs
+import cli_monitors
 from cli_exit import run_and_exit
 from connection import TemporalConnectionError, connect
 from devserver import DevServerError
@@ -466,6 +468,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         p.add_argument("workflow_id")
         p.add_argument("--json", action="store_true")
 
+    cli_jobs.register(sub)
+    cli_monitors.register(sub)
+
     demo = sub.add_parser("demo", help="dev server + worker + scripted model + one run")
     demo.add_argument("--manual", action="store_true", help="wait for you to approve")
     demo.add_argument("--dev-config", default=str(HERE / "temporal-dev.yaml"))
@@ -476,6 +481,10 @@ async def run(args: argparse.Namespace) -> int:
     if args.command == "demo":
         return await cmd_demo(args)
     client = await connect(address=args.address, namespace=args.namespace, profile=args.profile)
+    handler = getattr(args, "handler", None)
+    if handler is not None:  # jobs / monitors / serve register their own handlers
+        code: int = await handler(client, args)
+        return code
     commands = {
         "run": cmd_run,
         "status": cmd_status,

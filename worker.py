@@ -21,17 +21,22 @@ import sys
 from collections.abc import AsyncIterator, Sequence
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import httpx
 from temporalio.client import Client
 from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
+from activities import jobs as job_activities
+from activities import monitors as monitor_activities
 from activities.model import ModelActivities, ProviderSettings, http_client
 from activities.tools import ToolActivities
 from cli_exit import run_and_exit
 from connection import TemporalConnectionError, connect, ensure_search_attributes
 from devserver import DevServer, DevServerError, load_config
+from workflows import jobs as job_workflows
+from workflows import monitors as monitor_workflows
 from workflows import search_attributes
 from workflows.agent import AgentWorkflow
 from workflows.models import TASK_QUEUE
@@ -41,7 +46,11 @@ DEFAULT_DEV_CONFIG = HERE / "temporal-dev.yaml"
 
 log = logging.getLogger("treadle.worker")
 
-WORKFLOWS = [AgentWorkflow]
+WORKFLOWS: list[type[Any]] = [
+    AgentWorkflow,
+    *job_workflows.WORKFLOWS,
+    *monitor_workflows.WORKFLOWS,
+]
 
 # Pure, deterministic modules shared by workflow code and clients. Passing them through the
 # sandbox means one import per worker instead of one per run, and the same pydantic classes
@@ -82,7 +91,12 @@ def build_worker(
         client,
         task_queue=task_queue,
         workflows=WORKFLOWS,
-        activities=[models.call_model, tools.run_tool],
+        activities=[
+            models.call_model,
+            tools.run_tool,
+            *job_activities.ACTIVITIES,
+            *monitor_activities.ACTIVITIES,
+        ],
         workflow_runner=workflow_runner(),
         max_concurrent_activities=max_concurrent_activities,
         graceful_shutdown_timeout=graceful_shutdown,
