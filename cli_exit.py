@@ -9,6 +9,10 @@ from collections.abc import Callable
 from typing import NoReturn
 
 
+class UsageError(Exception):
+    """Bad input from the user: printed as one line (``error: ...``), exit code 2."""
+
+
 def run_and_exit(main: Callable[[], int]) -> NoReturn:
     """Run ``main`` and leave with its exit code, skipping interpreter teardown.
 

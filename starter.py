@@ -38,7 +38,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 import cli_jobs
 import cli_monitors
-from cli_exit import run_and_exit
+from cli_exit import UsageError, run_and_exit
 from connection import TemporalConnectionError, connect
 from devserver import DevServerError
 from scripted_model import ScriptError
@@ -57,10 +57,6 @@ from workflows.models import (
 
 HERE = Path(__file__).resolve().parent
 QUERY_TIMEOUT = timedelta(seconds=10)
-
-
-class UsageError(Exception):
-    """Bad input from the user: printed as one line, exit code 2."""
 
 
 # --------------------------------------------------------------------------------------------
