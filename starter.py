@@ -107,11 +107,7 @@ def _format_status(status: AgentStatus) -> str:
         lines.insert(4, f"cost:     ${status.cost_usd:.4f}")
     if status.progress is not None:
         p = status.progress
-        phase = f"phase {p.current_phase}/{p.total_phases or '?'}, " if p.current_phase else ""
-        lines.append(
-            f"progress: {phase}{p.phases_completed} phases done, {p.tool_calls} tool calls, "
-            f"{p.files_modified} files, {p.tests_passed} tests passed, {p.elapsed_seconds:.0f}s"
-        )
+        lines.append(f"progress: {p.describe()}, {p.elapsed_seconds:.0f}s")
     if status.stuck:
         lines.append(f"stuck:    {status.stuck}")
     for pending in status.pending_approvals:

@@ -265,12 +265,8 @@ class AgentWorkflow:
             lines.append(f"**Stuck, waiting for guidance:** {m.pending_guidance}")
         elif self._stuck_reason:
             lines.append(f"**Stuck:** {self._stuck_reason}")
-        p = self._tracker.summary(workflow.now(), self._started_at)
-        phase = f"phase {p.current_phase} of {p.total_phases or '?'} · " if p.current_phase else ""
-        lines.append(
-            f"**Progress:** {phase}{p.tool_calls} tool calls · {p.files_modified} files · "
-            f"{p.tests_passed} tests passed"
-        )
+        progress = self._tracker.summary(workflow.now(), self._started_at)
+        lines.append(f"**Progress:** {progress.describe()}")
         if m.error:
             lines.append(f"**Error:** {m.error}")
         if m.final_answer:
@@ -750,11 +746,7 @@ class AgentWorkflow:
 
     def _report_progress(self) -> None:
         progress = self._tracker.summary(workflow.now(), self._started_at)
-        line = (
-            f"{progress.tool_calls} tool calls, {progress.files_modified} files, "
-            f"phase {progress.current_phase or '-'} ({progress.phases_completed} completed)"
-        )
-        self._record(self._state, "Progress", line)
+        self._record(self._state, "Progress", progress.describe())
         workflow.logger.info("agent.progress", extra=progress.model_dump(mode="json"))
 
     async def _post_tools_hook(self) -> Event:

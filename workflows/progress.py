@@ -176,6 +176,16 @@ class ProgressSummary(_Frozen):
     recent_failures: int
     elapsed_seconds: float
 
+    def describe(self) -> str:
+        """One line for people: the CLI's status, the Web UI's details, the trace."""
+        phase = ""
+        if self.current_phase is not None:
+            phase = f"phase {self.current_phase} of {self.total_phases or '?'}, "
+        return (
+            f"{phase}{self.phases_completed} phase(s) done, {self.tool_calls} tool calls, "
+            f"{self.files_modified} files, {self.tests_passed} tests passed"
+        )
+
 
 class _Phase(BaseModel):
     """The phase in progress (mutable; becomes a ``PhaseRecord`` when it completes)."""
