@@ -1,9 +1,613 @@
-"""`starter.py jobs ...`: list, history, trigger, pause, unpause, sync."""
+"""`starter.py jobs ...`: list, history, trigger, pause, unpause, sync.
+
+Also the schedule sync itself (``sync_schedules``), which ``worker.py --sync-jobs`` runs at
+start-up. Every enabled job is a Temporal Schedule ``treadle-job-<id>`` whose action starts
+``JobWorkflow`` with the job's whole definition; the server keeps time, not a process of ours.
+
+    python starter.py jobs list [--json]
+    python starter.py jobs history ID [--limit N] [--json]
+    python starter.py jobs trigger ID [--retry] [--wait] [--json]
+    python starter.py jobs pause ID [--note TEXT]      python starter.py jobs unpause ID
+    python starter.py jobs sync [--workspaces DIR] [--json]
+"""
 
 from __future__ import annotations
 
+import argparse
+import asyncio
+import enum
+import json
+import uuid
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from pathlib import Path
 from typing import Any
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+from temporalio.client import (
+    Client,
+    Schedule,
+    ScheduleActionStartWorkflow,
+    ScheduleAlreadyRunningError,
+    ScheduleDescription,
+    ScheduleIntervalSpec,
+    ScheduleOverlapPolicy,
+    SchedulePolicy,
+    ScheduleSpec,
+    ScheduleState,
+    ScheduleUpdate,
+    WorkflowFailureError,
+    WorkflowHandle,
+)
+from temporalio.exceptions import ApplicationError, CancelledError, FailureError
+from temporalio.service import RPCError, RPCStatusCode
+
+from activities.jobs import JobRegistry, builtin_jobs
+from cli_exit import UsageError
+from workflows.job_ledger import SUMMARY_MEMO, JobLedgerWorkflow
+from workflows.job_models import (
+    SCHEDULE_PREFIX,
+    Health,
+    HistoryRequest,
+    JobDefinition,
+    JobHistory,
+    JobRun,
+    JobRunInput,
+    JobRunStatus,
+    JobSummary,
+    Trigger,
+    ledger_id,
+    schedule_id,
+    worst,
+)
+from workflows.jobs import JobWorkflow
+
+__all__ = [
+    "CATCHUP_WINDOW",
+    "DISABLED_NOTE",
+    "OVERLAP",
+    "DeployedJob",
+    "JobList",
+    "JobListing",
+    "SyncAction",
+    "SyncOutcome",
+    "build_schedule",
+    "deployed_job",
+    "list_jobs",
+    "register",
+    "sync_schedules",
+    "trigger_job",
+]
+
+OVERLAP = ScheduleOverlapPolicy.SKIP
+"""A job still running when its next time comes is not started again: the slot is skipped.
+Cleanup jobs are idempotent, so the next slot does the skipped slot's work; two concurrent runs
+would only race over the same files and records. (Manual triggers are not held back.)"""
+
+CATCHUP_WINDOW = timedelta(minutes=1)
+"""After the Temporal server was down, only slots missed by less than a minute are still run.
+A backlog of hourly cleanups replayed at once after a long outage would do nothing useful; the
+next regular slot catches up. (A stopped *worker* loses nothing: the started run waits in the
+task queue, and SKIP keeps it to one.)"""
+
+DISABLED_NOTE = "disabled in the job registry (enabled: false)"
+"""The pause note of a disabled job. Sync unpauses only schedules paused with this note, so an
+operator's `jobs pause` survives every `jobs sync` and `worker.py --sync-jobs`."""
+
+ENABLED_NOTE = "enabled in the job registry"
+QUERY_TIMEOUT = timedelta(seconds=10)
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+# --------------------------------------------------------------------------------------------
+# Schedules
+# --------------------------------------------------------------------------------------------
+
+
+def build_schedule(job: JobDefinition, task_queue: str, *, paused: bool, note: str) -> Schedule:
+    """The Temporal Schedule that starts ``JobWorkflow`` for ``job`` on ``task_queue``."""
+    if job.cron is not None:
+        spec = ScheduleSpec(cron_expressions=[job.cron])
+    else:
+        spec = ScheduleSpec(
+            intervals=[ScheduleIntervalSpec(every=timedelta(seconds=job.interval_seconds or 0))]
+        )
+    return Schedule(
+        action=ScheduleActionStartWorkflow(
+            JobWorkflow.run,
+            JobRunInput(job=job, trigger=Trigger.SCHEDULE),
+            # Temporal appends the scheduled time: treadle-job-<id>-2026-01-01T00:00:00Z.
+            id=schedule_id(job.id),
+            task_queue=task_queue,
+            static_summary=f"job {job.id} · schedule",
+        ),
+        spec=spec,
+        policy=SchedulePolicy(
+            overlap=OVERLAP,
+            catchup_window=CATCHUP_WINDOW,
+            # A failed run shows in the job's health; the next slot still runs.
+            pause_on_failure=False,
+        ),
+        state=ScheduleState(paused=paused, note=note),
+    )
+
+
+class SyncAction(enum.StrEnum):
+    CREATED = "created"
+    UPDATED = "updated"
+    UNCHANGED = "unchanged"
+
+
+class SyncOutcome(_Frozen):
+    job_id: str
+    schedule_id: str
+    action: SyncAction
+
+
+class DeployedJob(_Frozen):
+    """A job as its schedule runs it."""
+
+    job: JobDefinition
+    task_queue: str
+    paused: bool
+    note: str | None
+    next_run: datetime | None
+
+
+async def sync_schedules(
+    client: Client, task_queue: str, registry: JobRegistry
+) -> list[SyncOutcome]:
+    """Create or update one schedule per job, idempotently: a second run changes nothing.
+
+    A disabled job's schedule is paused (with ``DISABLED_NOTE``); enabling it again unpauses
+    it; a pause made by an operator is kept. Schedules of jobs not in ``registry`` are left
+    alone.
+    """
+    outcomes = []
+    for job in registry.values():
+        outcomes.append(await _sync_one(client, task_queue, job.definition))
+    return outcomes
+
+
+async def _sync_one(client: Client, task_queue: str, job: JobDefinition) -> SyncOutcome:
+    sid = schedule_id(job.id)
+    note = DISABLED_NOTE if not job.enabled else ENABLED_NOTE
+    try:
+        await client.create_schedule(
+            sid, build_schedule(job, task_queue, paused=not job.enabled, note=note)
+        )
+        return SyncOutcome(job_id=job.id, schedule_id=sid, action=SyncAction.CREATED)
+    except ScheduleAlreadyRunningError:
+        pass
+    handle = client.get_schedule_handle(sid)
+    description = await handle.describe()
+    state = description.schedule.state
+    if not job.enabled:
+        paused, note = True, DISABLED_NOTE
+    elif state.paused and state.note == DISABLED_NOTE:
+        paused, note = False, ENABLED_NOTE
+    else:  # keep what is there, an operator's pause included
+        paused, note = state.paused, state.note or ""
+    desired = build_schedule(job, task_queue, paused=paused, note=note)
+    same_state = paused == state.paused and note == (state.note or "")
+    if same_state and await _same_schedule(client, description, desired, job):
+        return SyncOutcome(job_id=job.id, schedule_id=sid, action=SyncAction.UNCHANGED)
+    await handle.update(lambda _: ScheduleUpdate(schedule=desired))
+    return SyncOutcome(job_id=job.id, schedule_id=sid, action=SyncAction.UPDATED)
+
+
+async def _same_schedule(
+    client: Client, description: ScheduleDescription, desired: Schedule, job: JobDefinition
+) -> bool:
+    """Whether the deployed schedule already does what ``desired`` says.
+
+    The definition travels in the action's input, so comparing the decoded input compares
+    everything the registry controls; the server rewrites cron strings into calendar specs, so
+    the spec itself is only compared for intervals.
+    """
+    current = description.schedule
+    action, wanted = current.action, desired.action
+    if not isinstance(action, ScheduleActionStartWorkflow) or not isinstance(
+        wanted, ScheduleActionStartWorkflow
+    ):
+        return False
+    deployed = await _decode_input(client, action)
+    if (
+        deployed is None
+        or deployed != JobRunInput(job=job, trigger=Trigger.SCHEDULE)
+        or (action.workflow, action.id, action.task_queue)
+        != (wanted.workflow, wanted.id, wanted.task_queue)
+        or current.policy != desired.policy
+    ):
+        return False
+    spec = current.spec
+    if job.cron is not None:
+        return not spec.intervals and bool(spec.calendars or spec.cron_expressions)
+    every = [(i.every, i.offset or timedelta(0)) for i in spec.intervals]
+    return not spec.calendars and every == [
+        (timedelta(seconds=job.interval_seconds or 0), timedelta(0))
+    ]
+
+
+async def _decode_input(client: Client, action: ScheduleActionStartWorkflow) -> JobRunInput | None:
+    """The ``JobRunInput`` a described schedule's action carries; None if it is not ours."""
+    if len(action.args) != 1:
+        return None
+    try:
+        decoded = await client.data_converter.decode(list(action.args), [JobRunInput])
+    except (ValidationError, TypeError, ValueError, RuntimeError):
+        return None
+    value = decoded[0]
+    return value if isinstance(value, JobRunInput) else None
+
+
+async def deployed_job(client: Client, job_id: str) -> DeployedJob | None:
+    """The job as its schedule ``treadle-job-<id>`` runs it; None without such a schedule."""
+    try:
+        description = await client.get_schedule_handle(schedule_id(job_id)).describe()
+    except RPCError as exc:
+        if exc.status is RPCStatusCode.NOT_FOUND:
+            return None
+        raise
+    return await _deployed(client, description)
+
+
+async def _deployed(client: Client, description: ScheduleDescription) -> DeployedJob | None:
+    action = description.schedule.action
+    if not isinstance(action, ScheduleActionStartWorkflow):
+        return None
+    decoded = await _decode_input(client, action)
+    if decoded is None:
+        return None
+    state = description.schedule.state
+    upcoming = description.info.next_action_times
+    return DeployedJob(
+        job=decoded.job,
+        task_queue=action.task_queue,
+        paused=state.paused,
+        note=state.note,
+        next_run=upcoming[0] if upcoming and not state.paused else None,
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Listing, history, triggering
+# --------------------------------------------------------------------------------------------
+
+
+class JobListing(_Frozen):
+    """One row of `jobs list`."""
+
+    id: str
+    name: str
+    schedule: str
+    state: str
+    """``enabled``, ``paused``, ``disabled`` (paused by the registry) or ``not synced``."""
+    note: str | None = None
+    task_queue: str | None = None
+    next_run: datetime | None = None
+    last_run_status: JobRunStatus | None = None
+    last_run_at: datetime | None = None
+    health: Health
+    consecutive_failures: int = 0
+
+
+class JobList(_Frozen):
+    jobs: tuple[JobListing, ...]
+    overall_health: Health
+
+
+async def list_jobs(client: Client, registry: JobRegistry) -> JobList:
+    """Every job with a ``treadle-job-`` schedule, plus registry jobs not synced yet."""
+    ids = set(registry)
+    async for listed in await client.list_schedules():
+        if listed.id.startswith(SCHEDULE_PREFIX):
+            ids.add(listed.id.removeprefix(SCHEDULE_PREFIX))
+    rows = await asyncio.gather(*(_listing(client, registry, job_id) for job_id in sorted(ids)))
+    jobs = tuple(row for row in rows if row is not None)
+    return JobList(jobs=jobs, overall_health=worst(row.health for row in jobs))
+
+
+async def _listing(client: Client, registry: JobRegistry, job_id: str) -> JobListing | None:
+    deployed, summary = await asyncio.gather(deployed_job(client, job_id), _summary(client, job_id))
+    if deployed is not None:
+        job = deployed.job
+        if not deployed.paused:
+            state = "enabled"
+        elif deployed.note == DISABLED_NOTE:
+            state = "disabled"
+        else:
+            state = "paused"
+    elif job_id in registry:
+        job, state = registry[job_id].definition, "not synced"
+    else:
+        return None  # a schedule with our prefix that is not a job (or vanished meanwhile)
+    last = summary.last_run
+    return JobListing(
+        id=job.id,
+        name=job.name,
+        schedule=job.schedule_text,
+        state=state,
+        note=deployed.note if deployed is not None and deployed.paused else None,
+        task_queue=deployed.task_queue if deployed is not None else None,
+        next_run=deployed.next_run if deployed is not None else None,
+        last_run_status=last.status if last else None,
+        last_run_at=last.started_at if last else None,
+        health=summary.health,
+        consecutive_failures=summary.consecutive_failures,
+    )
+
+
+async def _summary(client: Client, job_id: str) -> JobSummary:
+    """The ledger's summary memo: a describe call, answered without a worker."""
+    try:
+        description = await client.get_workflow_handle(ledger_id(job_id)).describe()
+    except RPCError as exc:
+        if exc.status is RPCStatusCode.NOT_FOUND:
+            return JobSummary(job_id=job_id)  # never ran
+        raise
+    summary: JobSummary = await description.memo_value(
+        SUMMARY_MEMO, JobSummary(job_id=job_id), type_hint=JobSummary
+    )
+    return summary
+
+
+async def _known(client: Client, registry: JobRegistry, job_id: str) -> DeployedJob | None:
+    """The deployed job, or None for a registry job not synced; UsageError for neither."""
+    deployed = await deployed_job(client, job_id)
+    if deployed is None and job_id not in registry:
+        raise UsageError(f"unknown job {job_id!r} (see: starter.py jobs list)")
+    return deployed
+
+
+async def trigger_job(
+    client: Client,
+    registry: JobRegistry,
+    job_id: str,
+    *,
+    trigger: Trigger = Trigger.MANUAL,
+    task_queue: str,
+) -> WorkflowHandle[Any, JobRun]:
+    """Start ``JobWorkflow`` now, as the job's schedule would (same definition, same queue).
+
+    A job that is not synced runs from ``registry`` on ``task_queue``.
+    """
+    deployed = await _known(client, registry, job_id)
+    if deployed is not None:
+        job, task_queue = deployed.job, deployed.task_queue
+    else:
+        job = registry[job_id].definition
+    return await client.start_workflow(
+        JobWorkflow.run,
+        JobRunInput(job=job, trigger=trigger),
+        id=f"{schedule_id(job.id)}-{trigger}-{uuid.uuid4().hex[:8]}",
+        task_queue=task_queue,
+        static_summary=f"job {job.id} · {trigger}",
+    )
+
+
+async def _outcome(handle: WorkflowHandle[Any, JobRun]) -> JobRun | str:
+    """The run's final record, or a sentence when there is none (cancelled, terminated)."""
+    try:
+        return await handle.result()
+    except WorkflowFailureError as exc:
+        cause = exc.cause
+        if isinstance(cause, ApplicationError) and cause.type == "JobFailed" and cause.details:
+            try:
+                return JobRun.model_validate(cause.details[0])
+            except ValidationError:
+                pass
+        if isinstance(cause, CancelledError):
+            return "cancelled"
+        # The innermost cause says what went wrong (e.g. why the ledger could not be written).
+        innermost: BaseException = exc
+        while isinstance(innermost, FailureError) and innermost.cause is not None:
+            innermost = innermost.cause
+        return f"failed: {getattr(innermost, 'message', None) or innermost}"
+
+
+# --------------------------------------------------------------------------------------------
+# Output
+# --------------------------------------------------------------------------------------------
+
+
+def _time(value: datetime | None) -> str:
+    return value.strftime("%Y-%m-%d %H:%M:%SZ") if value is not None else "-"
+
+
+def _table(rows: Sequence[Sequence[str]]) -> str:
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return "\n".join(
+        "  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip() for row in rows
+    )
+
+
+def _metadata_text(run: JobRun, limit: int = 80) -> str:
+    if run.error:
+        text = run.error.replace("\n", " ")
+    else:
+        text = " ".join(
+            f"{key}={value if isinstance(value, str) else json.dumps(value)}"
+            for key, value in run.metadata.items()
+        )
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def format_list(listing: JobList) -> str:
+    rows = [("JOB", "SCHEDULE", "STATE", "NEXT RUN", "LAST RUN", "HEALTH")]
+    for job in listing.jobs:
+        last = f"{job.last_run_status} {_time(job.last_run_at)}" if job.last_run_status else "-"
+        health = str(job.health)
+        if job.consecutive_failures:
+            health += f" ({job.consecutive_failures} failed in a row)"
+        rows.append((job.id, job.schedule, job.state, _time(job.next_run), last, health))
+    return f"{_table(rows)}\noverall health: {listing.overall_health}"
+
+
+def format_history(history: JobHistory) -> str:
+    s = history.summary
+    head = (
+        f"job {s.job_id}: {s.health}, {s.consecutive_failures} consecutive failure(s), "
+        f"{s.total_runs} run(s) recorded, {s.total_failures} failed"
+    )
+    if not history.runs:
+        return f"{head}\nno runs recorded"
+    rows = [("STARTED", "TRIGGER", "STATUS", "DURATION", "ATTEMPTS", "DETAILS")]
+    for run in history.runs:
+        duration = f"{run.duration_seconds:.2f}s" if run.duration_seconds is not None else "-"
+        attempts = str(run.attempts) if run.attempts is not None else "-"
+        rows.append(
+            (
+                _time(run.started_at),
+                str(run.trigger),
+                str(run.status),
+                duration,
+                attempts,
+                _metadata_text(run),
+            )
+        )
+    return f"{head}\n{_table(rows)}"
+
+
+def format_run(run: JobRun) -> str:
+    attempts = f"{run.attempts} attempt(s)" if run.attempts is not None else "? attempt(s)"
+    duration = f"{run.duration_seconds:.2f}s" if run.duration_seconds is not None else "?"
+    details = _metadata_text(run, limit=200)
+    return (
+        f"job {run.job_id} {run.status} after {attempts} in {duration} ({run.trigger}; "
+        f"workflow {run.workflow_id})" + (f"\n{details}" if details else "")
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Commands
+# --------------------------------------------------------------------------------------------
+
+
+def _registry(args: argparse.Namespace) -> JobRegistry:
+    root = getattr(args, "workspaces", None)
+    return builtin_jobs(
+        **({"workspaces_root": Path(root)} if root else {}),
+        workspace_retention_days=getattr(args, "workspace_retention_days", 7.0),
+        history_retention_days=getattr(args, "history_retention_days", 90.0),
+    )
+
+
+async def cmd_list(client: Client, args: argparse.Namespace) -> int:
+    listing = await list_jobs(client, _registry(args))
+    print(listing.model_dump_json(indent=2) if args.json else format_list(listing))
+    return 0
+
+
+async def cmd_history(client: Client, args: argparse.Namespace) -> int:
+    job_id: str = args.job_id
+    if args.limit is not None and args.limit < 1:
+        raise UsageError("--limit must be 1 or more")
+    handle = client.get_workflow_handle_for(JobLedgerWorkflow.run, ledger_id(job_id))
+    try:
+        history = await handle.query(
+            JobLedgerWorkflow.history, HistoryRequest(limit=args.limit), rpc_timeout=QUERY_TIMEOUT
+        )
+    except RPCError as exc:
+        if exc.status is not RPCStatusCode.NOT_FOUND:
+            raise UsageError(
+                f"the history of job {job_id!r} did not answer ({exc.message}); "
+                "is a worker running on its task queue?"
+            ) from exc
+        await _known(client, _registry(args), job_id)  # unknown job: exit 2
+        history = JobHistory(summary=JobSummary(job_id=job_id))
+    print(history.model_dump_json(indent=2) if args.json else format_history(history))
+    return 0
+
+
+async def cmd_trigger(client: Client, args: argparse.Namespace) -> int:
+    trigger = Trigger.RETRY if args.retry else Trigger.MANUAL
+    handle = await trigger_job(
+        client, _registry(args), args.job_id, trigger=trigger, task_queue=args.task_queue
+    )
+    if not args.wait:
+        print(json.dumps({"workflow_id": handle.id}) if args.json else handle.id)
+        return 0
+    outcome = await _outcome(handle)
+    if isinstance(outcome, str):
+        print(f"job {args.job_id}: {outcome} (workflow {handle.id})")
+        return 1
+    print(outcome.model_dump_json(indent=2) if args.json else format_run(outcome))
+    return 0 if outcome.status is JobRunStatus.SUCCEEDED else 1
+
+
+async def cmd_pause(client: Client, args: argparse.Namespace) -> int:
+    deployed = await _known(client, _registry(args), args.job_id)
+    if deployed is None:
+        raise UsageError(f"job {args.job_id!r} has no schedule yet; run: starter.py jobs sync")
+    handle = client.get_schedule_handle(schedule_id(args.job_id))
+    if args.command_name == "pause":
+        note = args.note or "paused with starter.py jobs pause"
+        await handle.pause(note=note)
+        print(f"paused job {args.job_id} ({note})")
+    else:
+        note = args.note or "unpaused with starter.py jobs unpause"
+        await handle.unpause(note=note)
+        print(f"unpaused job {args.job_id} ({note})")
+    return 0
+
+
+async def cmd_sync(client: Client, args: argparse.Namespace) -> int:
+    outcomes = await sync_schedules(client, args.task_queue, _registry(args))
+    if args.json:
+        print(json.dumps([o.model_dump(mode="json") for o in outcomes], indent=2))
+    else:
+        for o in outcomes:
+            print(
+                f"{o.job_id}: {o.action} (schedule {o.schedule_id}, task queue {args.task_queue})"
+            )
+    return 0
 
 
 def register(subparsers: Any) -> None:
     """Add the `jobs` command; each leaf sets `handler` (async (client, args) -> exit code)."""
+    jobs = subparsers.add_parser(
+        "jobs", help="periodic jobs on Temporal Schedules: list, history, trigger, pause, sync"
+    )
+    sub = jobs.add_subparsers(dest="jobs_command", required=True)
+
+    def builtin_options(parser: argparse.ArgumentParser) -> None:
+        parser.add_argument(
+            "--workspaces",
+            metavar="DIR",
+            help="root of the agent workspaces workspace-cleanup judges (default: workspaces/ "
+            "next to starter.py)",
+        )
+        parser.add_argument("--workspace-retention-days", type=float, default=7.0, metavar="DAYS")
+        parser.add_argument("--history-retention-days", type=float, default=90.0, metavar="DAYS")
+
+    listing = sub.add_parser("list", help="jobs with schedule, state, next and last run, health")
+    listing.add_argument("--json", action="store_true")
+    listing.set_defaults(handler=cmd_list)
+
+    history = sub.add_parser("history", help="a job's recorded runs, newest first")
+    history.add_argument("job_id", metavar="ID")
+    history.add_argument("--limit", type=int, default=20, help="newest N runs (default 20)")
+    history.add_argument("--json", action="store_true")
+    history.set_defaults(handler=cmd_history)
+
+    trigger = sub.add_parser("trigger", help="run a job now (trigger manual)")
+    trigger.add_argument("job_id", metavar="ID")
+    trigger.add_argument("--retry", action="store_true", help="record the run as a retry")
+    trigger.add_argument("--wait", action="store_true", help="wait and print the outcome")
+    trigger.add_argument("--json", action="store_true")
+    trigger.set_defaults(handler=cmd_trigger)
+
+    for name, text in (("pause", "pause a job's schedule"), ("unpause", "unpause it")):
+        p = sub.add_parser(name, help=text)
+        p.add_argument("job_id", metavar="ID")
+        p.add_argument("--note", help="why (shown by jobs list and in the Web UI)")
+        p.set_defaults(handler=cmd_pause, command_name=name)
+
+    sync = sub.add_parser("sync", help="create or update the built-in jobs' schedules (idempotent)")
+    builtin_options(sync)
+    sync.add_argument("--json", action="store_true")
+    sync.set_defaults(handler=cmd_sync)

@@ -2,6 +2,7 @@
 
     python worker.py                 # connect to the configured server (TEMPORAL_ADDRESS, profiles)
     python worker.py --dev-server    # start the dev server from temporal-dev.yaml if none answers
+    python worker.py --sync-jobs     # also create/update the built-in jobs' Temporal Schedules
 
 Model settings (``OPENAI_BASE_URL``, ``OPENAI_API_KEY``, ``OLLAMA_BASE_URL``) are read here, from
 this process's environment, and stay here. SIGTERM / Ctrl-C shut down gracefully: in-flight
@@ -33,6 +34,7 @@ from activities import monitors as monitor_activities
 from activities.model import ModelActivities, ProviderSettings, http_client
 from activities.tools import ToolActivities
 from cli_exit import run_and_exit
+from cli_jobs import sync_schedules
 from connection import TemporalConnectionError, connect, ensure_search_attributes
 from devserver import DevServer, DevServerError, load_config
 from workflows import jobs as job_workflows
@@ -64,6 +66,8 @@ PASSTHROUGH_MODULES = (
     "workflows.state_machine",
     "workflows.memory",
     "workflows.search_attributes",
+    "workflows.monitor_models",  # monitor messages; loads workflows.cron (croniter, zoneinfo) too
+    "workflows.job_models",  # job messages and ledger arithmetic; loads croniter (cron check)
 )
 
 
@@ -136,6 +140,11 @@ async def run(args: argparse.Namespace) -> int:
         added = await ensure_search_attributes(client, client.namespace, search_attributes.REQUIRED)
         if added:
             print(f"Registered search attributes: {', '.join(added)}", flush=True)
+        if args.sync_jobs:
+            for outcome in await sync_schedules(
+                client, args.task_queue, job_activities.builtin_jobs()
+            ):
+                print(f"Job schedule {outcome.schedule_id}: {outcome.action}", flush=True)
         settings = ProviderSettings.from_env(os.environ)
         async with http_client() as http:
             worker = build_worker(
@@ -171,6 +180,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--namespace", help="namespace (default: TEMPORAL_NAMESPACE / profile)")
     parser.add_argument("--profile", help="temporal.toml profile (default: TEMPORAL_PROFILE)")
     parser.add_argument("--task-queue", default=TASK_QUEUE, help=f"default: {TASK_QUEUE}")
+    parser.add_argument(
+        "--sync-jobs",
+        action="store_true",
+        help="create or update the built-in periodic jobs' schedules for --task-queue at start "
+        "(idempotent; an operator's pause is kept)",
+    )
     parser.add_argument(
         "--graceful-shutdown",
         type=float,

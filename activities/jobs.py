@@ -1,9 +1,413 @@
-"""Periodic job activities: the built-in jobs and the bookkeeping around job runs."""
+"""Periodic job activities: the built-in jobs, the job registry and the run bookkeeping.
+
+A job is an activity plus its ``JobDefinition``. Job activities are written as plain async
+functions ``(JobRequest) -> metadata dict`` and turned into activities by ``job_activity``,
+which adds what every job needs: heartbeats (so cancellation and dead workers are noticed), the
+attempt number on success and failure, and errors translated at the boundary::
+
+    ApplicationError from the job     kept: message, type, non_retryable, next_retry_delay
+    pydantic ValidationError          JobParamsInvalid, non-retryable (bad params stay bad)
+    any other Exception               retryable, typed by the exception's class name
+
+Temporal owns the retries (``JobWorkflow`` sets the policy from the definition); nothing here
+loops.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import asyncio
+import contextlib
+import os
+import shutil
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
-ACTIVITIES: list[Callable[..., Any]] = []
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError
+from temporalio import activity
+from temporalio.client import Client, WithStartWorkflowOperation, WorkflowExecutionStatus
+from temporalio.common import WorkflowIDConflictPolicy
+from temporalio.exceptions import ApplicationError
+from temporalio.service import RPCError, RPCStatusCode
+
+from workflows.job_ledger import JobLedgerWorkflow
+from workflows.job_models import (
+    JobDefinition,
+    JobOutput,
+    JobRequest,
+    JobRun,
+    JobSummary,
+    LedgerState,
+    PruneRequest,
+    bounded_metadata,
+    ledger_id,
+)
+
+__all__ = [
+    "ACTIVITIES",
+    "DEFAULT_WORKSPACES_ROOT",
+    "HISTORY_CLEANUP",
+    "WORKSPACE_CLEANUP",
+    "Job",
+    "JobActivity",
+    "JobRegistry",
+    "builtin_jobs",
+    "cleanup_job_history",
+    "cleanup_workspaces",
+    "define_job",
+    "job_activity",
+    "job_registry",
+    "record_job_run",
+    "send_run",
+]
+
+JobFunction = Callable[[JobRequest], Awaitable[Mapping[str, JsonValue]]]
+"""What a job's author writes: do the work, return metadata worth keeping in the history."""
+
+
+@dataclass(frozen=True)
+class JobActivity:
+    """A job's activity: the registered function and its Temporal name."""
+
+    name: str
+    run: Callable[[JobRequest], Awaitable[JobOutput]]
+
+
+def job_activity(name: str) -> Callable[[JobFunction], JobActivity]:
+    """Make ``fn`` a job activity named ``name`` (heartbeats, attempt number, error mapping)."""
+
+    def wrap(fn: JobFunction) -> JobActivity:
+        @activity.defn(name=name)
+        async def run(request: JobRequest) -> JobOutput:
+            attempt = activity.info().attempt
+            try:
+                async with _heartbeating(attempt):
+                    metadata = await fn(request)
+            except ApplicationError as exc:
+                raise ApplicationError(
+                    exc.message,
+                    attempt,  # first detail: JobWorkflow reads the attempt count from it
+                    *exc.details,
+                    type=exc.type or "JobError",
+                    non_retryable=exc.non_retryable,
+                    next_retry_delay=exc.next_retry_delay,
+                ) from exc
+            except ValidationError as exc:
+                problems = "; ".join(
+                    f"{'.'.join(str(p) for p in e['loc']) or 'params'}: {e['msg']}"
+                    for e in exc.errors()
+                )
+                raise ApplicationError(
+                    f"job {request.job_id}: invalid params: {problems}",
+                    attempt,
+                    type="JobParamsInvalid",
+                    non_retryable=True,
+                ) from exc
+            except Exception as exc:
+                raise ApplicationError(
+                    f"{type(exc).__name__}: {exc}", attempt, type=type(exc).__name__
+                ) from exc
+            try:
+                return JobOutput(metadata=bounded_metadata(dict(metadata)), attempt=attempt)
+            except ValidationError as exc:
+                raise ApplicationError(
+                    f"job {request.job_id} returned metadata that is not JSON: {exc}",
+                    attempt,
+                    type="JobOutputInvalid",
+                    non_retryable=True,
+                ) from exc
+
+        run.__doc__ = fn.__doc__
+        return JobActivity(name=name, run=run)
+
+    return wrap
+
+
+@contextlib.asynccontextmanager
+async def _heartbeating(attempt: int) -> AsyncIterator[None]:
+    """Heartbeat while the job runs: cancellation reaches an activity only through heartbeats,
+    and a worker that dies is noticed after the heartbeat timeout instead of the job's timeout.
+    The details carry the attempt, so a timed-out run still knows how many attempts it made."""
+    timeout = activity.info().heartbeat_timeout
+    interval = timeout.total_seconds() / 3 if timeout else 5.0
+
+    async def beat() -> None:
+        while True:
+            activity.heartbeat(attempt)
+            await asyncio.sleep(interval)
+
+    task = asyncio.create_task(beat())
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+# --------------------------------------------------------------------------------------------
+# The registry
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Job:
+    """A job: its activity and its definition (whose ``activity`` is that activity's name)."""
+
+    activity: JobActivity
+    definition: JobDefinition
+
+    def __post_init__(self) -> None:
+        if self.definition.activity != self.activity.name:
+            raise ValueError(
+                f"job {self.definition.id}: definition names activity "
+                f"{self.definition.activity!r}, not {self.activity.name!r}"
+            )
+
+    @property
+    def id(self) -> str:
+        return self.definition.id
+
+    def with_changes(self, **fields: Any) -> Job:
+        """The same job with some definition fields changed (validated again)."""
+        data = self.definition.model_dump() | fields
+        return Job(self.activity, JobDefinition.model_validate(data))
+
+
+JobRegistry = Mapping[str, Job]
+"""Job id -> job; ``sync_schedules`` makes one Temporal Schedule per entry."""
+
+
+def define_job(activity: JobActivity, **fields: Any) -> Job:
+    """A job running ``activity``; ``fields`` are ``JobDefinition`` fields (id, interval...)."""
+    return Job(activity, JobDefinition(activity=activity.name, **fields))
+
+
+def job_registry(*jobs: Job) -> JobRegistry:
+    """A read-only registry; two jobs with one id are a mistake."""
+    registry: dict[str, Job] = {}
+    for job in jobs:
+        if job.id in registry:
+            raise ValueError(f"two jobs with id {job.id!r}")
+        registry[job.id] = job
+    return MappingProxyType(registry)
+
+
+# --------------------------------------------------------------------------------------------
+# Run bookkeeping
+# --------------------------------------------------------------------------------------------
+
+
+@activity.defn
+async def record_job_run(run: JobRun) -> None:
+    """Write one run record into its job's ledger, starting the ledger if none runs."""
+    await send_run(activity.client(), activity.info().task_queue, run)
+
+
+async def send_run(client: Client, task_queue: str, run: JobRun) -> JobSummary:
+    """Update-with-start ``job-ledger-<job id>``: one call, whether or not the ledger runs yet;
+    it returns once the ledger holds the record. Safe to repeat (records are keyed by run)."""
+    start = WithStartWorkflowOperation(
+        JobLedgerWorkflow.run,
+        LedgerState(job_id=run.job_id),
+        id=ledger_id(run.job_id),
+        task_queue=task_queue,
+        id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+        static_summary=f"run history of job {run.job_id}",
+    )
+    return await client.execute_update_with_start_workflow(
+        JobLedgerWorkflow.record, run, start_workflow_operation=start
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Built-in jobs
+# --------------------------------------------------------------------------------------------
+
+
+class _Params(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class WorkspaceCleanupParams(_Params):
+    root: str = Field(min_length=1)
+    """Directory holding one workspace per agent run, named by the run's workflow id."""
+    retention_days: float = Field(7, gt=0)
+    """A finished run's workspace is kept this long after the run closed and the workspace was
+    last modified (whichever is later)."""
+
+
+@dataclass(frozen=True)
+class _Workspace:
+    name: str
+    path: Path
+    touched: datetime
+    """Newest modification time of the directory or anything in it."""
+
+
+def _workspaces(root: Path) -> list[_Workspace]:
+    if not root.is_dir():
+        return []
+    found = []
+    with os.scandir(root) as entries:
+        for entry in entries:
+            # Symbolic links are never followed: nothing outside the root is judged or removed.
+            if entry.is_dir(follow_symlinks=False):
+                path = Path(entry.path)
+                found.append(_Workspace(entry.name, path, _newest_mtime(path)))
+    return sorted(found, key=lambda w: w.name)
+
+
+def _newest_mtime(top: Path) -> datetime:
+    newest = top.lstat().st_mtime
+    for directory, dirs, files in os.walk(top):
+        for name in (*dirs, *files):
+            with contextlib.suppress(OSError):  # removed while we walk
+                newest = max(newest, os.lstat(os.path.join(directory, name)).st_mtime)
+    return datetime.fromtimestamp(newest, UTC)
+
+
+@dataclass(frozen=True)
+class _RunState:
+    running: bool
+    closed_at: datetime | None = None
+    """When the run closed; None for a run Temporal does not know (never started here, or
+    deleted by the namespace's retention)."""
+
+
+async def _run_state(client: Client, workflow_id: str) -> _RunState:
+    """The latest run with this workflow id, as Temporal sees it."""
+    try:
+        description = await client.get_workflow_handle(workflow_id).describe()
+    except RPCError as exc:
+        if exc.status in (RPCStatusCode.NOT_FOUND, RPCStatusCode.INVALID_ARGUMENT):
+            return _RunState(running=False)
+        raise
+    if description.status is WorkflowExecutionStatus.RUNNING or description.close_time is None:
+        return _RunState(running=True)
+    return _RunState(running=False, closed_at=description.close_time)
+
+
+@job_activity("cleanup_workspaces")
+async def cleanup_workspaces(request: JobRequest) -> dict[str, JsonValue]:
+    """Delete agent workspaces whose runs finished (or vanished) longer ago than the retention."""
+    params = WorkspaceCleanupParams.model_validate(request.params)
+    root = Path(params.root)
+    retention = timedelta(days=params.retention_days)
+    now = datetime.now(UTC)
+    client = activity.client()
+    removed: list[str] = []
+    failed: list[str] = []
+    kept_running = kept_recent = 0
+    for workspace in await asyncio.to_thread(_workspaces, root):
+        run = await _run_state(client, workspace.name)
+        if run.running:
+            kept_running += 1
+            continue
+        last = max(run.closed_at or workspace.touched, workspace.touched)
+        if now - last <= retention:
+            kept_recent += 1
+            continue
+        try:
+            await asyncio.to_thread(shutil.rmtree, workspace.path)
+        except OSError as exc:
+            failed.append(f"{workspace.name}: {exc.strerror or exc}")
+            continue
+        activity.logger.info("job.workspace_removed workspace=%s", workspace.path)
+        removed.append(workspace.name)
+    if failed:
+        # Retryable: a file busy now may be free on the next attempt; removal is idempotent.
+        raise ApplicationError(
+            f"removed {len(removed)} workspace(s), could not remove {len(failed)}: "
+            + "; ".join(failed[:5]),
+            type="WorkspaceCleanupFailed",
+        )
+    return {
+        "root": str(root),
+        "removed": len(removed),
+        "removed_ids": list(removed[:20]),
+        "kept_running": kept_running,
+        "kept_recent": kept_recent,
+    }
+
+
+class HistoryCleanupParams(_Params):
+    retention_days: float = Field(90, gt=0)
+    """Runs that ended longer ago than this are removed from every job ledger."""
+
+
+@job_activity("cleanup_job_history")
+async def cleanup_job_history(request: JobRequest) -> dict[str, JsonValue]:
+    """Prune job ledger records older than the retention, across all ledgers of this queue."""
+    params = HistoryCleanupParams.model_validate(request.params)
+    cutoff = datetime.now(UTC) - timedelta(days=params.retention_days)
+    client = activity.client()
+    task_queue = activity.info().task_queue
+    if "'" in task_queue:
+        raise ApplicationError(
+            f"task queue {task_queue!r} cannot be named in a visibility query",
+            type="JobParamsInvalid",
+            non_retryable=True,
+        )
+    # Only ledgers on this task queue: they are the ones a worker here answers. A ledger of
+    # another queue (another deployment) would leave the update waiting for its own workers.
+    query = (
+        f"WorkflowType = '{JobLedgerWorkflow.__name__}' AND ExecutionStatus = 'Running' "
+        f"AND TaskQueue = '{task_queue}'"
+    )
+    ledgers = removed = 0
+    async for execution in client.list_workflows(query):
+        handle = client.get_workflow_handle_for(JobLedgerWorkflow.run, execution.id)
+        result = await handle.execute_update(JobLedgerWorkflow.prune, PruneRequest(before=cutoff))
+        ledgers += 1
+        removed += result.removed
+    return {"ledgers": ledgers, "removed": removed, "cutoff": cutoff.isoformat()}
+
+
+WORKSPACE_CLEANUP = "workspace-cleanup"
+HISTORY_CLEANUP = "job-history-cleanup"
+
+DEFAULT_WORKSPACES_ROOT = Path(__file__).resolve().parents[1] / "workspaces"
+"""Where ``starter.py run`` puts workspaces by default (``workspaces/<workflow id>``)."""
+
+
+def builtin_jobs(
+    *,
+    workspaces_root: Path = DEFAULT_WORKSPACES_ROOT,
+    workspace_retention_days: float = 7,
+    history_retention_days: float = 90,
+) -> JobRegistry:
+    """The jobs Treadle itself needs."""
+    return job_registry(
+        define_job(
+            cleanup_workspaces,
+            id=WORKSPACE_CLEANUP,
+            name="Workspace cleanup",
+            description="Delete workspaces of agent runs that finished more than "
+            f"{workspace_retention_days:g} days ago; running runs are never touched.",
+            interval_seconds=3600,
+            params={
+                "root": str(workspaces_root.expanduser().resolve()),
+                "retention_days": workspace_retention_days,
+            },
+        ),
+        define_job(
+            cleanup_job_history,
+            id=HISTORY_CLEANUP,
+            name="Job history cleanup",
+            description=f"Prune job run records older than {history_retention_days:g} days.",
+            interval_seconds=86_400,
+            params={"retention_days": history_retention_days},
+        ),
+    )
+
+
+ACTIVITIES: list[Callable[..., Any]] = [
+    record_job_run,
+    cleanup_workspaces.run,
+    cleanup_job_history.run,
+]
 """Activities worker.py registers for jobs."""

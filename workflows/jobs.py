@@ -1,8 +1,175 @@
-"""Periodic jobs: the job workflow started by Temporal Schedules, and each job's run ledger."""
+"""Periodic jobs: the job workflow started by Temporal Schedules, and each job's run ledger.
+
+``JobWorkflow`` is short: record the run as running, run the job's activity with the retry
+policy its definition asks for, record the outcome. Temporal keeps time (Schedules) and retries
+(the activity's ``RetryPolicy``); this module has no timers and no retry loops.
+"""
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
-WORKFLOWS: list[type[Any]] = []
+from pydantic import ValidationError
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import (
+    ActivityError,
+    ApplicationError,
+    RetryState,
+    TimeoutError,
+    is_cancelled_exception,
+)
+
+from workflows.job_ledger import JobLedgerWorkflow
+from workflows.job_models import (
+    JobDefinition,
+    JobOutput,
+    JobRequest,
+    JobRun,
+    JobRunInput,
+    JobRunStatus,
+    bounded_error,
+)
+
+with workflow.unsafe.imports_passed_through():
+    # Referenced by function (names by object); the module imports the Temporal client, which
+    # must not be re-imported inside the sandbox on every run.
+    from activities.jobs import record_job_run
+
+RECORD_TIMEOUT = timedelta(seconds=30)
+RECORD_DEADLINE = timedelta(minutes=5)
+RECORD_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=30)
+)
+"""Writing a record is one signal; it is retried until ``RECORD_DEADLINE``, then the run fails
+loudly rather than running a job nobody would see in the history."""
+
+
+def job_retry_policy(job: JobDefinition) -> RetryPolicy:
+    """The seed's retry rule, as Temporal's: ``max_retries`` retries, base delay, backoff."""
+    return RetryPolicy(
+        initial_interval=timedelta(seconds=job.retry_base_seconds),
+        backoff_coefficient=job.backoff,
+        maximum_attempts=job.max_attempts,
+    )
+
+
+@workflow.defn(failure_exception_types=[ValidationError])
+class JobWorkflow:
+    """One run of a periodic job, retried by Temporal and recorded in the job's ledger."""
+
+    @workflow.run
+    async def run(self, input: JobRunInput) -> JobRun:
+        job = input.job
+        info = workflow.info()
+        run = JobRun(
+            run_id=info.run_id,
+            workflow_id=info.workflow_id,
+            job_id=job.id,
+            trigger=input.trigger,
+            status=JobRunStatus.RUNNING,
+            started_at=workflow.now(),
+        )
+        try:
+            await self._record(run)
+            try:
+                # The job's activity is named by its definition: which job runs is data (the
+                # schedule carries the definition), and the name comes from the JobActivity
+                # object the registry was built with.
+                output = await workflow.execute_activity(
+                    job.activity,
+                    JobRequest(
+                        job_id=job.id,
+                        workflow_id=info.workflow_id,
+                        trigger=input.trigger,
+                        params=job.params,
+                    ),
+                    result_type=JobOutput,
+                    start_to_close_timeout=timedelta(seconds=job.timeout_seconds),
+                    heartbeat_timeout=timedelta(seconds=job.heartbeat_timeout_seconds),
+                    retry_policy=job_retry_policy(job),
+                    # Cancelled means stopped: wait for the job to acknowledge, so the next
+                    # scheduled run never overlaps a job that is still winding down.
+                    cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+                    summary=f"{job.id} · {input.trigger}",
+                )
+            except ActivityError as exc:
+                if is_cancelled_exception(exc):
+                    raise
+                attempts = _attempts(exc, job)
+                failed = self._finish(
+                    run, JobRunStatus.FAILED, attempts=attempts, error=_failure_message(exc)
+                )
+                await self._record(failed)
+                # Failing the workflow (not the task) makes the run red in the Web UI, and the
+                # record travels in the details for `jobs trigger --wait`.
+                raise ApplicationError(
+                    f"job {job.id} failed after {attempts or '?'} attempt(s): {failed.error}",
+                    failed,
+                    type="JobFailed",
+                    non_retryable=True,
+                ) from None
+        except BaseException as exc:
+            if is_cancelled_exception(exc):
+                # Cancellation is delivered once; the final record can still be written.
+                await self._record(self._finish(run, JobRunStatus.CANCELLED))
+            raise
+        succeeded = self._finish(
+            run, JobRunStatus.SUCCEEDED, attempts=output.attempt, metadata=output.metadata
+        )
+        await self._record(succeeded)
+        return succeeded
+
+    @staticmethod
+    def _finish(run: JobRun, status: JobRunStatus, **fields: Any) -> JobRun:
+        finished = workflow.now()
+        return run.model_copy(
+            update={
+                "status": status,
+                "finished_at": finished,
+                "duration_seconds": (finished - run.started_at).total_seconds(),
+                **fields,
+            }
+        )
+
+    @staticmethod
+    async def _record(run: JobRun) -> None:
+        await workflow.execute_activity(
+            record_job_run,
+            run,
+            start_to_close_timeout=RECORD_TIMEOUT,
+            schedule_to_close_timeout=RECORD_DEADLINE,
+            retry_policy=RECORD_RETRY,
+            summary=f"record {run.status}",
+        )
+
+
+def _attempts(exc: ActivityError, job: JobDefinition) -> int | None:
+    """How many attempts the job made: from the job's own error, else from why retries ended."""
+    cause = exc.cause
+    if isinstance(cause, ApplicationError) and cause.details and isinstance(cause.details[0], int):
+        return cause.details[0]
+    if exc.retry_state is RetryState.MAXIMUM_ATTEMPTS_REACHED:
+        return job.max_attempts
+    if isinstance(cause, TimeoutError) and cause.last_heartbeat_details:
+        beat = cause.last_heartbeat_details[0]
+        return beat if isinstance(beat, int) else None
+    return None
+
+
+def _failure_message(exc: ActivityError) -> str:
+    """The job's own message; for a timeout, which timeout; else the raw cause."""
+    cause = exc.cause
+    if isinstance(cause, ApplicationError):
+        text = cause.message
+    elif isinstance(cause, TimeoutError):
+        kind = cause.type.name.lower().replace("_", "-") if cause.type else "activity"
+        text = f"{kind} timeout"
+    else:
+        text = str(cause or exc)
+    return bounded_error(text)
+
+
+WORKFLOWS: list[type[Any]] = [JobWorkflow, JobLedgerWorkflow]
 """Workflow classes worker.py registers for jobs."""

@@ -1,0 +1,380 @@
+"""The HTTP ping service and the live event stream, end to end against the real dev server:
+curl-style pings become check-ins, bad requests get clear errors, events arrive as server-sent
+events, and a ping sent while no worker runs waits in Temporal until one does."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import sys
+import uuid
+from collections.abc import AsyncIterator, Callable
+from contextlib import AsyncExitStack, asynccontextmanager
+from datetime import UTC, datetime
+from typing import Any
+
+import httpx
+import pytest
+from temporalio.client import Client, WorkflowHandle
+
+from activities.model import ProviderSettings, http_client
+from monitor_http import MonitorService
+from tests.processes import ROOT, clean_env
+from worker import build_worker
+from workflows.monitor_models import (
+    CheckInSource,
+    CheckInStatus,
+    DeleteRequest,
+    Health,
+    MonitorConfig,
+    MonitorEvent,
+    MonitorInput,
+    MonitorView,
+    ViewRequest,
+    monitor_workflow_id,
+)
+from workflows.monitors import MonitorWorkflow
+
+Handle = WorkflowHandle[MonitorWorkflow, MonitorView]
+
+
+@asynccontextmanager
+async def running_worker(client: Client, task_queue: str) -> AsyncIterator[None]:
+    async with (
+        http_client() as http,
+        build_worker(
+            client, task_queue=task_queue, settings=ProviderSettings.from_env({}), http=http
+        ),
+    ):
+        yield
+
+
+class Setup:
+    """A task queue, the HTTP service in this process, and monitors deleted afterwards."""
+
+    def __init__(self, client: Client, task_queue: str, service: MonitorService) -> None:
+        self.client = client
+        self.task_queue = task_queue
+        self.service = service
+        self.handles: list[Handle] = []
+
+    async def monitor(self, **fields: Any) -> tuple[Handle, str]:
+        """Create a monitor as `monitors create` does; returns its handle and ping key."""
+        slug = f"web-{uuid.uuid4().hex[:10]}"
+        key = f"{slug}.{uuid.uuid4().hex}"
+        fields.setdefault("schedule", {"kind": "interval", "minutes": 60})
+        config = MonitorConfig.model_validate({"slug": slug, "ping_key": key, **fields})
+        handle = await self.client.start_workflow(
+            MonitorWorkflow.run,
+            MonitorInput(config=config),
+            id=monitor_workflow_id(slug),
+            task_queue=self.task_queue,
+            memo=config.memo(),
+        )
+        self.handles.append(handle)
+        return handle, key
+
+    def url(self, path: str) -> str:
+        return f"{self.service.url}{path}"
+
+
+@pytest.fixture
+async def setup(client: Client) -> AsyncIterator[Setup]:
+    task_queue = f"test-{uuid.uuid4().hex[:12]}"
+    service = MonitorService(client, task_queue=task_queue, discover_every=0.2, keepalive=1)
+    await service.start("127.0.0.1", 0)
+    s = Setup(client, task_queue, service)
+    try:
+        yield s
+    finally:
+        await service.close()
+        for handle in s.handles:
+            if (await handle.describe()).close_time is None:
+                await handle.terminate(reason="test over")
+
+
+async def view(handle: Handle) -> MonitorView:
+    return await handle.query(MonitorWorkflow.view, ViewRequest(recent=20))
+
+
+async def until(
+    handle: Handle, check: Callable[[MonitorView], bool], timeout: float = 20
+) -> MonitorView:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        current = await view(handle)
+        if check(current):
+            return current
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"never true; last view: {current.model_dump_json(indent=1)}")
+        await asyncio.sleep(0.1)
+
+
+class EventReader:
+    """Reads a server-sent event stream frame by frame."""
+
+    def __init__(self, response: httpx.Response) -> None:
+        self.lines = response.aiter_lines()
+        self.comments: list[str] = []
+
+    async def frame(self) -> dict[str, str]:
+        """The next block up to a blank line: its fields (none for a comment-only block)."""
+        fields: dict[str, str] = {}
+        async for line in self.lines:
+            if not line:
+                return fields
+            if line.startswith(":"):
+                self.comments.append(line[1:].strip())
+                continue
+            name, _, value = line.partition(": ")
+            fields[name] = value
+        raise AssertionError("the event stream ended")
+
+    async def event(self, timeout: float = 20) -> tuple[str, MonitorEvent]:
+        """The next event frame (comments are collected on the way): its id and event."""
+        async with asyncio.timeout(timeout):
+            while True:
+                frame = await self.frame()
+                if "event" in frame:
+                    event = MonitorEvent.model_validate_json(frame["data"])
+                    assert frame["event"] == event.type.value
+                    return frame["id"], event
+
+    async def comment(self, text: str, timeout: float = 20) -> None:
+        async with asyncio.timeout(timeout):
+            while text not in self.comments:
+                await self.frame()
+
+
+@asynccontextmanager
+async def event_stream(url: str) -> AsyncIterator[EventReader]:
+    async with (
+        httpx.AsyncClient(timeout=httpx.Timeout(30, read=60)) as http,
+        http.stream("GET", url) as response,
+    ):
+        assert response.status_code == 200
+        assert response.headers["content-type"].startswith("text/event-stream")
+        yield EventReader(response)
+
+
+async def test_pings_start_finish_and_fail_runs(client: Client, setup: Setup) -> None:
+    """/start opens a run, POST /ping with a body completes it (output kept, duration measured),
+    /fail and a non-zero exit_code record errors, a JSON body works too; answers are 202 JSON."""
+    handle, key = await setup.monitor()
+    async with running_worker(client, setup.task_queue), httpx.AsyncClient(timeout=30) as http:
+        started = await http.get(setup.url(f"/ping/{key}/start"))
+        assert started.status_code == 202
+        assert started.json() | {"sent_at": None} == {
+            "accepted": True,
+            "monitor": handle.id.removeprefix("monitor-"),
+            "status": "in_progress",
+            "exit_code": None,
+            "sent_at": None,
+        }
+        await until(handle, lambda v: v.open_run is not None)
+        done = await http.post(setup.url(f"/ping/{key}"), content="backed up 42 files\n")
+        assert done.status_code == 202 and done.json()["status"] == "ok"
+        run = (await until(handle, lambda v: v.health is Health.HEALTHY)).recent[0]
+        assert (run.status, run.source, run.output) == (
+            CheckInStatus.OK,
+            CheckInSource.PING,
+            "backed up 42 files\n",
+        )
+        assert run.started_at is not None and run.duration_seconds is not None
+        assert run.duration_seconds > 0
+
+        failed = await http.get(setup.url(f"/ping/{key}/fail"), params={"exit_code": "3"})
+        assert failed.json()["status"] == "error"
+        assert (await until(handle, lambda v: v.total_checkins == 2)).recent[0].exit_code == 3
+        by_code = await http.post(setup.url(f"/ping/{key}?exit_code=1"), content="disk full")
+        assert by_code.json() | {"sent_at": None} == {
+            "accepted": True,
+            "monitor": handle.id.removeprefix("monitor-"),
+            "status": "error",
+            "exit_code": 1,
+            "sent_at": None,
+        }
+        as_json = await http.post(
+            setup.url(f"/ping/{key}"), json={"output": "fine again", "duration_seconds": 2.5}
+        )
+        assert as_json.status_code == 202
+        final = await until(handle, lambda v: v.total_checkins == 4)
+    assert [(c.status, c.output) for c in final.recent] == [
+        (CheckInStatus.OK, "fine again"),
+        (CheckInStatus.ERROR, "disk full"),
+        (CheckInStatus.ERROR, None),
+        (CheckInStatus.OK, "backed up 42 files\n"),
+    ]
+    assert final.recent[0].duration_seconds == 2.5
+    assert (final.health, final.consecutive_failures, final.total_failures) == (
+        Health.HEALTHY,
+        0,
+        2,
+    )
+
+
+async def test_unknown_keys_get_404_and_bad_requests_400(client: Client, setup: Setup) -> None:
+    """Keys of no monitor, a wrong secret, a malformed key and a deleted monitor's key: 404;
+    malformed exit codes and bodies: 400; other methods and paths: 405 / 404; all JSON."""
+    handle, key = await setup.monitor()
+    slug = handle.id.removeprefix("monitor-")
+    doomed, doomed_key = await setup.monitor()
+    async with running_worker(client, setup.task_queue), httpx.AsyncClient(timeout=30) as http:
+        await doomed.execute_update(MonitorWorkflow.delete, DeleteRequest())
+        await doomed.result()
+
+        async def status(method: str, path: str, **kwargs: Any) -> tuple[int, str]:
+            response = await http.request(method, setup.url(path), **kwargs)
+            assert response.headers["content-type"] == "application/json"
+            return response.status_code, response.json().get("error", "")
+
+        for unknown in (
+            f"nobody-here.{uuid.uuid4().hex}",
+            f"{slug}.{uuid.uuid4().hex}",  # the right monitor, a wrong secret
+            slug,
+            "%2e%2e.not-a-slug-anyway",
+            doomed_key,
+        ):
+            assert await status("GET", f"/ping/{unknown}") == (404, "unknown ping key")
+        assert await status("GET", f"/ping/{key}", params={"exit_code": "x"}) == (
+            400,
+            "exit_code must be an integer, not 'x'",
+        )
+        assert (await status("GET", f"/ping/{key}?exit_code=1&exit_code=2"))[0] == 400
+        assert (await status("GET", f"/ping/{key}/start", params={"exit_code": "0"}))[0] == 400
+        json_header = {"content-type": "application/json"}
+        code, error = await status("POST", f"/ping/{key}", content="{nope", headers=json_header)
+        assert (code, error.startswith("body is not valid JSON")) == (400, True)
+        assert await status("POST", f"/ping/{key}", json=[1, 2]) == (
+            400,
+            "a JSON body must be an object",
+        )
+        assert await status("POST", f"/ping/{key}", json={"output": "x", "colour": "red"}) == (
+            400,
+            "unknown field(s) in body: colour",
+        )
+        code, error = await status("POST", f"/ping/{key}", json={"exit_code": "many"})
+        assert code == 400 and "exit_code" in error
+        assert (await status("PUT", f"/ping/{key}"))[0] == 405
+        assert (await http.delete(setup.url(f"/ping/{key}"))).headers["allow"] == "GET, POST"
+        assert (await status("GET", "/nothing/here"))[0] == 404
+        big = b"x" * (1024 * 1024 + 1)
+        assert (await status("POST", f"/ping/{key}", content=big))[0] == 413
+        # None of that reached the monitor; a good ping still works.
+        assert (await status("GET", f"/ping/{key}"))[0] == 202
+        current = await until(handle, lambda v: v.total_checkins == 1)
+    assert (current.refused_total, current.health) == (0, Health.HEALTHY)
+
+
+async def test_the_event_stream_sends_check_in_and_health_events(
+    client: Client, setup: Setup
+) -> None:
+    """`/monitors/events?monitor=SLUG`: started, ok, error, then ok with monitor.healthy, each an
+    SSE frame with `id: slug:offset`, the event type, and the event as JSON."""
+    handle, key = await setup.monitor()
+    slug = handle.id.removeprefix("monitor-")
+    async with (
+        running_worker(client, setup.task_queue),
+        httpx.AsyncClient(timeout=30) as http,
+        event_stream(setup.url(f"/monitors/events?monitor={slug}")) as events,
+    ):
+        await events.comment(f"watching {slug}")
+        await http.get(setup.url(f"/ping/{key}/start"))
+        first_id, started = await events.event()
+        assert started.type.value == "checkin.started" and started.slug == slug
+        assert first_id.startswith(f"{slug}:")
+        await http.post(setup.url(f"/ping/{key}"), content="done")
+        _, ok = await events.event()
+        assert ok.type.value == "checkin.ok" and ok.checkin is not None
+        assert ok.checkin.output == "done" and ok.health is Health.HEALTHY
+        await http.get(setup.url(f"/ping/{key}/fail"))
+        _, error = await events.event()
+        assert (error.type.value, error.health, error.consecutive_failures) == (
+            "checkin.error",
+            Health.FAILING,
+            1,
+        )
+        await http.get(setup.url(f"/ping/{key}"))
+        last_id, healed = await events.event()
+        assert healed.type.value == "checkin.ok"
+        assert (await events.event())[1].type.value == "monitor.healthy"
+    first, last = (int(i.rsplit(":", 1)[1]) for i in (first_id, last_id))
+    assert last == first + 3  # offsets in the monitor's stream, one per event
+
+
+async def test_the_all_monitors_stream_picks_up_monitors_created_later(
+    client: Client, setup: Setup
+) -> None:
+    """`/monitors/events` without a filter finds a monitor created after the client connected
+    and delivers its events from the first one."""
+    async with (
+        running_worker(client, setup.task_queue),
+        httpx.AsyncClient(timeout=30) as http,
+        event_stream(setup.url("/monitors/events")) as events,
+    ):
+        await events.comment("connected")
+        handle, key = await setup.monitor()
+        slug = handle.id.removeprefix("monitor-")
+        response = await http.post(setup.url(f"/ping/{key}/fail?exit_code=7"), content="boom")
+        assert response.status_code == 202
+        _, error = await events.event(timeout=30)
+    assert (error.type.value, error.slug) == ("checkin.error", slug)
+    assert error.checkin is not None and error.checkin.exit_code == 7
+
+
+async def test_a_ping_without_a_worker_waits_in_temporal(client: Client, setup: Setup) -> None:
+    """With no worker at all the key is still checked (404 / 202) and the check-in is kept as a
+    signal; once a worker starts it is recorded with the time it was sent."""
+    handle, key = await setup.monitor()
+    async with httpx.AsyncClient(timeout=30) as http:
+        missing = await http.get(setup.url(f"/ping/{handle.id[8:]}.{uuid.uuid4().hex}"))
+        assert missing.status_code == 404
+        sent = await http.post(setup.url(f"/ping/{key}"), content="ran while nobody listened")
+        assert sent.status_code == 202
+    sent_at = datetime.fromisoformat(sent.json()["sent_at"])
+    await asyncio.sleep(1.5)  # the worker starts well after the ping
+    worker_started = datetime.now(UTC)
+    async with running_worker(client, setup.task_queue):
+        recorded = await until(handle, lambda v: v.total_checkins == 1)
+    [checkin] = recorded.recent
+    assert (checkin.status, checkin.output) == (CheckInStatus.OK, "ran while nobody listened")
+    assert checkin.created_at == sent_at < worker_started
+    assert recorded.health is Health.HEALTHY
+
+
+async def test_serve_runs_the_service_as_a_process(
+    client: Client, setup: Setup, temporal_address: str
+) -> None:
+    """`starter.py serve --port 0` prints where it listens, answers pings, and stops on SIGTERM
+    with exit code 0."""
+    handle, key = await setup.monitor()
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        str(ROOT / "starter.py"),
+        "--address",
+        temporal_address,
+        "--task-queue",
+        setup.task_queue,
+        "serve",
+        "--port",
+        "0",
+        cwd=ROOT,
+        env=clean_env(),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
+    async with AsyncExitStack() as stack:
+        stack.push_async_callback(process.wait)
+        stack.callback(lambda: process.returncode is None and process.kill())
+        assert process.stdout is not None
+        banner = (await asyncio.wait_for(process.stdout.readline(), 60)).decode()
+        assert banner.startswith("Monitor HTTP service on http://127.0.0.1:"), banner
+        base = banner.split(" on ", 1)[1].split(" ", 1)[0]
+        async with running_worker(client, setup.task_queue), httpx.AsyncClient(timeout=30) as http:
+            assert (await http.get(f"{base}/ping/{key}")).status_code == 202
+            assert (await http.get(f"{base}/ping/{handle.id[8:]}.{'x' * 20}")).status_code == 404
+            await until(handle, lambda v: v.health is Health.HEALTHY)
+        process.send_signal(signal.SIGTERM)
+        rest = (await asyncio.wait_for(process.stdout.read(), 30)).decode()
+        assert await process.wait() == 0, rest
+        assert "Monitor HTTP service stopped." in rest
