@@ -6,6 +6,9 @@
     python starter.py reject ID [--call CALL_ID] --reason TEXT
     python starter.py modify ID [--call CALL_ID] --args JSON
     python starter.py guide ID (--guidance TEXT | --halt [--reason TEXT])
+    python starter.py jobs list|history ID|trigger ID|pause ID|unpause ID|sync
+    python starter.py monitors create SLUG --cron EXPR|--interval MIN, list, show, checkin ...
+    python starter.py serve [--host 127.0.0.1] [--port PORT]   # HTTP pings + event stream
     python starter.py demo                      # everything, end to end, no API key
 
 Connection: TEMPORAL_ADDRESS / TEMPORAL_NAMESPACE / temporal.toml profiles, or --address.
