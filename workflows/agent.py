@@ -66,7 +66,7 @@ from workflows.tools import (
 
 with workflow.unsafe.imports_passed_through():
     # Activity classes are referenced by method (names by object, not string). Their modules
-    # import httpx, which must not be re-imported inside the sandbox on every run.
+    # load the HTTP client library, which must not be re-imported in the sandbox every run.
     from activities.model import ModelActivities
     from activities.tools import ToolActivities
 
