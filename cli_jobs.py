@@ -4,7 +4,7 @@ Also the schedule sync itself (``sync_schedules``), which ``worker.py --sync-job
 start-up. Every enabled job is a Temporal Schedule ``treadle-job-<id>`` whose action starts
 ``JobWorkflow`` with the job's whole definition; the server keeps time, not a process of ours.
 
-    python starter.py jobs list [--json]
+    python starter.py jobs list [ID ...] [--json]
     python starter.py jobs history ID [--limit N] [--json]
     python starter.py jobs trigger ID [--retry] [--wait] [--json]
     python starter.py jobs pause ID [--note TEXT]      python starter.py jobs unpause ID
@@ -17,8 +17,9 @@ import argparse
 import asyncio
 import enum
 import json
+import sys
 import uuid
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -139,12 +140,15 @@ class SyncAction(enum.StrEnum):
     CREATED = "created"
     UPDATED = "updated"
     UNCHANGED = "unchanged"
+    FAILED = "failed"
+    """Temporal refused the schedule (or could not be asked); ``error`` says why."""
 
 
 class SyncOutcome(_Frozen):
     job_id: str
     schedule_id: str
     action: SyncAction
+    error: str | None = None
 
 
 class DeployedJob(_Frozen):
@@ -164,11 +168,21 @@ async def sync_schedules(
 
     A disabled job's schedule is paused (with ``DISABLED_NOTE``); enabling it again unpauses
     it; a pause made by an operator is kept. Schedules of jobs not in ``registry`` are left
-    alone.
+    alone. A job whose schedule Temporal refuses is reported (``SyncAction.FAILED``, with the
+    error) and the other jobs are still synced.
     """
     outcomes = []
     for job in registry.values():
-        outcomes.append(await _sync_one(client, task_queue, job.definition))
+        try:
+            outcome = await _sync_one(client, task_queue, job.definition)
+        except RPCError as exc:
+            outcome = SyncOutcome(
+                job_id=job.id,
+                schedule_id=schedule_id(job.id),
+                action=SyncAction.FAILED,
+                error=f"{exc.status.name}: {exc.message}",
+            )
+        outcomes.append(outcome)
     return outcomes
 
 
@@ -300,12 +314,18 @@ class JobList(_Frozen):
     overall_health: Health
 
 
-async def list_jobs(client: Client, registry: JobRegistry) -> JobList:
-    """Every job with a ``treadle-job-`` schedule, plus registry jobs not synced yet."""
-    ids = set(registry)
-    async for listed in await client.list_schedules():
-        if listed.id.startswith(SCHEDULE_PREFIX):
-            ids.add(listed.id.removeprefix(SCHEDULE_PREFIX))
+async def list_jobs(
+    client: Client, registry: JobRegistry, job_ids: Collection[str] | None = None
+) -> JobList:
+    """Every job with a ``treadle-job-`` schedule, plus registry jobs not synced yet; or only
+    the jobs ``job_ids`` names (those that exist), the overall health then being theirs."""
+    if job_ids is not None:
+        ids = set(job_ids)
+    else:
+        ids = set(registry)
+        async for listed in await client.list_schedules():
+            if listed.id.startswith(SCHEDULE_PREFIX):
+                ids.add(listed.id.removeprefix(SCHEDULE_PREFIX))
     rows = await asyncio.gather(*(_listing(client, registry, job_id) for job_id in sorted(ids)))
     jobs = tuple(row for row in rows if row is not None)
     return JobList(jobs=jobs, overall_health=worst(row.health for row in jobs))
@@ -497,7 +517,11 @@ def _registry(args: argparse.Namespace) -> JobRegistry:
 
 
 async def cmd_list(client: Client, args: argparse.Namespace) -> int:
-    listing = await list_jobs(client, _registry(args))
+    job_ids: list[str] = args.job_ids
+    listing = await list_jobs(client, _registry(args), job_ids or None)
+    missing = sorted(set(job_ids) - {row.id for row in listing.jobs})
+    if missing:
+        raise UsageError(f"unknown job {missing[0]!r} (see: starter.py jobs list)")
     print(listing.model_dump_json(indent=2) if args.json else format_list(listing))
     return 0
 
@@ -556,14 +580,22 @@ async def cmd_pause(client: Client, args: argparse.Namespace) -> int:
 
 
 async def cmd_sync(client: Client, args: argparse.Namespace) -> int:
+    """Sync every job and print each outcome; exit 1 if any schedule could not be synced."""
     outcomes = await sync_schedules(client, args.task_queue, _registry(args))
     if args.json:
         print(json.dumps([o.model_dump(mode="json") for o in outcomes], indent=2))
     else:
         for o in outcomes:
-            print(
-                f"{o.job_id}: {o.action} (schedule {o.schedule_id}, task queue {args.task_queue})"
-            )
+            where = f"schedule {o.schedule_id}, task queue {args.task_queue}"
+            print(f"{o.job_id}: {o.action} ({where})" + (f": {o.error}" if o.error else ""))
+    failed = [o.job_id for o in outcomes if o.action is SyncAction.FAILED]
+    if failed:
+        print(
+            f"error: {len(failed)} of {len(outcomes)} job schedule(s) not synced: "
+            + ", ".join(failed),
+            file=sys.stderr,
+        )
+        return 1
     return 0
 
 
@@ -585,6 +617,9 @@ def register(subparsers: Any) -> None:
         parser.add_argument("--history-retention-days", type=float, default=90.0, metavar="DAYS")
 
     listing = sub.add_parser("list", help="jobs with schedule, state, next and last run, health")
+    listing.add_argument(
+        "job_ids", metavar="ID", nargs="*", help="only these jobs (overall health is theirs)"
+    )
     listing.add_argument("--json", action="store_true")
     listing.set_defaults(handler=cmd_list)
 

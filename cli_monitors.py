@@ -212,7 +212,9 @@ async def cmd_show(client: Client, args: argparse.Namespace) -> int:
     handle = await _running(client, args.slug)
     try:
         view = await handle.query(
-            MonitorWorkflow.view, ViewRequest(recent=args.limit), rpc_timeout=ANSWER_TIMEOUT
+            MonitorWorkflow.view,
+            ViewRequest(recent=args.limit, as_of=datetime.now(UTC)),
+            rpc_timeout=ANSWER_TIMEOUT,
         )
     except RPCError as exc:
         raise UsageError(_no_answer(args.slug, exc)) from exc
@@ -408,7 +410,9 @@ async def _listing(client: Client, execution: WorkflowExecution) -> MonitorListi
     handle = client.get_workflow_handle_for(MonitorWorkflow.run, workflow_id)
     try:
         view = await handle.query(
-            MonitorWorkflow.view, ViewRequest(recent=0), rpc_timeout=LIST_ANSWER_TIMEOUT
+            MonitorWorkflow.view,
+            ViewRequest(recent=0, as_of=datetime.now(UTC)),
+            rpc_timeout=LIST_ANSWER_TIMEOUT,
         )
     except RPCError:
         return MonitorListing(slug=slug, name=name, schedule=schedule, answered=False)

@@ -8,7 +8,8 @@
 A ping body is the job's output (text; a JSON object ``{"output", "exit_code",
 "duration_seconds"}`` with ``Content-Type: application/json``). Answers are JSON: 202 when the
 check-in was handed to Temporal, 400 for a bad body or parameter, 404 for an unknown key, 405,
-411, 413, and 503 when Temporal cannot be reached.
+411, 413, and 503 when Temporal cannot be reached or more than ``MAX_CONNECTIONS`` connections
+(event streams included) are open.
 
 A ping needs no worker: the key is ``<slug>.<secret>``, so the slug names the monitor's workflow,
 whose memo holds the key's SHA-256 to check it against (``describe`` is answered by the server
@@ -18,8 +19,17 @@ workflow checks the key again.
 The event stream reads each monitor workflow's ``WorkflowStream`` (topic ``events``) with one
 long-poll subscription per monitor per service, shared by every connected client. Monitors are
 found through visibility (running ``MonitorWorkflow``s on the service's task queue) every few
-seconds, or named with ``?monitor=``. The stream is live: a client sees events published after it
-started watching (monitors created while the service runs are read from their first event).
+seconds, or named with ``?monitor=`` (at most ``MAX_MONITORS_PER_STREAM``). The stream is live: a
+client sees events published after it started watching (monitors created while the service runs are
+read from their first event). Once no client wants a monitor, its subscription ends when its
+current long poll returns (at the monitor's next event: an abandoned poll would stay open in the
+workflow); discovery stops as soon as no client watches all monitors. An item in a stream that is
+not a ``MonitorEvent`` (any client may publish to it) is logged and skipped. A client that leaves
+written data unread for ``WRITE_TIMEOUT`` is disconnected.
+
+There is no authentication: a ping needs its key, but ``/monitors/events`` shows every monitor's
+events (check-in output included) to anyone who can connect, and keys travel in URLs. Listen on
+loopback (the default), or put TLS and authentication in front before listening elsewhere.
 
 Plain asyncio streams and the Temporal client; HTTP/1.1 with one request per connection.
 """
@@ -39,6 +49,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 from pydantic import ValidationError
 from temporalio.client import Client, WorkflowExecutionStatus
+from temporalio.common import RawValue
 from temporalio.contrib.workflow_streams import WorkflowStreamClient
 from temporalio.service import RPCError, RPCStatusCode
 
@@ -67,7 +78,17 @@ DEFAULT_PORT = 8780
 MAX_BODY_BYTES = 1024 * 1024
 """A ping body larger than this is refused (413); the kept output is cut to 10 KiB anyway."""
 MAX_HEAD_BYTES = 16 * 1024
+MAX_CONNECTIONS = 256
+"""Connections served at once, event streams included; one more is answered 503 and closed."""
+MAX_MONITORS_PER_STREAM = 50
+"""``?monitor=`` filters one event stream may name (400 beyond)."""
 READ_TIMEOUT = 30.0
+WRITE_TIMEOUT = 30.0
+"""How long a client may leave written data unread (a stalled event-stream client) before its
+connection is closed."""
+REFUSE_READ_SECONDS = 1.0
+"""How long a connection over the cap may take to send its request before the 503 (closing a
+socket with an unread request makes the client see a reset instead of the answer)."""
 TEMPORAL_TIMEOUT = timedelta(seconds=10)
 KEEPALIVE_SECONDS = 15.0
 DISCOVER_SECONDS = 2.0
@@ -91,6 +112,10 @@ _REASONS = {
     500: "Internal Server Error",
     503: "Service Unavailable",
 }
+
+
+class ClientStalled(ConnectionError):
+    """The client did not take what was written to it within ``WRITE_TIMEOUT``."""
 
 
 class HttpError(Exception):
@@ -127,12 +152,14 @@ class MonitorService:
         task_queue: str | None = None,
         discover_every: float = DISCOVER_SECONDS,
         keepalive: float = KEEPALIVE_SECONDS,
+        max_connections: int = MAX_CONNECTIONS,
     ) -> None:
         self._client = client
         self._keepalive = keepalive
         self._hub = EventHub(client, task_queue=task_queue, discover_every=discover_every)
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task[None]] = set()
+        self._slots = asyncio.Semaphore(max_connections)
         self.host = ""
         self.port = 0
 
@@ -156,6 +183,11 @@ class MonitorService:
         if self._server is not None:
             await self._server.wait_closed()
 
+    @property
+    def watched(self) -> frozenset[str]:
+        """Monitors whose event streams the service reads right now."""
+        return self._hub.watched
+
     async def __aenter__(self) -> MonitorService:
         return self
 
@@ -167,9 +199,13 @@ class MonitorService:
         if task is not None:
             self._connections.add(task)
         try:
-            await self._serve_one(reader, writer)
+            if self._slots.locked():
+                await self._refuse(reader, writer)
+            else:
+                async with self._slots:
+                    await self._serve_one(reader, writer)
         except (ConnectionError, asyncio.IncompleteReadError):
-            pass  # the client went away
+            pass  # the client went away, or stopped reading
         except asyncio.CancelledError:
             pass  # the service is closing
         finally:
@@ -178,6 +214,15 @@ class MonitorService:
             writer.close()
             with contextlib.suppress(ConnectionError, asyncio.CancelledError):
                 await writer.wait_closed()
+
+    async def _refuse(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """Over the connection cap: read the request briefly (whatever it is), answer 503."""
+        with contextlib.suppress(HttpError, TimeoutError, asyncio.IncompleteReadError):
+            await asyncio.wait_for(read_request(reader), REFUSE_READ_SECONDS)
+        log.warning("monitor_http.connection.refused", extra={"why": "connection cap reached"})
+        await _respond(
+            writer, 503, {"error": "too many connections; try again shortly"}, {"Retry-After": "1"}
+        )
 
     async def _serve_one(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
@@ -192,6 +237,8 @@ class MonitorService:
             return
         except TimeoutError:
             status, body = 400, {"error": "the request did not arrive in time"}
+        except ConnectionError:
+            raise  # the client went away, or stopped reading: nobody to answer
         except Exception:
             log.exception("monitor_http.request.failed")
             status, body = 500, {"error": "internal error; see the service log"}
@@ -266,8 +313,12 @@ class MonitorService:
         self, request: Request, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> None:
         slugs = request.query.get("monitor", [])
+        if len(slugs) > MAX_MONITORS_PER_STREAM:
+            raise HttpError(
+                400, f"at most {MAX_MONITORS_PER_STREAM} monitor= filters per event stream"
+            )
         for slug in slugs:
-            if not SLUG_RE.match(slug):
+            if not SLUG_RE.fullmatch(slug):
                 raise HttpError(400, f"invalid monitor slug {slug!r}")
         subscriber = self._hub.subscribe(frozenset(slugs) or None)
         try:
@@ -276,7 +327,7 @@ class MonitorService:
                 b"Cache-Control: no-cache\r\nConnection: close\r\nX-Accel-Buffering: no\r\n\r\n"
                 b": connected\n\nretry: 3000\n\n"
             )
-            await writer.drain()
+            await _drain(writer)
             for slug in slugs:
                 self._hub.watch(slug)
             gone = asyncio.create_task(reader.read(1))  # EOF (or anything) ends the stream
@@ -297,7 +348,7 @@ class MonitorService:
                         next_frame.cancel()
                         if not done:
                             writer.write(b": keepalive\n\n")
-                    await writer.drain()
+                    await _drain(writer)
             finally:
                 gone.cancel()
         finally:
@@ -332,6 +383,13 @@ class EventHub:
         self._watchers: dict[str, asyncio.Task[None]] = {}
         self._watching: set[str] = set()
         self._discovery: asyncio.Task[None] | None = None
+        self._stopping: set[asyncio.Task[None]] = set()
+        """Discovery tasks cancelled because no client watches all monitors, until they end."""
+
+    @property
+    def watched(self) -> frozenset[str]:
+        """Monitors with a reader (one no client wants any more included, until it stops)."""
+        return frozenset(self._watchers)
 
     def subscribe(self, slugs: frozenset[str] | None) -> Subscriber:
         subscriber = Subscriber(slugs)
@@ -344,7 +402,18 @@ class EventHub:
         return subscriber
 
     def unsubscribe(self, subscriber: Subscriber) -> None:
+        """Forget a client. Discovery stops at once when no remaining client watches all
+        monitors; a monitor's reader stops by itself once no client wants that monitor (see
+        ``_watch``)."""
         self._subscribers.discard(subscriber)
+        if self._discovery is not None and all(s.slugs is not None for s in self._subscribers):
+            task, self._discovery = self._discovery, None
+            task.cancel()
+            self._stopping.add(task)
+            task.add_done_callback(self._stopping.discard)
+
+    def _wanted(self, slug: str) -> bool:
+        return any(s.wants(slug) for s in self._subscribers)
 
     def watch(self, slug: str, *, from_start: bool = False) -> None:
         """Start reading a monitor's events, unless already reading them.
@@ -356,7 +425,11 @@ class EventHub:
             self._watchers[slug] = asyncio.create_task(self._watch(slug, from_start))
 
     async def close(self) -> None:
-        tasks = [*self._watchers.values(), *([self._discovery] if self._discovery else [])]
+        tasks = [
+            *self._watchers.values(),
+            *([self._discovery] if self._discovery else []),
+            *self._stopping,
+        ]
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -372,7 +445,7 @@ class EventHub:
                     query, rpc_timeout=TEMPORAL_TIMEOUT
                 ):
                     slug = execution.id.removeprefix(MONITOR_ID_PREFIX)
-                    if SLUG_RE.match(slug):
+                    if SLUG_RE.fullmatch(slug):
                         self.watch(slug, from_start=not first)
                 first = False
             except RPCError as exc:
@@ -380,32 +453,75 @@ class EventHub:
             await asyncio.sleep(self._discover_every)
 
     async def _watch(self, slug: str, from_start: bool) -> None:
+        """Read a monitor's stream and fan its events out, until the monitor is gone or no
+        client wants it any more.
+
+        The reader stops between two polls, never during one, so it is not cancelled: a long
+        poll is an update the monitor workflow accepted, and an abandoned one stays open in the
+        workflow until its next event (Temporal cannot cancel an update). Clients coming and going
+        on a quiet monitor would pile them up to the server's limit of in-flight updates per
+        workflow (10 by default), and new polls would be refused. So a reader nobody wants ends
+        when its current poll returns (the monitor's next event), and a client that comes back
+        before then reuses it.
+        """
         stream = WorkflowStreamClient.create(self._client, monitor_workflow_id(slug))
         try:
             offset = 0 if from_start else await self._current_offset(stream, slug)
             if offset is None:
                 self._fan_out(slug, _comment(f"no monitor {slug}"))
                 return
+            if not self._wanted(slug):
+                return
             self._watching.add(slug)
             self._fan_out(slug, _comment(f"watching {slug}"))
             while True:
                 try:
+                    # Raw items, decoded here: any client may publish to the stream, and an
+                    # item that fails to decode inside the iterator would end it at that offset
+                    # every time, so the watcher would never get past it.
                     async for item in stream.subscribe(
-                        EVENTS_TOPIC, from_offset=offset, result_type=MonitorEvent
+                        EVENTS_TOPIC, from_offset=offset, result_type=RawValue
                     ):
                         offset = item.offset + 1
-                        self._fan_out(slug, _frame(item.offset, item.data))
+                        event = self._decode(slug, item.offset, item.data)
+                        if event is not None:
+                            self._fan_out(slug, _frame(item.offset, event))
+                        if not self._wanted(slug):
+                            return  # between two polls: none is left open in the workflow
                     return  # the monitor was deleted: its stream is drained
                 except RPCError as exc:
+                    _raise_if_cancelled()
                     if exc.status is RPCStatusCode.NOT_FOUND:
                         return
                     log.info("monitor_http.watch.retry", extra={"slug": slug, "why": exc.message})
                 except Exception as exc:  # no worker yet, a rollover: try again shortly
+                    _raise_if_cancelled()
                     log.warning("monitor_http.watch.retry", extra={"slug": slug, "why": str(exc)})
+                if not self._wanted(slug):
+                    return
                 await asyncio.sleep(RETRY_SECONDS)
         finally:
             self._watching.discard(slug)
             self._watchers.pop(slug, None)
+
+    def _decode(self, slug: str, offset: int, raw: RawValue) -> MonitorEvent | None:
+        """The event at ``offset``, or ``None`` (logged) for an item that is not this monitor's
+        event: it is skipped, and the stream read on."""
+        try:
+            event = self._client.data_converter.payload_converter.from_payload(
+                raw.payload, MonitorEvent
+            )
+            if not isinstance(event, MonitorEvent):
+                raise TypeError(f"decoded as {type(event).__name__}")
+            if event.slug != slug:
+                raise ValueError(f"an event of monitor {event.slug!r}")
+        except Exception as exc:
+            log.warning(
+                "monitor_http.watch.skipped",
+                extra={"slug": slug, "offset": offset, "why": f"not a MonitorEvent: {exc}"},
+            )
+            return None
+        return event
 
     async def _current_offset(self, stream: WorkflowStreamClient, slug: str) -> int | None:
         """Where the stream ends now (a query: it waits for a worker); ``None``: no monitor."""
@@ -413,10 +529,12 @@ class EventHub:
             try:
                 return await asyncio.wait_for(stream.get_offset(), TEMPORAL_TIMEOUT.total_seconds())
             except RPCError as exc:
+                _raise_if_cancelled()
                 if exc.status is RPCStatusCode.NOT_FOUND:
                     return None
                 log.info("monitor_http.offset.retry", extra={"slug": slug, "why": exc.message})
             except Exception as exc:
+                _raise_if_cancelled()
                 log.info("monitor_http.offset.retry", extra={"slug": slug, "why": str(exc)})
             await asyncio.sleep(RETRY_SECONDS)
 
@@ -433,6 +551,13 @@ def running_monitors_query(task_queue: str | None) -> str:
         quoted = task_queue.replace("\\", "\\\\").replace("'", "\\'")
         query += f" AND TaskQueue = '{quoted}'"
     return query
+
+
+def _raise_if_cancelled() -> None:
+    """Re-raise a cancellation that library code turned into another error."""
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError
 
 
 def _offer(subscriber: Subscriber, frame: bytes | None) -> None:
@@ -515,7 +640,15 @@ async def _respond(
         f"{extra}Connection: close\r\n\r\n"
     )
     writer.write(head.encode() + payload)
-    await writer.drain()
+    await _drain(writer)
+
+
+async def _drain(writer: asyncio.StreamWriter) -> None:
+    """Wait until the client took what was written, for at most ``WRITE_TIMEOUT``."""
+    try:
+        await asyncio.wait_for(writer.drain(), WRITE_TIMEOUT)
+    except TimeoutError:
+        raise ClientStalled(f"the client took nothing for {WRITE_TIMEOUT:g} s") from None
 
 
 def _allow(request: Request, *methods: str) -> None:
@@ -543,6 +676,8 @@ def _ping_fields(status: CheckInStatus, request: Request) -> dict[str, Any]:
             body = json.loads(request.body)
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise HttpError(400, f"body is not valid JSON: {exc}") from None
+        except RecursionError:
+            raise HttpError(400, "body is JSON nested too deeply") from None
         if not isinstance(body, dict):
             raise HttpError(400, "a JSON body must be an object")
         unknown = sorted(set(body) - {"output", "exit_code", "duration_seconds"})

@@ -144,7 +144,8 @@ async def run(args: argparse.Namespace) -> int:
             for outcome in await sync_schedules(
                 client, args.task_queue, job_activities.builtin_jobs()
             ):
-                print(f"Job schedule {outcome.schedule_id}: {outcome.action}", flush=True)
+                why = f" ({outcome.error})" if outcome.error else ""
+                print(f"Job schedule {outcome.schedule_id}: {outcome.action}{why}", flush=True)
         settings = ProviderSettings.from_env(os.environ)
         async with http_client() as http:
             worker = build_worker(

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import enum
 import os
 import shutil
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
@@ -270,45 +271,84 @@ def _newest_mtime(top: Path) -> datetime:
     return datetime.fromtimestamp(newest, UTC)
 
 
-@dataclass(frozen=True)
-class _RunState:
-    running: bool
-    closed_at: datetime | None = None
-    """When the run closed; None for a run Temporal does not know (never started here, or
-    deleted by the namespace's retention)."""
+class _Run(enum.Enum):
+    """What Temporal says of the run a workspace is named after."""
+
+    OPEN = "open"
+    """Running (or in any state but closed): its workspace is in use."""
+    CLOSED = "closed"
+    UNKNOWN = "unknown"
+    """No such workflow: never started here, deleted by the namespace's retention, or the
+    worker asks the wrong namespace. Indistinguishable, so the workspace is kept."""
 
 
-async def _run_state(client: Client, workflow_id: str) -> _RunState:
-    """The latest run with this workflow id, as Temporal sees it."""
+_CLOSED = frozenset(
+    {
+        WorkflowExecutionStatus.COMPLETED,
+        WorkflowExecutionStatus.FAILED,
+        WorkflowExecutionStatus.CANCELED,
+        WorkflowExecutionStatus.TERMINATED,
+        WorkflowExecutionStatus.TIMED_OUT,
+    }
+)
+"""Statuses of a run that ended for good (a run continued-as-new lives on in its successor)."""
+
+
+async def _run_state(client: Client, workflow_id: str) -> tuple[_Run, datetime | None]:
+    """The latest run with this workflow id, as Temporal sees it, and when it closed."""
     try:
         description = await client.get_workflow_handle(workflow_id).describe()
     except RPCError as exc:
+        # NOT_FOUND: no such workflow (or namespace); INVALID_ARGUMENT: a name that cannot be
+        # a workflow id. Neither proves a run finished. Other errors fail the attempt (retried).
         if exc.status in (RPCStatusCode.NOT_FOUND, RPCStatusCode.INVALID_ARGUMENT):
-            return _RunState(running=False)
+            return _Run.UNKNOWN, None
         raise
-    if description.status is WorkflowExecutionStatus.RUNNING or description.close_time is None:
-        return _RunState(running=True)
-    return _RunState(running=False, closed_at=description.close_time)
+    if description.status in _CLOSED and description.close_time is not None:
+        return _Run.CLOSED, description.close_time
+    return _Run.OPEN, None
+
+
+MAX_LISTED_IDS = 10
+"""Workspace names listed in a run's metadata per kind; the counts are complete. Two lists of
+ten workflow ids stay well inside a run's 2 KiB of metadata."""
 
 
 @job_activity("cleanup_workspaces")
 async def cleanup_workspaces(request: JobRequest) -> dict[str, JsonValue]:
-    """Delete agent workspaces whose runs finished (or vanished) longer ago than the retention."""
+    """Delete agent workspaces whose runs closed longer ago than the retention.
+
+    Only a run Temporal reports closed frees its workspace. Temporal forgets closed runs after
+    the namespace's retention (a day on the dev server), so each cleanup also writes down, in
+    ``<root>/.treadle-workspace-cleanup.json``, the close time of every run it saw closed; a run
+    Temporal no longer knows but this file remembers (in the same namespace) is still cleaned
+    on time. A workspace named after no run either has seen is kept and counted
+    (``kept_unknown``): a wrong namespace or root looks exactly like that.
+    """
     params = WorkspaceCleanupParams.model_validate(request.params)
     root = Path(params.root)
     retention = timedelta(days=params.retention_days)
     now = datetime.now(UTC)
     client = activity.client()
+    seen = await asyncio.to_thread(_SeenClosed.load, root, client.namespace)
     removed: list[str] = []
+    unknown: list[str] = []
     failed: list[str] = []
     kept_running = kept_recent = 0
-    for workspace in await asyncio.to_thread(_workspaces, root):
-        run = await _run_state(client, workspace.name)
-        if run.running:
+    workspaces = await asyncio.to_thread(_workspaces, root)
+    for workspace in workspaces:
+        state, closed_at = await _run_state(client, workspace.name)
+        if state is _Run.OPEN:
             kept_running += 1
             continue
-        last = max(run.closed_at or workspace.touched, workspace.touched)
-        if now - last <= retention:
+        if closed_at is not None:
+            seen.closed[workspace.name] = closed_at
+        else:
+            closed_at = seen.closed.get(workspace.name)  # purged by retention since
+        if closed_at is None:
+            unknown.append(workspace.name)
+            continue
+        if now - max(closed_at, workspace.touched) <= retention:
             kept_recent += 1
             continue
         try:
@@ -318,6 +358,17 @@ async def cleanup_workspaces(request: JobRequest) -> dict[str, JsonValue]:
             continue
         activity.logger.info("job.workspace_removed workspace=%s", workspace.path)
         removed.append(workspace.name)
+        seen.closed.pop(workspace.name, None)
+    present = {w.name for w in workspaces}
+    seen.closed = {k: v for k, v in seen.closed.items() if k in present}
+    await asyncio.to_thread(seen.save, root)
+    if unknown:
+        activity.logger.warning(
+            "job.workspaces_unknown count=%d namespace=%s root=%s (kept: no such workflow)",
+            len(unknown),
+            client.namespace,
+            root,
+        )
     if failed:
         # Retryable: a file busy now may be free on the next attempt; removal is idempotent.
         raise ApplicationError(
@@ -328,10 +379,38 @@ async def cleanup_workspaces(request: JobRequest) -> dict[str, JsonValue]:
     return {
         "root": str(root),
         "removed": len(removed),
-        "removed_ids": list(removed[:20]),
+        "removed_ids": list(removed[:MAX_LISTED_IDS]),
         "kept_running": kept_running,
         "kept_recent": kept_recent,
+        "kept_unknown": len(unknown),
+        "kept_unknown_ids": list(unknown[:MAX_LISTED_IDS]),
     }
+
+
+SEEN_CLOSED_FILE = ".treadle-workspace-cleanup.json"
+
+
+class _SeenClosed(BaseModel):
+    """Close times of runs the cleanup saw closed, kept beside the workspaces it manages."""
+
+    namespace: str
+    closed: dict[str, datetime] = Field(default_factory=dict)
+
+    @classmethod
+    def load(cls, root: Path, namespace: str) -> _SeenClosed:
+        try:
+            seen = cls.model_validate_json((root / SEEN_CLOSED_FILE).read_text())
+        except (OSError, ValueError):
+            return cls(namespace=namespace)  # none yet, or unreadable: start over, lose nothing
+        # Another namespace's memory says nothing about runs in this one.
+        return seen if seen.namespace == namespace else cls(namespace=namespace)
+
+    def save(self, root: Path) -> None:
+        if not root.is_dir():
+            return
+        temporary = root / f"{SEEN_CLOSED_FILE}.tmp"
+        temporary.write_text(self.model_dump_json(indent=1))
+        os.replace(temporary, root / SEEN_CLOSED_FILE)
 
 
 class HistoryCleanupParams(_Params):

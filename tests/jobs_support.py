@@ -24,7 +24,15 @@ from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
 
 from activities import jobs as job_activities
-from activities.jobs import Job, JobActivity, JobRegistry, define_job, job_activity, job_registry
+from activities.jobs import (
+    Job,
+    JobActivity,
+    JobRegistry,
+    define_job,
+    job_activity,
+    job_registry,
+    send_run,
+)
 from activities.model import ProviderSettings, http_client
 from cli_jobs import sync_schedules
 from worker import build_worker
@@ -78,6 +86,42 @@ async def slow_job(request: JobRequest) -> dict[str, JsonValue]:
 
 
 TEST_ACTIVITIES = [flaky_job.run, switch_job.run, slow_job.run]
+
+
+class StalledFinalRecord:
+    """A stand-in for ``record_job_run`` whose final records are held up, so a test can cancel a
+    run while its outcome is being written.
+
+    The first attempt at a final record fails (the activity then waits for its retry, the state
+    in which a cancellation used to cancel it for good); the second waits for ``release``. The
+    ``running`` record, and a final record once released, go to the ledger as usual.
+    """
+
+    def __init__(self) -> None:
+        self.first_attempt_failed = asyncio.Event()
+        self.release = asyncio.Event()
+
+        @activity.defn(name="record_job_run")
+        async def record_job_run(run: JobRun) -> None:
+            if run.status.is_final:
+                if activity.info().attempt == 1:
+                    self.first_attempt_failed.set()
+                    raise RuntimeError("the first attempt at a final record fails on purpose")
+                await self.release.wait()
+            await send_run(activity.client(), activity.info().task_queue, run)
+
+        self.activity = record_job_run
+
+    def install(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """Replace ``record_job_run`` in the activities a worker built after this registers."""
+        monkeypatch.setattr(
+            job_activities,
+            "ACTIVITIES",
+            [
+                self.activity if fn is job_activities.record_job_run else fn
+                for fn in job_activities.ACTIVITIES
+            ],
+        )
 
 
 def unique_job(activity: JobActivity, prefix: str, **fields: Any) -> Job:

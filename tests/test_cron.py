@@ -7,6 +7,7 @@ from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
 import pytest
+from pydantic import ValidationError
 
 from workflows.cron import (
     ScheduleError,
@@ -15,6 +16,7 @@ from workflows.cron import (
     next_cron_time,
     next_interval_time,
 )
+from workflows.monitor_models import CronSchedule
 
 NEW_YORK = ZoneInfo("America/New_York")
 BERLIN = ZoneInfo("Europe/Berlin")
@@ -140,7 +142,20 @@ def test_invalid_expressions_are_rejected_with_the_reason(expression: str, messa
     assert repr(expression) in str(caught.value)
 
 
-@pytest.mark.parametrize("name", ["Mars/Olympus_Mons", "", "utc", "../../etc/passwd", "Europe/"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "Mars/Olympus_Mons",
+        "",
+        "utc",
+        "../../etc/passwd",
+        "Europe/",
+        "UTC\n",
+        # Files ZoneInfo would load, but not names available_timezones() lists.
+        "posix/Europe/Berlin",
+        "right/UTC",
+    ],
+)
 def test_unknown_time_zones_are_rejected_with_a_hint(name: str) -> None:
     """Anything that is not an IANA zone name raises ScheduleError suggesting real names."""
     with pytest.raises(ScheduleError, match="unknown time zone") as caught:
@@ -148,6 +163,26 @@ def test_unknown_time_zones_are_rejected_with_a_hint(name: str) -> None:
     assert "IANA name" in str(caught.value)
     with pytest.raises(ScheduleError, match="unknown time zone"):
         next_cron_time("0 9 * * *", name, datetime(2025, 1, 1, tzinfo=UTC))
+
+
+@pytest.mark.parametrize("name", ["localtime", "posixrules", "Factory"])
+def test_host_dependent_zone_files_are_refused(name: str) -> None:
+    """`localtime` (the host's own zone), `posixrules` and `Factory` load as zones on many hosts
+    but name no place: a schedule in them would expect runs at different times on different
+    workers. They are refused with the reason, for schedules too."""
+    with pytest.raises(ScheduleError) as caught:
+        check_timezone(name)
+    assert str(caught.value) == (
+        f"time zone {name!r} depends on the host and names no place: use an IANA name such as "
+        "'UTC', 'Europe/Berlin' or 'America/New_York'"
+    )
+    with pytest.raises(ValidationError, match=f"time zone '{name}' depends on the host"):
+        CronSchedule(expression="0 9 * * *", timezone=name)
+
+
+@pytest.mark.parametrize("name", ["UTC", "Etc/UTC", "Europe/Berlin", "US/Eastern", "GMT"])
+def test_canonical_names_and_their_links_are_accepted(name: str) -> None:
+    assert check_timezone(name).key == name
 
 
 def test_schedules_need_aware_instants_and_positive_intervals() -> None:

@@ -10,9 +10,10 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError
-from temporalio.exceptions import ApplicationError
+from temporalio.exceptions import ApplicationError, CancelledError
 
 import activities.jobs
 import cli_jobs
@@ -21,6 +22,7 @@ from cli_jobs import list_jobs
 from tests.conftest import keep_history, replayer
 from tests.jobs_support import (
     JobsEnv,
+    StalledFinalRecord,
     eventually,
     flaky_job,
     jobs_worker,
@@ -149,6 +151,84 @@ async def test_cancelling_a_run_stops_the_job_and_records_cancelled(
     history = await handle.fetch_history()
     await replayer().replay_workflow(history)
     keep_history("jobs-cancelling-a-run", history)
+
+
+@pytest.mark.parametrize(
+    ("params", "outcome"),
+    [({}, JobRunStatus.SUCCEEDED), ({"fatal": True}, JobRunStatus.FAILED)],
+    ids=["succeeded", "failed"],
+)
+async def test_a_cancellation_while_the_final_record_is_written_waits_for_the_record(
+    client: Client, monkeypatch: pytest.MonkeyPatch, params: dict[str, bool], outcome: JobRunStatus
+) -> None:
+    """The job has ended; the run is cancelled while its final record waits for a retry. The
+    record's activity is not cancelled, the workflow stays open until the ledger holds the
+    job's real outcome (not "cancelled"), then ends cancelled."""
+    stalled = StalledFinalRecord()
+    stalled.install(monkeypatch)
+    async with jobs_worker(client, monkeypatch) as env:
+        job = unique_job(flaky_job, "late-cancel", params=params)
+        handle = await env.start(job)
+        await asyncio.wait_for(stalled.first_attempt_failed.wait(), timeout=15)
+        await handle.cancel()
+
+        async def cancellation_handled() -> bool:
+            types = [e.event_type for e in (await handle.fetch_history()).events]
+            requested = EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CANCEL_REQUESTED
+            return requested in types and (
+                EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED in types[types.index(requested) :]
+            )
+
+        await eventually(cancellation_handled)
+        # The workflow has seen the cancellation and still waits for the record.
+        assert (await handle.describe()).status is WorkflowExecutionStatus.RUNNING
+        assert [r.status for r in (await env.history(job.id)).runs] == [JobRunStatus.RUNNING]
+
+        stalled.release.set()
+        with pytest.raises(WorkflowFailureError) as failure:
+            await handle.result()
+        assert isinstance(failure.value.cause, CancelledError)
+        assert (await handle.describe()).status is WorkflowExecutionStatus.CANCELED
+        runs = (await env.history(job.id)).runs
+        assert [(r.status, r.attempts) for r in runs] == [(outcome, 1)]
+        history = await handle.fetch_history()
+        assert EventType.EVENT_TYPE_ACTIVITY_TASK_CANCEL_REQUESTED not in [
+            e.event_type for e in history.events
+        ]
+        await replayer().replay_workflow(history)
+        keep_history(f"jobs-cancelled-while-recording-{outcome}", history)
+
+
+@pytest.mark.parametrize(
+    ("cron", "message"),
+    [
+        ("0 0 L * *", "day of month field 'L' is not standard cron syntax"),
+        ("0 0 * * 1#2", "day of week field '1#2' is not standard cron syntax"),
+        ("0 0 15W * *", "day of month field '15W' is not standard cron syntax"),
+        ("R 0 * * *", "minute field 'R' is not standard cron syntax"),
+        ("0 3 * *", "has 4 field(s); it needs 5"),
+        ("0 22-2 * * *", "hour range '22-2' runs backwards"),
+        ("0 0 * * fri-mon", "day of week range 'fri-mon' runs backwards"),
+    ],
+)
+def test_a_cron_temporal_would_refuse_is_refused_when_the_job_is_defined(
+    cron: str, message: str
+) -> None:
+    """croniter's extensions (L, W, #, R) and backwards ranges, which a Temporal Schedule
+    refuses, fail the definition with a message naming the field."""
+    with pytest.raises(ValidationError) as refused:
+        unique_job(flaky_job, "cron", interval_seconds=None, cron=cron)
+    assert f"cron expression {cron!r}" in str(refused.value)
+    assert message in str(refused.value)
+
+
+def test_a_standard_cron_is_accepted_with_single_spaces() -> None:
+    """Names, ranges, lists and steps are standard; spacing is normalised."""
+    job = unique_job(
+        flaky_job, "cron", interval_seconds=None, cron="0,30  8-18/2 * jan-jun mon-fri"
+    )
+    assert job.definition.cron == "0,30 8-18/2 * jan-jun mon-fri"
+    assert job.definition.schedule_text == "cron 0,30 8-18/2 * jan-jun mon-fri"
 
 
 async def test_health_goes_degraded_then_unhealthy_and_heals_after_a_success(

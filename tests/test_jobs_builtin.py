@@ -1,9 +1,10 @@
 """The built-in jobs on real data: workspace cleanup asks Temporal about each run and deletes
-only finished ones past the retention; history cleanup prunes every ledger past 90 days."""
+only closed ones past the retention; history cleanup prunes every ledger past 90 days."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import uuid
 from collections.abc import AsyncIterator
@@ -39,9 +40,10 @@ def _workspace(root: Path, name: str, *, old: bool) -> Path:
 async def test_workspace_cleanup_removes_only_finished_runs_past_the_retention(
     env: JobsEnv, tmp_path: Path
 ) -> None:
-    """Old workspaces of a closed run and of a run Temporal no longer knows are removed; a
-    running run's (however old), a recently closed run's and a fresh one's are kept; nothing
-    is followed through a symbolic link."""
+    """Only the old workspace of a run Temporal reports closed is removed. A running run's
+    (however old) and a recently closed run's are kept, and so is every workspace named after
+    no workflow Temporal knows, old or new (counted as kept_unknown): a wrong namespace or
+    root looks just like that. Nothing is followed through a symbolic link."""
     root = tmp_path / "workspaces"
     suffix = uuid.uuid4().hex[:8]
     names = {
@@ -74,17 +76,53 @@ async def test_workspace_cleanup_removes_only_finished_runs_past_the_retention(
         await started["running"].terminate("test over")
 
     assert run.status is JobRunStatus.SUCCEEDED
-    assert run.metadata["removed"] == 2
-    removed_ids = run.metadata["removed_ids"]
-    assert isinstance(removed_ids, list)
-    assert sorted(map(str, removed_ids)) == sorted([names["closed-old"], names["gone-old"]])
-    assert (run.metadata["kept_running"], run.metadata["kept_recent"]) == (1, 2)
+    assert run.metadata == {
+        "root": str(root),
+        "removed": 1,
+        "removed_ids": [names["closed-old"]],
+        "kept_running": 1,
+        "kept_recent": 1,
+        "kept_unknown": 2,
+        "kept_unknown_ids": sorted([names["gone-old"], names["gone-recent"]]),
+    }
     left = sorted(p.name for p in root.iterdir())
     assert left == sorted(
-        [names["running"], names["closed-recent"], names["gone-recent"], "link-to-outside",
-         "stray-file.txt"]
+        [names["running"], names["closed-recent"], names["gone-old"], names["gone-recent"],
+         "link-to-outside", "stray-file.txt", ".treadle-workspace-cleanup.json"]
     )  # fmt: skip
     assert (outside / "notes.md").exists()
+
+
+async def test_workspace_cleanup_remembers_runs_temporal_has_since_forgotten(
+    env: JobsEnv, tmp_path: Path
+) -> None:
+    """A cleanup writes down the close time of each closed run it sees; a later one cleans a
+    run Temporal has since purged (namespace retention, a day on the dev server) from that
+    memory. A run never seen, or remembered for another namespace, stays unknown and kept."""
+    root = tmp_path / "workspaces"
+    suffix = uuid.uuid4().hex[:8]
+    closed, purged, stranger = (f"{k}-{suffix}" for k in ("closed", "purged", "stranger"))
+    for name in (closed, purged, stranger):
+        _workspace(root, name, old=True)
+    handle = await env.client.start_workflow("Nope", id=closed, task_queue="nowhere")
+    await handle.terminate("done")
+    memory = root / ".treadle-workspace-cleanup.json"
+    long_ago = (datetime.now(UTC) - timedelta(days=30)).isoformat()
+    memory.write_text(json.dumps({"namespace": env.client.namespace, "closed": {purged: long_ago}}))
+
+    jobs = builtin_jobs(workspaces_root=root, workspace_retention_days=1)
+    run = await (await env.start(jobs[WORKSPACE_CLEANUP])).result()
+
+    assert run.metadata["removed_ids"] == [purged]  # from memory: Temporal knows nothing of it
+    assert run.metadata["kept_recent"] == 1  # closed just now
+    assert run.metadata["kept_unknown_ids"] == [stranger]
+    remembered = json.loads(memory.read_text())
+    assert list(remembered["closed"]) == [closed]  # recorded for the next cleanup
+
+    memory.write_text(json.dumps({"namespace": "elsewhere", "closed": {stranger: long_ago}}))
+    again = await (await env.start(jobs[WORKSPACE_CLEANUP])).result()
+    assert again.metadata["kept_unknown_ids"] == [stranger]  # another namespace's memory
+    assert (root / stranger).exists()
 
 
 async def test_workspace_cleanup_with_bad_params_fails_once_without_retrying(

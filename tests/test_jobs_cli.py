@@ -15,7 +15,15 @@ from activities.jobs import HISTORY_CLEANUP, WORKSPACE_CLEANUP
 from cli_jobs import JobList
 from tests.jobs_support import JobsEnv, flaky_job, jobs_worker, switch_job, unique_job
 from tests.processes import run_cli
-from workflows.job_models import JobHistory, JobRun, JobRunStatus, Trigger, schedule_id
+from workflows.job_models import (
+    Health,
+    JobHistory,
+    JobRun,
+    JobRunStatus,
+    Trigger,
+    schedule_id,
+    worst,
+)
 
 
 @pytest.fixture
@@ -69,7 +77,8 @@ async def test_list_shows_schedule_state_next_run_last_run_and_health(
     env: JobsEnv, tmp_path: Path
 ) -> None:
     """`jobs list` (table and --json) shows each job's schedule, state, next run, last run and
-    health, and the overall health is the worst."""
+    health, and the overall health is the worst; `jobs list ID...` lists only those jobs, the
+    overall health being theirs."""
     control = tmp_path / "control"
     control.write_text("fail")
     good = unique_job(flaky_job, "good")
@@ -79,24 +88,34 @@ async def test_list_shows_schedule_state_next_run_last_run_and_health(
     with pytest.raises(Exception):  # noqa: B017 - the failure itself is asserted below
         await (await env.start(bad)).result()
 
-    code, out, err = await _jobs(env, "list", "--json")
+    code, out, err = await _jobs(env, "list", good.id, bad.id, "--json")
     assert (code, err) == (0, "")
     listing = JobList.model_validate_json(out)
     rows = {row.id: row for row in listing.jobs}
+    assert sorted(rows) == sorted([good.id, bad.id])
     assert rows[good.id].schedule == "every 1h"
     assert (rows[good.id].state, rows[good.id].task_queue) == ("enabled", env.task_queue)
     assert rows[good.id].next_run is not None
     assert (rows[good.id].last_run_status, rows[good.id].health) == ("succeeded", "healthy")
     assert (rows[bad.id].last_run_status, rows[bad.id].health) == ("failed", "degraded")
-    assert listing.overall_health in ("degraded", "unhealthy")
+    assert listing.overall_health is Health.DEGRADED  # the worst of healthy and degraded
 
-    code, out, err = await _jobs(env, "list")
+    code, out, err = await _jobs(env, "list", good.id, bad.id)
     assert (code, err) == (0, "")
     lines = out.splitlines()
     assert lines[0].split() == ["JOB", "SCHEDULE", "STATE", "NEXT", "RUN", "LAST", "RUN", "HEALTH"]
+    assert sorted(line.split()[0] for line in lines[1:-1]) == sorted([good.id, bad.id])
     bad_line = next(line for line in lines if line.startswith(bad.id))
     assert "failed" in bad_line and "degraded (1 failed in a row)" in bad_line
-    assert lines[-1] == f"overall health: {listing.overall_health}"
+    assert lines[-1] == "overall health: degraded"
+
+    # Unscoped, every job of the shared server is listed; the overall health is still the
+    # worst of all the rows.
+    code, out, err = await _jobs(env, "list", "--json")
+    assert (code, err) == (0, "")
+    everything = JobList.model_validate_json(out)
+    assert {good.id, bad.id} <= {row.id for row in everything.jobs}
+    assert everything.overall_health is worst(row.health for row in everything.jobs)
 
 
 async def test_trigger_runs_now_and_history_shows_it(env: JobsEnv, tmp_path: Path) -> None:
@@ -175,6 +194,7 @@ async def _row(env: JobsEnv, job_id: str) -> dict[str, object]:
 @pytest.mark.parametrize(
     "args",
     [
+        ("list", "no-such-job"),
         ("history", "no-such-job"),
         ("trigger", "no-such-job"),
         ("pause", "no-such-job"),

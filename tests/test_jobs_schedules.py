@@ -3,6 +3,7 @@ the schedule's action really starting JobWorkflow; worker.py --sync-jobs as oper
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 from collections.abc import AsyncIterator
 from datetime import timedelta
@@ -11,8 +12,9 @@ from pathlib import Path
 import pytest
 from temporalio.client import Client, ScheduleOverlapPolicy, WorkflowFailureError
 
-from activities.jobs import HISTORY_CLEANUP, WORKSPACE_CLEANUP, builtin_jobs
-from cli_jobs import CATCHUP_WINDOW, DISABLED_NOTE, deployed_job, list_jobs
+import cli_jobs
+from activities.jobs import HISTORY_CLEANUP, WORKSPACE_CLEANUP, Job, builtin_jobs
+from cli_jobs import CATCHUP_WINDOW, DISABLED_NOTE, deployed_job, list_jobs, sync_schedules
 from tests.jobs_support import (
     JobsEnv,
     eventually,
@@ -83,6 +85,46 @@ async def test_a_changed_interval_or_retry_setting_updates_the_schedule(env: Job
     assert await env.sync(env.registry(patient)) == {job.id: "updated"}
     deployed = await deployed_job(env.client, job.id)
     assert deployed is not None and deployed.job.max_retries == 5
+
+
+async def test_a_schedule_temporal_refuses_is_reported_and_the_other_jobs_still_sync(
+    env: JobsEnv, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A job whose schedule the server refuses is reported failed, with the server's reason;
+    the jobs after it are still synced, and `jobs sync` prints every outcome, then exits 1."""
+    first = unique_job(flaky_job, "first")
+    refused = unique_job(flaky_job, "refused")
+    # A cron that definitions no longer accept (say, from a registry written before they were
+    # checked): model_copy does not validate, so it reaches the server as is.
+    refused = Job(
+        refused.activity,
+        refused.definition.model_copy(update={"interval_seconds": None, "cron": "0 0 L * *"}),
+    )
+    last = unique_job(flaky_job, "last")
+    registry = env.registry(first, refused, last)
+
+    outcomes = await sync_schedules(env.client, env.task_queue, registry)
+    assert [(o.job_id, o.action) for o in outcomes] == [
+        (first.id, "created"),
+        (refused.id, "failed"),
+        (last.id, "created"),
+    ]
+    error = outcomes[1].error
+    assert error is not None and error.startswith("INVALID_ARGUMENT: Invalid schedule spec")
+    assert await deployed_job(env.client, refused.id) is None
+    assert await deployed_job(env.client, last.id) is not None
+
+    monkeypatch.setattr(cli_jobs, "_registry", lambda args: registry)
+    args = argparse.Namespace(task_queue=env.task_queue, json=False)
+    assert await cli_jobs.cmd_sync(env.client, args) == 1
+    out, err = capsys.readouterr()
+    where = f"task queue {env.task_queue}"
+    assert out.splitlines() == [
+        f"{first.id}: unchanged (schedule {schedule_id(first.id)}, {where})",
+        f"{refused.id}: failed (schedule {schedule_id(refused.id)}, {where}): {error}",
+        f"{last.id}: unchanged (schedule {schedule_id(last.id)}, {where})",
+    ]
+    assert err == f"error: 1 of 3 job schedule(s) not synced: {refused.id}\n"
 
 
 async def test_disabling_pauses_enabling_unpauses_and_an_operators_pause_is_kept(

@@ -196,6 +196,10 @@ async def test_bad_input_and_unknown_monitors_exit_2_with_one_line(temporal_addr
     assert "unknown time zone 'Moon/Base'" in await cli.refused(
         "create", slug(), "--cron", "0 9 * * *", "--timezone", "Moon/Base"
     )
+    assert "time zone 'localtime' depends on the host" in await cli.refused(
+        "create", slug(), "--cron", "0 9 * * *", "--timezone", "localtime"
+    )
+    assert "invalid slug 'abc\\n'" in await cli.refused("create", "abc\n", "--interval", "5")
     assert "--timezone goes with --cron" in await cli.refused(
         "create", slug(), "--interval", "5", "--timezone", "UTC"
     )

@@ -15,13 +15,17 @@ from typing import Any
 
 import httpx
 import pytest
+from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
+from temporalio.contrib.workflow_streams import WorkflowStreamClient
 
+import monitor_http
 from activities.model import ProviderSettings, http_client
 from monitor_http import MonitorService
 from tests.processes import ROOT, clean_env
 from worker import build_worker
 from workflows.monitor_models import (
+    EVENTS_TOPIC,
     CheckInSource,
     CheckInStatus,
     DeleteRequest,
@@ -266,6 +270,80 @@ async def test_unknown_keys_get_404_and_bad_requests_400(client: Client, setup: 
     assert (current.refused_total, current.health) == (0, Health.HEALTHY)
 
 
+async def test_hostile_bodies_and_filters_get_400_not_500(client: Client, setup: Setup) -> None:
+    """JSON nested deeper than the parser's recursion limit, more than 50 `?monitor=` filters, and
+    a slug with a trailing newline are bad requests, answered 400 with the reason."""
+    handle, key = await setup.monitor()
+    async with running_worker(client, setup.task_queue), httpx.AsyncClient(timeout=30) as http:
+        for deep in (b"[" * 100_000, b'{"output": ' * 50_000 + b"1" + b"}" * 50_000):
+            response = await http.post(
+                setup.url(f"/ping/{key}"),
+                content=deep,
+                headers={"content-type": "application/json"},
+            )
+            assert (response.status_code, response.json()) == (
+                400,
+                {"error": "body is JSON nested too deeply"},
+            )
+        filters = "&".join(f"monitor=m{i:03d}" for i in range(51))
+        response = await http.get(setup.url(f"/monitors/events?{filters}"))
+        assert (response.status_code, response.json()) == (
+            400,
+            {"error": "at most 50 monitor= filters per event stream"},
+        )
+        response = await http.get(setup.url("/monitors/events?monitor=abc%0A"))
+        assert (response.status_code, response.json()) == (
+            400,
+            {"error": "invalid monitor slug 'abc\\n'"},
+        )
+        assert (await http.get(setup.url(f"/ping/{key}%0A"))).status_code == 404
+        assert (await view(handle)).total_checkins == 0
+
+
+async def test_connections_over_the_cap_get_503(client: Client, setup: Setup) -> None:
+    """With two connections allowed, two open event streams take both: a ping is answered 503
+    (with Retry-After) until one of them closes."""
+    handle, key = await setup.monitor()
+    slug = handle.id.removeprefix("monitor-")
+    service = MonitorService(client, task_queue=setup.task_queue, max_connections=2)
+    await service.start("127.0.0.1", 0)
+    try:
+        async with httpx.AsyncClient(timeout=30) as http:
+            async with (
+                event_stream(f"{service.url}/monitors/events?monitor={slug}") as first,
+                event_stream(f"{service.url}/monitors/events?monitor={slug}") as second,
+            ):
+                await first.comment("connected")
+                await second.comment("connected")
+                refused = await http.get(f"{service.url}/ping/{key}")
+                assert (refused.status_code, refused.json(), refused.headers["retry-after"]) == (
+                    503,
+                    {"error": "too many connections; try again shortly"},
+                    "1",
+                )
+            async with asyncio.timeout(10):  # the streams' slots come free once they close
+                while (await http.get(f"{service.url}/ping/{key}")).status_code == 503:
+                    await asyncio.sleep(0.05)
+    finally:
+        await service.close()
+
+
+async def test_a_client_that_stops_reading_is_dropped(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Writing to a client that takes nothing gives up after WRITE_TIMEOUT with ClientStalled (a
+    ConnectionError, which ends the connection) instead of waiting forever."""
+
+    class StalledWriter:
+        def write(self, data: bytes) -> None:
+            pass
+
+        async def drain(self) -> None:
+            await asyncio.Event().wait()
+
+    monkeypatch.setattr(monitor_http, "WRITE_TIMEOUT", 0.05)
+    with pytest.raises(monitor_http.ClientStalled, match=r"took nothing for 0\.05 s"):
+        await monitor_http._respond(StalledWriter(), 200, {})  # type: ignore[arg-type]
+
+
 async def test_the_event_stream_sends_check_in_and_health_events(
     client: Client, setup: Setup
 ) -> None:
@@ -300,6 +378,71 @@ async def test_the_event_stream_sends_check_in_and_health_events(
         assert (await events.event())[1].type.value == "monitor.healthy"
     first, last = (int(i.rsplit(":", 1)[1]) for i in (first_id, last_id))
     assert last == first + 3  # offsets in the monitor's stream, one per event
+
+
+async def test_an_item_that_is_not_an_event_is_skipped(client: Client, setup: Setup) -> None:
+    """Any client may publish to a monitor's stream: an item there that is not a MonitorEvent is
+    skipped (and logged), and the check-in after it still reaches the event-stream client, with
+    the offset the stream gave it."""
+    handle, key = await setup.monitor()
+    slug = handle.id.removeprefix("monitor-")
+    async with (
+        running_worker(client, setup.task_queue),
+        httpx.AsyncClient(timeout=30) as http,
+        event_stream(setup.url(f"/monitors/events?monitor={slug}")) as events,
+    ):
+        await events.comment(f"watching {slug}")
+        stream = WorkflowStreamClient.create(client, handle.id)
+        junk = stream.topic(EVENTS_TOPIC)
+        junk.publish({"not": "an event"})
+        junk.publish("nor this")
+        await stream.flush()
+        assert await stream.get_offset() == 2
+        assert (await http.get(setup.url(f"/ping/{key}"))).status_code == 202
+        event_id, ok = await events.event()
+    assert (event_id, ok.type.value, ok.slug) == (f"{slug}:2", "checkin.ok", slug)
+
+
+async def test_clients_coming_and_going_share_one_reader_that_ends_when_unwanted(
+    client: Client, setup: Setup
+) -> None:
+    """Twelve clients, one after the other, watch a quiet monitor: one reader serves them all, so
+    the workflow holds one long poll (an update), not one per client. With nobody watching, the
+    reader ends at the monitor's next event, its poll answered; a client coming later gets a new
+    one."""
+    handle, key = await setup.monitor()
+    slug = handle.id.removeprefix("monitor-")
+    url = setup.url(f"/monitors/events?monitor={slug}")
+
+    async def polls() -> tuple[int, int]:
+        """Stream polls the monitor's workflow accepted, and those it answered."""
+        kinds = [e.event_type for e in (await handle.fetch_history()).events]
+        return (
+            kinds.count(EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED),
+            kinds.count(EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_COMPLETED),
+        )
+
+    assert setup.service.watched == frozenset()
+    async with running_worker(client, setup.task_queue), httpx.AsyncClient(timeout=30) as http:
+        for _ in range(12):
+            async with event_stream(url) as events:
+                await events.comment(f"watching {slug}")
+        async with asyncio.timeout(10):
+            while await polls() != (1, 0):
+                await asyncio.sleep(0.05)
+        assert setup.service.watched == {slug}
+
+        assert (await http.get(setup.url(f"/ping/{key}"))).status_code == 202
+        async with asyncio.timeout(10):
+            while setup.service.watched:
+                await asyncio.sleep(0.05)
+        assert await polls() == (1, 1)
+
+        async with event_stream(url) as events:
+            await events.comment(f"watching {slug}")
+            await http.get(setup.url(f"/ping/{key}/fail"))
+            _, error = await events.event()
+        assert error.type.value == "checkin.error"
 
 
 async def test_the_all_monitors_stream_picks_up_monitors_created_later(

@@ -64,10 +64,12 @@ def test_slugs_of_three_to_fifty_lowercase_characters_are_accepted(slug: str) ->
 
 
 @pytest.mark.parametrize(
-    "slug", ["ab", "a" * 51, "1abc", "-abc", "_abc", "Nightly", "night.ly", "night ly", "nüght"]
+    "slug",
+    ["ab", "a" * 51, "1abc", "-abc", "_abc", "Nightly", "night.ly", "night ly", "nüght", "abc\n"],
 )
 def test_other_slugs_are_refused_with_the_rule(slug: str) -> None:
-    """Too short, too long, not starting with a letter, upper case, dots, spaces, non-ASCII."""
+    """Too short, too long, not starting with a letter, upper case, dots, spaces, non-ASCII, a
+    trailing newline."""
     with pytest.raises(ValidationError, match="3-50 characters, a lowercase letter first"):
         config(slug)
 
@@ -90,8 +92,18 @@ def test_the_ping_key_carries_the_slug_and_a_secret() -> None:
     """A key is `<slug>.<secret>`: it must name its own monitor; its digest is what the memo
     keeps."""
     assert split_ping_key(f"nightly.{SECRET}") == ("nightly", SECRET)
-    for bad in ("nightly", f"nightly.{SECRET}.x", "nightly.short", f"NIGHTLY.{SECRET}", ""):
+    for bad in (
+        "nightly",
+        f"nightly.{SECRET}.x",
+        "nightly.short",
+        f"NIGHTLY.{SECRET}",
+        "",
+        f"nightly.{SECRET}\n",
+        f"nightly\n.{SECRET}",
+    ):
         assert split_ping_key(bad) is None
+    with pytest.raises(ValidationError, match=r"ping_key must be 'nightly\.<secret"):
+        config(ping_key=f"nightly.{SECRET}\n")
     with pytest.raises(ValidationError, match=r"ping_key must be 'nightly\.<secret"):
         MonitorConfig.model_validate(
             {"slug": "nightly", "schedule": {"kind": "interval", "minutes": 5}, "ping_key": "x.y"}
@@ -323,6 +335,19 @@ def test_misses_and_timeouts_count_against_uptime() -> None:
     assert (stats.success, stats.missed, stats.timeout) == (1, 1, 1)
     assert stats.uptime_percent == pytest.approx(33.33)
     assert book.view(ViewRequest(), at(90 + 2 * 24 * 60)).stats.day.uptime_percent is None
+
+
+def test_statistics_are_computed_as_of_the_instant_the_caller_gives() -> None:
+    """The view's windows end at `as_of` when given, else at the instant the workflow passes (in
+    a query, its latest activation, possibly long ago): a check-in 26 hours before `as_of` is out
+    of the day window and still in the week's."""
+    book = ledger(schedule={"kind": "interval", "minutes": 30 * 24 * 60})
+    book.record(report("ok", duration_seconds=3), at(10))
+    stale = book.view(ViewRequest(), at(11)).stats
+    assert (stale.day.success, stale.day.p50_seconds, stale.day.uptime_percent) == (1, 3, 100)
+    fresh = book.view(ViewRequest(as_of=at(10 + 26 * 60)), at(11)).stats
+    assert (fresh.day.success, fresh.day.p50_seconds, fresh.day.uptime_percent) == (0, None, None)
+    assert (fresh.week.success, fresh.week.p50_seconds) == (1, 3)
 
 
 def test_the_kept_log_is_bounded_and_older_outputs_become_excerpts() -> None:

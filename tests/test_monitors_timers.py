@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator, Callable
 from datetime import timedelta
 from typing import Any
 
+import httpx
 import pytest
 from temporalio.client import Client, WorkflowHandle
 from temporalio.contrib.pydantic import pydantic_data_converter
@@ -20,6 +21,8 @@ from temporalio.worker import Replayer
 
 from activities.model import ProviderSettings, http_client
 from devserver import default_search_dirs
+from monitor_http import MonitorService
+from tests.test_monitors_http import EventReader
 from worker import WORKFLOWS, build_worker, workflow_runner
 from workflows.monitor_models import (
     CheckInSignal,
@@ -241,10 +244,69 @@ async def test_bad_check_ins_are_refused_and_recorded_without_harm(
     reasons = [r.reason for r in refused.refusals]
     assert "status: Input should be" in reasons[0]
     assert "written by the monitor itself" in reasons[1]
-    assert "body:" in reasons[2] or "Input should be" in reasons[2]
+    assert reasons[2] == "body: Input should be a valid dictionary or instance of CheckInSignal"
     assert reasons[3] == "wrong ping key"
     assert "www" not in refused.refusals[3].body  # the key is not logged
     assert (refused.health, refused.total_checkins) == (Health.UNKNOWN, 0)
 
     await handle.signal(MonitorWorkflow.checkin, CheckInSignal(status=CheckInStatus.OK))
     assert (await until(handle, lambda v: v.total_checkins == 1)).health is Health.HEALTHY
+
+
+async def test_a_view_query_computes_statistics_as_of_the_instant_it_is_given(
+    monitors: Monitors, time_skipping: WorkflowEnvironment
+) -> None:
+    """A quiet monitor (no timer for 30 days): 26 hours after its check-in, a query without
+    `as_of` still counts the check-in in the day window, since inside a query the workflow's
+    clock stands at its latest activation; with `as_of` (what `monitors show` sends) the day window
+    is empty and the week still has it."""
+    handle = await monitors.start(schedule={"kind": "interval", "minutes": 30 * 24 * 60})
+    await handle.signal(MonitorWorkflow.checkin, CheckInSignal(status=CheckInStatus.OK))
+    await until(handle, lambda v: v.health is Health.HEALTHY)
+    await time_skipping.sleep(timedelta(hours=26))
+    now = await time_skipping.get_current_time()
+
+    stale = await view(handle)
+    assert stale.stats.day.success == 1  # the bug `as_of` avoids
+    fresh = await handle.query(MonitorWorkflow.view, ViewRequest(as_of=now))
+    assert (fresh.stats.day.success, fresh.stats.day.uptime_percent) == (0, None)
+    assert (fresh.stats.week.success, fresh.stats.week.uptime_percent) == (1, 100)
+
+
+async def test_timeouts_and_missed_runs_reach_event_stream_clients(
+    monitors: Monitors, time_skipping: WorkflowEnvironment
+) -> None:
+    """The HTTP service's event stream, with time skipped: an in-progress run past its max
+    runtime arrives as `monitor.timeout`, the silence after it as `monitor.missed`, each at the
+    instant the monitor settled it."""
+    handle = await monitors.start(max_runtime_minutes=10, margin_minutes=5)
+    slug = handle.id.removeprefix("monitor-")
+    service = MonitorService(time_skipping.client, task_queue=monitors.task_queue, keepalive=1)
+    await service.start("127.0.0.1", 0)
+    try:
+        async with (
+            httpx.AsyncClient(timeout=httpx.Timeout(30, read=60)) as http,
+            http.stream("GET", f"{service.url}/monitors/events?monitor={slug}") as response,
+        ):
+            events = EventReader(response)
+            await events.comment(f"watching {slug}")
+            await handle.signal(
+                MonitorWorkflow.checkin, CheckInSignal(status=CheckInStatus.IN_PROGRESS)
+            )
+            _, started = await events.event()
+            assert started.type.value == "checkin.started"
+
+            await time_skipping.sleep(timedelta(minutes=11))
+            _, timeout = await events.event()
+            assert (timeout.type.value, timeout.health) == ("monitor.timeout", Health.TIMEOUT)
+            assert timeout.at == started.at + timedelta(minutes=10)
+            assert timeout.checkin is not None and timeout.checkin.status is CheckInStatus.TIMEOUT
+
+            await time_skipping.sleep(timedelta(minutes=60))
+            _, missed = await events.event()
+            assert (missed.type.value, missed.health) == ("monitor.missed", Health.MISSED)
+            assert missed.at == started.at + timedelta(minutes=65)
+            assert missed.checkin is not None and missed.checkin.status is CheckInStatus.MISSED
+            assert missed.consecutive_failures == 2
+    finally:
+        await service.close()

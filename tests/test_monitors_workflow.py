@@ -6,17 +6,20 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from contextlib import aclosing, asynccontextmanager
 from typing import Any
 
 from temporalio.api.enums.v1 import EventType, WorkflowTaskFailedCause
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
+from temporalio.common import RawValue
 from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.contrib.workflow_streams import WorkflowStreamClient, WorkflowStreamItem
 from temporalio.worker import Replayer
 
 from activities.model import ProviderSettings, http_client
 from worker import WORKFLOWS, build_worker, workflow_runner
 from workflows.monitor_models import (
+    EVENTS_TOPIC,
     CheckInSignal,
     CheckInStatus,
     DeleteRequest,
@@ -27,7 +30,7 @@ from workflows.monitor_models import (
     ViewRequest,
     monitor_workflow_id,
 )
-from workflows.monitors import MonitorWorkflow
+from workflows.monitors import EVENTS_KEPT, MonitorWorkflow
 
 Handle = WorkflowHandle[MonitorWorkflow, MonitorView]
 
@@ -157,3 +160,32 @@ async def test_deleting_a_monitor_completes_it_and_frees_the_slug(client: Client
         fresh = await until(again, lambda v: v.next_expected is not None)
         assert (fresh.total_checkins, fresh.health) == (0, Health.UNKNOWN)
         await again.terminate(reason="test over")
+
+
+async def test_the_stream_keeps_its_newest_items_whoever_published_them(client: Client) -> None:
+    """Any client may publish to a monitor's stream through its signal. Trimming reads the
+    stream's own offsets, so 150 items from another client and then one check-in leave the newest
+    100 items, offsets 51 to 150, the check-in's event last."""
+    task_queue = f"test-{uuid.uuid4().hex[:12]}"
+    handle = await start(client, task_queue, f"trim-{uuid.uuid4().hex[:8]}")
+    async with running_worker(client, task_queue):
+        stream = WorkflowStreamClient.create(client, handle.id)
+        other = stream.topic("other")
+        for i in range(150):
+            other.publish(i)
+        await stream.flush()
+        await handle.signal(MonitorWorkflow.checkin, CheckInSignal(status=CheckInStatus.OK))
+        await until(handle, lambda v: v.total_checkins == 1)
+        assert await stream.get_offset() == 151
+        kept: list[WorkflowStreamItem[RawValue]] = []
+        async with (
+            asyncio.timeout(20),
+            aclosing(stream.subscribe(from_offset=0, result_type=RawValue)) as items,
+        ):
+            async for item in items:  # from 0: the oldest retained item on
+                kept.append(item)
+                if len(kept) == EVENTS_KEPT:
+                    break
+        await handle.terminate(reason="test over")
+    assert [item.offset for item in kept] == list(range(51, 151))
+    assert [item.topic for item in kept[-2:]] == ["other", EVENTS_TOPIC]

@@ -18,9 +18,10 @@ Interval schedules are plain UTC arithmetic: every N minutes from an anchor.
 
 from __future__ import annotations
 
+import functools
 import re
 from datetime import UTC, datetime, timedelta
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 
 from croniter import CroniterBadDateError, CroniterError, croniter
 
@@ -40,7 +41,7 @@ _DAYS = "sun|mon|tue|wed|thu|fri|sat"
 
 def _field_pattern(value: str) -> re.Pattern[str]:
     item = rf"(?:\*|{value}(?:-{value})?)(?:/\d+)?"
-    return re.compile(rf"^{item}(?:,{item})*$", re.IGNORECASE)
+    return re.compile(rf"{item}(?:,{item})*", re.IGNORECASE)  # matched with fullmatch
 
 
 # Only standard syntax: croniter also knows extensions (L, W, #, and R for *random*, which would
@@ -76,7 +77,7 @@ def check_cron(expression: str) -> str:
             "minute hour day-of-month month day-of-week (e.g. '30 2 * * *')"
         )
     for name, field, pattern in zip(FIELDS, fields, _FIELD_PATTERNS, strict=True):
-        if not pattern.match(field):
+        if not pattern.fullmatch(field):
             raise ScheduleError(
                 f"cron expression {expression!r}: {name} field {field!r} is not standard cron "
                 "syntax (numbers, *, ranges a-b, lists a,b, steps /n, month and weekday names)"
@@ -91,16 +92,37 @@ def check_cron(expression: str) -> str:
     return normalized
 
 
+_HOST_ZONES = frozenset({"localtime", "posixrules", "Factory"})
+"""Files in a tz database that are not a place: the host's own zone, the host's default rules,
+a placeholder. A schedule in one of them would mean different times on different hosts."""
+
+_ZONE_HINT = "use an IANA name such as 'UTC', 'Europe/Berlin' or 'America/New_York'"
+
+
+@functools.cache
+def _zone_names() -> frozenset[str]:
+    """The IANA zone names this host knows (its tz database and the tzdata package); read once."""
+    return frozenset(available_timezones()) - _HOST_ZONES
+
+
 def check_timezone(name: str) -> ZoneInfo:
-    """The IANA time zone called ``name``; ``ScheduleError`` if there is none."""
+    """The IANA time zone called ``name``; ``ScheduleError`` if there is none.
+
+    Only names ``zoneinfo.available_timezones()`` lists count, without the host-dependent
+    ``localtime``, ``posixrules`` and ``Factory``: ``ZoneInfo`` would also load those, or any file
+    path under the tz database, with a meaning that depends on the host.
+    """
+    if name in _HOST_ZONES:
+        raise ScheduleError(
+            f"time zone {name!r} depends on the host and names no place: {_ZONE_HINT}"
+        )
+    if name not in _zone_names():
+        raise ScheduleError(f"unknown time zone {name!r}: {_ZONE_HINT}")
     try:
         # The tz database is read from disk (or the tzdata package) once per name and cached.
         return ZoneInfo(name)
     except (ZoneInfoNotFoundError, ValueError, OSError):
-        raise ScheduleError(
-            f"unknown time zone {name!r}: use an IANA name such as 'UTC', 'Europe/Berlin' or "
-            "'America/New_York'"
-        ) from None
+        raise ScheduleError(f"unknown time zone {name!r}: {_ZONE_HINT}") from None
 
 
 def next_cron_time(expression: str, timezone: str, after: datetime) -> datetime:

@@ -40,7 +40,8 @@ class JobLedgerWorkflow:
 
     @workflow.run
     async def run(self, state: LedgerState) -> None:
-        # Memos are not carried over by continue-as-new: every run publishes its own.
+        # Continue-as-new carries the memo over (it already holds this state's summary); a
+        # ledger's first run has none yet. Publishing at every start covers both, and is cheap.
         self._publish()
         await workflow.wait_condition(
             lambda: (

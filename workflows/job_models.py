@@ -15,8 +15,18 @@ import json
 from collections.abc import Iterable
 from typing import Self
 
-from croniter import croniter
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, JsonValue, model_validator
+from pydantic import (
+    AwareDatetime,
+    BaseModel,
+    ConfigDict,
+    Field,
+    JsonValue,
+    field_validator,
+    model_validator,
+)
+
+from workflows.cron import FIELDS as CRON_FIELDS
+from workflows.cron import check_cron
 
 JOB_ID_PATTERN = r"^[a-z][a-z0-9-]{2,62}$"
 """Job ids name schedules and workflows: lowercase letter first, then ``[a-z0-9-]``."""
@@ -113,7 +123,9 @@ class JobDefinition(_Frozen):
     interval_seconds: float | None = Field(None, ge=1)
     """Run every this many seconds (counted from the Unix epoch, so ``3600`` is on the hour)."""
     cron: str | None = Field(None, max_length=200)
-    """Or a cron expression, evaluated in UTC by the Temporal Schedule."""
+    """Or a cron expression, evaluated in UTC by the Temporal Schedule: standard five fields
+    only (``workflows.cron.check_cron``: croniter's ``L``, ``W``, ``#`` and ``R`` are refused),
+    with ranges from low to high, as the Temporal server requires (``22-2`` is refused)."""
     enabled: bool = True
     """A disabled job keeps its schedule, paused, so enabling it again resumes it."""
     max_retries: int = Field(3, ge=0, le=100)
@@ -130,14 +142,16 @@ class JobDefinition(_Frozen):
     params: dict[str, JsonValue] = Field(default_factory=dict)
     """Job-specific settings; the job's activity validates them into its own model."""
 
+    @field_validator("cron")
+    @classmethod
+    def _cron(cls, value: str | None) -> str | None:
+        # Refused here, when the job is defined, rather than by create_schedule during a sync.
+        return None if value is None else _ascending_ranges(check_cron(value))
+
     @model_validator(mode="after")
     def _one_schedule(self) -> Self:
         if (self.interval_seconds is None) == (self.cron is None):
             raise ValueError("give exactly one of interval_seconds or cron")
-        if self.cron is not None and not (
-            len(self.cron.split()) == 5 and croniter.is_valid(self.cron)
-        ):
-            raise ValueError(f"cron {self.cron!r} is not a valid 5-field cron expression")
         return self
 
     @property
@@ -150,6 +164,35 @@ class JobDefinition(_Frozen):
         if self.cron is not None:
             return f"cron {self.cron}"
         return f"every {format_seconds(self.interval_seconds or 0)}"
+
+
+_MONTHS = ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec")
+_WEEKDAYS = ("sun", "mon", "tue", "wed", "thu", "fri", "sat")
+_CRON_NAMES = {name: n for n, name in enumerate(_MONTHS, 1)} | {
+    name: n for n, name in enumerate(_WEEKDAYS)
+}
+
+
+def _ascending_ranges(expression: str) -> str:
+    """``expression`` (checked by ``check_cron``) if no range in it runs backwards.
+
+    croniter reads ``22-2`` as wrapping around; a Temporal Schedule refuses it ("End is before
+    Start"), which would only show when the schedule is created.
+    """
+    for name, field in zip(CRON_FIELDS, expression.split(), strict=True):
+        for item in field.split(","):
+            low, dash, high = item.partition("/")[0].partition("-")
+            if dash and _cron_value(low) > _cron_value(high):
+                raise ValueError(
+                    f"cron expression {expression!r}: {name} range {item!r} runs backwards; "
+                    "Temporal Schedules need ranges from low to high (split it in two: hours "
+                    "22-2 are 22-23,0-2)"
+                )
+    return expression
+
+
+def _cron_value(text: str) -> int:
+    return int(text) if text.isdigit() else _CRON_NAMES[text.lower()]
 
 
 def format_seconds(seconds: float) -> str:

@@ -7,6 +7,7 @@ policy its definition asks for, record the outcome. Temporal keeps time (Schedul
 
 from __future__ import annotations
 
+import asyncio
 from datetime import timedelta
 from typing import Any
 
@@ -71,6 +72,7 @@ class JobWorkflow:
             status=JobRunStatus.RUNNING,
             started_at=workflow.now(),
         )
+        failure: ActivityError | None = None
         try:
             await self._record(run)
             try:
@@ -97,28 +99,32 @@ class JobWorkflow:
             except ActivityError as exc:
                 if is_cancelled_exception(exc):
                     raise
-                attempts = _attempts(exc, job)
-                failed = self._finish(
-                    run, JobRunStatus.FAILED, attempts=attempts, error=_failure_message(exc)
-                )
-                await self._record(failed)
-                # Failing the workflow (not the task) makes the run red in the Web UI, and the
-                # record travels in the details for `jobs trigger --wait`.
-                raise ApplicationError(
-                    f"job {job.id} failed after {attempts or '?'} attempt(s): {failed.error}",
-                    failed,
-                    type="JobFailed",
-                    non_retryable=True,
-                ) from None
+                failure = exc
         except BaseException as exc:
             if is_cancelled_exception(exc):
-                # Cancellation is delivered once; the final record can still be written.
-                await self._record(self._finish(run, JobRunStatus.CANCELLED))
+                # Cancelled before the job ended (or before it started).
+                await self._record_final(self._finish(run, JobRunStatus.CANCELLED))
             raise
+        # The job has ended: from here on, a cancellation cannot change its outcome, and the
+        # final record is written whatever arrives meanwhile (see _record_final).
+        if failure is not None:
+            attempts = _attempts(failure, job)
+            failed = self._finish(
+                run, JobRunStatus.FAILED, attempts=attempts, error=_failure_message(failure)
+            )
+            await self._record_final(failed)
+            # Failing the workflow (not the task) makes the run red in the Web UI, and the
+            # record travels in the details for `jobs trigger --wait`.
+            raise ApplicationError(
+                f"job {job.id} failed after {attempts or '?'} attempt(s): {failed.error}",
+                failed,
+                type="JobFailed",
+                non_retryable=True,
+            ) from None
         succeeded = self._finish(
             run, JobRunStatus.SUCCEEDED, attempts=output.attempt, metadata=output.metadata
         )
-        await self._record(succeeded)
+        await self._record_final(succeeded)
         return succeeded
 
     @staticmethod
@@ -134,8 +140,8 @@ class JobWorkflow:
         )
 
     @staticmethod
-    async def _record(run: JobRun) -> None:
-        await workflow.execute_activity(
+    def _record(run: JobRun) -> workflow.ActivityHandle[None]:
+        return workflow.start_activity(
             record_job_run,
             run,
             start_to_close_timeout=RECORD_TIMEOUT,
@@ -143,6 +149,22 @@ class JobWorkflow:
             retry_policy=RECORD_RETRY,
             summary=f"record {run.status}",
         )
+
+    @classmethod
+    async def _record_final(cls, run: JobRun) -> None:
+        """Write a run's final record, even if the workflow is cancelled meanwhile.
+
+        A cancellation reaching the workflow while the record is being written would cancel
+        the record's activity (before it starts, or while it waits to be retried) and leave
+        the run ``running`` in the ledger for good. So the write is shielded: a cancellation
+        arriving now waits until the record is in the ledger, and is raised after it.
+        """
+        write = cls._record(run)
+        try:
+            await asyncio.shield(write)
+        except asyncio.CancelledError:
+            await write
+            raise
 
 
 def _attempts(exc: ActivityError, job: JobDefinition) -> int | None:

@@ -29,8 +29,10 @@ from temporalio.contrib.workflow_streams import WorkflowStreamState
 from workflows import cron
 
 MONITOR_ID_PREFIX = "monitor-"
-SLUG_RE = re.compile(r"^[a-z][a-z0-9_-]{2,49}$")
-SECRET_RE = re.compile(r"^[A-Za-z0-9_-]{16,128}$")
+# Whole-string patterns: test with ``fullmatch`` (``match`` with ``$`` would let a trailing
+# newline through).
+SLUG_RE = re.compile(r"[a-z][a-z0-9_-]{2,49}")
+SECRET_RE = re.compile(r"[A-Za-z0-9_-]{16,128}")
 
 MAX_OUTPUT_BYTES = 10 * 1024
 """Check-in output is cut to this many bytes of UTF-8, never inside a character."""
@@ -69,7 +71,7 @@ class _Mutable(BaseModel):
 
 
 def check_slug(slug: str) -> str:
-    if not SLUG_RE.match(slug):
+    if not SLUG_RE.fullmatch(slug):
         raise ValueError(
             f"invalid slug {slug!r}: 3-50 characters, a lowercase letter first, then lowercase "
             "letters, digits, '-' or '_'"
@@ -85,7 +87,7 @@ def monitor_workflow_id(slug: str) -> str:
 def split_ping_key(key: str) -> tuple[str, str] | None:
     """``(slug, secret)`` of a well-formed ping key, else ``None``."""
     slug, dot, secret = key.partition(".")
-    if not dot or not SLUG_RE.match(slug) or not SECRET_RE.match(secret):
+    if not dot or not SLUG_RE.fullmatch(slug) or not SECRET_RE.fullmatch(secret):
         return None
     return slug, secret
 
@@ -408,7 +410,9 @@ class ViewRequest(_Frozen):
     recent: int = Field(20, ge=0, le=RECENT_CHECKINS)
     """How many of the newest check-ins to include."""
     as_of: AwareDatetime | None = None
-    """The instant statistics are computed for; default: the workflow's current time."""
+    """The instant statistics are computed for. Clients should send their clock: the default,
+    ``workflow.now()``, is inside a query the time of the workflow's latest activation, which may
+    be days ago for a quiet monitor."""
 
 
 class MonitorView(_Frozen):

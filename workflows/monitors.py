@@ -18,7 +18,7 @@ from typing import Any
 
 from pydantic import ValidationError
 from temporalio import workflow
-from temporalio.contrib.workflow_streams import WorkflowStream, WorkflowStreamState
+from temporalio.contrib.workflow_streams import WorkflowStream
 from temporalio.exceptions import ApplicationError
 
 from workflows.monitor_ledger import MonitorLedger, Refused, new_state
@@ -54,9 +54,6 @@ class MonitorWorkflow:
         # The stream registers its own signal, update and query handlers; it must be built here.
         self._stream = WorkflowStream(prior_state=input.stream)
         self._events = self._stream.topic(EVENTS_TOPIC, type=MonitorEvent)
-        prior = input.stream or WorkflowStreamState()
-        self._stream_base = prior.base_offset
-        self._stream_end = prior.base_offset + len(prior.log)
         self._waiting_until: datetime | None = None
         self._wake = False
         self._deleted: DeleteRequest | None = None
@@ -68,6 +65,7 @@ class MonitorWorkflow:
             if self._history_is_long():
                 # Carry the whole state; the stream hands its log and offsets over, and waits
                 # until no handler (a subscriber's long poll included) is still running.
+                self._trim_stream()
                 await self._stream.continue_as_new(
                     lambda stream: [
                         MonitorInput(
@@ -168,14 +166,24 @@ class MonitorWorkflow:
     def _publish(self, events: list[MonitorEvent]) -> None:
         for event in events:
             self._events.publish(event)
-            self._stream_end += 1
             workflow.logger.info(
                 "monitor.event",
                 extra={"slug": event.slug, "type": event.type.value, "health": event.health.value},
             )
-        if self._stream_end - self._stream_base > EVENTS_KEPT:
-            self._stream_base = self._stream_end - EVENTS_KEPT
-            self._stream.truncate(self._stream_base)
+        if events:
+            self._trim_stream()
+
+    def _trim_stream(self) -> None:
+        """Keep the newest ``EVENTS_KEPT`` items of the stream.
+
+        Where the log starts and ends is read from the stream itself, not counted here: any client
+        may publish to it through its signal, and those items would otherwise never be trimmed.
+        (``get_state`` is the stream's public view of its log; the log is at most a few hundred
+        small items, so taking it after a publish costs little.)
+        """
+        state = self._stream.get_state()
+        if len(state.log) > EVENTS_KEPT:
+            self._stream.truncate(state.base_offset + len(state.log) - EVENTS_KEPT)
 
     def _wake_if_needed(self) -> None:
         """Wake the main loop when its timer would fire too late, or history is long.
