@@ -20,7 +20,7 @@ import contextlib
 import enum
 import os
 import shutil
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -34,6 +34,7 @@ from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
+from activities.heartbeat import heartbeating
 from workflows.job_ledger import JobLedgerWorkflow
 from workflows.job_models import (
     JobDefinition,
@@ -85,7 +86,8 @@ def job_activity(name: str) -> Callable[[JobFunction], JobActivity]:
         async def run(request: JobRequest) -> JobOutput:
             attempt = activity.info().attempt
             try:
-                async with _heartbeating(attempt):
+                # The details carry the attempt, so a timed-out run still knows its attempts.
+                async with heartbeating(attempt):
                     metadata = await fn(request)
             except ApplicationError as exc:
                 raise ApplicationError(
@@ -125,28 +127,6 @@ def job_activity(name: str) -> Callable[[JobFunction], JobActivity]:
         return JobActivity(name=name, run=run)
 
     return wrap
-
-
-@contextlib.asynccontextmanager
-async def _heartbeating(attempt: int) -> AsyncIterator[None]:
-    """Heartbeat while the job runs: cancellation reaches an activity only through heartbeats,
-    and a worker that dies is noticed after the heartbeat timeout instead of the job's timeout.
-    The details carry the attempt, so a timed-out run still knows how many attempts it made."""
-    timeout = activity.info().heartbeat_timeout
-    interval = timeout.total_seconds() / 3 if timeout else 5.0
-
-    async def beat() -> None:
-        while True:
-            activity.heartbeat(attempt)
-            await asyncio.sleep(interval)
-
-    task = asyncio.create_task(beat())
-    try:
-        yield
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
 
 
 # --------------------------------------------------------------------------------------------

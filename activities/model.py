@@ -9,9 +9,7 @@ this process: not in activity inputs, results, errors or logs.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 from types import MappingProxyType
@@ -27,6 +25,7 @@ from activities.errors import (
     ModelError,
     ModelResponseError,
 )
+from activities.heartbeat import heartbeating
 from workflows.models import ModelRequest, ModelResponse
 from workflows.providers import PROVIDERS, ModelStringError, resolve
 
@@ -86,29 +85,6 @@ def http_client() -> httpx.AsyncClient:
         # No transport retries: Temporal retries, and each attempt shows in the history.
         transport=httpx.AsyncHTTPTransport(retries=0),
     )
-
-
-@contextlib.asynccontextmanager
-async def heartbeating() -> AsyncIterator[None]:
-    """Heartbeat while a long call is in flight, so a dead worker is noticed in seconds."""
-    info = activity.info()
-    if not info.heartbeat_timeout:
-        yield
-        return
-    interval = max(0.5, info.heartbeat_timeout.total_seconds() / 3)
-
-    async def beat() -> None:
-        while True:
-            activity.heartbeat()
-            await asyncio.sleep(interval)
-
-    task = asyncio.create_task(beat())
-    try:
-        yield
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
 
 
 class ModelActivities:
