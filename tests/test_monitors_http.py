@@ -8,7 +8,7 @@ import asyncio
 import signal
 import sys
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from datetime import UTC, datetime
 from typing import Any
@@ -22,6 +22,7 @@ from temporalio.contrib.workflow_streams import WorkflowStreamClient
 import monitor_http
 from monitor_http import MonitorService
 from tests.conftest import running_worker
+from tests.monitor_support import until, view
 from tests.processes import ROOT, clean_env
 from workflows.monitor_models import (
     EVENTS_TOPIC,
@@ -33,7 +34,6 @@ from workflows.monitor_models import (
     MonitorEvent,
     MonitorInput,
     MonitorView,
-    ViewRequest,
     monitor_workflow_id,
 )
 from workflows.monitors import MonitorWorkflow
@@ -83,23 +83,6 @@ async def setup(client: Client) -> AsyncIterator[Setup]:
         for handle in s.handles:
             if (await handle.describe()).close_time is None:
                 await handle.terminate(reason="test over")
-
-
-async def view(handle: Handle) -> MonitorView:
-    return await handle.query(MonitorWorkflow.view, ViewRequest(recent=20))
-
-
-async def until(
-    handle: Handle, check: Callable[[MonitorView], bool], timeout: float = 20
-) -> MonitorView:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while True:
-        current = await view(handle)
-        if check(current):
-            return current
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError(f"never true; last view: {current.model_dump_json(indent=1)}")
-        await asyncio.sleep(0.1)
 
 
 class EventReader:

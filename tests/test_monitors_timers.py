@@ -6,9 +6,8 @@ stops skipping time after a run continues as new.)"""
 
 from __future__ import annotations
 
-import asyncio
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from datetime import timedelta
 from typing import Any
 
@@ -21,6 +20,7 @@ from temporalio.worker import Replayer
 
 from activities.model import ProviderSettings, http_client
 from monitor_http import MonitorService
+from tests.monitor_support import until, view
 from tests.test_monitors_http import EventReader
 from worker import WORKFLOWS, build_worker, workflow_runner
 from workflows.monitor_models import (
@@ -89,24 +89,6 @@ class Monitors:
         )
         self.handles.append(handle)
         return handle
-
-
-async def view(handle: Handle, recent: int = 50) -> MonitorView:
-    return await handle.query(MonitorWorkflow.view, ViewRequest(recent=recent))
-
-
-async def until(
-    handle: Handle, check: Callable[[MonitorView], bool], timeout: float = 15
-) -> MonitorView:
-    """Poll the view (in real time) until ``check`` holds."""
-    deadline = asyncio.get_running_loop().time() + timeout
-    while True:
-        current = await view(handle)
-        if check(current):
-            return current
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError(f"never true; last view: {current.model_dump_json(indent=1)}")
-        await asyncio.sleep(0.05)
 
 
 def statuses(v: MonitorView) -> list[CheckInStatus]:

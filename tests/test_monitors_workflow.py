@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Callable
 from contextlib import aclosing
 from typing import Any
 
@@ -17,6 +16,7 @@ from temporalio.contrib.workflow_streams import WorkflowStreamClient, WorkflowSt
 from temporalio.worker import Replayer
 
 from tests.conftest import running_worker
+from tests.monitor_support import until
 from worker import WORKFLOWS, workflow_runner
 from workflows.monitor_models import (
     EVENTS_TOPIC,
@@ -27,7 +27,6 @@ from workflows.monitor_models import (
     MonitorConfig,
     MonitorInput,
     MonitorView,
-    ViewRequest,
     monitor_workflow_id,
 )
 from workflows.monitors import EVENTS_KEPT, MonitorWorkflow
@@ -48,19 +47,6 @@ async def start(client: Client, task_queue: str, slug: str, **fields: Any) -> Ha
         task_queue=task_queue,
         memo=config.memo(),
     )
-
-
-async def until(
-    handle: Handle, check: Callable[[MonitorView], bool], timeout: float = 30
-) -> MonitorView:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while True:
-        current = await handle.query(MonitorWorkflow.view, ViewRequest(recent=500))
-        if check(current):
-            return current
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError(f"never true: {current.total_checkins} check-ins")
-        await asyncio.sleep(0.1)
 
 
 async def waiting_on_a_timer(handle: Handle, timeout: float = 15) -> None:
@@ -95,7 +81,7 @@ async def test_a_burst_of_check_ins_across_continue_as_new_loses_nothing(client:
                 for i in range(80)
             )
         )
-        final = await until(handle, lambda v: v.total_checkins == 80)
+        final = await until(handle, lambda v: v.total_checkins == 80, timeout=30, recent=500)
         assert (final.total_failures, final.ping_key) == (20, f"{slug}.{'p' * 20}")
         assert sorted(c.output or "" for c in final.recent) == [f"run {i:02d}" for i in range(80)]
         assert [c.id for c in reversed(final.recent)] == list(range(1, 81))
