@@ -561,7 +561,12 @@ async def run_command(workspace: Path, args: RunCommandArgs, policy: ToolPolicy)
         return ToolOutput(
             f"command exited with code {code}\n{body}", success=False, omitted_chars=omitted
         )
-    return ToolOutput(f"exit code 0\n{body}", omitted_chars=omitted)
+    return ToolOutput(
+        f"exit code 0\n{body}",
+        # The same command printing the same output again is not progress (Nexora).
+        content_hashes=((args.command, content_hash(body.encode())),),
+        omitted_chars=omitted,
+    )
 
 
 def _check_arguments(root: Path, arguments: list[str]) -> None:

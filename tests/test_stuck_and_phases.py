@@ -244,3 +244,60 @@ async def test_reflection_falls_back_to_compaction_when_the_summary_call_fails(
     summary = harness.requests(model)[3]["messages"][2]["content"]
     assert "compressed" in summary
     assert "Unresolved errors:\n- edit_file(main.go): ERROR: old_text not found" in summary
+
+
+SAME_WRITE = {"name": "write_file", "arguments": {"path": "notes.md", "content": "same words\n"}}
+
+
+async def test_rewriting_one_file_with_identical_content_is_no_progress(harness: Harness) -> None:
+    """The write tool's content hash reaches the tracker: identical rewrites halt the run."""
+    model = harness.script({"tool_calls": [SAME_WRITE]})
+    handle = await harness.start(model, max_steps=60, recovery="halt")
+    result: AgentResult = await handle.result()
+    assert result.status is RunStatus.HALTED, result
+    assert result.error is not None
+    assert result.error.startswith("halted: No progress in the last 10 actions"), result.error
+    # The first write is a change; ten more identical ones fill the window.
+    assert result.steps == 11
+    assert (harness.workspace / "notes.md").read_text() == "same words\n"
+
+
+async def test_identical_rewrites_spelled_differently_are_still_the_same_file(
+    harness: Harness,
+) -> None:
+    """``./notes.md`` and ``notes.md`` resolve to one file, so the hash still matches."""
+    dotted = {"name": "write_file", "arguments": {"path": "./notes.md", "content": "same\n"}}
+    model = harness.script({"tool_calls": [dotted]})
+    handle = await harness.start(model, max_steps=60, recovery="ask_human")
+    status = await harness.wait_for_state(handle, "WaitingForHuman")
+    assert status.stuck is not None and status.stuck.startswith("No progress"), status
+    await handle.execute_update(
+        AgentWorkflow.decide, Decision(action="guide", halt=True, reason="it loops")
+    )
+    result: AgentResult = await handle.result()
+    assert result.status is RunStatus.HALTED
+    assert result.steps <= 12
+
+
+async def test_a_command_printing_the_same_output_again_is_no_progress(harness: Harness) -> None:
+    """A repeated command whose output never changes is caught like an identical rewrite."""
+    (harness.workspace / "a.txt").write_text("hello\n")
+    same = {"name": "run_command", "arguments": {"command": "cat a.txt"}}
+    model = harness.script({"tool_calls": [same]})
+    handle = await harness.start(model, max_steps=60, recovery="halt", allow_run_command=True)
+    result: AgentResult = await handle.result()
+    assert result.status is RunStatus.HALTED, result
+    assert result.error is not None and "No progress in the last 10 actions" in result.error
+
+
+async def test_rewrites_with_new_content_each_time_are_progress(harness: Harness) -> None:
+    """The counterpart: the same file with different content every time is real work."""
+    turns = [
+        {"tool_calls": [{"name": "write_file", "arguments": {"path": "n.md", "content": f"v{i}"}}]}
+        for i in range(25)
+    ]
+    model = harness.script(*turns, {"content": "wrote 25 versions"})
+    handle = await harness.start(model, max_steps=60, recovery="halt")
+    result: AgentResult = await handle.result()
+    assert result.status is RunStatus.DONE, result
+    assert result.steps == 26

@@ -78,6 +78,8 @@ SUMMARY_TARGET_CHARS = 60
 MAX_MODEL_INPUT_BYTES = 1_500_000
 MAX_HISTORY_BYTES = 40 * 1024 * 1024
 MAX_HISTORY_EVENTS = 40_000
+CARRY_CONTENT_HASHES = "carry-content-hashes"
+"""``workflow.patched`` id: tool results' content hashes reach the progress tracker."""
 MIN_COMPLETION_TOKENS = 64
 """Below this much room left in the token budget, another model call is not worth making."""
 
@@ -673,6 +675,9 @@ class AgentWorkflow:
             observation=_cut(result.output, config.max_observation_chars),
             success=result.success,
             mutated_paths=result.mutated_paths,
+            # Progress tracking tells a real change from the same content written again by
+            # these hashes. Runs recorded before they were carried keep replaying without.
+            content_hashes=result.content_hashes if workflow.patched(CARRY_CONTENT_HASHES) else {},
         )
 
     def _start_phase_call(self, call: ToolCall, args: StartPhaseArgs) -> ToolOutcome:
@@ -739,7 +744,7 @@ class AgentWorkflow:
             success=outcome.success,
             error=None if outcome.success else outcome.observation,
             mutating=spec.mutating if spec else False,
-            content_hash=outcome.content_hashes.get(target),
+            content_hash=_content_hash(outcome, target),
         )
         if call.name == "run_command" and any(t in target for t in self._config.test_commands):
             self._tracker.record_test(target, passed=outcome.success, output=outcome.observation)
@@ -986,6 +991,18 @@ class AgentWorkflow:
     def trace(self) -> Trace:
         """The append-only log: step, state, event, data, timestamp."""
         return Trace(entries=tuple(self._trace))
+
+
+def _content_hash(outcome: ToolOutcome, target: str) -> str | None:
+    """The hash the tool activity computed for ``target``.
+
+    The activity keys it by the path as resolved in the workspace (``./a.md`` is ``a.md``), so a
+    call that touched exactly one path uses that path's hash whatever spelling the model chose.
+    """
+    hashes = outcome.content_hashes
+    if target in hashes:
+        return hashes[target]
+    return next(iter(hashes.values())) if len(hashes) == 1 else None
 
 
 class _NoSummary(Exception):
