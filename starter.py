@@ -39,14 +39,13 @@ from temporalio.common import WorkflowIDReusePolicy
 from temporalio.exceptions import TemporalError, WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
-import cli_jobs
-import cli_monitors
-from cli_exit import UsageError, run_and_exit
-from connection import TemporalConnectionError, connect
-from devserver import DevServerError
-from scripted_model import ScriptError
-from workflows.agent import AgentWorkflow
-from workflows.models import (
+from treadle.cli import jobs as cli_jobs
+from treadle.cli import monitors as cli_monitors
+from treadle.cli.exits import UsageError, run_and_exit
+from treadle.connection import TemporalConnectionError, connect
+from treadle.devserver import DevServerError
+from treadle.scripted_model import ScriptError
+from workflows.agent.models import (
     TASK_QUEUE,
     AgentConfig,
     AgentInput,
@@ -57,6 +56,7 @@ from workflows.models import (
     RunStatus,
     Trace,
 )
+from workflows.agent.workflow import AgentWorkflow
 
 HERE = Path(__file__).resolve().parent
 QUERY_TIMEOUT = timedelta(seconds=10)
@@ -328,15 +328,15 @@ async def _wait_for_state(
 async def cmd_demo(args: argparse.Namespace) -> int:
     """Dev server, worker, scripted model and one run with an approval, in one process."""
     # Imported here: only the demo needs the server and worker machinery.
-    from activities.model import ProviderSettings, http_client
-    from connection import ensure_search_attributes
-    from devserver import DevServer, load_config
-    from scripted_model import ScriptedModelServer, load_script
+    from activities.model.activity import ProviderSettings, http_client
+    from treadle.connection import ensure_search_attributes
+    from treadle.devserver import DevServer, load_config
+    from treadle.scripted_model import DEMO_SCRIPT, ScriptedModelServer, load_script
     from worker import build_worker
-    from workflows import search_attributes
+    from workflows.agent import search_attributes
 
     config = load_config(Path(args.dev_config))
-    script = load_script(HERE / "demo" / "script.json")
+    script = load_script(DEMO_SCRIPT)
     async with DevServer.ensure(config) as server:
         how = "started" if server.started else "found running"
         print(f"1. Temporal dev server {how} at {server.address}; Web UI {server.ui_url}")

@@ -30,18 +30,17 @@ from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from activities import jobs as job_activities
-from activities import monitors as monitor_activities
-from activities.model import ModelActivities, ProviderSettings, http_client
-from activities.tools import ToolActivities
-from cli_exit import run_and_exit
-from cli_jobs import sync_schedules
-from connection import TemporalConnectionError, connect, ensure_search_attributes
-from devserver import DevServer, DevServerError, load_config
-from workflows import jobs as job_workflows
-from workflows import monitors as monitor_workflows
-from workflows import search_attributes
-from workflows.agent import AgentWorkflow
-from workflows.models import TASK_QUEUE
+from activities.model.activity import ModelActivities, ProviderSettings, http_client
+from activities.tools.builtin import ToolActivities
+from treadle.cli.exits import run_and_exit
+from treadle.connection import TemporalConnectionError, connect, ensure_search_attributes
+from treadle.devserver import DevServer, DevServerError, load_config
+from treadle.schedules import sync_schedules
+from workflows.agent import search_attributes
+from workflows.agent.models import TASK_QUEUE
+from workflows.agent.workflow import AgentWorkflow
+from workflows.jobs import workflow as job_workflows
+from workflows.monitors import workflow as monitor_workflows
 
 HERE = Path(__file__).resolve().parent
 DEFAULT_DEV_CONFIG = HERE / "temporal-dev.yaml"
@@ -58,16 +57,17 @@ WORKFLOWS: list[type[Any]] = [
 # sandbox means one import per worker instead of one per run, and the same pydantic classes
 # for the data converter and the workflow.
 PASSTHROUGH_MODULES = (
-    "workflows.models",
-    "workflows.progress",
-    "workflows.providers",
-    "workflows.reflection",
-    "workflows.tools",
-    "workflows.state_machine",
-    "workflows.memory",
-    "workflows.search_attributes",
-    "workflows.monitor_models",  # monitor messages; loads workflows.cron (croniter, zoneinfo) too
-    "workflows.job_models",  # job messages and ledger arithmetic; loads croniter (cron check)
+    "workflows.cron",  # cron expressions (croniter, zoneinfo), used by jobs and monitors
+    "workflows.agent.models",
+    "workflows.agent.progress",
+    "workflows.agent.providers",
+    "workflows.agent.reflection",
+    "workflows.agent.catalogue",
+    "workflows.agent.state_machine",
+    "workflows.agent.memory",
+    "workflows.agent.search_attributes",
+    "workflows.monitors.models",  # monitor messages; loads workflows.cron (croniter, zoneinfo) too
+    "workflows.jobs.models",  # job messages and ledger arithmetic; loads croniter (cron check)
 )
 
 
@@ -99,7 +99,6 @@ def build_worker(
             models.call_model,
             tools.run_tool,
             *job_activities.ACTIVITIES,
-            *monitor_activities.ACTIVITIES,
         ],
         workflow_runner=workflow_runner(),
         max_concurrent_activities=max_concurrent_activities,

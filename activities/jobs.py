@@ -35,8 +35,8 @@ from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
 from activities.heartbeat import heartbeating
-from workflows.job_ledger import JobLedgerWorkflow
-from workflows.job_models import (
+from workflows.jobs.ledger import JobLedgerWorkflow
+from workflows.jobs.models import (
     JobDefinition,
     JobOutput,
     JobRequest,

@@ -26,15 +26,15 @@ sys.path.insert(0, str(ROOT))
 
 from temporalio.client import Client  # noqa: E402
 
-from activities.model import ModelActivities, ProviderSettings, http_client  # noqa: E402
-from activities.tools import execute_tool  # noqa: E402
-from connection import connect  # noqa: E402
-from devserver import DevServer, DevServerConfig  # noqa: E402
-from scripted_model import ScriptedModelServer  # noqa: E402
+from activities.model.activity import ModelActivities, ProviderSettings, http_client  # noqa: E402
+from activities.tools.builtin import execute_tool  # noqa: E402
+from treadle.connection import connect  # noqa: E402
+from treadle.devserver import DevServer, DevServerConfig  # noqa: E402
+from treadle.scripted_model import ScriptedModelServer  # noqa: E402
 from worker import build_worker  # noqa: E402
-from workflows.agent import AgentWorkflow  # noqa: E402
-from workflows.memory import AgentMemory  # noqa: E402
-from workflows.models import (  # noqa: E402
+from workflows.agent.catalogue import TOOLS  # noqa: E402
+from workflows.agent.memory import AgentMemory  # noqa: E402
+from workflows.agent.models import (  # noqa: E402
     AgentConfig,
     AgentInput,
     AgentResult,
@@ -43,8 +43,8 @@ from workflows.models import (  # noqa: E402
     ToolPolicy,
     Turn,
 )
-from workflows.state_machine import State  # noqa: E402
-from workflows.tools import TOOLS  # noqa: E402
+from workflows.agent.state_machine import State  # noqa: E402
+from workflows.agent.workflow import AgentWorkflow  # noqa: E402
 
 
 def _free_port() -> int:

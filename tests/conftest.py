@@ -23,14 +23,14 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Replayer, Worker
 
-from activities.model import ProviderSettings, http_client
-from connection import connect
-from devserver import DevServer, DevServerConfig, default_search_dirs
-from scripted_model import ScriptedModelServer
+from activities.model.activity import ProviderSettings, http_client
+from treadle.connection import connect
+from treadle.devserver import DevServer, DevServerConfig, default_search_dirs
+from treadle.scripted_model import ScriptedModelServer
 from worker import WORKFLOWS, build_worker, workflow_runner
-from workflows import search_attributes
-from workflows.agent import AgentWorkflow
-from workflows.models import AgentConfig, AgentInput, AgentStatus, TraceEntry
+from workflows.agent import search_attributes
+from workflows.agent.models import AgentConfig, AgentInput, AgentStatus, TraceEntry
+from workflows.agent.workflow import AgentWorkflow
 
 HISTORIES = Path(__file__).parent / "histories"
 

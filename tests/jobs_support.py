@@ -33,11 +33,11 @@ from activities.jobs import (
     job_registry,
     send_run,
 )
-from activities.model import ProviderSettings, http_client
-from cli_jobs import sync_schedules
+from activities.model.activity import ProviderSettings, http_client
+from treadle.schedules import sync_schedules
 from worker import build_worker
-from workflows.job_ledger import JobLedgerWorkflow
-from workflows.job_models import (
+from workflows.jobs.ledger import JobLedgerWorkflow
+from workflows.jobs.models import (
     HistoryRequest,
     JobHistory,
     JobRequest,
@@ -48,7 +48,7 @@ from workflows.job_models import (
     ledger_id,
     schedule_id,
 )
-from workflows.jobs import JobWorkflow
+from workflows.jobs.workflow import JobWorkflow
 
 
 @job_activity("test_flaky_job")

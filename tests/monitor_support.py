@@ -7,8 +7,8 @@ from collections.abc import Callable
 
 from temporalio.client import WorkflowHandle
 
-from workflows.monitor_models import MonitorView, ViewRequest
-from workflows.monitors import MonitorWorkflow
+from workflows.monitors.models import MonitorView, ViewRequest
+from workflows.monitors.workflow import MonitorWorkflow
 
 Handle = WorkflowHandle[MonitorWorkflow, MonitorView]
 

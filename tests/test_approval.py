@@ -10,10 +10,9 @@ import pytest
 from temporalio.client import Client, WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
 
-from devserver import find_temporal_binary
 from tests.conftest import Harness, tool_messages
-from workflows.agent import AgentWorkflow
-from workflows.models import (
+from treadle.devserver import find_temporal_binary
+from workflows.agent.models import (
     AgentResult,
     AgentStatus,
     ApprovalDecision,
@@ -23,6 +22,7 @@ from workflows.models import (
     RejectSignal,
     RunStatus,
 )
+from workflows.agent.workflow import AgentWorkflow
 
 WRITE = {"name": "write_file", "arguments": {"path": "notes.md", "content": "from the model"}}
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from temporalio.api.enums.v1 import EventType
 
 from tests.conftest import Harness, tool_messages
-from workflows.models import AgentResult, RunStatus
+from workflows.agent.models import AgentResult, RunStatus
 
 
 async def _second_request_tool_output(harness: Harness, *turn: dict[str, object]) -> str:

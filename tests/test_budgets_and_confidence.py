@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from tests.conftest import Harness
-from workflows.agent import AgentWorkflow
-from workflows.models import AgentConfig, AgentInput, AgentResult, AgentStatus, RunStatus
+from workflows.agent.models import AgentConfig, AgentInput, AgentResult, AgentStatus, RunStatus
+from workflows.agent.workflow import AgentWorkflow
 
 LIST = {"name": "list_dir", "arguments": {}}
 USAGE = {"prompt_tokens": 1000, "completion_tokens": 100}

@@ -8,8 +8,8 @@ from pathlib import Path
 
 from tests.conftest import Harness, free_port
 from tests.processes import clean_env, run_cli
-from workflows.agent import AgentWorkflow
-from workflows.models import AgentResult, AgentStatus, RunStatus, Trace
+from workflows.agent.models import AgentResult, AgentStatus, RunStatus, Trace
+from workflows.agent.workflow import AgentWorkflow
 
 WRITE = {"name": "write_file", "arguments": {"path": "notes.md", "content": "cli"}}
 

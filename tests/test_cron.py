@@ -16,7 +16,7 @@ from workflows.cron import (
     next_cron_time,
     next_interval_time,
 )
-from workflows.monitor_models import CronSchedule
+from workflows.monitors.models import CronSchedule
 
 NEW_YORK = ZoneInfo("America/New_York")
 BERLIN = ZoneInfo("Europe/Berlin")

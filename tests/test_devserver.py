@@ -15,8 +15,8 @@ from temporalio.api.operatorservice.v1 import ListSearchAttributesRequest
 from temporalio.client import Client
 from temporalio.common import SearchAttributeIndexedValueType
 
-import connection
-from devserver import (
+from treadle import connection
+from treadle.devserver import (
     DevServer,
     DevServerConfig,
     DevServerError,
@@ -25,7 +25,7 @@ from devserver import (
     load_config,
     probe,
 )
-from workflows.search_attributes import REQUIRED
+from workflows.agent.search_attributes import REQUIRED
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 

@@ -10,11 +10,11 @@ from pathlib import Path
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
-from scripted_model import ScriptedModelServer
 from tests.conftest import keep_history, replayer
 from tests.processes import clean_env, start_worker
-from workflows.agent import AgentWorkflow
-from workflows.models import AgentConfig, AgentInput, AgentResult, Decision, RunStatus
+from treadle.scripted_model import ScriptedModelServer
+from workflows.agent.models import AgentConfig, AgentInput, AgentResult, Decision, RunStatus
+from workflows.agent.workflow import AgentWorkflow
 
 APPEND_ONCE = "python3 -c \"open('ran.log', 'a').write('ran\\n')\""
 

@@ -12,15 +12,15 @@ from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureEr
 from temporalio.exceptions import ApplicationError
 from temporalio.worker import Worker
 
-from activities.model import ModelActivities, ProviderSettings, http_client
-from activities.tools import ToolActivities
-from scripted_model import ScriptedModelServer
+from activities.model.activity import ModelActivities, ProviderSettings, http_client
+from activities.tools.builtin import ToolActivities
 from tests.conftest import Harness
 from tests.misbehaving_agent import MisbehavingAgent
+from treadle.scripted_model import ScriptedModelServer
 from worker import workflow_runner
-from workflows import search_attributes
-from workflows.agent import AgentWorkflow
-from workflows.models import AgentInput, AgentResult, RunStatus
+from workflows.agent import search_attributes
+from workflows.agent.models import AgentInput, AgentResult, RunStatus
+from workflows.agent.workflow import AgentWorkflow
 
 
 async def test_input_that_fails_validation_fails_the_run_at_once(harness: Harness) -> None:

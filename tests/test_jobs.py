@@ -16,9 +16,7 @@ from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureEr
 from temporalio.exceptions import ApplicationError, CancelledError
 
 import activities.jobs
-import cli_jobs
 from activities.jobs import send_run
-from cli_jobs import list_jobs
 from tests.conftest import keep_history, replayer
 from tests.jobs_support import (
     JobsEnv,
@@ -30,8 +28,10 @@ from tests.jobs_support import (
     switch_job,
     unique_job,
 )
-from workflows.job_ledger import JobLedgerWorkflow
-from workflows.job_models import (
+from treadle.cli import jobs as cli_jobs
+from treadle.cli.jobs import list_jobs
+from workflows.jobs.ledger import JobLedgerWorkflow
+from workflows.jobs.models import (
     Health,
     JobRunStatus,
     LedgerState,

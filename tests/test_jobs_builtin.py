@@ -16,7 +16,7 @@ from temporalio.client import Client, WorkflowFailureError
 
 from activities.jobs import HISTORY_CLEANUP, WORKSPACE_CLEANUP, builtin_jobs, send_run
 from tests.jobs_support import JobsEnv, eventually, jobs_worker
-from workflows.job_models import JobRun, JobRunStatus, Trigger
+from workflows.jobs.models import JobRun, JobRunStatus, Trigger
 
 OLD = (datetime.now(UTC) - timedelta(days=30)).timestamp()
 

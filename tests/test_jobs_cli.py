@@ -12,10 +12,10 @@ from temporalio.client import Client
 from temporalio.service import RPCError
 
 from activities.jobs import HISTORY_CLEANUP, WORKSPACE_CLEANUP
-from cli_jobs import JobList
 from tests.jobs_support import JobsEnv, flaky_job, jobs_worker, switch_job, unique_job
 from tests.processes import run_cli
-from workflows.job_models import (
+from treadle.cli.jobs import JobList
+from workflows.jobs.models import (
     Health,
     JobHistory,
     JobRun,

@@ -12,9 +12,7 @@ from pathlib import Path
 import pytest
 from temporalio.client import Client, ScheduleOverlapPolicy, WorkflowFailureError
 
-import cli_jobs
 from activities.jobs import HISTORY_CLEANUP, WORKSPACE_CLEANUP, Job, builtin_jobs
-from cli_jobs import CATCHUP_WINDOW, DISABLED_NOTE, deployed_job, list_jobs, sync_schedules
 from tests.jobs_support import (
     JobsEnv,
     eventually,
@@ -24,7 +22,10 @@ from tests.jobs_support import (
     unique_job,
 )
 from tests.processes import clean_env, start_worker
-from workflows.job_models import JobRunStatus, Trigger, schedule_id
+from treadle.cli import jobs as cli_jobs
+from treadle.cli.jobs import list_jobs
+from treadle.schedules import CATCHUP_WINDOW, DISABLED_NOTE, deployed_job, sync_schedules
+from workflows.jobs.models import JobRunStatus, Trigger, schedule_id
 
 
 @pytest.fixture

@@ -8,11 +8,11 @@ from pathlib import Path
 
 from temporalio.testing import WorkflowEnvironment
 
-from activities.model import ProviderSettings, http_client
-from scripted_model import ScriptedModelServer
+from activities.model.activity import ProviderSettings, http_client
+from treadle.scripted_model import ScriptedModelServer
 from worker import build_worker
-from workflows.agent import AgentWorkflow
-from workflows.models import AgentConfig, AgentInput, AgentResult, ApproveSignal, RunStatus
+from workflows.agent.models import AgentConfig, AgentInput, AgentResult, ApproveSignal, RunStatus
+from workflows.agent.workflow import AgentWorkflow
 
 
 async def test_an_approval_waits_three_days_and_the_run_resumes(

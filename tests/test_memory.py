@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from workflows.memory import OWNERSHIP, AgentMemory, OwnershipViolation
-from workflows.models import ToolCall, ToolOutcome, Turn
-from workflows.state_machine import State
+from workflows.agent.memory import OWNERSHIP, AgentMemory, OwnershipViolation
+from workflows.agent.models import ToolCall, ToolOutcome, Turn
+from workflows.agent.state_machine import State
 
 CALL = ToolCall(id="c1", name="list_dir", arguments="{}")
 OUTCOME = ToolOutcome(call=CALL, observation="a.txt", success=True)

@@ -15,11 +15,11 @@ from activities.errors import (
     ModelHTTPError,
     ModelResponseError,
 )
-from activities.model import ModelActivities, ProviderSettings, http_client
-from activities.openai_chat import parse_response, retry_after_seconds
-from scripted_model import ScriptedModelServer
+from activities.model.activity import ModelActivities, ProviderSettings, http_client
+from activities.model.openai_chat import parse_response, retry_after_seconds
 from tests.conftest import Harness, free_port
-from workflows.models import AgentResult, ChatMessage, ModelRequest, RunStatus, ToolCall
+from treadle.scripted_model import ScriptedModelServer
+from workflows.agent.models import AgentResult, ChatMessage, ModelRequest, RunStatus, ToolCall
 
 # A fake key, split so secret scanners do not mistake the source for a real one.
 KEY = "sk-" + "test-treadle-0123456789abcdef"

@@ -14,7 +14,7 @@ from temporalio.client import Client
 
 from tests.conftest import running_worker
 from tests.processes import run_cli
-from workflows.monitor_models import MonitorView
+from workflows.monitors.models import MonitorView
 
 
 class Cli:

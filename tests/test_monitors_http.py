@@ -19,12 +19,12 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
 from temporalio.contrib.workflow_streams import WorkflowStreamClient
 
-import monitor_http
-from monitor_http import MonitorService
 from tests.conftest import running_worker
 from tests.monitor_support import until, view
 from tests.processes import ROOT, clean_env
-from workflows.monitor_models import (
+from treadle import ping_service
+from treadle.ping_service import MonitorService
+from workflows.monitors.models import (
     EVENTS_TOPIC,
     CheckInSource,
     CheckInStatus,
@@ -36,7 +36,7 @@ from workflows.monitor_models import (
     MonitorView,
     monitor_workflow_id,
 )
-from workflows.monitors import MonitorWorkflow
+from workflows.monitors.workflow import MonitorWorkflow
 
 Handle = WorkflowHandle[MonitorWorkflow, MonitorView]
 
@@ -310,9 +310,9 @@ async def test_a_client_that_stops_reading_is_dropped(monkeypatch: pytest.Monkey
         async def drain(self) -> None:
             await asyncio.Event().wait()
 
-    monkeypatch.setattr(monitor_http, "WRITE_TIMEOUT", 0.05)
-    with pytest.raises(monitor_http.ClientStalled, match=r"took nothing for 0\.05 s"):
-        await monitor_http._respond(StalledWriter(), 200, {})  # type: ignore[arg-type]
+    monkeypatch.setattr(ping_service, "WRITE_TIMEOUT", 0.05)
+    with pytest.raises(ping_service.ClientStalled, match=r"took nothing for 0\.05 s"):
+        await ping_service._respond(StalledWriter(), 200, {})  # type: ignore[arg-type]
 
 
 async def test_the_event_stream_sends_check_in_and_health_events(

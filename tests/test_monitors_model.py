@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from workflows.monitor_ledger import MonitorLedger, Refused, new_state, percentile
-from workflows.monitor_models import (
+from workflows.monitors.ledger import MonitorLedger, Refused, new_state, percentile
+from workflows.monitors.models import (
     FULL_OUTPUT_CHECKINS,
     MAX_OUTPUT_BYTES,
     RECENT_CHECKINS,

@@ -18,12 +18,12 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Replayer
 
-from activities.model import ProviderSettings, http_client
-from monitor_http import MonitorService
+from activities.model.activity import ProviderSettings, http_client
 from tests.monitor_support import until, view
 from tests.test_monitors_http import EventReader
+from treadle.ping_service import MonitorService
 from worker import WORKFLOWS, build_worker, workflow_runner
-from workflows.monitor_models import (
+from workflows.monitors.models import (
     CheckInSignal,
     CheckInStatus,
     Health,
@@ -35,7 +35,7 @@ from workflows.monitor_models import (
     ViewRequest,
     monitor_workflow_id,
 )
-from workflows.monitors import MonitorWorkflow
+from workflows.monitors.workflow import MonitorWorkflow
 
 Handle = WorkflowHandle[MonitorWorkflow, MonitorView]
 

@@ -18,7 +18,7 @@ from temporalio.worker import Replayer
 from tests.conftest import running_worker
 from tests.monitor_support import until
 from worker import WORKFLOWS, workflow_runner
-from workflows.monitor_models import (
+from workflows.monitors.models import (
     EVENTS_TOPIC,
     CheckInSignal,
     CheckInStatus,
@@ -29,7 +29,7 @@ from workflows.monitor_models import (
     MonitorView,
     monitor_workflow_id,
 )
-from workflows.monitors import EVENTS_KEPT, MonitorWorkflow
+from workflows.monitors.workflow import EVENTS_KEPT, MonitorWorkflow
 
 Handle = WorkflowHandle[MonitorWorkflow, MonitorView]
 

@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from pydantic import ValidationError
 
-from workflows.progress import (
+from workflows.agent.progress import (
     PhaseOrderError,
     ProgressConfig,
     ProgressTracker,

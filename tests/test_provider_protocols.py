@@ -10,8 +10,8 @@ import pytest
 from temporalio.api.enums.v1 import EventType
 
 from tests.conftest import Harness
-from workflows.agent import AgentWorkflow
-from workflows.models import AgentResult, RunStatus
+from workflows.agent.models import AgentResult, RunStatus
+from workflows.agent.workflow import AgentWorkflow
 
 PROTOCOLS = ["openai", "anthropic"]
 WRITE = {"name": "write_file", "arguments": {"path": "a.txt", "content": "alpha"}}

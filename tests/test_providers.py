@@ -6,11 +6,11 @@ import json
 
 import pytest
 
-from activities.anthropic_messages import build_body, parse_response
 from activities.errors import ModelResponseError
-from activities.model import ProviderSettings
-from workflows.models import AgentConfig, AgentInput, ChatMessage, ModelRequest, ToolCall
-from workflows.providers import ModelStringError, resolve, select
+from activities.model.activity import ProviderSettings
+from activities.model.anthropic_messages import build_body, parse_response
+from workflows.agent.models import AgentConfig, AgentInput, ChatMessage, ModelRequest, ToolCall
+from workflows.agent.providers import ModelStringError, resolve, select
 
 
 def test_model_strings_resolve_to_provider_and_model() -> None:

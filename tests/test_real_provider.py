@@ -18,10 +18,10 @@ from pathlib import Path
 import pytest
 from temporalio.client import Client
 
-from activities.model import ProviderSettings, http_client
+from activities.model.activity import ProviderSettings, http_client
 from worker import build_worker
-from workflows.agent import AgentWorkflow
-from workflows.models import AgentConfig, AgentInput, AgentResult, RunStatus
+from workflows.agent.models import AgentConfig, AgentInput, AgentResult, RunStatus
+from workflows.agent.workflow import AgentWorkflow
 
 REAL_MODEL = os.environ.get("TREADLE_REAL_MODEL")
 

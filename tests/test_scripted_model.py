@@ -17,7 +17,13 @@ from typing import Any
 import httpx
 import pytest
 
-from scripted_model import Script, ScriptedModelServer, ScriptError, load_script
+from treadle.scripted_model import (
+    DEMO_SCRIPT,
+    Script,
+    ScriptedModelServer,
+    ScriptError,
+    load_script,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -374,7 +380,7 @@ def test_script_errors_are_one_line(tmp_path: Path, content: str | None, message
 
 def test_demo_script_is_valid() -> None:
     """The demo script loads and ends with a final answer after list, write, read+search."""
-    script = load_script(ROOT / "demo" / "script.json")
+    script = load_script(DEMO_SCRIPT)
     assert isinstance(script, Script)
     turns = script.models["demo"]
     assert [[call.name for call in turn.tool_calls] for turn in turns] == [
@@ -392,7 +398,8 @@ def test_cli_serves_until_sigterm(tmp_path: Path) -> None:
     path.write_text(json.dumps({"models": {"demo": [{"content": "hi"}]}}))
     command = [
         sys.executable,
-        str(ROOT / "scripted_model.py"),
+        "-m",
+        "treadle.scripted_model",
         "--script",
         str(path),
         "--port",
@@ -422,7 +429,7 @@ def test_cli_rejects_a_bad_script_in_one_line(tmp_path: Path) -> None:
     path = tmp_path / "script.json"
     path.write_text('{"models": {"demo": [{"content": 1}]}}')
     result = subprocess.run(
-        [sys.executable, str(ROOT / "scripted_model.py"), "--script", str(path)],
+        [sys.executable, "-m", "treadle.scripted_model", "--script", str(path)],
         capture_output=True,
         text=True,
         timeout=30,

@@ -15,13 +15,13 @@ from typing import Any
 import pytest
 from temporalio.client import Client
 
-from activities.model import ProviderSettings, http_client
-from devserver import find_temporal_binary
-from scripted_model import ScriptedModelServer
+from activities.model.activity import ProviderSettings, http_client
 from tests.conftest import replayer
+from treadle.devserver import find_temporal_binary
+from treadle.scripted_model import ScriptedModelServer
 from worker import build_worker
-from workflows.agent import AgentWorkflow
-from workflows.models import AgentConfig, AgentInput, AgentResult, RunStatus
+from workflows.agent.models import AgentConfig, AgentInput, AgentResult, RunStatus
+from workflows.agent.workflow import AgentWorkflow
 
 # A fake canary key, split so secret scanners do not mistake the source for a real one.
 KEY = "sk-" + "treadle-canary-7f3a9c2e51d04b86a1"

@@ -13,7 +13,7 @@ from temporalio.exceptions import ApplicationError
 from temporalio.worker import Worker
 
 from worker import workflow_runner
-from workflows.state_machine import (
+from workflows.agent.state_machine import (
     SEED_STATES,
     TRANSITIONS,
     Event,

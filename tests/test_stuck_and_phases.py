@@ -9,9 +9,9 @@ import pytest
 
 from tests.conftest import Harness, tool_messages
 from tests.processes import run_cli
-from workflows import search_attributes
-from workflows.agent import AgentWorkflow
-from workflows.models import AgentResult, AgentStatus, Decision, RunStatus
+from workflows.agent import search_attributes
+from workflows.agent.models import AgentResult, AgentStatus, Decision, RunStatus
+from workflows.agent.workflow import AgentWorkflow
 
 BAD_EDIT = {
     "name": "edit_file",

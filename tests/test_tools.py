@@ -15,11 +15,11 @@ from typing import Any
 import pytest
 from temporalio.testing import ActivityEnvironment
 
-import activities.tools
 from activities.errors import WorkspaceEscapeError
-from activities.tools import ToolActivities, cap_output, command_environment, execute_tool
-from activities.workspace import relative, resolve
-from workflows.models import ToolCall, ToolPolicy, ToolRequest, ToolResult
+from activities.tools import builtin
+from activities.tools.builtin import ToolActivities, cap_output, command_environment, execute_tool
+from activities.tools.workspace import relative, resolve
+from workflows.agent.models import ToolCall, ToolPolicy, ToolRequest, ToolResult
 
 POLICY = ToolPolicy()
 COMMANDS = ToolPolicy(
@@ -385,10 +385,20 @@ def test_workspace_reached_through_a_symlink_is_fine(tmp_path: Path, workspace: 
 # --------------------------------------------------------------------------------------------
 
 
+async def test_run_command_hashes_its_output_for_progress_tracking(workspace: Path) -> None:
+    """The same command printing the same output hashes the same; other output does not."""
+    first = await run(workspace, "run_command", COMMANDS, command="echo one")
+    again = await run(workspace, "run_command", COMMANDS, command="echo one")
+    other = await run(workspace, "run_command", COMMANDS, command="echo two")
+    assert list(first.content_hashes) == ["echo one"]
+    assert first.content_hashes == again.content_hashes
+    assert other.content_hashes["echo two"] != first.content_hashes["echo one"]
+
+
 async def test_run_command_runs_in_the_workspace_without_a_shell(workspace: Path) -> None:
     """run_command runs the program in the workspace, passing '|' through as a plain word."""
     result = await run(workspace, "run_command", COMMANDS, command="echo hi | wc")
-    assert result == ToolResult(success=True, output="exit code 0\nhi | wc\n")
+    assert (result.success, result.output) == (True, "exit code 0\nhi | wc\n")
     cwd = await run(
         workspace, "run_command", COMMANDS, command="python3 -c 'import os; print(os.getcwd())'"
     )
@@ -452,7 +462,7 @@ async def test_run_command_environment_has_no_secrets(
     monkeypatch.setenv("GITHUB_TOKEN", "ghp-must-not-leak")
     command = "python3 -c 'import os; print(os.environ.get(\"OPENAI_API_KEY\"))'"
     result = await run(workspace, "run_command", COMMANDS, command=command)
-    assert result == ToolResult(success=True, output="exit code 0\nNone\n")
+    assert (result.success, result.output) == (True, "exit code 0\nNone\n")
     env = command_environment(
         {"PATH": "/bin", "LC_ALL": "C", "OPENAI_API_KEY": "k", "DB_PASSWORD": "p", "OTHER": "o"}
     )
@@ -526,7 +536,7 @@ async def test_run_command_accepts_workspace_relative_arguments(workspace: Path)
     (workspace / "notes.txt").write_text("hello\n")
     (workspace / "alias.txt").symlink_to(workspace / "notes.txt")
     result = await run(workspace, "run_command", COMMANDS, command="cat notes.txt alias.txt")
-    assert result == ToolResult(success=True, output="exit code 0\nhello\nhello\n")
+    assert (result.success, result.output) == (True, "exit code 0\nhello\nhello\n")
 
 
 # --------------------------------------------------------------------------------------------
@@ -577,7 +587,7 @@ async def test_run_command_heartbeats_while_waiting(
     workspace: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Inside an activity, a running command heartbeats so a dead worker is noticed early."""
-    monkeypatch.setattr(activities.tools, "HEARTBEAT_INTERVAL_SECONDS", 0.1)
+    monkeypatch.setattr(builtin, "HEARTBEAT_INTERVAL_SECONDS", 0.1)
     beats: list[Any] = []
     env = ActivityEnvironment()
     env.on_heartbeat = lambda *details: beats.append(details)
@@ -609,7 +619,7 @@ async def test_cancelling_the_activity_kills_the_command(
     workspace: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Cancelling run_tool (activity cancellation) kills the command and its children."""
-    monkeypatch.setattr(activities.tools, "HEARTBEAT_INTERVAL_SECONDS", 0.1)
+    monkeypatch.setattr(builtin, "HEARTBEAT_INTERVAL_SECONDS", 0.1)
     command = (
         "python3 -c 'import pathlib, subprocess, sys, time; "
         'child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"]); '

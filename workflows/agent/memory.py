@@ -39,7 +39,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, PrivateAttr
 from temporalio.exceptions import ApplicationError
 
-from workflows.models import (
+from workflows.agent.models import (
     ChatMessage,
     GuideSignal,
     PendingApproval,
@@ -48,7 +48,7 @@ from workflows.models import (
     ToolOutcome,
     Turn,
 )
-from workflows.state_machine import State
+from workflows.agent.state_machine import State
 
 S = State
 

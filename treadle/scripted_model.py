@@ -17,7 +17,7 @@ script the last turn repeats. A turn may fail its first attempts (``errors``), a
 (``delay``), or send a raw body (``raw``) to simulate a broken provider. A turn's ``confidence``
 becomes OpenAI log-probabilities when the request asks for them (Anthropic has none).
 
-Run it on its own with ``python scripted_model.py --script demo/script.json``.
+Run it on its own with ``python -m treadle.scripted_model --script treadle/demo_script.json``.
 """
 
 from __future__ import annotations
@@ -44,6 +44,7 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 __all__ = [
+    "DEMO_SCRIPT",
     "RecordedRequest",
     "Script",
     "ScriptError",
@@ -56,6 +57,9 @@ __all__ = [
     "main",
     "parse_script",
 ]
+
+DEMO_SCRIPT = Path(__file__).with_name("demo_script.json")
+"""The script ``starter.py demo`` plays: a write that waits for approval, then an answer."""
 
 _JSON = "application/json"
 

@@ -14,9 +14,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from workflows.progress import ProgressConfig, ProgressSummary
-from workflows.providers import ModelStringError, resolve
-from workflows.tools import TOOLS
+from workflows.agent.catalogue import TOOLS
+from workflows.agent.progress import ProgressConfig, ProgressSummary
+from workflows.agent.providers import ModelStringError, resolve
 
 TASK_QUEUE = "treadle-agent"
 """The task queue ``worker.py`` polls and ``starter.py`` starts runs on."""

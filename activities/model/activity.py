@@ -18,7 +18,6 @@ from typing import Any, Protocol, cast
 import httpx
 from temporalio import activity
 
-from activities import anthropic_messages, openai_chat
 from activities.errors import (
     ModelConfigError,
     ModelConnectionError,
@@ -26,8 +25,9 @@ from activities.errors import (
     ModelResponseError,
 )
 from activities.heartbeat import heartbeating
-from workflows.models import ModelRequest, ModelResponse
-from workflows.providers import PROVIDERS, ModelStringError, resolve
+from activities.model import anthropic_messages, openai_chat
+from workflows.agent.models import ModelRequest, ModelResponse
+from workflows.agent.providers import PROVIDERS, ModelStringError, resolve
 
 
 class WireProtocol(Protocol):

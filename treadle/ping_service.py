@@ -53,7 +53,7 @@ from temporalio.common import RawValue
 from temporalio.contrib.workflow_streams import WorkflowStreamClient
 from temporalio.service import RPCError, RPCStatusCode
 
-from workflows.monitor_models import (
+from workflows.monitors.models import (
     EVENTS_TOPIC,
     MAX_OUTPUT_BYTES,
     MEMO_PING_KEY_DIGEST,
@@ -68,7 +68,7 @@ from workflows.monitor_models import (
     split_ping_key,
     truncate_output,
 )
-from workflows.monitors import MonitorWorkflow
+from workflows.monitors.workflow import MonitorWorkflow
 
 __all__ = ["DEFAULT_PORT", "EventHub", "HttpError", "MonitorService", "running_monitors_query"]
 

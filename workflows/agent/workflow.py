@@ -27,10 +27,17 @@ from temporalio.exceptions import (
     is_cancelled_exception,
 )
 
-from workflows import providers, reflection
-from workflows import search_attributes as sa
-from workflows.memory import AgentMemory
-from workflows.models import (
+from workflows.agent import providers, reflection
+from workflows.agent import search_attributes as sa
+from workflows.agent.catalogue import (
+    TOOLS,
+    StartPhaseArgs,
+    ToolArgumentsError,
+    estimate_prompt_tokens,
+    parse_arguments,
+)
+from workflows.agent.memory import AgentMemory
+from workflows.agent.models import (
     AgentInput,
     AgentResult,
     AgentStatus,
@@ -54,21 +61,14 @@ from workflows.models import (
     TraceEntry,
     Turn,
 )
-from workflows.progress import ProgressSummary, ProgressTracker
-from workflows.state_machine import Event, State, next_state
-from workflows.tools import (
-    TOOLS,
-    StartPhaseArgs,
-    ToolArgumentsError,
-    estimate_prompt_tokens,
-    parse_arguments,
-)
+from workflows.agent.progress import ProgressSummary, ProgressTracker
+from workflows.agent.state_machine import Event, State, next_state
 
 with workflow.unsafe.imports_passed_through():
     # Activity classes are referenced by method (names by object, not string). Their modules
     # load the HTTP client library, which must not be re-imported in the sandbox every run.
-    from activities.model import ModelActivities
-    from activities.tools import ToolActivities
+    from activities.model.activity import ModelActivities
+    from activities.tools.builtin import ToolActivities
 
 SUMMARY_TARGET_CHARS = 60
 

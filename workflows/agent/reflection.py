@@ -6,8 +6,8 @@ request it sends and the fallback it uses when that call fails replay identicall
 
 from __future__ import annotations
 
-from workflows.models import ChatMessage, ModelRequest, ToolCall, Turn
-from workflows.tools import TOOLS, ToolArgumentsError, parse_arguments
+from workflows.agent.catalogue import TOOLS, ToolArgumentsError, parse_arguments
+from workflows.agent.models import ChatMessage, ModelRequest, ToolCall, Turn
 
 SUMMARY_MAX_TOKENS = 800
 SUMMARY_SYSTEM_PROMPT = (

@@ -36,10 +36,10 @@ from temporalio.common import WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
-from cli_exit import UsageError
-from monitor_http import DEFAULT_PORT, MonitorService, running_monitors_query
+from treadle.cli.exits import UsageError
+from treadle.ping_service import DEFAULT_PORT, MonitorService, running_monitors_query
 from workflows import cron
-from workflows.monitor_models import (
+from workflows.monitors.models import (
     MEMO_NAME,
     MEMO_SCHEDULE,
     MONITOR_ID_PREFIX,
@@ -60,7 +60,7 @@ from workflows.monitor_models import (
     check_slug,
     monitor_workflow_id,
 )
-from workflows.monitors import MonitorWorkflow
+from workflows.monitors.workflow import MonitorWorkflow
 
 ANSWER_TIMEOUT = timedelta(seconds=10)
 LIST_ANSWER_TIMEOUT = timedelta(seconds=5)

@@ -13,8 +13,8 @@ import json
 from typing import Any
 
 from activities.errors import ModelResponseError
-from workflows.models import ChatMessage, ModelRequest, ModelResponse, TokenUsage, ToolCall
-from workflows.tools import TOOLS
+from workflows.agent.catalogue import TOOLS
+from workflows.agent.models import ChatMessage, ModelRequest, ModelResponse, TokenUsage, ToolCall
 
 API_VERSION = "2023-06-01"
 DEFAULT_MAX_TOKENS = 4096

@@ -22,8 +22,8 @@ from temporalio.exceptions import (
     is_cancelled_exception,
 )
 
-from workflows.job_ledger import JobLedgerWorkflow
-from workflows.job_models import (
+from workflows.jobs.ledger import JobLedgerWorkflow
+from workflows.jobs.models import (
     JobDefinition,
     JobOutput,
     JobRequest,

@@ -41,9 +41,8 @@ from typing import Any
 from temporalio import activity
 
 from activities.errors import ToolError, WorkspaceEscapeError
-from activities.workspace import is_inside, relative, resolve, workspace_root
-from workflows.models import ToolPolicy, ToolRequest, ToolResult
-from workflows.tools import (
+from activities.tools.workspace import is_inside, relative, resolve, workspace_root
+from workflows.agent.catalogue import (
     EditFileArgs,
     ListDirArgs,
     ReadFileArgs,
@@ -54,6 +53,7 @@ from workflows.tools import (
     WriteFileArgs,
     parse_arguments,
 )
+from workflows.agent.models import ToolPolicy, ToolRequest, ToolResult
 
 __all__ = [
     "ToolActivities",

@@ -41,7 +41,7 @@ from temporalio.client import Client
 from temporalio.common import SearchAttributeIndexedValueType
 from temporalio.service import RPCError
 
-import connection
+from treadle import connection
 
 __all__ = [
     "DevServer",

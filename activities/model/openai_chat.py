@@ -18,8 +18,8 @@ from typing import Any
 import httpx
 
 from activities.errors import ModelHTTPError, ModelResponseError
-from workflows.models import ChatMessage, ModelRequest, ModelResponse, TokenUsage, ToolCall
-from workflows.tools import TOOLS
+from workflows.agent.catalogue import TOOLS
+from workflows.agent.models import ChatMessage, ModelRequest, ModelResponse, TokenUsage, ToolCall
 
 
 def path() -> str:

@@ -21,8 +21,8 @@ from temporalio import workflow
 from temporalio.contrib.workflow_streams import WorkflowStream
 from temporalio.exceptions import ApplicationError
 
-from workflows.monitor_ledger import MonitorLedger, Refused, new_state
-from workflows.monitor_models import (
+from workflows.monitors.ledger import MonitorLedger, Refused, new_state
+from workflows.monitors.models import (
     EVENTS_TOPIC,
     CheckInSignal,
     DeleteRequest,
