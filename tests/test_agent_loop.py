@@ -56,6 +56,13 @@ async def test_trace_records_every_transition_in_order(harness: Harness) -> None
     ]
     times = [e.timestamp for e in trace.entries]
     assert times == sorted(times)
+    replies = [e.data for e in trace.entries if e.event == "ModelResponse"]
+    # What the provider said about each reply reaches the trace instead of being dropped.
+    served = model.partition(":")[2]
+    assert replies == [
+        f"1 tool call(s), {replies[0].split()[3]} tokens, finish tool_calls, served by {served}",
+        f"0 tool call(s), {replies[1].split()[3]} tokens, finish stop, served by {served}",
+    ]
     status = await handle.query(AgentWorkflow.state)
     assert status.state == "Done"
     assert status.final_answer == "done"

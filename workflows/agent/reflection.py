@@ -18,6 +18,22 @@ SUMMARY_SYSTEM_PROMPT = (
 )
 
 
+class NoSummary(Exception):
+    """The summary model answered, but not with a summary."""
+
+
+def reconsider_note(
+    confidence: float | None, threshold: float | None, retry: int, max_retries: int
+) -> str:
+    """agentsm's second look: the note that asks the model to reconsider a low-confidence reply."""
+    score = f"{confidence:.2f}" if confidence is not None else "unknown"
+    return (
+        f"Your last reply had low confidence ({score}, below {threshold}). Re-read the task and "
+        "the tool results; check with a tool if unsure, then reply again. "
+        f"(Reconsideration {retry} of {max_retries}.)"
+    )
+
+
 def target(call: ToolCall) -> str:
     """The file or command a call acted on (the tool's name when the call was malformed)."""
     spec = TOOLS.get(call.name)

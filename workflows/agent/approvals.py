@@ -1,0 +1,208 @@
+"""Human in the loop: which calls wait for a human, and what a decision about them may do.
+
+Two doors lead to the same checks. The signals ``approve`` / ``reject`` / ``modify`` / ``guide``
+take small plain JSON bodies, so the stock ``temporal workflow signal`` works; the update
+``decide`` runs the same checks in its validator, so a client hears "refused, because ..."
+synchronously and a refused update leaves no history.
+
+Everything here is pure: checks raise ``Refused`` (the workflow records it in the trace), and
+``apply_decision`` returns the decided call (the workflow records that too).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from pydantic import ValidationError
+from temporalio.exceptions import ApplicationError
+
+from workflows.agent.catalogue import ToolArgumentsError, parse_arguments
+from workflows.agent.memory import AgentMemory
+from workflows.agent.models import (
+    ApprovalDecision,
+    ApproveSignal,
+    Decision,
+    GuideSignal,
+    ModifySignal,
+    PendingApproval,
+    RejectSignal,
+    ToolCall,
+    ToolOutcome,
+    Turn,
+)
+from workflows.agent.state import AgentRun
+from workflows.agent.state_machine import Event, State
+from workflows.base import describe_errors
+
+
+class Refused(Exception):
+    """A decision the run cannot take: malformed, or not fitting its current situation."""
+
+
+@dataclass(frozen=True)
+class Checked:
+    """A decision that passed every check, ready to apply."""
+
+    pending: PendingApproval
+    update: dict[str, Any]
+    new_arguments: str | None = None
+
+
+DECISION_BODIES: dict[str, type[ApproveSignal | RejectSignal | ModifySignal]] = {
+    "approve": ApproveSignal,
+    "reject": RejectSignal,
+    "modify": ModifySignal,
+}
+
+
+def approvals_needed(
+    calls: tuple[ToolCall, ...], require_approval: Collection[str], step: int, now: datetime
+) -> tuple[PendingApproval, ...]:
+    """The calls of one response that must wait for a human, with their parsed arguments."""
+    approvals = []
+    for call in calls:
+        if call.name not in require_approval:
+            continue
+        try:
+            args = parse_arguments(call.name, call.arguments)
+        except ToolArgumentsError:
+            continue  # invalid calls never run, so nobody needs to approve them
+        approvals.append(
+            PendingApproval(
+                call_id=call.id,
+                tool=call.name,
+                arguments=args.model_dump(),
+                step=step,
+                requested_at=now,
+            )
+        )
+    return tuple(approvals)
+
+
+def check_decision(run: AgentRun, action: str, body: Any) -> Checked:
+    """Everything that could refuse ``approve`` / ``reject`` / ``modify``, changing nothing."""
+    schema = DECISION_BODIES[action]
+    try:
+        signal = schema.model_validate({} if body is None else body)
+    except ValidationError as exc:
+        raise Refused(describe_errors(exc)) from None
+    pending = _find_pending(run, signal.call_id)
+    if isinstance(signal, ApproveSignal):
+        return Checked(pending, {"decision": ApprovalDecision.APPROVED})
+    if isinstance(signal, RejectSignal):
+        return Checked(pending, {"decision": ApprovalDecision.REJECTED, "reason": signal.reason})
+    try:
+        args = parse_arguments(pending.tool, signal.arguments)
+    except ToolArgumentsError as exc:
+        raise Refused(str(exc)) from None
+    return Checked(
+        pending,
+        {"decision": ApprovalDecision.MODIFIED, "arguments": args.model_dump()},
+        new_arguments=args.model_dump_json(),
+    )
+
+
+def apply_decision(memory: AgentMemory, checked: Checked) -> PendingApproval:
+    """Record a checked decision on its pending call (and new arguments on the call itself)."""
+    call_id = checked.pending.call_id
+    if checked.new_arguments is not None:
+        memory.current_tool_calls = tuple(
+            c.model_copy(update={"arguments": checked.new_arguments}) if c.id == call_id else c
+            for c in memory.current_tool_calls
+        )
+    decided = checked.pending.model_copy(update=checked.update)
+    memory.pending_approvals = tuple(
+        decided if p.call_id == call_id else p for p in memory.pending_approvals
+    )
+    return decided
+
+
+def check_update(run: AgentRun, decision: Decision) -> GuideSignal | Checked:
+    """The ``decide`` update's checks (the same as the signals'): a refusal is the
+    non-retryable ``DecisionRefused`` error that rejects the update, which in its validator
+    means before anything reaches the history."""
+    try:
+        if decision.action == "guide":
+            return check_guide(run, decision.body())
+        return check_decision(run, decision.action, decision.body())
+    except Refused as exc:
+        raise ApplicationError(str(exc), type="DecisionRefused", non_retryable=True) from None
+
+
+def check_guide(run: AgentRun, body: Any) -> GuideSignal:
+    """A ``guide`` body for a run that waits for guidance, or ``Refused``."""
+    try:
+        signal = GuideSignal.model_validate({} if body is None else body)
+    except ValidationError as exc:
+        raise Refused(describe_errors(exc)) from None
+    if run.state is not State.WAITING_FOR_HUMAN or run.memory.pending_guidance is None:
+        raise Refused("the run is not waiting for guidance")
+    return signal
+
+
+def all_decided(memory: AgentMemory) -> bool:
+    return all(p.decision is not None for p in memory.pending_approvals)
+
+
+def rejected_outcomes(memory: AgentMemory) -> tuple[ToolOutcome, ...]:
+    """A rejected call's observation is the human's reason, as an error the model reads."""
+    call_by_id = {c.id: c for c in memory.current_tool_calls}
+    return tuple(
+        ToolOutcome(
+            call=call_by_id[p.call_id],
+            observation=f"ERROR: a human rejected this call: {p.reason}",
+            success=False,
+        )
+        for p in memory.pending_approvals
+        if p.decision is ApprovalDecision.REJECTED
+    )
+
+
+def resolve(memory: AgentMemory, *, parallel: bool) -> Event:
+    """Once every pending call is decided: rejected calls become observations, and the event
+    says what runs next (nothing, several at once, modified, or as asked)."""
+    memory.observations = rejected_outcomes(memory)
+    rejected = {o.call.id for o in memory.observations}
+    runnable = [c for c in memory.current_tool_calls if c.id not in rejected]
+    if not runnable:
+        return Event.HUMAN_REJECTED
+    if len(runnable) > 1 and parallel:
+        return Event.HUMAN_APPROVED_PARALLEL
+    if any(p.decision is ApprovalDecision.MODIFIED for p in memory.pending_approvals):
+        return Event.HUMAN_MODIFIED
+    return Event.HUMAN_APPROVED
+
+
+def follow_guidance(run: AgentRun) -> Event:
+    """A human answered a stuck run: halt it, or pass the guidance to the model and give the
+    progress tracker a fresh window."""
+    m = run.memory
+    guide, reason = m.human_guidance, m.pending_guidance
+    m.human_guidance = None
+    m.pending_guidance = None
+    if guide is None or guide.halt:
+        m.error = f"halted by a human: {guide.reason if guide and guide.reason else reason}"
+        return Event.HUMAN_HALTED
+    m.history = (*m.history, Turn(step=m.step, note=f"Guidance from a human: {guide.guidance}"))
+    run.tracker.reset_after_recovery()
+    run.stuck_reason = None
+    return Event.HUMAN_GUIDED
+
+
+def _find_pending(run: AgentRun, call_id: str | None) -> PendingApproval:
+    waiting = [p for p in run.memory.pending_approvals if p.decision is None]
+    if run.state is not State.WAITING_FOR_HUMAN or not waiting:
+        raise Refused("no tool call is waiting for approval")
+    if call_id is None:
+        if len(waiting) > 1:
+            ids = ", ".join(p.call_id for p in waiting)
+            raise Refused(f"several calls are waiting ({ids}); say which with call_id")
+        return waiting[0]
+    for p in waiting:
+        if p.call_id == call_id:
+            return p
+    ids = ", ".join(p.call_id for p in waiting)
+    raise Refused(f"no pending call with id {call_id!r} (waiting: {ids})")

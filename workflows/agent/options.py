@@ -1,0 +1,67 @@
+"""Activity options of the agent run, declared once per kind of activity.
+
+Each function turns the run's config and the call's Web UI summary into a
+``workflow.ActivityConfig`` that the loop spreads into
+``workflow.execute_activity_method(..., **options)``.
+Temporal owns every retry: the activities themselves never loop.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+
+from workflows.agent.models import AgentConfig
+
+COMMAND_TIMEOUT_GRACE_SECONDS = 10
+"""A command's attempt may outlive its own timeout by this much: time to kill its process
+group and collect what it printed, so the command's timeout, not the activity's, ends it."""
+
+
+def model_call(config: AgentConfig, summary: str) -> workflow.ActivityConfig:
+    """One planning call: backs off up to a minute between attempts (rate limits, overload);
+    a 429's ``Retry-After`` replaces the backoff; 4xx other than 408/409/429 fail at once."""
+    return workflow.ActivityConfig(
+        summary=summary,
+        start_to_close_timeout=timedelta(seconds=config.model_timeout_seconds),
+        heartbeat_timeout=timedelta(seconds=config.heartbeat_timeout_seconds),
+        retry_policy=RetryPolicy(
+            initial_interval=timedelta(seconds=1),
+            backoff_coefficient=2.0,
+            maximum_interval=timedelta(seconds=60),
+            maximum_attempts=config.model_max_attempts,
+        ),
+    )
+
+
+def summary_call(config: AgentConfig, summary: str) -> workflow.ActivityConfig:
+    """Reflection's summary call: two attempts, because a failure has a cheap fallback
+    (compaction without a model)."""
+    return workflow.ActivityConfig(
+        summary=summary,
+        start_to_close_timeout=timedelta(seconds=config.model_timeout_seconds),
+        heartbeat_timeout=timedelta(seconds=config.heartbeat_timeout_seconds),
+        retry_policy=RetryPolicy(initial_interval=timedelta(seconds=1), maximum_attempts=2),
+    )
+
+
+def tool_call(config: AgentConfig, summary: str, *, command: bool) -> workflow.ActivityConfig:
+    """One tool call. Only ``run_command`` runs long enough to heartbeat: file tools finish in
+    milliseconds and would trip a heartbeat timeout they never feed."""
+    timeout = config.tool_timeout_seconds
+    if command:
+        timeout = max(timeout, config.command_timeout_seconds + COMMAND_TIMEOUT_GRACE_SECONDS)
+    options = workflow.ActivityConfig(
+        summary=summary,
+        start_to_close_timeout=timedelta(seconds=timeout),
+        retry_policy=RetryPolicy(
+            initial_interval=timedelta(seconds=1),
+            maximum_interval=timedelta(seconds=30),
+            maximum_attempts=config.tool_max_attempts,
+        ),
+    )
+    if command:
+        options["heartbeat_timeout"] = timedelta(seconds=config.heartbeat_timeout_seconds)
+    return options

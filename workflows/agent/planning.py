@@ -1,0 +1,246 @@
+"""Planning's decisions, as pure functions: what the next model request is (or why there is
+none), how a response's tool calls are checked, and what each observed call tells the progress
+tracker. The workflow runs the activity and moves the state; these say what to do."""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from dataclasses import dataclass
+from datetime import datetime
+
+from temporalio.workflow import Info
+
+from workflows.agent import reflection
+from workflows.agent.catalogue import TOOLS, ToolArgs, estimate_prompt_tokens
+from workflows.agent.models import (
+    AgentConfig,
+    ModelRequest,
+    ModelResponse,
+    ToolCall,
+    ToolOutcome,
+    ToolPolicy,
+    ToolRequest,
+    Turn,
+)
+from workflows.agent.progress import ProgressTracker
+from workflows.agent.state import AgentRun
+from workflows.agent.state_machine import Event, State
+
+# Temporal fails a payload over 2 MB and terminates a run at 50 MB / 51,200 events without
+# letting it react. The loop stops itself, with a clear error, well before either.
+MAX_MODEL_INPUT_BYTES = 1_500_000
+MAX_HISTORY_BYTES = 40 * 1024 * 1024
+MAX_HISTORY_EVENTS = 40_000
+MIN_COMPLETION_TOKENS = 64
+"""Below this much room left in the token budget, another model call is not worth making."""
+
+
+@dataclass(frozen=True)
+class CannotCall:
+    """Why the next model call must not be made, and the event that ends the run."""
+
+    event: Event
+    reason: str
+
+
+def history_limit(info: Info) -> str | None:
+    """The error that stops a run whose history nears Temporal's hard limits, else ``None``."""
+    size, length = info.get_current_history_size(), info.get_current_history_length()
+    if size <= MAX_HISTORY_BYTES and length <= MAX_HISTORY_EVENTS:
+        return None
+    return (
+        f"history limit reached ({length} events, {size // 1024} KiB) before Temporal's hard "
+        "limit; split the task or lower max_steps"
+    )
+
+
+def offered_tools(config: AgentConfig) -> tuple[str, ...]:
+    """The catalogue less blacklisted tools, and less ``run_command`` unless the run allows it."""
+    return tuple(
+        name
+        for name in TOOLS
+        if name not in config.blacklisted_tools
+        and (name != "run_command" or config.allow_run_command)
+    )
+
+
+def model_request(run: AgentRun) -> ModelRequest | CannotCall:
+    """The next planning request, its completion capped by what is left of the token budget."""
+    m, config = run.memory, run.input.config
+    request = ModelRequest(
+        model=run.model,
+        messages=m.build_messages(),
+        tools=offered_tools(config),
+        temperature=config.temperature,
+        max_tokens=config.max_tokens,
+        logprobs=config.confidence_threshold is not None,
+    )
+    size = len(request.model_dump_json())
+    if size > MAX_MODEL_INPUT_BYTES:
+        return CannotCall(
+            Event.FATAL_ERROR,
+            f"the conversation ({size // 1024} KiB) no longer fits in one model call's input "
+            f"(limit {MAX_MODEL_INPUT_BYTES // 1024} KiB); lower max_observation_chars or split "
+            "the task",
+        )
+    if config.token_budget is None:
+        return request
+    estimate = estimate_prompt_tokens(request)
+    cap = config.token_budget - m.usage.total_tokens - estimate
+    if cap < MIN_COMPLETION_TOKENS:
+        return CannotCall(
+            Event.BUDGET_EXCEEDED,
+            f"token budget exhausted: {m.usage.total_tokens} of {config.token_budget} tokens "
+            f"used, and the next call needs about {estimate} prompt tokens",
+        )
+    # The cap keeps one call from overshooting what is left.
+    return request.model_copy(update={"max_tokens": min(cap, config.max_tokens or cap)})
+
+
+def tool_request(run: AgentRun, call: ToolCall, args: ToolArgs) -> ToolRequest:
+    """What a tool activity needs: the call with its checked arguments, the workspace, and the
+    part of the config that limits tools."""
+    config = run.input.config
+    return ToolRequest(
+        call=call.model_copy(update={"arguments": args.model_dump_json()}),
+        workspace=run.input.workspace,
+        policy=ToolPolicy(
+            allow_run_command=config.allow_run_command,
+            command_allowlist=config.command_allowlist,
+            command_timeout_seconds=config.command_timeout_seconds,
+            max_output_chars=config.max_observation_chars,
+        ),
+    )
+
+
+def describe_response(response: ModelResponse) -> str:
+    """One trace line for a model reply: calls, tokens, and what the provider said about it
+    (why it stopped, which model served it, its confidence), which would otherwise be lost."""
+    parts = [f"{len(response.tool_calls)} tool call(s)", f"{response.usage.total_tokens} tokens"]
+    if response.confidence is not None:
+        parts.append(f"confidence {response.confidence:.2f}")
+    if response.finish_reason:
+        parts.append(f"finish {response.finish_reason}")
+    if response.model:
+        parts.append(f"served by {response.model}")
+    return ", ".join(parts)
+
+
+def answer_feedback(answer: str, min_length: int) -> str | None:
+    """The note that sends an empty or too-short final answer back, else ``None``."""
+    if not answer:
+        return "Your last reply was empty. Call a tool, or reply with the final answer as text."
+    if len(answer) < min_length:
+        return (
+            f"Your answer was {len(answer)} characters; the final answer must be at least "
+            f"{min_length}. Give the complete answer."
+        )
+    return None
+
+
+def unique_ids(
+    calls: tuple[ToolCall, ...], history: tuple[Turn, ...], step: int
+) -> tuple[ToolCall, ...]:
+    """Call ids address approvals and tool results, so they must be unique in the run."""
+    seen = {o.call.id for turn in history for o in turn.outcomes}
+    unique = []
+    for index, call in enumerate(calls):
+        call_id = call.id
+        if call_id in seen:
+            call_id = f"{call.id}-s{step}-{index}"
+        seen.add(call_id)
+        unique.append(call if call_id == call.id else call.model_copy(update={"id": call_id}))
+    return tuple(unique)
+
+
+def blacklist_feedback(
+    response: ModelResponse, calls: tuple[ToolCall, ...], blacklist: Collection[str], step: int
+) -> Turn | None:
+    """If any call uses a blacklisted tool, the turn that answers all of them, else ``None``.
+
+    None of the response's calls run; each gets an answer so the protocol's call/result
+    pairing holds, and the model is told which tools are off limits.
+    """
+    blacklisted = {c.name for c in calls if c.name in blacklist}
+    if not blacklisted:
+        return None
+    return Turn(
+        step=step,
+        assistant_text=response.content,
+        outcomes=tuple(
+            ToolOutcome(
+                call=c,
+                observation=f"ERROR: tool {c.name} is not available in this run"
+                if c.name in blacklisted
+                else "ERROR: not run, because another call in the same response used a tool "
+                "that is not available",
+                success=False,
+            )
+            for c in calls
+        ),
+    )
+
+
+def track(tracker: ProgressTracker, outcome: ToolOutcome, test_commands: Collection[str]) -> None:
+    """Feed one observed call to Nexora's progress tracker."""
+    call, spec = outcome.call, TOOLS.get(outcome.call.name)
+    if spec is not None and spec.in_workflow:
+        return  # phase bookkeeping is not work
+    target = reflection.target(call)
+    tracker.record_tool_call(
+        call.name,
+        target,
+        success=outcome.success,
+        error=None if outcome.success else outcome.observation,
+        mutating=spec.mutating if spec else False,
+        content_hash=content_hash(outcome, target),
+    )
+    if call.name == "run_command" and any(t in target for t in test_commands):
+        tracker.record_test(target, passed=outcome.success, output=outcome.observation)
+
+
+def content_hash(outcome: ToolOutcome, target: str) -> str | None:
+    """The hash the tool activity computed for ``target``.
+
+    The activity keys it by the path as resolved in the workspace (``./a.md`` is ``a.md``), so a
+    call that touched exactly one path uses that path's hash whatever spelling the model chose.
+    """
+    hashes = outcome.content_hashes
+    if target in hashes:
+        return hashes[target]
+    return next(iter(hashes.values())) if len(hashes) == 1 else None
+
+
+def confidence_is_low(run: AgentRun, response: ModelResponse, now: datetime) -> bool:
+    """agentsm's confidence check, on the endpoint's own token log-probabilities: ``True``
+    when the reply should be reconsidered (and the retry budget allows it)."""
+    m, config = run.memory, run.input.config
+    threshold = config.confidence_threshold
+    if threshold is None:
+        return False
+    if response.confidence is None:
+        if not run.confidence_unavailable_noted:
+            run.confidence_unavailable_noted = True
+            run.record(
+                State.PLANNING,
+                "ConfidenceUnavailable",
+                "the endpoint returned no token log-probabilities: confidence check off",
+                now,
+            )
+        return False
+    m.confidence_score = response.confidence
+    if response.confidence >= threshold:
+        return False
+    if m.retry_count >= config.max_retries:
+        run.record(
+            State.PLANNING,
+            "LowConfidenceAccepted",
+            f"confidence {response.confidence:.2f} < {threshold}; "
+            f"all {config.max_retries} reconsiderations used",
+            now,
+        )
+        return False
+    m.retry_count += 1
+    m.assistant_text = response.content or ""
+    run.reflect_reason = "low confidence"
+    return True

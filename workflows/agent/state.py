@@ -1,0 +1,104 @@
+"""``AgentRun``: everything one agent run knows between two steps, as one pydantic model.
+
+The workflow holds one ``AgentRun`` and nothing else, so the whole run can be handed to
+``workflow.continue_as_new`` (or exported) as a value: its input and chosen model, the current
+state of the transition table, the conversation memory (with agentsm's ownership rules, which
+still guard every write to it), Nexora's progress tracker, the append-only trace, and the few
+flags the loop keeps between states.
+
+Pure data plus small deterministic methods: the caller passes ``workflow.now()`` in.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from pydantic import Field
+
+from workflows.agent import providers
+from workflows.agent.catalogue import StartPhaseArgs
+from workflows.agent.memory import AgentMemory
+from workflows.agent.models import AgentInput, PendingApproval, TokenUsage, TraceEntry
+from workflows.agent.progress import ProgressTracker
+from workflows.agent.state_machine import State
+from workflows.base import Mutable
+
+
+class AgentRun(Mutable):
+    """The whole state of one run; the workflow class is the loop that moves it."""
+
+    input: AgentInput
+    model: str
+    """``provider:model`` chosen once per run: ``models[task_type]``, ``models["default"]``,
+    then ``input.model``."""
+    state: State = State.IDLE
+    started_at: datetime
+    memory: AgentMemory
+    """The conversation, the current step's calls and approvals, usage: owned field by field."""
+    tracker: ProgressTracker
+    """Nexora's tracker: recorded by Observing, phases moved by PhaseTransition, reset by
+    Recovering and by a human's guidance."""
+    trace: list[TraceEntry] = Field(default_factory=list)
+    """Append-only: every state's significant actions."""
+    last_event: str | None = None
+    """The last trace entry as one line, for ``status``."""
+
+    stuck_reason: str | None = None
+    """Why the tracker says the run is stuck, until Recovering or a human clears it."""
+    hints_given: int = 0
+    pending_phase: StartPhaseArgs | None = None
+    """A ``start_phase`` call seen this step, applied by PhaseTransition."""
+    last_step_mutated: bool = False
+    """The last step's tools may have changed files: the post-tools hook runs."""
+    reflect_reason: str = ""
+    """Why Reflecting runs next: ``low confidence`` or the reflection interval."""
+    confidence_unavailable_noted: bool = False
+    """The endpoint returned no log-probabilities, and the trace already says so."""
+
+    @classmethod
+    def begin(cls, input: AgentInput, now: datetime) -> AgentRun:
+        """A fresh run of ``input``, started at ``now``."""
+        config = input.config
+        return cls(
+            input=input,
+            model=providers.select(config.models, input.task_type, input.model),
+            started_at=now,
+            memory=AgentMemory(
+                task=input.task,
+                task_type=input.task_type,
+                **({"system_prompt": config.system_prompt} if config.system_prompt else {}),
+            ),
+            tracker=ProgressTracker(config=config.progress),
+        )
+
+    def record(self, state: State, event: str, data: str, now: datetime) -> None:
+        """Append one trace entry (any state may; nothing ever removes one)."""
+        self.last_event = f"{event}: {data}" if data else event
+        self.trace.append(
+            TraceEntry(
+                step=self.memory.step, state=state.value, event=event, data=data, timestamp=now
+            )
+        )
+
+    def spend(self, model: str, usage: TokenUsage) -> None:
+        """Add one call's usage to the run's totals and to its model's (the cost ledger)."""
+        m = self.memory
+        m.usage = m.usage + usage
+        m.usage_by_model = {
+            **m.usage_by_model,
+            model: m.usage_by_model.get(model, TokenUsage()) + usage,
+        }
+
+    def reflection_due(self) -> bool:
+        """agentsm's reflection every N steps; notes why Reflecting runs when it is due."""
+        every = self.input.config.reflect_every_n_steps
+        due = bool(every) and self.memory.step % (every or 1) == 0
+        if due:
+            self.reflect_reason = f"every {every} steps"
+        return due
+
+    def waiting_approvals(self) -> tuple[PendingApproval, ...]:
+        """Calls a human still has to decide, while the run waits for them."""
+        if self.state is not State.WAITING_FOR_HUMAN:
+            return ()
+        return tuple(p for p in self.memory.pending_approvals if p.decision is None)

@@ -1,0 +1,96 @@
+"""What a run shows the outside: the ``state`` query's answer, the Web UI's Current Details,
+activity summaries, and the price of its usage. Pure functions of ``AgentRun``."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from datetime import datetime
+
+from workflows.agent.models import AgentStatus, Price, TokenUsage
+from workflows.agent.state import AgentRun
+
+SUMMARY_TARGET_CHARS = 60
+"""An activity summary names its target ("step 4 · read_file src/main.rs") up to this long."""
+
+
+def cut(text: str, limit: int) -> str:
+    """``text`` up to ``limit`` characters, saying how much was cut."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}\n[... {len(text) - limit} more characters cut]"
+
+
+def short_target(target: str) -> str:
+    if len(target) > SUMMARY_TARGET_CHARS:
+        return target[: SUMMARY_TARGET_CHARS - 1] + "…"
+    return target
+
+
+def cost(usage_by_model: Mapping[str, TokenUsage], prices: Mapping[str, Price]) -> float | None:
+    """Usage priced per model in US dollars; ``None`` if any model used has no price."""
+    if not prices or not usage_by_model:
+        return None
+    total = 0.0
+    for model, usage in usage_by_model.items():
+        price = prices.get(model)
+        if price is None:
+            return None
+        cached_price = price.prompt if price.cached_prompt is None else price.cached_prompt
+        total += (
+            (usage.prompt_tokens - usage.cached_tokens) * price.prompt
+            + usage.cached_tokens * cached_price
+            + usage.completion_tokens * price.completion
+        ) / 1_000_000
+    return round(total, 6)
+
+
+def run_cost(run: AgentRun) -> float | None:
+    return cost(run.memory.usage_by_model, run.input.config.prices)
+
+
+def status(run: AgentRun, now: datetime) -> AgentStatus:
+    """The ``state`` query: state, step, pending approvals, usage, progress, last event."""
+    m, config = run.memory, run.input.config
+    return AgentStatus(
+        state=run.state,
+        step=m.step,
+        max_steps=config.max_steps,
+        model=run.model,
+        task=run.input.task,
+        pending_approvals=run.waiting_approvals(),
+        usage=m.usage,
+        cost_usd=run_cost(run),
+        token_budget=config.token_budget,
+        confidence=m.confidence_score,
+        last_event=run.last_event,
+        final_answer=m.final_answer,
+        error=m.error,
+        progress=run.tracker.summary(now, run.started_at),
+        stuck=m.pending_guidance or run.stuck_reason,
+    )
+
+
+def details(run: AgentRun, now: datetime) -> str:
+    """The Web UI's Current Details (Markdown): state, step, model, tokens, what it waits for."""
+    m = run.memory
+    lines = [
+        f"**State:** {run.state.value}",
+        f"**Step:** {m.step} / {run.input.config.max_steps}",
+        f"**Model:** {run.model}",
+        f"**Tokens:** {m.usage.total_tokens}",
+    ]
+    waiting = run.waiting_approvals()
+    if waiting:
+        lines.append("**Waiting for approval:**")
+        lines.extend(f"- `{p.call_id}` {p.tool} {json.dumps(p.arguments)[:120]}" for p in waiting)
+    if m.pending_guidance:
+        lines.append(f"**Stuck, waiting for guidance:** {m.pending_guidance}")
+    elif run.stuck_reason:
+        lines.append(f"**Stuck:** {run.stuck_reason}")
+    lines.append(f"**Progress:** {run.tracker.summary(now, run.started_at).describe()}")
+    if m.error:
+        lines.append(f"**Error:** {m.error}")
+    if m.final_answer:
+        lines.append(f"**Answer:** {cut(m.final_answer, 300)}")
+    return "\n\n".join(lines)
