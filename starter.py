@@ -42,6 +42,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from treadle.cli import jobs as cli_jobs
 from treadle.cli import monitors as cli_monitors
 from treadle.cli.exits import UsageError, run_and_exit
+from treadle.cli.tables import table
 from treadle.connection import TemporalConnectionError, connect
 from treadle.devserver import DevServerError
 from treadle.scripted_model import ScriptError
@@ -56,7 +57,9 @@ from workflows.agent.models import (
     RunStatus,
     Trace,
 )
+from workflows.agent.state_machine import State
 from workflows.agent.workflow import AgentWorkflow
+from workflows.base import describe_errors
 
 HERE = Path(__file__).resolve().parent
 QUERY_TIMEOUT = timedelta(seconds=10)
@@ -136,10 +139,7 @@ def _format_trace(trace: Trace) -> str:
                 data if len(data) <= 90 else data[:89] + "…",
             )
         )
-    widths = [max(len(r[i]) for r in rows) for i in range(4)]
-    return "\n".join(
-        "  ".join(cell.ljust(widths[i]) for i, cell in enumerate(r[:4])) + "  " + r[4] for r in rows
-    )
+    return table(rows, strip="none")
 
 
 async def _result(handle: WorkflowHandle[Any, Any]) -> AgentResult:
@@ -203,10 +203,7 @@ def build_input(args: argparse.Namespace) -> AgentInput:
             config=AgentConfig.model_validate(config),
         )
     except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()
-        )
-        raise UsageError(f"invalid run: {problems}") from exc
+        raise UsageError(f"invalid run: {describe_errors(exc)}") from exc
 
 
 async def cmd_run(client: Client, args: argparse.Namespace) -> int:
@@ -313,7 +310,7 @@ DEMO_TASK = (
 
 
 async def _wait_for_state(
-    handle: WorkflowHandle[Any, Any], wanted: set[str], timeout: float = 60
+    handle: WorkflowHandle[Any, Any], wanted: set[State], timeout: float = 60
 ) -> AgentStatus:
     deadline = asyncio.get_running_loop().time() + timeout
     while True:
@@ -321,7 +318,8 @@ async def _wait_for_state(
         if status.state in wanted:
             return status
         if asyncio.get_running_loop().time() > deadline:
-            raise UsageError(f"run {handle.id} did not reach {sorted(wanted)} within {timeout}s")
+            reached = sorted(state.value for state in wanted)
+            raise UsageError(f"run {handle.id} did not reach {reached} within {timeout}s")
         await asyncio.sleep(0.25)
 
 
@@ -369,7 +367,9 @@ async def cmd_demo(args: argparse.Namespace) -> int:
                 )
                 link = f"{server.ui_url}/namespaces/{server.namespace}/workflows/{workflow_id}"
                 print(f"4. Agent run {workflow_id} started\n   {link}")
-                status = await _wait_for_state(handle, {"WaitingForHuman", "Done", "Error"})
+                status = await _wait_for_state(
+                    handle, {State.WAITING_FOR_HUMAN, State.DONE, State.ERROR}
+                )
                 if status.pending_approvals:
                     pending = status.pending_approvals[0]
                     body = json.dumps({"call_id": pending.call_id})
@@ -383,7 +383,15 @@ async def cmd_demo(args: argparse.Namespace) -> int:
                     if args.manual:
                         print("   waiting for you to approve, reject or modify...")
                         await _wait_for_state(
-                            handle, {"Acting", "Observing", "Planning", "Done", "Error"}, 86_400
+                            handle,
+                            {
+                                State.ACTING,
+                                State.OBSERVING,
+                                State.PLANNING,
+                                State.DONE,
+                                State.ERROR,
+                            },
+                            86_400,
                         )
                     else:
                         await asyncio.sleep(1)

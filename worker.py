@@ -57,8 +57,15 @@ WORKFLOWS: list[type[Any]] = [
 # sandbox means one import per worker instead of one per run, and the same pydantic classes
 # for the data converter and the workflow.
 PASSTHROUGH_MODULES = (
+    "workflows.base",  # the pydantic bases and error wording every feature's messages share
     "workflows.cron",  # cron expressions (croniter, zoneinfo), used by jobs and monitors
     "workflows.agent.models",
+    "workflows.agent.state",
+    "workflows.agent.approvals",
+    "workflows.agent.planning",
+    "workflows.agent.recovery",
+    "workflows.agent.status",
+    "workflows.agent.options",
     "workflows.agent.progress",
     "workflows.agent.providers",
     "workflows.agent.reflection",

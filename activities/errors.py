@@ -14,6 +14,10 @@ The tree::
         └── ModelResponseError       a body that breaks the protocol's promises (retryable:
                                      the next attempt may be well-formed)
 
+``ModelHTTPError`` and ``ModelConnectionError`` are made for every wire protocol by
+``activities.model.http_errors`` (with ``Retry-After``, keys redacted); ``ModelResponseError``
+by each protocol's ``parse_response`` (and by the model activity for a body that is not JSON);
+``ModelConfigError`` by the model activity.
 ``ModelError.to_application_error()`` is the one place that decides retryability; the
 ``type`` of the resulting ``ApplicationError`` is the class name, so the workflow and operators
 can tell failures apart in the event history.

@@ -1,16 +1,17 @@
 """Heartbeating for long activities, in one place.
 
-While an activity awaits something slow (a model's answer, a job's work), a background task
-heartbeats at a third of the heartbeat timeout. That is how a dead worker is noticed after the
-heartbeat timeout instead of the whole start-to-close timeout, and how a cancellation reaches
-the activity at all.
+While an activity awaits something slow (a model's answer, a job's work, a command), a background
+task heartbeats at once and then at a third of the heartbeat timeout. That is how a dead worker is
+noticed after the heartbeat timeout instead of the whole start-to-close timeout, and how a
+cancellation reaches the activity at all. Outside an activity (a tool called directly, as tests
+do) nothing is sent.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from temporalio import activity
@@ -20,25 +21,50 @@ DEFAULT_INTERVAL_SECONDS = 5.0
 """Used when the activity has no heartbeat timeout (heartbeats then only carry cancellation)."""
 
 
-@contextlib.asynccontextmanager
-async def heartbeating(*details: Any) -> AsyncIterator[None]:
-    """Heartbeat with ``details`` for as long as the block runs."""
+def interval_seconds() -> float:
+    """A third of the activity's heartbeat timeout, so one late beat does not fail the attempt."""
     timeout = activity.info().heartbeat_timeout
-    interval = (
-        max(MIN_INTERVAL_SECONDS, timeout.total_seconds() / 3)
-        if timeout
-        else DEFAULT_INTERVAL_SECONDS
-    )
+    if not timeout:
+        return DEFAULT_INTERVAL_SECONDS
+    return max(MIN_INTERVAL_SECONDS, timeout.total_seconds() / 3)
+
+
+@contextlib.asynccontextmanager
+async def heartbeating(
+    *details: Any, progress: Callable[[], Any] | None = None
+) -> AsyncIterator[None]:
+    """Heartbeat for as long as the block runs.
+
+    Each beat carries ``details`` and then, when given, ``progress()`` called at that beat (e.g.
+    ``"pytest running for 12s"``). A failure of the block wins over a failure of the heartbeats;
+    a heartbeat failure is raised only after a block that succeeded.
+    """
+    if not activity.in_activity():
+        yield
+        return
+    interval = interval_seconds()
 
     async def beat() -> None:
         while True:
-            activity.heartbeat(*details)
+            activity.heartbeat(*details, *(() if progress is None else (progress(),)))
             await asyncio.sleep(interval)
 
     task = asyncio.create_task(beat())
     try:
         yield
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+    except BaseException:
+        await _stop(task, quietly=True)
+        raise
+    await _stop(task)
+
+
+async def _stop(task: asyncio.Task[None], *, quietly: bool = False) -> None:
+    """Cancel the beating task; raise what made it fail unless ``quietly``."""
+    task.cancel()
+    try:
+        await task
+    except asyncio.CancelledError:
+        pass
+    except Exception:
+        if not quietly:
+            raise

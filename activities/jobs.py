@@ -27,7 +27,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError
+from pydantic import BaseModel, Field, JsonValue, ValidationError
 from temporalio import activity
 from temporalio.client import Client, WithStartWorkflowOperation, WorkflowExecutionStatus
 from temporalio.common import WorkflowIDConflictPolicy
@@ -35,6 +35,7 @@ from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
 from activities.heartbeat import heartbeating
+from workflows.base import Frozen, describe_errors
 from workflows.jobs.ledger import JobLedgerWorkflow
 from workflows.jobs.models import (
     JobDefinition,
@@ -99,12 +100,8 @@ def job_activity(name: str) -> Callable[[JobFunction], JobActivity]:
                     next_retry_delay=exc.next_retry_delay,
                 ) from exc
             except ValidationError as exc:
-                problems = "; ".join(
-                    f"{'.'.join(str(p) for p in e['loc']) or 'params'}: {e['msg']}"
-                    for e in exc.errors()
-                )
                 raise ApplicationError(
-                    f"job {request.job_id}: invalid params: {problems}",
+                    f"job {request.job_id}: invalid params: {describe_errors(exc, root='params')}",
                     attempt,
                     type="JobParamsInvalid",
                     non_retryable=True,
@@ -209,11 +206,7 @@ async def send_run(client: Client, task_queue: str, run: JobRun) -> JobSummary:
 # --------------------------------------------------------------------------------------------
 
 
-class _Params(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class WorkspaceCleanupParams(_Params):
+class WorkspaceCleanupParams(Frozen):
     root: str = Field(min_length=1)
     """Directory holding one workspace per agent run, named by the run's workflow id."""
     retention_days: float = Field(7, gt=0)
@@ -393,7 +386,7 @@ class _SeenClosed(BaseModel):
         os.replace(temporary, root / SEEN_CLOSED_FILE)
 
 
-class HistoryCleanupParams(_Params):
+class HistoryCleanupParams(Frozen):
     retention_days: float = Field(90, gt=0)
     """Runs that ended longer ago than this are removed from every job ledger."""
 

@@ -117,7 +117,7 @@ async def _memory_per_waiting_run(
         for i in range(count)
     ]
     for handle in handles:
-        while (await handle.query(AgentWorkflow.state)).state != "WaitingForHuman":
+        while (await handle.query(AgentWorkflow.state)).state is not State.WAITING_FOR_HUMAN:
             await asyncio.sleep(0.05)
     grown = _rss_kib() - before
     for handle in handles:

@@ -16,7 +16,8 @@ from activities.errors import (
     ModelResponseError,
 )
 from activities.model.activity import ModelActivities, ProviderSettings, http_client
-from activities.model.openai_chat import parse_response, retry_after_seconds
+from activities.model.http_errors import retry_after_seconds
+from activities.model.openai_chat import parse_response
 from tests.conftest import Harness, free_port
 from treadle.scripted_model import ScriptedModelServer
 from workflows.agent.models import AgentResult, ChatMessage, ModelRequest, RunStatus, ToolCall

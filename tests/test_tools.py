@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 from temporalio.testing import ActivityEnvironment
 
+from activities import heartbeat
 from activities.errors import WorkspaceEscapeError
-from activities.tools import builtin
 from activities.tools.builtin import ToolActivities, cap_output, command_environment, execute_tool
 from activities.tools.workspace import relative, resolve
 from workflows.agent.models import ToolCall, ToolPolicy, ToolRequest, ToolResult
@@ -587,7 +587,7 @@ async def test_run_command_heartbeats_while_waiting(
     workspace: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Inside an activity, a running command heartbeats so a dead worker is noticed early."""
-    monkeypatch.setattr(builtin, "HEARTBEAT_INTERVAL_SECONDS", 0.1)
+    monkeypatch.setattr(heartbeat, "DEFAULT_INTERVAL_SECONDS", 0.1)
     beats: list[Any] = []
     env = ActivityEnvironment()
     env.on_heartbeat = lambda *details: beats.append(details)
@@ -604,10 +604,10 @@ async def test_run_command_heartbeats_while_waiting(
 
 
 async def test_heartbeat_interval_follows_the_heartbeat_timeout(workspace: Path) -> None:
-    """With a 0.6 s heartbeat timeout a command heartbeats every 0.2 s, not every 2 s."""
+    """With a 1.5 s heartbeat timeout a command heartbeats every 0.5 s, not every 5 s."""
     beats: list[Any] = []
     env = ActivityEnvironment()
-    env.info = dataclasses.replace(env.info, heartbeat_timeout=timedelta(seconds=0.6))
+    env.info = dataclasses.replace(env.info, heartbeat_timeout=timedelta(seconds=1.5))
     env.on_heartbeat = lambda *details: beats.append(details)
     call = request(workspace, "run_command", json.dumps({"command": "sleep 1.5"}))
     result = await env.run(ToolActivities().run_tool, call.model_copy(update={"policy": COMMANDS}))
@@ -615,11 +615,33 @@ async def test_heartbeat_interval_follows_the_heartbeat_timeout(workspace: Path)
     assert len(beats) >= 3
 
 
+async def test_a_failing_block_wins_over_a_failing_heartbeat() -> None:
+    """heartbeating(): the block's own failure is what the activity raises, even when the
+    heartbeats failed too; a heartbeat failure after a block that succeeded is raised."""
+
+    def broken() -> str:
+        raise RuntimeError("heartbeat failed")
+
+    async def failing_block() -> None:
+        async with heartbeat.heartbeating(progress=broken):
+            await asyncio.sleep(0.05)
+            raise ValueError("the work failed")
+
+    async def quiet_block() -> None:
+        async with heartbeat.heartbeating(progress=broken):
+            await asyncio.sleep(0.05)
+
+    with pytest.raises(ValueError, match="the work failed"):
+        await ActivityEnvironment().run(failing_block)
+    with pytest.raises(RuntimeError, match="heartbeat failed"):
+        await ActivityEnvironment().run(quiet_block)
+
+
 async def test_cancelling_the_activity_kills_the_command(
     workspace: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Cancelling run_tool (activity cancellation) kills the command and its children."""
-    monkeypatch.setattr(builtin, "HEARTBEAT_INTERVAL_SECONDS", 0.1)
+    monkeypatch.setattr(heartbeat, "DEFAULT_INTERVAL_SECONDS", 0.1)
     command = (
         "python3 -c 'import pathlib, subprocess, sys, time; "
         'child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"]); '

@@ -27,21 +27,14 @@ from types import TracebackType
 from typing import IO, Annotated, Literal, Self
 
 import yaml  # type: ignore[import-untyped, unused-ignore]  # stubs come with the test extra
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    IPvAnyAddress,
-    JsonValue,
-    ValidationError,
-    model_validator,
-)
+from pydantic import Field, IPvAnyAddress, JsonValue, ValidationError, model_validator
 from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest, GetSystemInfoRequest
 from temporalio.client import Client
 from temporalio.common import SearchAttributeIndexedValueType
 from temporalio.service import RPCError
 
 from treadle import connection
+from workflows.base import Frozen
 
 __all__ = [
     "DevServer",
@@ -77,10 +70,8 @@ class DevServerError(Exception):
     """The dev server cannot be used or started; the message is one actionable line."""
 
 
-class DevServerConfig(BaseModel):
+class DevServerConfig(Frozen):
     """The settings in ``temporal-dev.yaml``."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     ip: IPvAnyAddress = IPv4Address("127.0.0.1")
     port: Port = 7233
@@ -88,8 +79,10 @@ class DevServerConfig(BaseModel):
     db_filename: Path = Path(".temporal/treadle-dev.sqlite")
     namespace: str = Field(default="default", min_length=1)
     log_level: Literal["debug", "info", "warn", "error", "never"] = "warn"
-    search_attributes: dict[SearchAttributeName, SearchAttributeTypeName] = {}
-    dynamic_config: dict[DynamicConfigKey, JsonValue] = {}
+    search_attributes: dict[SearchAttributeName, SearchAttributeTypeName] = Field(
+        default_factory=dict
+    )
+    dynamic_config: dict[DynamicConfigKey, JsonValue] = Field(default_factory=dict)
 
     @model_validator(mode="after")
     def _distinct_ports(self) -> Self:

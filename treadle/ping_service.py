@@ -53,6 +53,7 @@ from temporalio.common import RawValue
 from temporalio.contrib.workflow_streams import WorkflowStreamClient
 from temporalio.service import RPCError, RPCStatusCode
 
+from workflows.base import describe_errors
 from workflows.monitors.models import (
     EVENTS_TOPIC,
     MAX_OUTPUT_BYTES,
@@ -269,7 +270,7 @@ class MonitorService:
                 **fields,
             )
         except ValidationError as exc:
-            raise HttpError(400, _brief(exc)) from None
+            raise HttpError(400, describe_errors(exc)) from None
         handle = self._client.get_workflow_handle(monitor_workflow_id(slug))
         try:
             await handle.signal(MonitorWorkflow.checkin, signal, rpc_timeout=TEMPORAL_TIMEOUT)
@@ -703,9 +704,3 @@ def _ping_fields(status: CheckInStatus, request: Request) -> dict[str, Any]:
         status = CheckInStatus.ERROR
     fields["status"] = status
     return fields
-
-
-def _brief(exc: ValidationError) -> str:
-    return "; ".join(
-        f"{'.'.join(str(p) for p in err['loc']) or 'body'}: {err['msg']}" for err in exc.errors()
-    )

@@ -9,7 +9,7 @@ from __future__ import annotations
 import enum
 from datetime import datetime, timedelta
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import ValidationError
 from temporalio.client import (
     Client,
     Schedule,
@@ -26,6 +26,7 @@ from temporalio.client import (
 from temporalio.service import RPCError, RPCStatusCode
 
 from activities.jobs import JobRegistry
+from workflows.base import Frozen
 from workflows.jobs.models import JobDefinition, JobRunInput, Trigger, schedule_id
 from workflows.jobs.workflow import JobWorkflow
 
@@ -40,10 +41,6 @@ __all__ = [
     "deployed_job",
     "sync_schedules",
 ]
-
-
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
 
 OVERLAP = ScheduleOverlapPolicy.SKIP
@@ -100,14 +97,14 @@ class SyncAction(enum.StrEnum):
     """Temporal refused the schedule (or could not be asked); ``error`` says why."""
 
 
-class SyncOutcome(_Frozen):
+class SyncOutcome(Frozen):
     job_id: str
     schedule_id: str
     action: SyncAction
     error: str | None = None
 
 
-class DeployedJob(_Frozen):
+class DeployedJob(Frozen):
     """A job as its schedule runs it."""
 
     job: JobDefinition

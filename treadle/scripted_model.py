@@ -41,7 +41,9 @@ from types import FrameType, TracebackType
 from typing import Annotated, Any, Literal, Self
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import Field, ValidationError, model_validator
+
+from workflows.base import Frozen
 
 __all__ = [
     "DEMO_SCRIPT",
@@ -70,10 +72,8 @@ class ScriptError(ValueError):
     """A script that cannot be used: missing file, invalid JSON or bad shape (one-line message)."""
 
 
-class TurnToolCall(BaseModel):
+class TurnToolCall(Frozen):
     """One native tool call the scripted model makes."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     name: str = Field(min_length=1)
     """Tool (function) name."""
@@ -86,14 +86,12 @@ class TurnToolCall(BaseModel):
     """Tool call id; by default ``call_t<turn>_<i>`` (OpenAI) or ``toolu_t<turn>_<i>``."""
 
 
-class TurnError(BaseModel):
+class TurnError(Frozen):
     """A bad response returned instead of the turn's answer on one attempt.
 
     Usually an error status; a 200 with a ``body`` is a malformed success (a body that breaks
     the protocol), which a client should treat as a failed attempt too.
     """
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     status: int = Field(ge=200, le=599)
     """HTTP status code."""
@@ -103,10 +101,8 @@ class TurnError(BaseModel):
     """Extra response headers, e.g. ``{"Retry-After": "1"}``."""
 
 
-class TurnUsage(BaseModel):
+class TurnUsage(Frozen):
     """Token usage reported for a turn."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     prompt_tokens: int = Field(ge=0)
     completion_tokens: int = Field(ge=0)
@@ -123,10 +119,8 @@ class TurnUsage(BaseModel):
         return self
 
 
-class Turn(BaseModel):
+class Turn(Frozen):
     """One scripted assistant turn."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     content: str | None = None
     """Assistant text; alone it is a final answer (finish_reason "stop")."""
@@ -159,10 +153,8 @@ class Turn(BaseModel):
         return self
 
 
-class Script(BaseModel):
+class Script(Frozen):
     """Scripted turns per model name (the request's ``model`` field)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     models: dict[Annotated[str, Field(min_length=1)], Annotated[list[Turn], Field(min_length=1)]]
 

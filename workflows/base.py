@@ -23,17 +23,23 @@ class Mutable(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
 
-def describe_errors(exc: ValidationError, root: str = "body", limit: int | None = None) -> str:
+def describe_errors(
+    exc: ValidationError, root: str | None = "body", limit: int | None = None
+) -> str:
     """A validation error as one line: ``where: what`` per problem, ``;``-separated.
 
     ``root`` names the whole value when a problem has no location (a wrong top-level type);
-    ``limit`` keeps only the first problems, for one-line CLI errors.
+    ``None`` leaves such a problem bare. ``limit`` keeps only the first problems, for one-line
+    CLI errors. pydantic's ``Value error, `` prefix (a validator's own message) is dropped.
     """
-    problems = exc.errors()
+    problems = exc.errors(include_url=False)
     shown = problems if limit is None else problems[:limit]
-    text = "; ".join(
-        f"{'.'.join(str(part) for part in err['loc']) or root}: {err['msg']}" for err in shown
-    )
+    parts = []
+    for err in shown:
+        where = ".".join(str(part) for part in err["loc"]) or root
+        message = str(err["msg"]).removeprefix("Value error, ")
+        parts.append(f"{where}: {message}" if where else message)
+    text = "; ".join(parts)
     if limit is not None and len(problems) > limit:
         text += f" (and {len(problems) - limit} more)"
     return text

@@ -2,7 +2,8 @@
 
 Temporal owns retries: the shared ``httpx.AsyncClient`` makes exactly one attempt per activity
 attempt, so every attempt is visible in the event history, and errors are classified into
-retryable / non-retryable ``ApplicationError``s in one place (``activities.errors``).
+retryable / non-retryable ``ApplicationError``s in one place (``activities.errors``); HTTP
+failures are turned into those errors the same way for every protocol (``http_errors``).
 API keys are read from the worker's environment by ``ProviderSettings.from_env`` and never leave
 this process: not in activity inputs, results, errors or logs.
 """
@@ -18,14 +19,9 @@ from typing import Any, Protocol, cast
 import httpx
 from temporalio import activity
 
-from activities.errors import (
-    ModelConfigError,
-    ModelConnectionError,
-    ModelError,
-    ModelResponseError,
-)
+from activities.errors import ModelConfigError, ModelError, ModelResponseError
 from activities.heartbeat import heartbeating
-from activities.model import anthropic_messages, openai_chat
+from activities.model import anthropic_messages, http_errors, openai_chat
 from workflows.agent.models import ModelRequest, ModelResponse
 from workflows.agent.providers import PROVIDERS, ModelStringError, resolve
 
@@ -37,6 +33,7 @@ class WireProtocol(Protocol):
     def headers(self, api_key: str | None) -> dict[str, str]: ...
     def build_body(self, request: ModelRequest, model_name: str) -> dict[str, Any]: ...
     def parse_response(self, payload: Any, provider: str) -> ModelResponse: ...
+    def error_message(self, payload: Any) -> str | None: ...
 
 
 PROTOCOLS: Mapping[str, WireProtocol] = MappingProxyType(
@@ -138,14 +135,9 @@ class ModelActivities:
                 headers=protocol.headers(endpoint.api_key),
                 timeout=timeout,
             )
-        except httpx.TimeoutException as exc:
-            raise ModelConnectionError(f"{spec.name} timed out: {type(exc).__name__}") from exc
-        except httpx.TransportError as exc:
-            where = openai_chat.safe_url(url)
-            raise ModelConnectionError(
-                openai_chat.redact(f"{spec.name} unreachable at {where}: {exc}", secrets)
-            ) from exc
-        openai_chat.raise_for_status(response, spec.name, secrets)
+        except httpx.TransportError as exc:  # timeouts included
+            raise http_errors.connection_error(exc, spec.name, url, secrets) from exc
+        http_errors.raise_for_status(response, spec.name, protocol.error_message, secrets)
         try:
             payload = response.json()
         except ValueError as exc:

@@ -4,7 +4,9 @@ Pure translation between Treadle's provider-neutral messages and Anthropic's wir
 differences that matter: the system prompt is a top-level field, ``max_tokens`` is required,
 tool calls are ``tool_use`` blocks whose ``input`` is a JSON object, and their results travel
 back as ``tool_result`` blocks inside a *user* message (several results, and any note after
-them, share one user message so roles keep alternating).
+them, share one user message so roles keep alternating). Error bodies keep the message in
+``error.message``; the HTTP failures themselves are handled for every protocol by
+``http_errors``.
 """
 
 from __future__ import annotations
@@ -98,6 +100,15 @@ def build_body(request: ModelRequest, model_name: str) -> dict[str, Any]:
     if request.temperature is not None:
         body["temperature"] = min(request.temperature, 1.0)  # Anthropic's range is 0..1
     return body
+
+
+def error_message(payload: Any) -> str | None:
+    """The provider's message in an error body:
+    ``{"type": "error", "error": {"type": ..., "message": ...}}``."""
+    error = payload.get("error") if isinstance(payload, dict) else None
+    if isinstance(error, dict) and error.get("message"):
+        return str(error["message"])
+    return None
 
 
 def parse_response(payload: Any, provider: str) -> ModelResponse:

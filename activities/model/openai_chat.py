@@ -2,22 +2,17 @@
 
 Covers OpenAI itself and every compatible endpoint (Ollama, vLLM, llama.cpp's server, LM Studio,
 OpenRouter, and Treadle's scripted model server). Pure translation: builds the request body,
-parses the response body, and turns HTTP failures into typed ``ModelError``s.
+parses the response body, and says where an error body keeps the provider's message (the HTTP
+failures themselves are handled for every protocol by ``http_errors``).
 """
 
 from __future__ import annotations
 
 import json
 import math
-import re
-from collections.abc import Mapping
-from datetime import UTC, datetime
-from email.utils import parsedate_to_datetime
 from typing import Any
 
-import httpx
-
-from activities.errors import ModelHTTPError, ModelResponseError
+from activities.errors import ModelResponseError
 from workflows.agent.catalogue import TOOLS
 from workflows.agent.models import ChatMessage, ModelRequest, ModelResponse, TokenUsage, ToolCall
 
@@ -98,70 +93,15 @@ def _confidence(choice: dict[str, Any]) -> float | None:
     return math.exp(sum(values) / len(values))
 
 
-def retry_after_seconds(headers: Mapping[str, str], now: datetime | None = None) -> float | None:
-    """``Retry-After`` as seconds (a number, or an HTTP date); ``None`` when absent or garbled."""
-    value = headers.get("retry-after")
-    if not value:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        when = parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=UTC)
-    return max(0.0, (when - (now or datetime.now(UTC))).total_seconds())
-
-
-_KEY_LIKE = re.compile(r"\b(sk|key|token)-[A-Za-z0-9_*.-]{6,}", re.IGNORECASE)
-
-
-def redact(text: str, secrets: tuple[str, ...] = ()) -> str:
-    """Remove API keys from text bound for history: the worker's own, and anything key-shaped.
-
-    Providers echo keys in error messages (OpenAI's 401 shows a masked one; proxies may show
-    more), and those messages become activity failures recorded in the event history.
-    """
-    for secret in secrets:
-        if secret:
-            text = text.replace(secret, "[redacted]")
-    return _KEY_LIKE.sub("[redacted]", text)
-
-
-def safe_url(url: str) -> str:
-    """The URL without user info or query, fit for error messages."""
-    parsed = httpx.URL(url)
-    return str(parsed.copy_with(username=None, password=None, query=None, fragment=None))
-
-
-def _provider_error_text(response: httpx.Response) -> str:
-    try:
-        payload = response.json()
-    except ValueError:
-        return response.text.strip()[:500] or response.reason_phrase
-    if isinstance(payload, dict):
-        error = payload.get("error")
-        if isinstance(error, dict) and error.get("message"):
-            return str(error["message"])[:500]
-        if isinstance(error, str):
-            return error[:500]
-    return response.text.strip()[:500]
-
-
-def raise_for_status(
-    response: httpx.Response, provider: str, secrets: tuple[str, ...] = ()
-) -> None:
-    if response.is_success:
-        return
-    text = redact(_provider_error_text(response), secrets)
-    raise ModelHTTPError(
-        f"{provider} returned HTTP {response.status_code}: {text}",
-        status=response.status_code,
-        retry_after=retry_after_seconds(response.headers),
-    )
+def error_message(payload: Any) -> str | None:
+    """The provider's message in an error body: ``{"error": {"message": ...}}``, or the
+    ``{"error": "..."}`` some compatible servers send."""
+    error = payload.get("error") if isinstance(payload, dict) else None
+    if isinstance(error, dict) and error.get("message"):
+        return str(error["message"])
+    if isinstance(error, str):
+        return error
+    return None
 
 
 def parse_response(payload: Any, provider: str) -> ModelResponse:

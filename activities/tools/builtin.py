@@ -41,6 +41,7 @@ from typing import Any
 from temporalio import activity
 
 from activities.errors import ToolError, WorkspaceEscapeError
+from activities.heartbeat import heartbeating
 from activities.tools.workspace import is_inside, relative, resolve, workspace_root
 from workflows.agent.catalogue import (
     EditFileArgs,
@@ -79,10 +80,6 @@ SEARCH_LINE_CHARS = 300
 """A matching line longer than this (minified code) is shortened in search results."""
 SEARCH_SKIP_DIRS = frozenset({".git", ".hg", ".svn", "__pycache__", "node_modules", ".venv"})
 """Directories search_files does not descend into: metadata and installed dependencies."""
-HEARTBEAT_INTERVAL_SECONDS = 2.0
-"""How often a running command heartbeats when the activity has no heartbeat timeout."""
-MIN_HEARTBEAT_INTERVAL_SECONDS = 0.2
-"""The shortest heartbeat interval, however short the heartbeat timeout."""
 OUTPUT_DRAIN_GRACE_SECONDS = 2.0
 """After a command ends, how long to wait for its output pipe to close."""
 
@@ -531,8 +528,16 @@ async def run_command(workspace: Path, args: RunCommandArgs, policy: ToolPolicy)
     except OSError as exc:
         raise ToolError(f"program {program!r} could not be started: {exc.strerror}") from exc
 
+    started = loop.time()
+
+    def running_for() -> str:
+        return f"{program} running for {loop.time() - started:.0f}s"
+
     try:
-        finished = await _wait_with_heartbeats(protocol.exited, timeout, program)
+        # Heartbeats let Temporal notice a dead worker long before the tool timeout.
+        async with heartbeating(progress=running_for):
+            done, _ = await asyncio.wait({protocol.exited}, timeout=timeout)
+        finished = bool(done)
     finally:
         # Also on cancellation and after a normal exit: no child a command started outlives it.
         _kill_group(transport.get_pid())
@@ -594,33 +599,6 @@ def _check_arguments(root: Path, arguments: list[str]) -> None:
                     f"argument {argument!r} leads outside the workspace through a symbolic "
                     "link; commands may only use paths inside the workspace"
                 ) from None
-
-
-def _heartbeat_interval() -> float:
-    """A third of the activity's heartbeat timeout, so one late beat does not fail the attempt."""
-    if not activity.in_activity():
-        return HEARTBEAT_INTERVAL_SECONDS
-    heartbeat_timeout = activity.info().heartbeat_timeout
-    if not heartbeat_timeout:
-        return HEARTBEAT_INTERVAL_SECONDS
-    return max(MIN_HEARTBEAT_INTERVAL_SECONDS, heartbeat_timeout.total_seconds() / 3)
-
-
-async def _wait_with_heartbeats(exited: asyncio.Future[None], timeout: float, program: str) -> bool:
-    """Wait for the process to exit; ``False`` if ``timeout`` seconds pass first."""
-    loop = asyncio.get_running_loop()
-    interval = _heartbeat_interval()
-    started = loop.time()
-    while True:
-        remaining = started + timeout - loop.time()
-        if remaining <= 0:
-            return False
-        done, _ = await asyncio.wait({exited}, timeout=min(interval, remaining))
-        if done:
-            return True
-        # Heartbeats let Temporal notice a dead worker long before the tool timeout.
-        if activity.in_activity():
-            activity.heartbeat(f"{program} running for {loop.time() - started:.0f}s")
 
 
 def _kill_group(pid: int) -> None:

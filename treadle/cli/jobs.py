@@ -16,12 +16,12 @@ import asyncio
 import json
 import sys
 import uuid
-from collections.abc import Collection, Sequence
+from collections.abc import Collection
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import ValidationError
 from temporalio.client import (
     Client,
     WorkflowFailureError,
@@ -32,6 +32,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from activities.jobs import JobRegistry, builtin_jobs
 from treadle.cli.exits import UsageError
+from treadle.cli.tables import table
 from treadle.schedules import (
     DISABLED_NOTE,
     DeployedJob,
@@ -39,6 +40,7 @@ from treadle.schedules import (
     deployed_job,
     sync_schedules,
 )
+from workflows.base import Frozen
 from workflows.jobs.ledger import SUMMARY_MEMO, JobLedgerWorkflow
 from workflows.jobs.models import (
     SCHEDULE_PREFIX,
@@ -67,16 +69,12 @@ __all__ = [
 QUERY_TIMEOUT = timedelta(seconds=10)
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
 # --------------------------------------------------------------------------------------------
 # Listing, history, triggering
 # --------------------------------------------------------------------------------------------
 
 
-class JobListing(_Frozen):
+class JobListing(Frozen):
     """One row of `jobs list`."""
 
     id: str
@@ -93,7 +91,7 @@ class JobListing(_Frozen):
     consecutive_failures: int = 0
 
 
-class JobList(_Frozen):
+class JobList(Frozen):
     jobs: tuple[JobListing, ...]
     overall_health: Health
 
@@ -222,13 +220,6 @@ def _time(value: datetime | None) -> str:
     return value.strftime("%Y-%m-%d %H:%M:%SZ") if value is not None else "-"
 
 
-def _table(rows: Sequence[Sequence[str]]) -> str:
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    return "\n".join(
-        "  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip() for row in rows
-    )
-
-
 def _metadata_text(run: JobRun, limit: int = 80) -> str:
     if run.error:
         text = run.error.replace("\n", " ")
@@ -248,7 +239,7 @@ def format_list(listing: JobList) -> str:
         if job.consecutive_failures:
             health += f" ({job.consecutive_failures} failed in a row)"
         rows.append((job.id, job.schedule, job.state, _time(job.next_run), last, health))
-    return f"{_table(rows)}\noverall health: {listing.overall_health}"
+    return f"{table(rows)}\noverall health: {listing.overall_health}"
 
 
 def format_history(history: JobHistory) -> str:
@@ -273,7 +264,7 @@ def format_history(history: JobHistory) -> str:
                 _metadata_text(run),
             )
         )
-    return f"{head}\n{_table(rows)}"
+    return f"{head}\n{table(rows)}"
 
 
 def format_run(run: JobRun) -> str:

@@ -20,11 +20,10 @@ import asyncio
 import json
 import secrets
 import signal
-from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ValidationError
 from temporalio.client import (
     Client,
     WorkflowExecution,
@@ -37,8 +36,10 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from treadle.cli.exits import UsageError
+from treadle.cli.tables import table
 from treadle.ping_service import DEFAULT_PORT, MonitorService, running_monitors_query
 from workflows import cron
+from workflows.base import Frozen, describe_errors
 from workflows.monitors.models import (
     MEMO_NAME,
     MEMO_SCHEDULE,
@@ -50,6 +51,7 @@ from workflows.monitors.models import (
     CheckInStatus,
     CronSchedule,
     DeleteRequest,
+    Health,
     IntervalSchedule,
     MonitorConfig,
     MonitorInput,
@@ -179,18 +181,18 @@ async def cmd_list(client: Client, args: argparse.Namespace) -> int:
             running_monitors_query(args.task_queue), rpc_timeout=ANSWER_TIMEOUT
         )
     ]
-    rows = sorted(
+    listings = sorted(
         await asyncio.gather(*(_listing(client, e) for e in executions)), key=lambda r: r.slug
     )
     if args.json:
-        _print_json([r.model_dump(mode="json") for r in rows])
+        _print_json([r.model_dump(mode="json") for r in listings])
         return 0
-    if not rows:
+    if not listings:
         print(f"No monitors on task queue {args.task_queue!r}.")
         return 0
-    table = [("SLUG", "NAME", "SCHEDULE", "STATUS", "HEALTH", "FAILS", "NEXT EXPECTED", "LAST")]
-    for r in rows:
-        table.append(
+    rows = [("SLUG", "NAME", "SCHEDULE", "STATUS", "HEALTH", "FAILS", "NEXT EXPECTED", "LAST")]
+    for r in listings:
+        rows.append(
             (
                 r.slug,
                 r.name,
@@ -202,7 +204,7 @@ async def cmd_list(client: Client, args: argparse.Namespace) -> int:
                 _when(r.last_checkin_at),
             )
         )
-    print(_table(table))
+    print(table(rows, strip="end"))
     return 0
 
 
@@ -310,18 +312,16 @@ async def cmd_serve(client: Client, args: argparse.Namespace) -> int:
 # --------------------------------------------------------------------------------------------
 
 
-class MonitorListing(BaseModel):
+class MonitorListing(Frozen):
     """One row of `monitors list`; the status fields are empty when the monitor did not answer
     (no worker polls its task queue)."""
-
-    model_config = ConfigDict(frozen=True)
 
     slug: str
     name: str
     schedule: str
     answered: bool
     status: MonitorStatus | None = None
-    health: str | None = None
+    health: Health | None = None
     next_expected: datetime | None = None
     last_checkin_at: datetime | None = None
     consecutive_failures: int | None = None
@@ -422,7 +422,7 @@ async def _listing(client: Client, execution: WorkflowExecution) -> MonitorListi
         schedule=view.schedule_text,
         answered=True,
         status=view.status,
-        health=view.health.value,
+        health=view.health,
         next_expected=view.next_expected,
         last_checkin_at=view.last_checkin_at,
         consecutive_failures=view.consecutive_failures,
@@ -473,13 +473,13 @@ def format_view(view: MonitorView) -> str:
                 "-" if w.uptime_percent is None else f"{w.uptime_percent:g}%",
             )
         )
-    lines += ["", _table(stats)]
+    lines += ["", table(stats, strip="end")]
     if view.recent:
         rows: list[tuple[str, ...]] = [
             ("ID", "STATUS", "SOURCE", "AT", "DURATION", "EXIT", "OUTPUT"),
             *(_checkin_row(c) for c in view.recent),
         ]
-        lines += ["", _table(rows)]
+        lines += ["", table(rows, strip="end")]
     for refusal in view.refusals[-5:]:
         lines.append(f"refused {_when(refusal.at)}: {refusal.reason}")
     return "\n".join(lines)
@@ -498,14 +498,6 @@ def _checkin_row(c: CheckIn) -> tuple[str, ...]:
         "-" if c.exit_code is None else str(c.exit_code),
         output,
     )
-
-
-def _table(rows: Sequence[tuple[str, ...]]) -> str:
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
-    return "\n".join(
-        "  ".join(cell.ljust(widths[i]) for i, cell in enumerate(r[:-1])) + "  " + r[-1]
-        for r in rows
-    ).rstrip()
 
 
 def _when(moment: datetime | None, schedule: CronSchedule | IntervalSchedule | None = None) -> str:
@@ -535,10 +527,7 @@ def _print_json(value: Any) -> None:
 
 def _brief(exc: Exception) -> str:
     if isinstance(exc, ValidationError):
-        err = exc.errors()[0]
-        message = str(err["msg"]).removeprefix("Value error, ")
-        where = ".".join(str(p) for p in err["loc"])
-        return f"{where}: {message}" if where else message
+        return describe_errors(exc, root=None, limit=1)
     return str(exc)
 
 

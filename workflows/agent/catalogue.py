@@ -14,13 +14,13 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import Field, ValidationError
+
+from workflows.base import Frozen, describe_errors
 
 
-class ToolArgs(BaseModel):
+class ToolArgs(Frozen):
     """Base of every argument schema: unknown keys are an error, not silently dropped."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 class ReadFileArgs(ToolArgs):
@@ -176,10 +176,7 @@ def parse_arguments(tool: str, arguments: str | Mapping[str, Any]) -> ToolArgs:
     try:
         return spec.args.model_validate(decoded)
     except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in err['loc']) or '(arguments)'}: {err['msg']}"
-            for err in exc.errors()
-        )
+        problems = describe_errors(exc, root="(arguments)")
         raise ToolArgumentsError(
             f"arguments for {tool} do not match its schema: {problems}"
         ) from exc

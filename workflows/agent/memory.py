@@ -36,7 +36,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, PrivateAttr
+from pydantic import Field, PrivateAttr
 from temporalio.exceptions import ApplicationError
 
 from workflows.agent.models import (
@@ -49,6 +49,7 @@ from workflows.agent.models import (
     Turn,
 )
 from workflows.agent.state_machine import State
+from workflows.base import Mutable
 
 S = State
 
@@ -112,10 +113,8 @@ def _is_clear(value: Any) -> bool:
     return value is None or value == () or value == 0
 
 
-class AgentMemory(BaseModel):
+class AgentMemory(Mutable):
     """The whole world-state of one run; one model so continue-as-new can carry it later."""
-
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
     task: str
     task_type: str = "default"
@@ -137,7 +136,7 @@ class AgentMemory(BaseModel):
     pending_guidance: str | None = None
     """Why a stuck run waits for a human (recovery strategy ask_human)."""
     human_guidance: GuideSignal | None = None
-    usage_by_model: dict[str, TokenUsage] = {}
+    usage_by_model: dict[str, TokenUsage] = Field(default_factory=dict)
 
     _state: State = PrivateAttr(default=State.IDLE)
 

@@ -12,22 +12,16 @@ import enum
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from workflows.agent.catalogue import TOOLS
 from workflows.agent.progress import ProgressConfig, ProgressSummary
 from workflows.agent.providers import ModelStringError, resolve
+from workflows.agent.state_machine import State
+from workflows.base import Frozen
 
 TASK_QUEUE = "treadle-agent"
 """The task queue ``worker.py`` polls and ``starter.py`` starts runs on."""
-
-
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class _Mutable(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
 
 # --------------------------------------------------------------------------------------------
@@ -50,7 +44,7 @@ def _check_model(value: str) -> str:
     return value
 
 
-class Price(_Frozen):
+class Price(Frozen):
     """US dollars per million tokens."""
 
     prompt: float = Field(ge=0)
@@ -59,7 +53,7 @@ class Price(_Frozen):
     """Price of prompt tokens served from the provider's cache; ``prompt`` when unset."""
 
 
-class AgentConfig(_Frozen):
+class AgentConfig(Frozen):
     """Limits and policies of one run. Validated once, when the run is started."""
 
     max_steps: int = Field(20, ge=1, le=100_000)
@@ -159,7 +153,7 @@ class AgentConfig(_Frozen):
         return value
 
 
-class AgentInput(_Frozen):
+class AgentInput(Frozen):
     """What a run is asked to do. Carries no secrets: keys live in the worker's environment."""
 
     task: str = Field(min_length=1, max_length=100_000)
@@ -182,7 +176,7 @@ class AgentInput(_Frozen):
 # --------------------------------------------------------------------------------------------
 
 
-class ToolCall(_Frozen):
+class ToolCall(Frozen):
     """One tool call as the model asked for it. ``arguments`` is the raw JSON text it sent."""
 
     id: str
@@ -190,7 +184,7 @@ class ToolCall(_Frozen):
     arguments: str = "{}"
 
 
-class ToolOutcome(_Frozen):
+class ToolOutcome(Frozen):
     """What one tool call produced: an observation the model sees on its next turn."""
 
     call: ToolCall
@@ -200,7 +194,7 @@ class ToolOutcome(_Frozen):
     content_hashes: dict[str, str] = Field(default_factory=dict)
 
 
-class Turn(_Frozen):
+class Turn(Frozen):
     """One completed planning step: what the model said and what its tool calls produced."""
 
     step: int
@@ -210,7 +204,7 @@ class Turn(_Frozen):
     """Feedback from the loop itself (answer too short, blacklisted tool), sent as a user turn."""
 
 
-class TokenUsage(_Frozen):
+class TokenUsage(Frozen):
     prompt_tokens: int = 0
     completion_tokens: int = 0
     total_tokens: int = 0
@@ -225,17 +219,18 @@ class TokenUsage(_Frozen):
         )
 
 
-class TraceEntry(_Frozen):
+class TraceEntry(Frozen):
     """One line of the append-only trace. ``timestamp`` comes from ``workflow.now()``."""
 
     step: int
-    state: str
+    state: State
     event: str
+    """A transition's ``Event`` value, or a note's name (``Feedback``, ``SignalRefused``...)."""
     data: str = ""
     timestamp: datetime
 
 
-class Trace(_Frozen):
+class Trace(Frozen):
     entries: tuple[TraceEntry, ...] = ()
 
 
@@ -245,7 +240,7 @@ class ApprovalDecision(enum.StrEnum):
     MODIFIED = "modified"
 
 
-class PendingApproval(_Frozen):
+class PendingApproval(Frozen):
     """A tool call waiting for a human. ``arguments`` is the parsed, schema-valid argument set."""
 
     call_id: str
@@ -265,10 +260,10 @@ class RunStatus(enum.StrEnum):
     """Stopped on purpose: stuck beyond recovery, or a human said halt."""
 
 
-class AgentStatus(_Frozen):
+class AgentStatus(Frozen):
     """Answer of the ``state`` query."""
 
-    state: str
+    state: State
     step: int
     max_steps: int
     model: str
@@ -288,7 +283,7 @@ class AgentStatus(_Frozen):
     """Why the run is recovering or waiting for guidance, when it is."""
 
 
-class AgentResult(_Frozen):
+class AgentResult(Frozen):
     """Output of a run. ``status`` is ``done`` only when the model gave a final answer."""
 
     status: RunStatus
@@ -304,27 +299,27 @@ class AgentResult(_Frozen):
 # --------------------------------------------------------------------------------------------
 
 
-class ApproveSignal(_Frozen):
+class ApproveSignal(Frozen):
     """``{"call_id": "..."}``; ``call_id`` may be left out when exactly one call is pending."""
 
     call_id: str | None = None
 
 
-class RejectSignal(_Frozen):
+class RejectSignal(Frozen):
     """``{"call_id": "...", "reason": "..."}``; the reason is the model's next observation."""
 
     call_id: str | None = None
     reason: str = Field(min_length=1)
 
 
-class ModifySignal(_Frozen):
+class ModifySignal(Frozen):
     """``{"call_id": "...", "arguments": {...}}``; arguments must pass the tool's schema."""
 
     call_id: str | None = None
     arguments: dict[str, Any]
 
 
-class GuideSignal(_Frozen):
+class GuideSignal(Frozen):
     """``{"guidance": "..."}`` to continue a stuck run with advice for the model, or
     ``{"halt": true, "reason": "..."}`` to stop it."""
 
@@ -339,7 +334,7 @@ class GuideSignal(_Frozen):
         return self
 
 
-class Decision(_Frozen):
+class Decision(Frozen):
     """Input of the ``decide`` update: one signal body plus which action it is."""
 
     action: Literal["approve", "reject", "modify", "guide"]
@@ -359,7 +354,7 @@ class Decision(_Frozen):
 # --------------------------------------------------------------------------------------------
 
 
-class ChatMessage(_Frozen):
+class ChatMessage(Frozen):
     """Provider-neutral chat message; each provider module maps it to its wire format."""
 
     role: Literal["system", "user", "assistant", "tool"]
@@ -368,7 +363,7 @@ class ChatMessage(_Frozen):
     tool_call_id: str | None = None
 
 
-class ModelRequest(_Frozen):
+class ModelRequest(Frozen):
     """Input of ``call_model``. Tools go by name; the activity builds their JSON schemas."""
 
     model: str
@@ -380,7 +375,7 @@ class ModelRequest(_Frozen):
     """Ask for token log-probabilities (for the confidence check), where the protocol has them."""
 
 
-class ModelResponse(_Frozen):
+class ModelResponse(Frozen):
     content: str | None = None
     tool_calls: tuple[ToolCall, ...] = ()
     usage: TokenUsage = TokenUsage()
@@ -390,7 +385,7 @@ class ModelResponse(_Frozen):
     """exp(mean token log-probability) when the endpoint returned log-probabilities."""
 
 
-class ToolPolicy(_Frozen):
+class ToolPolicy(Frozen):
     """The part of the run's config a tool activity needs."""
 
     allow_run_command: bool = False
@@ -399,7 +394,7 @@ class ToolPolicy(_Frozen):
     max_output_chars: int = 12_000
 
 
-class ToolRequest(_Frozen):
+class ToolRequest(Frozen):
     """Input of ``run_tool``: one already schema-checked call, its workspace and policy."""
 
     call: ToolCall
@@ -407,7 +402,7 @@ class ToolRequest(_Frozen):
     policy: ToolPolicy = ToolPolicy()
 
 
-class ToolResult(_Frozen):
+class ToolResult(Frozen):
     """``success=False`` carries an ``ERROR: ...`` output: tool failures are data."""
 
     success: bool

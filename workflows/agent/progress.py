@@ -35,6 +35,8 @@ from typing import Self, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from workflows.base import Frozen
+
 __all__ = [
     "ActionKind",
     "ActionRecord",
@@ -57,11 +59,7 @@ class PhaseOrderError(ValueError):
     """A phase was started with a number not greater than the phase before it."""
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class ProgressConfig(_Frozen):
+class ProgressConfig(Frozen):
     """Thresholds for stuck detection (defaults from Nexora)."""
 
     stuck_threshold: int = Field(3, ge=2, le=100)
@@ -112,7 +110,7 @@ class ActionKind(enum.StrEnum):
     TEST = "test"
 
 
-class ActionRecord(_Frozen):
+class ActionRecord(Frozen):
     """One tool call or test result, as the windowed rules see it."""
 
     kind: ActionKind
@@ -125,7 +123,7 @@ class ActionRecord(_Frozen):
     error_hash: str | None = None
 
 
-class ErrorRecord(_Frozen):
+class ErrorRecord(Frozen):
     tool: str
     target: str
     error_hash: str
@@ -133,7 +131,7 @@ class ErrorRecord(_Frozen):
     """The error, shortened to about 120 characters."""
 
 
-class TestRecord(_Frozen):
+class TestRecord(Frozen):
     __test__ = False  # not a pytest test class, despite the name
 
     command: str
@@ -143,7 +141,7 @@ class TestRecord(_Frozen):
     phase: int | None
 
 
-class PhaseRecord(_Frozen):
+class PhaseRecord(Frozen):
     """A completed phase."""
 
     number: int
@@ -161,7 +159,7 @@ class PhaseRecord(_Frozen):
     success: bool
 
 
-class ProgressSummary(_Frozen):
+class ProgressSummary(Frozen):
     """Total progress, for ``status`` and the periodic ``agent.progress`` log event."""
 
     phases_completed: int

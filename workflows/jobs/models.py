@@ -15,16 +15,9 @@ import json
 from collections.abc import Iterable
 from typing import Self
 
-from pydantic import (
-    AwareDatetime,
-    BaseModel,
-    ConfigDict,
-    Field,
-    JsonValue,
-    field_validator,
-    model_validator,
-)
+from pydantic import AwareDatetime, Field, JsonValue, field_validator, model_validator
 
+from workflows.base import Frozen, Mutable
 from workflows.cron import FIELDS as CRON_FIELDS
 from workflows.cron import check_cron
 
@@ -48,14 +41,6 @@ def schedule_id(job_id: str) -> str:
 def ledger_id(job_id: str) -> str:
     """The workflow that holds the job's run history: ``job-ledger-<id>``."""
     return f"{LEDGER_PREFIX}{job_id}"
-
-
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class _Mutable(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
 
 class Trigger(enum.StrEnum):
@@ -112,7 +97,7 @@ def worst(healths: Iterable[Health]) -> Health:
 # --------------------------------------------------------------------------------------------
 
 
-class JobDefinition(_Frozen):
+class JobDefinition(Frozen):
     """What runs, when, and how it is retried. Travels whole in the schedule's action."""
 
     id: str = Field(pattern=JOB_ID_PATTERN)
@@ -203,14 +188,14 @@ def format_seconds(seconds: float) -> str:
     return f"{seconds:g}s"
 
 
-class JobRunInput(_Frozen):
+class JobRunInput(Frozen):
     """Input of ``JobWorkflow``: the job as deployed, and who started this run."""
 
     job: JobDefinition
     trigger: Trigger = Trigger.SCHEDULE
 
 
-class JobRequest(_Frozen):
+class JobRequest(Frozen):
     """Input of a job's activity."""
 
     job_id: str
@@ -220,14 +205,14 @@ class JobRequest(_Frozen):
     params: dict[str, JsonValue] = Field(default_factory=dict)
 
 
-class JobOutput(_Frozen):
+class JobOutput(Frozen):
     """What a job's activity returns: the job's metadata and the attempt that produced it."""
 
     metadata: dict[str, JsonValue] = Field(default_factory=dict)
     attempt: int = Field(ge=1)
 
 
-class JobRun(_Frozen):
+class JobRun(Frozen):
     """One run of a job, as its ledger keeps it (first while running, then once finished)."""
 
     run_id: str
@@ -262,7 +247,7 @@ def bounded_error(text: str) -> str:
 # --------------------------------------------------------------------------------------------
 
 
-class JobSummary(_Frozen):
+class JobSummary(Frozen):
     """A job's health and last run: the ledger's ``summary`` query and its memo."""
 
     job_id: str
@@ -273,29 +258,29 @@ class JobSummary(_Frozen):
     last_run: JobRun | None = None
 
 
-class HistoryRequest(_Frozen):
+class HistoryRequest(Frozen):
     limit: int | None = Field(None, ge=1)
     """Newest runs to return; all the ledger keeps when unset."""
 
 
-class JobHistory(_Frozen):
+class JobHistory(Frozen):
     summary: JobSummary
     runs: tuple[JobRun, ...] = ()
     """Newest first."""
 
 
-class PruneRequest(_Frozen):
+class PruneRequest(Frozen):
     before: AwareDatetime
     """Finished runs that ended before this (and runs still marked running that started before
     it, whose workflow was terminated) are removed."""
 
 
-class PruneResult(_Frozen):
+class PruneResult(Frozen):
     removed: int
     kept: int
 
 
-class LedgerState(_Mutable):
+class LedgerState(Mutable):
     """The whole state of one job's ledger; ``JobLedgerWorkflow`` continues-as-new with it."""
 
     job_id: str

@@ -22,6 +22,7 @@ from temporalio.exceptions import (
     is_cancelled_exception,
 )
 
+from workflows.base import failure_message
 from workflows.jobs.ledger import JobLedgerWorkflow
 from workflows.jobs.models import (
     JobDefinition,
@@ -109,9 +110,8 @@ class JobWorkflow:
         # final record is written whatever arrives meanwhile (see _record_final).
         if failure is not None:
             attempts = _attempts(failure, job)
-            failed = self._finish(
-                run, JobRunStatus.FAILED, attempts=attempts, error=_failure_message(failure)
-            )
+            error = bounded_error(failure_message(failure))
+            failed = self._finish(run, JobRunStatus.FAILED, attempts=attempts, error=error)
             await self._record_final(failed)
             # Failing the workflow (not the task) makes the run red in the Web UI, and the
             # record travels in the details for `jobs trigger --wait`.
@@ -178,19 +178,6 @@ def _attempts(exc: ActivityError, job: JobDefinition) -> int | None:
         beat = cause.last_heartbeat_details[0]
         return beat if isinstance(beat, int) else None
     return None
-
-
-def _failure_message(exc: ActivityError) -> str:
-    """The job's own message; for a timeout, which timeout; else the raw cause."""
-    cause = exc.cause
-    if isinstance(cause, ApplicationError):
-        text = cause.message
-    elif isinstance(cause, TimeoutError):
-        kind = cause.type.name.lower().replace("_", "-") if cause.type else "activity"
-        text = f"{kind} timeout"
-    else:
-        text = str(cause or exc)
-    return bounded_error(text)
 
 
 WORKFLOWS: list[type[Any]] = [JobWorkflow, JobLedgerWorkflow]

@@ -16,17 +16,11 @@ import re
 from datetime import datetime, timedelta
 from typing import Annotated, Any, Literal
 
-from pydantic import (
-    AwareDatetime,
-    BaseModel,
-    ConfigDict,
-    Field,
-    field_validator,
-    model_validator,
-)
+from pydantic import AwareDatetime, Field, field_validator, model_validator
 from temporalio.contrib.workflow_streams import WorkflowStreamState
 
 from workflows import cron
+from workflows.base import Frozen, Mutable
 
 MONITOR_ID_PREFIX = "monitor-"
 # Whole-string patterns: test with ``fullmatch`` (``match`` with ``$`` would let a trailing
@@ -55,14 +49,6 @@ EVENTS_TOPIC = "events"
 MEMO_PING_KEY_DIGEST = "ping_key_sha256"
 MEMO_NAME = "name"
 MEMO_SCHEDULE = "schedule"
-
-
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class _Mutable(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
 
 # --------------------------------------------------------------------------------------------
@@ -129,7 +115,7 @@ class Health(enum.StrEnum):
     TIMEOUT = "timeout"
 
 
-class CronSchedule(_Frozen):
+class CronSchedule(Frozen):
     """A 5-field cron expression, matched against the wall clock of an IANA time zone."""
 
     kind: Literal["cron"] = "cron"
@@ -155,7 +141,7 @@ class CronSchedule(_Frozen):
         return f"cron '{self.expression}' ({self.timezone})"
 
 
-class IntervalSchedule(_Frozen):
+class IntervalSchedule(Frozen):
     """A run every ``minutes``, counted from the previous run."""
 
     kind: Literal["interval"] = "interval"
@@ -172,7 +158,7 @@ class IntervalSchedule(_Frozen):
 Schedule = Annotated[CronSchedule | IntervalSchedule, Field(discriminator="kind")]
 
 
-class MonitorConfig(_Frozen):
+class MonitorConfig(Frozen):
     """What a monitor watches for. Fixed when it is created."""
 
     slug: str
@@ -240,7 +226,6 @@ class CheckInStatus(enum.StrEnum):
 
 
 REPORTED_STATUSES = (CheckInStatus.IN_PROGRESS, CheckInStatus.OK, CheckInStatus.ERROR)
-FAILED_STATUSES = (CheckInStatus.ERROR, CheckInStatus.MISSED, CheckInStatus.TIMEOUT)
 
 
 class CheckInSource(enum.StrEnum):
@@ -254,7 +239,7 @@ class CheckInSource(enum.StrEnum):
     """The monitor itself (missed, timeout)."""
 
 
-class CheckIn(_Frozen):
+class CheckIn(Frozen):
     """One run as the monitor knows it. An in-progress check-in is completed in place by the
     next ok or error (or becomes a timeout), so a run is one record with start and finish."""
 
@@ -277,7 +262,7 @@ class CheckIn(_Frozen):
         return self.finished_at or self.created_at
 
 
-class CheckInSignal(_Frozen):
+class CheckInSignal(Frozen):
     """Body of the ``checkin`` signal: what the monitored job reports.
 
     ``{"status": "ok"}`` is enough; ``temporal workflow signal --name checkin --input '{...}'``
@@ -322,7 +307,7 @@ class CheckInSignal(_Frozen):
         return self
 
 
-class Refusal(_Frozen):
+class Refusal(Frozen):
     """A check-in the monitor did not accept, and why (bad body, wrong key, disabled)."""
 
     at: AwareDatetime
@@ -331,7 +316,7 @@ class Refusal(_Frozen):
     """The start of what was sent, for debugging (never the ping key)."""
 
 
-class HourCounts(_Frozen):
+class HourCounts(Frozen):
     """Results completed within one UTC hour."""
 
     hour: AwareDatetime
@@ -341,7 +326,7 @@ class HourCounts(_Frozen):
     timeout: int = 0
 
 
-class WindowStats(_Frozen):
+class WindowStats(Frozen):
     """Results in one window: counts exact by the hour, durations from the kept check-ins."""
 
     window: Literal["day", "week", "month"]
@@ -355,7 +340,7 @@ class WindowStats(_Frozen):
     """ok / (ok + error + missed + timeout); none without results."""
 
 
-class MonitorStats(_Frozen):
+class MonitorStats(Frozen):
     day: WindowStats
     week: WindowStats
     month: WindowStats
@@ -366,7 +351,7 @@ class MonitorStats(_Frozen):
 # --------------------------------------------------------------------------------------------
 
 
-class MonitorState(_Mutable):
+class MonitorState(Mutable):
     """Everything a monitor knows; carried whole through continue-as-new."""
 
     config: MonitorConfig
@@ -393,7 +378,7 @@ class MonitorState(_Mutable):
     refused_total: int = 0
 
 
-class MonitorInput(_Frozen):
+class MonitorInput(Frozen):
     """Start (``state`` empty) or continue (``state`` carried) a monitor."""
 
     config: MonitorConfig
@@ -404,7 +389,7 @@ class MonitorInput(_Frozen):
     """History length at which the monitor starts a fresh run (Temporal's hard limit is 51,200)."""
 
 
-class ViewRequest(_Frozen):
+class ViewRequest(Frozen):
     """Input of the ``view`` query."""
 
     recent: int = Field(20, ge=0, le=RECENT_CHECKINS)
@@ -415,7 +400,7 @@ class ViewRequest(_Frozen):
     be days ago for a quiet monitor."""
 
 
-class MonitorView(_Frozen):
+class MonitorView(Frozen):
     """Answer of the ``view`` query and of the status updates."""
 
     slug: str
@@ -443,13 +428,13 @@ class MonitorView(_Frozen):
     refused_total: int
 
 
-class StatusChange(_Frozen):
+class StatusChange(Frozen):
     """Input of the ``set_status`` update (pause, resume, disable)."""
 
     status: MonitorStatus
 
 
-class DeleteRequest(_Frozen):
+class DeleteRequest(Frozen):
     """Input of the ``delete`` update: the monitor's workflow completes."""
 
     reason: str | None = Field(None, max_length=500)
@@ -475,7 +460,7 @@ class MonitorEventType(enum.StrEnum):
     MONITOR_DELETED = "monitor.deleted"
 
 
-class MonitorEvent(_Frozen):
+class MonitorEvent(Frozen):
     """One thing that happened to a monitor, as published on its workflow stream."""
 
     type: MonitorEventType

@@ -21,6 +21,7 @@ from temporalio import workflow
 from temporalio.contrib.workflow_streams import WorkflowStream
 from temporalio.exceptions import ApplicationError
 
+from workflows.base import describe_errors
 from workflows.monitors.ledger import MonitorLedger, Refused, new_state
 from workflows.monitors.models import (
     EVENTS_TOPIC,
@@ -108,7 +109,7 @@ class MonitorWorkflow:
             signal = CheckInSignal.model_validate({} if body is None else body)
             events = self._ledger.record(signal, now)
         except ValidationError as exc:
-            events = self._refuse(_brief(exc), body, now)
+            events = self._refuse(describe_errors(exc), body, now)
         except Refused as exc:
             events = self._refuse(str(exc), body, now)
         self._publish(events)
@@ -204,12 +205,6 @@ class MonitorWorkflow:
             info.get_current_history_length() >= self._input.continue_as_new_after_events
             or info.is_continue_as_new_suggested()
         )
-
-
-def _brief(exc: ValidationError) -> str:
-    return "; ".join(
-        f"{'.'.join(str(p) for p in err['loc']) or 'body'}: {err['msg']}" for err in exc.errors()
-    )
 
 
 WORKFLOWS: list[type[Any]] = [MonitorWorkflow]
