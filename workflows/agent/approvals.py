@@ -14,14 +14,16 @@ from __future__ import annotations
 from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import ValidationError
+from pydantic_core import PydanticSerializationError
 from temporalio.exceptions import ApplicationError
 
 from workflows.agent.catalogue import ToolArgumentsError, parse_arguments
 from workflows.agent.memory import AgentMemory
 from workflows.agent.models import (
+    MAX_MODIFY_ARGUMENTS_BYTES,
     ApprovalDecision,
     ApproveSignal,
     Decision,
@@ -35,7 +37,7 @@ from workflows.agent.models import (
 )
 from workflows.agent.state import AgentRun
 from workflows.agent.state_machine import Event, State
-from workflows.base import describe_errors
+from workflows.base import Frozen, describe_errors
 
 
 class Refused(Exception):
@@ -84,11 +86,14 @@ def approvals_needed(
 
 def check_decision(run: AgentRun, action: str, body: Any) -> Checked:
     """Everything that could refuse ``approve`` / ``reject`` / ``modify``, changing nothing."""
-    schema = DECISION_BODIES[action]
-    try:
-        signal = schema.model_validate({} if body is None else body)
-    except ValidationError as exc:
-        raise Refused(describe_errors(exc)) from None
+    signal = _parse(DECISION_BODIES[action], body)
+    if isinstance(signal, ModifySignal):
+        size = len(signal.model_dump_json())
+        if size > MAX_MODIFY_ARGUMENTS_BYTES:
+            raise Refused(
+                f"the new arguments are {size // 1024} KiB; at most "
+                f"{MAX_MODIFY_ARGUMENTS_BYTES // 1024} KiB"
+            )
     pending = _find_pending(run, signal.call_id)
     if isinstance(signal, ApproveSignal):
         return Checked(pending, {"decision": ApprovalDecision.APPROVED})
@@ -134,10 +139,7 @@ def check_update(run: AgentRun, decision: Decision) -> GuideSignal | Checked:
 
 def check_guide(run: AgentRun, body: Any) -> GuideSignal:
     """A ``guide`` body for a run that waits for guidance, or ``Refused``."""
-    try:
-        signal = GuideSignal.model_validate({} if body is None else body)
-    except ValidationError as exc:
-        raise Refused(describe_errors(exc)) from None
+    signal = _parse(GuideSignal, body)
     if run.state is not State.WAITING_FOR_HUMAN or run.memory.pending_guidance is None:
         raise Refused("the run is not waiting for guidance")
     return signal
@@ -190,6 +192,32 @@ def follow_guidance(run: AgentRun) -> Event:
     run.tracker.reset_after_recovery()
     run.stuck_reason = None
     return Event.HUMAN_GUIDED
+
+
+def signal_body(action: str, bodies: tuple[Any, ...]) -> Any:
+    """The one body a signal carries. Signal handlers take any number of payloads, because a
+    handler called with the wrong number would fail the workflow task (and Temporal retries a
+    failed task forever): two bodies (``--input`` given twice) are refused here instead."""
+    if len(bodies) > 1:
+        raise Refused(f"{action} takes one JSON body; got {len(bodies)}")
+    return bodies[0] if bodies else None
+
+
+_S = TypeVar("_S", bound=Frozen)
+
+
+def _parse(schema: type[_S], body: Any) -> _S:
+    """Validate a body from outside, and make sure the run could write it to history."""
+    try:
+        signal = schema.model_validate({} if body is None else body)
+    except ValidationError as exc:
+        raise Refused(describe_errors(exc)) from None
+    try:
+        signal.model_dump_json()
+    except PydanticSerializationError:
+        # A lone UTF-16 surrogate ("\ud800") decodes from JSON but can never be encoded again.
+        raise Refused("the body contains text that is not valid Unicode") from None
+    return signal
 
 
 def _find_pending(run: AgentRun, call_id: str | None) -> PendingApproval:

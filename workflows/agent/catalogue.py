@@ -15,6 +15,7 @@ from types import MappingProxyType
 from typing import Any
 
 from pydantic import Field, ValidationError
+from pydantic_core import PydanticSerializationError
 
 from workflows.base import Frozen, describe_errors
 
@@ -158,7 +159,7 @@ def parse_arguments(tool: str, arguments: str | Mapping[str, Any]) -> ToolArgs:
     spec = TOOLS.get(tool)
     if spec is None:
         raise ToolArgumentsError(
-            f"unknown tool {tool!r}; available tools: {', '.join(sorted(TOOLS))}"
+            f"unknown tool {tool[:100]!r}; available tools: {', '.join(sorted(TOOLS))}"
         )
     if isinstance(arguments, str):
         try:
@@ -167,6 +168,8 @@ def parse_arguments(tool: str, arguments: str | Mapping[str, Any]) -> ToolArgs:
             raise ToolArgumentsError(
                 f"arguments for {tool} are not valid JSON ({exc.msg} at position {exc.pos})"
             ) from exc
+        except RecursionError:
+            raise ToolArgumentsError(f"arguments for {tool} are nested too deeply") from None
     else:
         decoded = dict(arguments)
     if not isinstance(decoded, dict):
@@ -174,12 +177,21 @@ def parse_arguments(tool: str, arguments: str | Mapping[str, Any]) -> ToolArgs:
             f"arguments for {tool} must be a JSON object, got {type(decoded).__name__}"
         )
     try:
-        return spec.args.model_validate(decoded)
+        args = spec.args.model_validate(decoded)
     except ValidationError as exc:
         problems = describe_errors(exc, root="(arguments)")
         raise ToolArgumentsError(
             f"arguments for {tool} do not match its schema: {problems}"
         ) from exc
+    try:
+        args.model_dump_json()
+    except PydanticSerializationError:
+        # JSON can spell a lone UTF-16 surrogate ("\ud800") that no JSON encoder can write
+        # back; such a call could never reach its activity, so it is an error observation.
+        raise ToolArgumentsError(
+            f"arguments for {tool} contain text that is not valid Unicode"
+        ) from None
+    return args
 
 
 @functools.cache

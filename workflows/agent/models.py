@@ -64,6 +64,9 @@ class AgentConfig(Frozen):
     """Tools the model may not call; a call becomes an ``ERROR:`` observation."""
     parallel_tools: bool = True
     """Run several tool calls from one model response concurrently."""
+    max_tool_calls_per_step: int = Field(64, ge=1, le=1000)
+    """A reply asking for more calls than this runs none of them; the model is told to ask for
+    fewer. (Temporal allows a run at most 2,000 pending activities.)"""
     min_answer_length: int = Field(0, ge=0)
     """Final answers shorter than this are sent back to the model once per step."""
     system_prompt: str | None = None
@@ -299,23 +302,32 @@ class AgentResult(Frozen):
 # --------------------------------------------------------------------------------------------
 
 
+MAX_HUMAN_TEXT_CHARS = 4_000
+"""A rejection reason or guidance is sent to the model on every later step: longer is refused."""
+MAX_CALL_ID_CHARS = 200
+
+
+MAX_MODIFY_ARGUMENTS_BYTES = 256 * 1024
+"""New arguments from a human (``modify``) travel in history: larger bodies are refused."""
+
+
 class ApproveSignal(Frozen):
     """``{"call_id": "..."}``; ``call_id`` may be left out when exactly one call is pending."""
 
-    call_id: str | None = None
+    call_id: str | None = Field(None, max_length=MAX_CALL_ID_CHARS)
 
 
 class RejectSignal(Frozen):
     """``{"call_id": "...", "reason": "..."}``; the reason is the model's next observation."""
 
-    call_id: str | None = None
-    reason: str = Field(min_length=1)
+    call_id: str | None = Field(None, max_length=MAX_CALL_ID_CHARS)
+    reason: str = Field(min_length=1, max_length=MAX_HUMAN_TEXT_CHARS)
 
 
 class ModifySignal(Frozen):
     """``{"call_id": "...", "arguments": {...}}``; arguments must pass the tool's schema."""
 
-    call_id: str | None = None
+    call_id: str | None = Field(None, max_length=MAX_CALL_ID_CHARS)
     arguments: dict[str, Any]
 
 
@@ -323,9 +335,9 @@ class GuideSignal(Frozen):
     """``{"guidance": "..."}`` to continue a stuck run with advice for the model, or
     ``{"halt": true, "reason": "..."}`` to stop it."""
 
-    guidance: str | None = Field(None, min_length=1)
+    guidance: str | None = Field(None, min_length=1, max_length=MAX_HUMAN_TEXT_CHARS)
     halt: bool = False
-    reason: str | None = None
+    reason: str | None = Field(None, max_length=MAX_HUMAN_TEXT_CHARS)
 
     @model_validator(mode="after")
     def _one_choice(self) -> GuideSignal:

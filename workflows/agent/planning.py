@@ -153,6 +153,24 @@ def unique_ids(
     return tuple(unique)
 
 
+def too_many_calls_feedback(
+    response: ModelResponse, calls: tuple[ToolCall, ...], limit: int, step: int
+) -> Turn | None:
+    """If a reply asks for more than ``limit`` calls, the turn that answers each of them with
+    an error (so call/result pairing holds), else ``None``. Nothing of the reply runs."""
+    if len(calls) <= limit:
+        return None
+    error = (
+        f"ERROR: not run: the reply asked for {len(calls)} tool calls and at most {limit} run "
+        "per step; ask for fewer at a time"
+    )
+    return Turn(
+        step=step,
+        assistant_text=response.content,
+        outcomes=tuple(ToolOutcome(call=c, observation=error, success=False) for c in calls),
+    )
+
+
 def blacklist_feedback(
     response: ModelResponse, calls: tuple[ToolCall, ...], blacklist: Collection[str], step: int
 ) -> Turn | None:

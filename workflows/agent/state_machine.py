@@ -49,6 +49,7 @@ class Event(enum.StrEnum):
     LOW_CONFIDENCE = "LowConfidence"
     ANSWER_TOO_SHORT = "AnswerTooShort"
     TOOL_BLACKLISTED = "ToolBlacklisted"
+    TOO_MANY_TOOL_CALLS = "TooManyToolCalls"
     HUMAN_APPROVAL_REQUIRED = "HumanApprovalRequired"
     FATAL_ERROR = "FatalError"
     BUDGET_EXCEEDED = "BudgetExceeded"
@@ -92,6 +93,7 @@ TRANSITIONS: Mapping[tuple[State, Event], State] = MappingProxyType(
         (S.PLANNING, E.LOW_CONFIDENCE): S.REFLECTING,
         (S.PLANNING, E.ANSWER_TOO_SHORT): S.PLANNING,
         (S.PLANNING, E.TOOL_BLACKLISTED): S.PLANNING,
+        (S.PLANNING, E.TOO_MANY_TOOL_CALLS): S.PLANNING,
         (S.PLANNING, E.HUMAN_APPROVAL_REQUIRED): S.WAITING_FOR_HUMAN,
         (S.PLANNING, E.FATAL_ERROR): S.ERROR,
         (S.PLANNING, E.BUDGET_EXCEEDED): S.ERROR,

@@ -15,12 +15,12 @@ conversation lives in workflow state; activities receive only what one call need
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from pydantic import ValidationError
 from temporalio import workflow
-from temporalio.common import SearchAttributeUpdate
+from temporalio.common import RawValue, SearchAttributeUpdate
 from temporalio.exceptions import ActivityError, ApplicationError, is_cancelled_exception
 
 from workflows.agent import approvals, options, planning, recovery, reflection, status
@@ -53,6 +53,9 @@ with workflow.unsafe.imports_passed_through():
     # load the HTTP client library, which must not be re-imported in the sandbox every run.
     from activities.model.activity import ModelActivities
     from activities.tools.builtin import ToolActivities
+
+SIGNALS = ("approve", "reject", "modify", "guide")
+"""The signals a run understands; any other name is refused in the trace."""
 
 CARRY_CONTENT_HASHES = "carry-content-hashes"
 """``workflow.patched`` id: tool results' content hashes reach the progress tracker."""
@@ -207,6 +210,12 @@ class AgentWorkflow:
     def _plan_tools(self, response: ModelResponse) -> Event:
         m, config = self._run.memory, self._run.input.config
         calls = planning.unique_ids(response.tool_calls, m.history, m.step)
+        too_many = planning.too_many_calls_feedback(
+            response, calls, config.max_tool_calls_per_step, m.step
+        )
+        if too_many is not None:
+            self._feedback(too_many)
+            return Event.TOO_MANY_TOOL_CALLS
         blacklisted = planning.blacklist_feedback(response, calls, config.blacklisted_tools, m.step)
         if blacklisted is not None:
             self._feedback(blacklisted)
@@ -225,7 +234,7 @@ class AgentWorkflow:
         """Planning's own note to the model (too short, blacklisted), kept in the history."""
         m = self._run.memory
         m.history = (*m.history, turn)
-        self._record(State.PLANNING, "Feedback", turn.note or "blacklisted tool call(s)")
+        self._record(State.PLANNING, "Feedback", turn.note or turn.outcomes[0].observation[:200])
 
     async def _reflect(self) -> Event:
         """Reflecting (agentsm): compress older history into a summary; after a low-confidence
@@ -412,30 +421,40 @@ class AgentWorkflow:
     # in the trace and in ``status().last_event``, and the run keeps waiting.
     # ----------------------------------------------------------------------------------------
 
+    # Signal handlers take ``*bodies``: a handler that cannot take what arrives would fail the
+    # workflow task, which Temporal retries forever. Every body is checked, and a refusal is a
+    # trace line, never an exception.
+
     @workflow.signal
-    def approve(self, body: Any = None) -> None:
+    def approve(self, *bodies: Any) -> None:
         """``{"call_id": "..."}``: run the pending call as the model asked."""
-        self._signal("approve", body)
+        self._signal("approve", bodies)
 
     @workflow.signal
-    def reject(self, body: Any = None) -> None:
+    def reject(self, *bodies: Any) -> None:
         """``{"call_id": "...", "reason": "..."}``: do not run it; the reason is the observation."""
-        self._signal("reject", body)
+        self._signal("reject", bodies)
 
     @workflow.signal
-    def modify(self, body: Any = None) -> None:
+    def modify(self, *bodies: Any) -> None:
         """``{"call_id": "...", "arguments": {...}}``: run it with these (checked) arguments."""
-        self._signal("modify", body)
+        self._signal("modify", bodies)
 
     @workflow.signal
-    def guide(self, body: Any = None) -> None:
+    def guide(self, *bodies: Any) -> None:
         """``{"guidance": "..."}`` or ``{"halt": true, "reason": "..."}`` for a stuck run."""
         try:
-            signal = approvals.check_guide(self._run, body)
+            signal = approvals.check_guide(self._run, approvals.signal_body("guide", bodies))
         except Refused as exc:
-            self._record(self._run.state, "SignalRefused", f"guide: {exc}")
+            self._refused("guide", exc)
             return
         self._apply_guide(signal)
+
+    @workflow.signal(dynamic=True)
+    def unknown_signal(self, name: str, bodies: Sequence[RawValue]) -> None:
+        """Any other signal name: Temporal accepts it, so the trace says it was not understood
+        (instead of a misspelt ``aprove`` vanishing)."""
+        self._refused(name, Refused(f"unknown signal (this run takes: {', '.join(SIGNALS)})"))
 
     @workflow.update
     def decide(self, decision: Decision) -> PendingApproval | None:
@@ -452,16 +471,18 @@ class AgentWorkflow:
         # Raised in the validator, the refusal rejects the update: nothing reaches the history.
         approvals.check_update(self._run, decision)
 
-    def _signal(self, action: str, body: Any) -> None:
+    def _signal(self, action: str, bodies: tuple[Any, ...]) -> None:
         try:
+            body = approvals.signal_body(action, bodies)
             checked = approvals.check_decision(self._run, action, body)
         except Refused as exc:
-            self._record(self._run.state, "SignalRefused", f"{action}: {exc}")
-            workflow.logger.warning(
-                "agent.signal.refused", extra={"signal": action, "why": str(exc)}
-            )
+            self._refused(action, exc)
             return
         self._apply(action, checked)
+
+    def _refused(self, signal: str, why: Refused) -> None:
+        self._record(self._run.state, "SignalRefused", f"{signal[:100]}: {why}")
+        workflow.logger.warning("agent.signal.refused", extra={"signal": signal, "why": str(why)})
 
     def _apply(self, action: str, checked: approvals.Checked) -> PendingApproval:
         decided = approvals.apply_decision(self._run.memory, checked)
