@@ -17,11 +17,14 @@ observations           Acting, ParallelActing;              Observing
 pending_approvals      Planning; WaitingForHuman            Observing
 history                Observing (append tool turns);       never
                        Planning (append feedback turns);
+                       WaitingForUserInput (append the
+                       user's next message, in threads);
                        Recovering, WaitingForHuman (append
                        hints and guidance);
                        Reflecting (compress)
 pending_guidance       Recovering                           WaitingForHuman
 human_guidance         WaitingForHuman (the guide signal)   WaitingForHuman
+turn_start_step        WaitingForUserInput                  never
 final_answer           Planning                             never
 error                  Planning; Recovering, WaitingForHuman never
                        (halting)
@@ -86,9 +89,23 @@ OWNERSHIP: dict[str, Ownership] = {
     "observations": _own({S.ACTING, S.PARALLEL_ACTING, S.WAITING_FOR_HUMAN}, {S.OBSERVING}),
     "pending_approvals": _own({S.PLANNING, S.WAITING_FOR_HUMAN}, {S.OBSERVING}),
     "history": _own(
-        {S.OBSERVING, S.PLANNING, S.REFLECTING, S.RECOVERING, S.WAITING_FOR_HUMAN},
-        append_only={S.OBSERVING, S.PLANNING, S.RECOVERING, S.WAITING_FOR_HUMAN},
+        {
+            S.OBSERVING,
+            S.PLANNING,
+            S.REFLECTING,
+            S.RECOVERING,
+            S.WAITING_FOR_HUMAN,
+            S.WAITING_FOR_USER_INPUT,
+        },
+        append_only={
+            S.OBSERVING,
+            S.PLANNING,
+            S.RECOVERING,
+            S.WAITING_FOR_HUMAN,
+            S.WAITING_FOR_USER_INPUT,
+        },
     ),
+    "turn_start_step": _own({S.WAITING_FOR_USER_INPUT}),
     "pending_guidance": _own({S.RECOVERING}, {S.WAITING_FOR_HUMAN}),
     "human_guidance": _own({S.WAITING_FOR_HUMAN}, {S.WAITING_FOR_HUMAN}),
     "final_answer": _own({S.PLANNING}),
@@ -130,6 +147,8 @@ class AgentMemory(Mutable):
     observations: tuple[ToolOutcome, ...] = ()
     pending_approvals: tuple[PendingApproval, ...] = ()
     history: tuple[Turn, ...] = ()
+    turn_start_step: int = 0
+    """The step a thread's current turn began after; ``max_steps`` counts from here."""
     final_answer: str | None = None
     error: str | None = None
     usage: TokenUsage = TokenUsage()
@@ -171,6 +190,8 @@ class AgentMemory(Mutable):
             ChatMessage(role="user", content=self.task),
         ]
         for turn in self.history:
+            if turn.user_message is not None:
+                messages.append(ChatMessage(role="user", content=turn.user_message))
             if turn.outcomes or turn.assistant_text is not None:
                 messages.append(
                     ChatMessage(

@@ -122,6 +122,12 @@ class AgentConfig(Frozen):
     tool_max_attempts: int = Field(3, ge=1, le=100)
     heartbeat_timeout_seconds: float = Field(15, ge=1, le=3600)
     """A worker that dies during a long call is noticed after this long, not after the timeout."""
+    thread_idle_timeout_seconds: float = Field(7 * 24 * 3600, gt=0, le=365 * 24 * 3600)
+    """A thread with no message for this long ends (Done) — a durable timer, no polling."""
+    continue_as_new_after_events: int | None = Field(None, ge=20, le=50_000)
+    """Continue as new once the run's history has this many events (at a safe point: between
+    steps, or while a thread waits). Temporal's own suggestion (4,096 events or 4 MB) applies
+    always; this lowers the bound."""
     search_attributes: bool = True
     """Keep AgentState / AgentStep / AgentModel current. Turn off only where they cannot be
     registered (the time-skipping test server): upserting an unknown one fails the run's task."""
@@ -166,7 +172,13 @@ class AgentInput(Frozen):
     workspace: str = Field(min_length=1, max_length=4096)
     """Directory on the worker host that every tool path is confined to."""
     task_type: str = Field("default", min_length=1, max_length=100)
+    thread: bool = False
+    """A thread (Loom): after each answer it waits for its user's next message (the ``send``
+    update) instead of ending, until ``close`` or ``config.thread_idle_timeout_seconds``."""
     config: AgentConfig = AgentConfig()
+    resume: dict[str, Any] | None = None
+    """A whole run to continue (an ``AgentRun`` as JSON): set by continue-as-new, and by
+    ``starter.py import``. Left out when a run starts fresh."""
 
     @field_validator("model")
     @classmethod
@@ -198,9 +210,11 @@ class ToolOutcome(Frozen):
 
 
 class Turn(Frozen):
-    """One completed planning step: what the model said and what its tool calls produced."""
+    """One completed planning step: what the model said and what its tool calls produced; or,
+    in a thread, the user's next message (``user_message``), which starts a turn."""
 
     step: int
+    user_message: str | None = None
     assistant_text: str | None = None
     outcomes: tuple[ToolOutcome, ...] = ()
     note: str | None = None
@@ -235,6 +249,9 @@ class TraceEntry(Frozen):
 
 class Trace(Frozen):
     entries: tuple[TraceEntry, ...] = ()
+    earlier: int = 0
+    """Entries before these, left behind when the run continued as new (only a tail is
+    carried, so a run of days keeps a bounded trace)."""
 
 
 class ApprovalDecision(enum.StrEnum):
@@ -284,6 +301,11 @@ class AgentStatus(Frozen):
     progress: ProgressSummary | None = None
     stuck: str | None = None
     """Why the run is recovering or waiting for guidance, when it is."""
+    thread: bool = False
+    queued_messages: int = 0
+    """A thread's user messages waiting to be answered."""
+    run_in_chain: int = 1
+    """Which run of its continue-as-new chain answers (the workflow id stays the same)."""
 
 
 class AgentResult(Frozen):
@@ -344,6 +366,25 @@ class GuideSignal(Frozen):
         if self.halt == (self.guidance is not None):
             raise ValueError("give either guidance (to continue) or halt: true")
         return self
+
+
+MAX_USER_MESSAGE_CHARS = 100_000
+
+
+class UserMessage(Frozen):
+    """Input of a thread's ``send`` update: ``{"text": "..."}``."""
+
+    text: str = Field(min_length=1, max_length=MAX_USER_MESSAGE_CHARS)
+
+
+class SendReceipt(Frozen):
+    """What ``send`` answers: whether the message waits behind a running turn, and where."""
+
+    queued: bool
+    """A turn is running (or other messages wait): this one is answered after them."""
+    position: int
+    """1 for the next message to be answered."""
+    state: State
 
 
 class Decision(Frozen):

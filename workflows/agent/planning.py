@@ -8,8 +8,6 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime
 
-from temporalio.workflow import Info
-
 from workflows.agent import reflection
 from workflows.agent.catalogue import TOOLS, ToolArgs, estimate_prompt_tokens
 from workflows.agent.models import (
@@ -26,11 +24,9 @@ from workflows.agent.progress import ProgressTracker
 from workflows.agent.state import AgentRun
 from workflows.agent.state_machine import Event, State
 
-# Temporal fails a payload over 2 MB and terminates a run at 50 MB / 51,200 events without
-# letting it react. The loop stops itself, with a clear error, well before either.
 MAX_MODEL_INPUT_BYTES = 1_500_000
-MAX_HISTORY_BYTES = 40 * 1024 * 1024
-MAX_HISTORY_EVENTS = 40_000
+"""Temporal fails a payload over 2 MB: a request this large stops the run with a clear error.
+(The run's history as a whole is bounded by continue-as-new.)"""
 MIN_COMPLETION_TOKENS = 64
 """Below this much room left in the token budget, another model call is not worth making."""
 
@@ -41,17 +37,6 @@ class CannotCall:
 
     event: Event
     reason: str
-
-
-def history_limit(info: Info) -> str | None:
-    """The error that stops a run whose history nears Temporal's hard limits, else ``None``."""
-    size, length = info.get_current_history_size(), info.get_current_history_length()
-    if size <= MAX_HISTORY_BYTES and length <= MAX_HISTORY_EVENTS:
-        return None
-    return (
-        f"history limit reached ({length} events, {size // 1024} KiB) before Temporal's hard "
-        "limit; split the task or lower max_steps"
-    )
 
 
 def offered_tools(config: AgentConfig) -> tuple[str, ...]:

@@ -15,7 +15,7 @@ from datetime import datetime
 
 from pydantic import Field
 
-from workflows.agent import providers
+from workflows.agent import providers, reflection
 from workflows.agent.catalogue import StartPhaseArgs
 from workflows.agent.memory import AgentMemory
 from workflows.agent.models import AgentInput, PendingApproval, TokenUsage, TraceEntry
@@ -54,6 +54,42 @@ class AgentRun(Mutable):
     """Why Reflecting runs next: ``low confidence`` or the reflection interval."""
     confidence_unavailable_noted: bool = False
     """The endpoint returned no log-probabilities, and the trace already says so."""
+
+    inbox: list[str] = Field(default_factory=list)
+    """A thread's user messages not yet answered, in the order they arrived."""
+    closing: bool = False
+    """``close`` was asked: the thread ends once it has answered what is in the inbox."""
+    idle_since: datetime | None = None
+    """When a thread began waiting for its user (carried, so the idle timer survives
+    continue-as-new)."""
+    trace_earlier: int = 0
+    """Trace entries left behind at earlier continue-as-new hand-overs."""
+    runs: int = 1
+    """Which run of its continue-as-new chain this is (the workflow id stays the same)."""
+
+    def carried(self, trace_tail: int, max_bytes: int) -> AgentRun:
+        """This run as the next run of the chain starts from: the trace's tail (with a count
+        of what was left behind), and, if the conversation has grown past ``max_bytes``, its
+        older turns compacted into one summary turn (deterministic, no model call)."""
+        dropped = max(0, len(self.trace) - trace_tail)
+        memory = self.memory
+        if len(memory.model_dump_json()) > max_bytes and len(memory.history) > 2:
+            keep = max(2, len(memory.history) // 4)
+            older, recent = memory.history[:-keep], memory.history[-keep:]
+            summary = reflection.summary_turn(
+                older, reflection.compact(older), reflection.unresolved_errors(older, recent)
+            )
+            # model_copy writes no field through the ownership checks: this is a hand-over
+            # between two runs, not a state writing to the memory.
+            memory = memory.model_copy(update={"history": (summary, *recent)})
+        return self.model_copy(
+            update={
+                "trace": self.trace[dropped:],
+                "trace_earlier": self.trace_earlier + dropped,
+                "memory": memory,
+                "runs": self.runs + 1,
+            }
+        )
 
     @classmethod
     def begin(cls, input: AgentInput, now: datetime) -> AgentRun:

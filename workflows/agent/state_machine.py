@@ -16,6 +16,8 @@ from temporalio.exceptions import ApplicationError
 
 class State(enum.StrEnum):
     IDLE = "Idle"
+    WAITING_FOR_USER_INPUT = "WaitingForUserInput"
+    """A thread between turns: answered, waiting durably for its user's next message."""
     PLANNING = "Planning"
     ACTING = "Acting"
     PARALLEL_ACTING = "ParallelActing"
@@ -41,6 +43,11 @@ _TERMINAL = frozenset({State.DONE, State.ERROR, State.HALTED, State.CANCELLED})
 class Event(enum.StrEnum):
     # Lifecycle
     START = "Start"
+    # Threads: a conversation that waits for its user between turns (Loom)
+    TURN_ANSWERED = "TurnAnswered"
+    USER_MESSAGE = "UserMessage"
+    THREAD_CLOSED = "ThreadClosed"
+    IDLE_TIMEOUT = "IdleTimeout"
     # Planning outcomes
     LLM_TOOL_CALL = "LlmToolCall"
     LLM_PARALLEL_TOOL_CALLS = "LlmParallelToolCalls"
@@ -89,6 +96,11 @@ TRANSITIONS: Mapping[tuple[State, Event], State] = MappingProxyType(
         (S.PLANNING, E.LLM_TOOL_CALL): S.ACTING,
         (S.PLANNING, E.LLM_PARALLEL_TOOL_CALLS): S.PARALLEL_ACTING,
         (S.PLANNING, E.LLM_FINAL_ANSWER): S.DONE,
+        # A thread answers a turn and waits for its user's next message.
+        (S.PLANNING, E.TURN_ANSWERED): S.WAITING_FOR_USER_INPUT,
+        (S.WAITING_FOR_USER_INPUT, E.USER_MESSAGE): S.PLANNING,
+        (S.WAITING_FOR_USER_INPUT, E.THREAD_CLOSED): S.DONE,
+        (S.WAITING_FOR_USER_INPUT, E.IDLE_TIMEOUT): S.DONE,
         (S.PLANNING, E.MAX_STEPS): S.ERROR,
         (S.PLANNING, E.LOW_CONFIDENCE): S.REFLECTING,
         (S.PLANNING, E.ANSWER_TOO_SHORT): S.PLANNING,
@@ -159,7 +171,7 @@ SEED_STATES: Mapping[str, Mapping[str, State]] = MappingProxyType(
     {
         "Loom": MappingProxyType(
             {
-                "WaitingForUserInput": S.IDLE,
+                "WaitingForUserInput": S.WAITING_FOR_USER_INPUT,
                 "CallingLlm": S.PLANNING,
                 "ProcessingLlmResponse": S.PLANNING,
                 "ExecutingTools": S.ACTING,

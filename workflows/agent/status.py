@@ -68,6 +68,9 @@ def status(run: AgentRun, now: datetime) -> AgentStatus:
         error=m.error,
         progress=run.tracker.summary(now, run.started_at),
         stuck=m.pending_guidance or run.stuck_reason,
+        thread=run.input.thread,
+        queued_messages=len(run.inbox),
+        run_in_chain=run.runs,
     )
 
 
@@ -80,6 +83,12 @@ def details(run: AgentRun, now: datetime) -> str:
         f"**Model:** {run.model}",
         f"**Tokens:** {m.usage.total_tokens}",
     ]
+    if run.input.thread:
+        lines.append(
+            f"**Thread:** {len(run.inbox)} message(s) queued"
+            + (" · closing" if run.closing else "")
+            + (f" · run {run.runs} of this id" if run.runs > 1 else "")
+        )
     waiting = run.waiting_approvals()
     if waiting:
         lines.append("**Waiting for approval:**")

@@ -23,7 +23,7 @@ from temporalio import workflow
 from temporalio.common import RawValue, SearchAttributeUpdate
 from temporalio.exceptions import ActivityError, ApplicationError, is_cancelled_exception
 
-from workflows.agent import approvals, options, planning, recovery, reflection, status
+from workflows.agent import approvals, options, planning, recovery, reflection, status, threads
 from workflows.agent import search_attributes as sa
 from workflows.agent.approvals import Refused
 from workflows.agent.catalogue import TOOLS, StartPhaseArgs, ToolArgumentsError, parse_arguments
@@ -36,11 +36,13 @@ from workflows.agent.models import (
     ModelResponse,
     PendingApproval,
     RunStatus,
+    SendReceipt,
     ToolCall,
     ToolOutcome,
     ToolResult,
     Trace,
     Turn,
+    UserMessage,
 )
 from workflows.agent.progress import ProgressSummary
 from workflows.agent.state import AgentRun
@@ -57,6 +59,12 @@ with workflow.unsafe.imports_passed_through():
 SIGNALS = ("approve", "reject", "modify", "guide")
 """The signals a run understands; any other name is refused in the trace."""
 
+CARRIED_TRACE_ENTRIES = 500
+"""The trace's tail a run hands to the next run of its chain (older entries are counted)."""
+MAX_CARRIED_MEMORY_BYTES = 1_000_000
+"""Above this, older turns are compacted before the hand-over, so the next run's input stays
+well under Temporal's 2 MB payload limit."""
+
 CARRY_CONTENT_HASHES = "carry-content-hashes"
 """``workflow.patched`` id: tool results' content hashes reach the progress tracker."""
 
@@ -69,7 +77,11 @@ class AgentWorkflow:
 
     @workflow.init
     def __init__(self, input: AgentInput) -> None:
-        self._run = AgentRun.begin(input, workflow.now())
+        # ``resume`` is the whole run handed over by continue-as-new; a new run starts fresh.
+        if input.resume is None:
+            self._run = AgentRun.begin(input, workflow.now())
+        else:
+            self._run = AgentRun.model_validate(input.resume)
 
     # ----------------------------------------------------------------------------------------
     # The engine
@@ -78,6 +90,7 @@ class AgentWorkflow:
     @workflow.run
     async def run(self, input: AgentInput) -> AgentResult:
         handlers: dict[State, Callable[[], Awaitable[Event]]] = {
+            State.WAITING_FOR_USER_INPUT: self._wait_for_user,
             State.PLANNING: self._plan,
             State.ACTING: self._act,
             State.PARALLEL_ACTING: self._act,
@@ -88,13 +101,12 @@ class AgentWorkflow:
             State.RECOVERING: self._recover,
             State.PHASE_TRANSITION: self._phase_transition,
         }
-        run, config = self._run, self._run.input.config
-        self._upsert([sa.AGENT_MODEL.value_set(run.model)])
-        self._fire(Event.START, f"task: {cut(input.task, 200)}")
-        if config.phases:
-            total = len(config.phases)
-            run.tracker.start_phase(1, config.phases[0], workflow.now(), total=total)
-            self._record(State.PLANNING, "PhaseStarted", f"phase 1 of {total}: {config.phases[0]}")
+        run = self._run
+        if input.resume is None:
+            self._start()
+        else:
+            self._record(run.state, "Resumed", f"run {run.runs} of this workflow id")
+            self._show()
         try:
             while not run.state.is_terminal:
                 handler = handlers.get(run.state)
@@ -107,6 +119,8 @@ class AgentWorkflow:
                     )
                 run.memory.enter(run.state)
                 self._fire(await handler())
+        except workflow.ContinueAsNewError:
+            raise  # the hand-over to the next run of the chain, not a failure
         except BaseException as exc:
             # Cancellation can surface as asyncio.CancelledError or as an ActivityError whose
             # cause is a CancelledError; either way the run ends in Cancelled and Temporal
@@ -130,6 +144,15 @@ class AgentWorkflow:
             usage=m.usage,
             cost_usd=status.run_cost(run),
         )
+
+    def _start(self) -> None:
+        run, config = self._run, self._run.input.config
+        self._upsert([sa.AGENT_MODEL.value_set(run.model)])
+        self._fire(Event.START, f"task: {cut(run.input.task, 200)}")
+        if config.phases:
+            total = len(config.phases)
+            run.tracker.start_phase(1, config.phases[0], workflow.now(), total=total)
+            self._record(State.PLANNING, "PhaseStarted", f"phase 1 of {total}: {config.phases[0]}")
 
     def _fire(self, event: Event, data: str = "") -> None:
         """Apply one transition, record it, and publish it to the Web UI and visibility."""
@@ -166,15 +189,12 @@ class AgentWorkflow:
 
     async def _plan(self) -> Event:
         run, m, config = self._run, self._run.memory, self._run.input.config
-        if m.step >= config.max_steps:
+        await self._continue_as_new_if_due()
+        if m.step - m.turn_start_step >= config.max_steps:
             m.error = (
                 f"max steps reached: the model gave no final answer within {config.max_steps} steps"
             )
             return Event.MAX_STEPS
-        limit = planning.history_limit(workflow.info())
-        if limit:
-            m.error = limit
-            return Event.FATAL_ERROR
         m.step += 1
         request = planning.model_request(run)
         if isinstance(request, planning.CannotCall):
@@ -205,7 +225,9 @@ class AgentWorkflow:
             self._feedback(Turn(step=m.step, assistant_text=answer, note=too_short))
             return Event.ANSWER_TOO_SHORT
         m.final_answer = answer
-        return Event.LLM_FINAL_ANSWER
+        # The answer is part of the conversation: a thread's next turn sees it in context.
+        m.history = (*m.history, Turn(step=m.step, assistant_text=answer))
+        return Event.TURN_ANSWERED if run.input.thread else Event.LLM_FINAL_ANSWER
 
     def _plan_tools(self, response: ModelResponse) -> Event:
         m, config = self._run.memory, self._run.input.config
@@ -285,6 +307,52 @@ class AgentWorkflow:
             "HistoryCompressed",
             f"{len(older)} turns {how}; {len(recent)} kept verbatim; "
             f"{len(unresolved)} unresolved error(s) carried",
+        )
+
+    async def _wait_for_user(self) -> Event:
+        """WaitingForUserInput (Loom): a thread between turns waits durably for its user's next
+        message (a timer for the idle timeout, no polling), then starts the next turn."""
+        run, m = self._run, self._run.memory
+        if not run.inbox and not run.closing:
+            await self._continue_as_new_if_due()
+            if run.idle_since is None:
+                run.idle_since = workflow.now()
+            self._show()
+            idle = run.input.config.thread_idle_timeout_seconds
+            waited = (workflow.now() - run.idle_since).total_seconds()
+            try:
+                await workflow.wait_condition(
+                    lambda: bool(run.inbox) or run.closing, timeout=max(idle - waited, 0.001)
+                )
+            except TimeoutError:
+                self._record(run.state, "IdleTimeout", f"no message for {idle:g}s")
+                return Event.IDLE_TIMEOUT
+        if not run.inbox:
+            return Event.THREAD_CLOSED
+        text = run.inbox.pop(0)
+        run.idle_since = None
+        m.history = (*m.history, Turn(step=m.step, user_message=text))
+        m.turn_start_step = m.step
+        return Event.USER_MESSAGE
+
+    async def _continue_as_new_if_due(self) -> None:
+        """At a safe point (no activity or approval pending), hand the whole run to a fresh
+        run of the same workflow id when Temporal suggests it or the configured bound is
+        reached. Handlers finish first, so no signal or update is lost in the hand-over."""
+        info, limit = workflow.info(), self._run.input.config.continue_as_new_after_events
+        length = info.get_current_history_length()
+        if not info.is_continue_as_new_suggested() and (limit is None or length < limit):
+            return
+        await workflow.wait_condition(workflow.all_handlers_finished)
+        run = self._run
+        self._record(
+            run.state,
+            "ContinuedAsNew",
+            f"after {length} events, {info.get_current_history_size() // 1024} KiB of history",
+        )
+        carried = run.carried(CARRIED_TRACE_ENTRIES, MAX_CARRIED_MEMORY_BYTES)
+        workflow.continue_as_new(
+            run.input.model_copy(update={"resume": carried.model_dump(mode="json")})
         )
 
     async def _wait_for_human(self) -> Event:
@@ -495,6 +563,41 @@ class AgentWorkflow:
         self._record(self._run.state, "SignalReceived", "guide: halt" if signal.halt else "guide")
 
     # ----------------------------------------------------------------------------------------
+    # Threads: the user's next message, and closing. Validators refuse before any history.
+    # ----------------------------------------------------------------------------------------
+
+    @workflow.update
+    def send(self, message: UserMessage) -> SendReceipt:
+        """``{"text": "..."}``: the thread's next user message; queued behind a running turn."""
+        run = self._run
+        queued = run.state is not State.WAITING_FOR_USER_INPUT or bool(run.inbox)
+        run.inbox.append(message.text)
+        self._record(
+            run.state,
+            "UserMessageReceived",
+            f"{'queued at ' + str(len(run.inbox)) if queued else 'received'}: "
+            f"{cut(message.text, 200)}",
+        )
+        return SendReceipt(queued=queued, position=len(run.inbox), state=run.state)
+
+    @send.validator
+    def _validate_send(self, message: UserMessage) -> None:
+        threads.check_message(self._run, message)
+
+    @workflow.update
+    def close(self) -> AgentStatus:
+        """End the thread once it has answered the messages it already has."""
+        self._run.closing = True
+        self._record(
+            self._run.state, "CloseRequested", f"{len(self._run.inbox)} message(s) to answer first"
+        )
+        return status.status(self._run, workflow.now())
+
+    @close.validator
+    def _validate_close(self) -> None:
+        threads.check_close(self._run)
+
+    # ----------------------------------------------------------------------------------------
     # Queries
     # ----------------------------------------------------------------------------------------
 
@@ -511,4 +614,4 @@ class AgentWorkflow:
     @workflow.query
     def trace(self) -> Trace:
         """The append-only log: step, state, event, data, timestamp."""
-        return Trace(entries=tuple(self._run.trace))
+        return Trace(entries=tuple(self._run.trace), earlier=self._run.trace_earlier)

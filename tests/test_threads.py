@@ -1,0 +1,267 @@
+"""Threads (Loom's conversation that waits for its user): every message a turn with all that
+was said before in context, messages queued behind a running turn, an idle timeout on a durable
+timer, closing, refusals of bad messages, and continue-as-new carrying the whole run."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import uuid
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from temporalio.client import WorkflowHandle, WorkflowUpdateFailedError
+from temporalio.testing import WorkflowEnvironment
+
+from activities.model.activity import http_client
+from tests.conftest import Harness, scripted_worker
+from treadle.devserver import find_temporal_binary
+from treadle.scripted_model import ScriptedModelServer
+from workflows.agent.models import (
+    AgentConfig,
+    AgentInput,
+    AgentResult,
+    AgentStatus,
+    RunStatus,
+    SendReceipt,
+    UserMessage,
+)
+from workflows.agent.state_machine import State
+from workflows.agent.workflow import AgentWorkflow
+
+
+async def start_thread(harness: Harness, model: str, **config: Any) -> WorkflowHandle[Any, Any]:
+    handle = await harness.client.start_workflow(
+        AgentWorkflow.run,
+        AgentInput(
+            task="Hello, remember the word 'marmalade'.",
+            model=model,
+            workspace=str(harness.workspace),
+            thread=True,
+            config=AgentConfig.model_validate(config),
+        ),
+        id=f"thread-{uuid.uuid4().hex[:12]}",
+        task_queue=harness.task_queue,
+        execution_timeout=timedelta(minutes=5),
+    )
+    harness.handles.append(handle)
+    return handle
+
+
+async def send(handle: WorkflowHandle[Any, Any], text: str) -> SendReceipt:
+    receipt: SendReceipt = await handle.execute_update(AgentWorkflow.send, UserMessage(text=text))
+    return receipt
+
+
+async def answered(harness: Harness, handle: WorkflowHandle[Any, Any], turns: int) -> AgentStatus:
+    """Wait until the thread has answered ``turns`` turns and waits for its user again."""
+    for _ in range(300):
+        # Trace first: a status read after it is at least as far along.
+        trace = await handle.query(AgentWorkflow.trace)
+        status: AgentStatus = await handle.query(AgentWorkflow.state)
+        done = [e for e in trace.entries if e.event == "TurnAnswered"]
+        if status.state is State.WAITING_FOR_USER_INPUT and len(done) + trace.earlier >= turns:
+            return status
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"the thread never answered {turns} turn(s): {status}")
+
+
+def user_texts(body: dict[str, Any]) -> list[str]:
+    return [m["content"] for m in body["messages"] if m["role"] == "user"]
+
+
+async def test_every_message_is_a_turn_with_everything_said_before(harness: Harness) -> None:
+    """Three turns: the third request carries the first message and both earlier answers."""
+    model = harness.script(
+        {"content": "Noted: marmalade."},
+        {"content": "You asked me to remember something."},
+        {"content": "The word was marmalade."},
+    )
+    handle = await start_thread(harness, model)
+    status = await answered(harness, handle, 1)
+    assert status.final_answer == "Noted: marmalade."
+    assert status.thread
+    await send(handle, "What did I ask?")
+    await answered(harness, handle, 2)
+    await send(handle, "Which word?")
+    status = await answered(harness, handle, 3)
+    assert status.final_answer == "The word was marmalade."
+    third = harness.requests(model)[2]
+    assert user_texts(third) == [
+        "Hello, remember the word 'marmalade'.",
+        "What did I ask?",
+        "Which word?",
+    ]
+    assistant = [m["content"] for m in third["messages"] if m["role"] == "assistant"]
+    assert assistant == ["Noted: marmalade.", "You asked me to remember something."]
+    await handle.execute_update(AgentWorkflow.close)
+    result: AgentResult = await handle.result()
+    assert result.status is RunStatus.DONE
+    assert result.answer == "The word was marmalade."
+
+
+async def test_messages_sent_during_a_turn_are_queued_in_order(harness: Harness) -> None:
+    """While a turn waits for approval, two messages queue (1, 2) and are answered in order."""
+    write = {"name": "write_file", "arguments": {"path": "a.md", "content": "a"}}
+    model = harness.script(
+        {"tool_calls": [write]}, {"content": "wrote a.md"}, {"content": "one"}, {"content": "two"}
+    )
+    handle = await start_thread(harness, model, require_approval=["write_file"])
+    await harness.wait_for_state(handle, "WaitingForHuman")
+    first = await send(handle, "first question")
+    second = await send(handle, "second question")
+    assert (first.queued, first.position) == (True, 1)
+    assert (second.queued, second.position) == (True, 2)
+    assert first.state is State.WAITING_FOR_HUMAN
+    status: AgentStatus = await handle.query(AgentWorkflow.state)
+    assert status.queued_messages == 2
+    await handle.signal(AgentWorkflow.approve, {})
+    status = await answered(harness, handle, 3)
+    assert status.final_answer == "two"
+    requests = harness.requests(model)
+    assert user_texts(requests[2])[-1] == "first question"
+    assert user_texts(requests[3])[-2:] == ["first question", "second question"]
+
+
+async def test_close_ends_the_thread_and_refuses_later_messages(harness: Harness) -> None:
+    """``close`` ends a waiting thread Done; a message after it is refused with the reason."""
+    model = harness.script({"content": "hi"})
+    handle = await start_thread(harness, model)
+    await answered(harness, handle, 1)
+    await handle.execute_update(AgentWorkflow.close)
+    result: AgentResult = await handle.result()
+    assert (result.status, result.answer) == (RunStatus.DONE, "hi")
+    trace = await handle.query(AgentWorkflow.trace)
+    assert ("WaitingForUserInput", "ThreadClosed") in [(e.state, e.event) for e in trace.entries]
+
+
+@pytest.mark.parametrize(
+    ("body", "reason"),
+    [
+        ({"text": "   "}, "the message is empty"),
+        ({"text": ""}, "at least 1 character"),
+        ({"text": "x" * 100_001}, "at most 100000 characters"),
+        ({"txt": "hello"}, "text"),
+    ],
+)
+async def test_bad_messages_are_refused_and_leave_no_history(
+    harness: Harness, body: dict[str, Any], reason: str
+) -> None:
+    """Empty, oversized or malformed messages are refused with a reason; history is unchanged."""
+    model = harness.script({"content": "hi"})
+    handle = await start_thread(harness, model)
+    await answered(harness, handle, 1)
+    before = len((await handle.fetch_history()).events)
+    with pytest.raises(WorkflowUpdateFailedError) as refused:
+        await handle.execute_update("send", body)
+    assert reason in str(refused.value.cause)
+    assert len((await handle.fetch_history()).events) == before
+    await handle.execute_update(AgentWorkflow.close)
+    await handle.result()
+
+
+async def test_a_run_that_is_not_a_thread_refuses_messages(harness: Harness) -> None:
+    """``send`` to a single-task run is refused: it ends at its answer."""
+    model = harness.script(
+        {"tool_calls": [{"name": "write_file", "arguments": {"path": "a", "content": "a"}}]},
+        {"content": "done"},
+    )
+    handle = await harness.start(model, require_approval=["write_file"])
+    await harness.wait_for_state(handle, "WaitingForHuman")
+    with pytest.raises(WorkflowUpdateFailedError) as refused:
+        await send(handle, "hello")
+    assert "not a thread" in str(refused.value.cause)
+    await handle.signal(AgentWorkflow.approve, {})
+    assert (await handle.result()).status is RunStatus.DONE
+
+
+async def test_the_stock_cli_sends_a_message(harness: Harness) -> None:
+    """`temporal workflow update execute --name send --input '{"text": ...}'` works."""
+    model = harness.script({"content": "first"}, {"content": "second"})
+    handle = await start_thread(harness, model)
+    await answered(harness, handle, 1)
+    done = await asyncio.to_thread(
+        subprocess.run,
+        [
+            find_temporal_binary(),
+            "workflow",
+            "update",
+            "execute",
+            "--address",
+            harness.client.service_client.config.target_host,
+            "--workflow-id",
+            handle.id,
+            "--name",
+            "send",
+            "--input",
+            json.dumps({"text": "again"}),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "queued" in done.stdout, done.stdout
+    status = await answered(harness, handle, 2)
+    assert status.final_answer == "second"
+    await handle.execute_update(AgentWorkflow.close)
+    await handle.result()
+
+
+async def test_a_thread_continues_as_new_and_keeps_its_conversation(harness: Harness) -> None:
+    """With a low bound, the thread hands itself to new runs mid-conversation; the same id
+    keeps answering with everything said before, and status and trace say which run it is."""
+    turns = [{"content": f"answer {i}"} for i in range(6)]
+    model = harness.script(*turns)
+    handle = await start_thread(harness, model, continue_as_new_after_events=20)
+    await answered(harness, handle, 1)
+    for i in range(1, 6):
+        await send(handle, f"message {i}")
+        status = await answered(harness, handle, i + 1)
+    assert status.final_answer == "answer 5"
+    assert status.run_in_chain > 1, status
+    last = harness.requests(model)[-1]
+    assert user_texts(last)[0] == "Hello, remember the word 'marmalade'."
+    assert user_texts(last)[-1] == "message 5"
+    trace = await handle.query(AgentWorkflow.trace)
+    assert any(e.event == "Resumed" for e in trace.entries)
+    first_run = await harness.client.get_workflow_handle(handle.id).describe()
+    assert first_run.run_id != handle.first_execution_run_id
+    await handle.execute_update(AgentWorkflow.close)
+    result: AgentResult = await handle.result()
+    assert result.answer == "answer 5"
+
+
+async def test_an_idle_thread_ends_after_its_timeout(
+    time_skipping: WorkflowEnvironment, model_server: ScriptedModelServer, tmp_path: Path
+) -> None:
+    """No message for the idle timeout (a durable timer, skipped here): the thread ends Done."""
+    task_queue = f"idle-{uuid.uuid4().hex[:8]}"
+    name = f"idle-{uuid.uuid4().hex[:8]}"
+    model_server.add_model(name, [{"content": "hi"}])
+    async with (
+        http_client() as http,
+        scripted_worker(time_skipping.client, task_queue, model_server, http),
+    ):
+        handle = await time_skipping.client.start_workflow(
+            AgentWorkflow.run,
+            AgentInput(
+                task="hello",
+                model=f"openai:{name}",
+                workspace=str(tmp_path),
+                thread=True,
+                config=AgentConfig(thread_idle_timeout_seconds=3600, search_attributes=False),
+            ),
+            id=f"idle-{uuid.uuid4().hex[:8]}",
+            task_queue=task_queue,
+        )
+        result: AgentResult = await handle.result()
+        trace = await handle.query(AgentWorkflow.trace)
+    assert (result.status, result.answer) == (RunStatus.DONE, "hi")
+    assert [e.data for e in trace.entries if e.event == "IdleTimeout"] == [
+        "no message for 3600s",
+        "WaitingForUserInput -> Done",
+    ]
