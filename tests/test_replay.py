@@ -21,12 +21,13 @@ RECORDED = sorted(HISTORIES.glob("*.json"))
 
 def test_recorded_histories_are_present() -> None:
     """The replay corpus exists and covers approvals, parallel tools, errors, a crash, stuck
-    recovery, phases, reflection, confidence and budgets."""
+    recovery, phases, reflection, confidence, budgets, threads and continue-as-new."""
     names = {p.stem for p in RECORDED}
     assert len(names) >= 20
     needed_all = (
         "approve", "parallel", "max_steps", "killed", "reject", "modify", "not_json",
         "halted", "guidance", "productive", "reflection", "confidence", "budget", "cancelling",
+        "thread", "continued-as-new", "identical_content",
     )  # fmt: skip
     for needed in needed_all:
         assert any(needed in name for name in names), needed

@@ -13,11 +13,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowHandle, WorkflowUpdateFailedError
 from temporalio.testing import WorkflowEnvironment
 
 from activities.model.activity import http_client
-from tests.conftest import Harness, scripted_worker
+from tests.conftest import Harness, keep_history, replayer, scripted_worker
 from treadle.devserver import find_temporal_binary
 from treadle.scripted_model import ScriptedModelServer
 from workflows.agent.models import (
@@ -233,6 +234,12 @@ async def test_a_thread_continues_as_new_and_keeps_its_conversation(harness: Har
     await handle.execute_update(AgentWorkflow.close)
     result: AgentResult = await handle.result()
     assert result.answer == "answer 5"
+    # The first run of the chain ends in the hand-over; it replays, and joins the corpus.
+    first = harness.client.get_workflow_handle(handle.id, run_id=handle.first_execution_run_id)
+    history = await first.fetch_history()
+    assert history.events[-1].event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW
+    await replayer().replay_workflow(history)
+    keep_history("thread-first-run-continued-as-new", history)
 
 
 async def test_an_idle_thread_ends_after_its_timeout(
