@@ -8,7 +8,7 @@ import asyncio
 import json
 import subprocess
 import uuid
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -28,9 +28,11 @@ from workflows.agent.models import (
     AgentStatus,
     RunStatus,
     SendReceipt,
+    ThreadExport,
     UserMessage,
 )
 from workflows.agent.state_machine import State
+from workflows.agent.threads import ImportRefused, rebuild
 from workflows.agent.workflow import AgentWorkflow
 
 
@@ -272,3 +274,91 @@ async def test_an_idle_thread_ends_after_its_timeout(
         "no message for 3600s",
         "WaitingForUserInput -> Done",
     ]
+
+
+async def test_export_then_import_continues_the_conversation(harness: Harness) -> None:
+    """A thread exported in Loom's shape and imported as a new thread waits for its user, and
+    its next request carries everything the first thread said and did."""
+    write = {"name": "write_file", "arguments": {"path": "a.md", "content": "A"}}
+    model = harness.script({"tool_calls": [write]}, {"content": "wrote a.md"})
+    handle = await start_thread(harness, model)
+    await answered(harness, handle, 1)
+    exported: ThreadExport = await handle.query(AgentWorkflow.export)
+    assert exported.agent_state.kind == "waiting_for_user_input"
+    roles = [m.role for m in exported.conversation.messages]
+    assert roles == ["system", "user", "assistant", "tool", "assistant"]
+    as_file = json.loads(exported.model_dump_json())
+    assert set(as_file) == {"agent_state", "conversation", "treadle"}
+
+    follow_up = harness.script({"content": "a.md holds A"})
+    reloaded = ThreadExport.model_validate(as_file)
+    reloaded = reloaded.model_copy(
+        update={"treadle": reloaded.treadle.model_copy(update={"model": follow_up})}
+    )
+    agent_input, run = rebuild(reloaded, str(harness.workspace), datetime.now(UTC))
+    imported = await harness.client.start_workflow(
+        AgentWorkflow.run,
+        agent_input.model_copy(update={"resume": run.model_dump(mode="json")}),
+        id=f"imported-{uuid.uuid4().hex[:8]}",
+        task_queue=harness.task_queue,
+    )
+    harness.handles.append(imported)
+    status: AgentStatus = await imported.query(AgentWorkflow.state)
+    assert status.state is State.WAITING_FOR_USER_INPUT
+    assert status.final_answer == "wrote a.md"
+    await send(imported, "What is in a.md?")
+    status = await answered(harness, imported, 1)
+    assert status.final_answer == "a.md holds A"
+    request = harness.requests(follow_up)[0]
+    assert [m["role"] for m in request["messages"]] == [*roles, "user"]
+    assert request["messages"][3]["content"].startswith("wrote 1 bytes")
+    await imported.execute_update(AgentWorkflow.close)
+    await imported.result()
+    await handle.execute_update(AgentWorkflow.close)
+    await handle.result()
+
+
+def test_an_import_that_cannot_continue_is_refused_with_a_reason() -> None:
+    """A conversation that does not start with the user, or answers a call nobody made."""
+    base = {
+        "agent_state": {"kind": "waiting_for_user_input"},
+        "conversation": {
+            "messages": [{"role": "assistant", "content": "hi"}, {"role": "user", "content": "x"}]
+        },
+    }
+    with pytest.raises(ImportRefused, match="must start with the user's first message"):
+        rebuild(ThreadExport.model_validate(base), "/tmp/w", datetime.now(UTC))
+    orphan = {
+        "agent_state": {"kind": "executing_tools"},
+        "conversation": {
+            "messages": [
+                {"role": "user", "content": "task"},
+                {"role": "assistant", "content": None},
+                {"role": "tool", "tool_call_id": "nobody", "content": "r"},
+            ]
+        },
+    }
+    with pytest.raises(ImportRefused, match="answers 'nobody', which no call asked for"):
+        rebuild(ThreadExport.model_validate(orphan), "/tmp/w", datetime.now(UTC))
+
+
+def test_a_call_without_its_result_is_answered_as_not_run() -> None:
+    """Loom's pending tool calls are not run blindly on import: the model is told instead."""
+    thread = ThreadExport.model_validate(
+        {
+            "agent_state": {"kind": "executing_tools"},
+            "conversation": {
+                "messages": [
+                    {"role": "user", "content": "task"},
+                    {
+                        "role": "assistant",
+                        "tool_calls": [{"id": "c1", "name": "list_dir", "arguments": "{}"}],
+                    },
+                ]
+            },
+        }
+    )
+    _, run = rebuild(thread, "/tmp/w", datetime.now(UTC))
+    assert run.state is State.PLANNING
+    [turn] = run.memory.history
+    assert turn.outcomes[0].observation.startswith("ERROR: not run: the thread was imported")

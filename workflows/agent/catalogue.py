@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
@@ -199,10 +199,13 @@ def _schema_chars(name: str) -> int:
     return len(json.dumps(TOOLS[name].json_schema()))
 
 
-def estimate_prompt_tokens(request: Any) -> int:
+def estimate_prompt_tokens(messages: Sequence[Any], tools: Sequence[str]) -> int:
     """A deterministic, slightly generous estimate of a request's prompt tokens (~4 chars each):
-    the messages as sent plus each offered tool's schema."""
-    chars = sum(len(m.content or "") + len(m.tool_calls) * 40 for m in request.messages)
-    chars += sum(len(c.arguments) for m in request.messages for c in m.tool_calls)
-    chars += sum(_schema_chars(n) + 40 for n in request.tools if n in TOOLS)
-    return chars // 4 + 8 * len(request.messages)
+    the whole conversation (stored contents by their length) plus each offered tool's schema."""
+    chars = sum(
+        (m.content_chars if m.content_ref else len(m.content or "")) + len(m.tool_calls) * 40
+        for m in messages
+    )
+    chars += sum(len(c.arguments) for m in messages for c in m.tool_calls)
+    chars += sum(_schema_chars(n) + 40 for n in tools if n in TOOLS)
+    return chars // 4 + 8 * len(messages)

@@ -25,6 +25,8 @@ history                Observing (append tool turns);       never
 pending_guidance       Recovering                           WaitingForHuman
 human_guidance         WaitingForHuman (the guide signal)   WaitingForHuman
 turn_start_step        WaitingForUserInput                  never
+conversation_head,     Planning (after each model call)     Planning, Reflecting (when
+conversation_sent                                           the history is rewritten)
 final_answer           Planning                             never
 error                  Planning; Recovering, WaitingForHuman never
                        (halting)
@@ -106,6 +108,8 @@ OWNERSHIP: dict[str, Ownership] = {
         },
     ),
     "turn_start_step": _own({S.WAITING_FOR_USER_INPUT}),
+    "conversation_head": _own({S.PLANNING}, {S.PLANNING, S.REFLECTING}),
+    "conversation_sent": _own({S.PLANNING}, {S.PLANNING, S.REFLECTING}),
     "pending_guidance": _own({S.RECOVERING}, {S.WAITING_FOR_HUMAN}),
     "human_guidance": _own({S.WAITING_FOR_HUMAN}, {S.WAITING_FOR_HUMAN}),
     "final_answer": _own({S.PLANNING}),
@@ -147,6 +151,10 @@ class AgentMemory(Mutable):
     observations: tuple[ToolOutcome, ...] = ()
     pending_approvals: tuple[PendingApproval, ...] = ()
     history: tuple[Turn, ...] = ()
+    conversation_head: str | None = None
+    """Head of the conversation the store holds: what earlier model calls already sent."""
+    conversation_sent: int = 0
+    """How many of ``build_messages()`` that head covers; the next call sends the rest."""
     turn_start_step: int = 0
     """The step a thread's current turn began after; ``max_steps`` counts from here."""
     final_answer: str | None = None
@@ -201,7 +209,13 @@ class AgentMemory(Mutable):
                     )
                 )
             messages.extend(
-                ChatMessage(role="tool", tool_call_id=o.call.id, content=o.observation)
+                ChatMessage(
+                    role="tool",
+                    tool_call_id=o.call.id,
+                    content=o.observation,
+                    content_ref=o.observation_ref,
+                    content_chars=o.observation_chars,
+                )
                 for o in turn.outcomes
             )
             if turn.note:

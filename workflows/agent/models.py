@@ -204,9 +204,13 @@ class ToolOutcome(Frozen):
 
     call: ToolCall
     observation: str
+    """What the model sees, or a preview of it when ``observation_ref`` is set."""
     success: bool
     mutated_paths: tuple[str, ...] = ()
     content_hashes: dict[str, str] = Field(default_factory=dict)
+    observation_ref: str | None = None
+    """The whole observation as a blob in the conversation store."""
+    observation_chars: int | None = None
 
 
 class Turn(Frozen):
@@ -387,6 +391,43 @@ class SendReceipt(Frozen):
     state: State
 
 
+class LoomAgentState(Frozen):
+    """Loom's ``agent_state``: which of its states the thread is in, and calls not yet run."""
+
+    kind: Literal[
+        "waiting_for_user_input",
+        "calling_llm",
+        "processing_llm_response",
+        "executing_tools",
+        "post_tools_hook",
+        "error",
+        "shutting_down",
+    ]
+    pending_tool_calls: tuple[ToolCall, ...] = ()
+
+
+class LoomConversation(Frozen):
+    messages: tuple[ChatMessage, ...] = Field(min_length=2)
+
+
+class ThreadSettings(Frozen):
+    """What Loom's shape has no place for: how to continue the thread here."""
+
+    model: str = Field("openai:gpt-4o", max_length=200)
+    task_type: str = Field("default", min_length=1, max_length=100)
+    config: AgentConfig = AgentConfig()
+
+
+class ThreadExport(Frozen):
+    """A thread in Loom's JSON shape (``agent_state`` and ``conversation.messages``), plus
+    Treadle's own settings under ``treadle``. ``starter.py export`` writes it, ``import``
+    starts a new thread that continues from it."""
+
+    agent_state: LoomAgentState
+    conversation: LoomConversation
+    treadle: ThreadSettings = ThreadSettings()
+
+
 class Decision(Frozen):
     """Input of the ``decide`` update: one signal body plus which action it is."""
 
@@ -414,6 +455,11 @@ class ChatMessage(Frozen):
     content: str | None = None
     tool_calls: tuple[ToolCall, ...] = ()
     tool_call_id: str | None = None
+    content_ref: str | None = None
+    """The full content is a blob in the conversation store (``content`` holds a preview):
+    the model activity reads it back, so the text itself never travels through history."""
+    content_chars: int | None = None
+    """Length of the full content when it is stored by reference (for token estimates)."""
 
 
 class ModelRequest(Frozen):
@@ -421,6 +467,11 @@ class ModelRequest(Frozen):
 
     model: str
     messages: tuple[ChatMessage, ...]
+    """What the store does not hold yet: appended after ``conversation``."""
+    conversation: str | None = None
+    """Head of the conversation the store already holds (``None``: ``messages`` is all)."""
+    conversation_messages: int = 0
+    """How many messages ``conversation`` holds, checked by the activity."""
     tools: tuple[str, ...] = ()
     temperature: float | None = None
     max_tokens: int | None = None
@@ -436,6 +487,9 @@ class ModelResponse(Frozen):
     model: str | None = None
     confidence: float | None = None
     """exp(mean token log-probability) when the endpoint returned log-probabilities."""
+    conversation: str | None = None
+    """Head of the stored conversation after this call: the request's messages and this
+    reply. ``None`` from a worker that keeps no store."""
 
 
 class ToolPolicy(Frozen):
@@ -460,9 +514,13 @@ class ToolResult(Frozen):
 
     success: bool
     output: str
+    """The whole output, or a preview of it when ``output_ref`` is set."""
     mutated_paths: tuple[str, ...] = ()
     content_hashes: dict[str, str] = Field(default_factory=dict)
     """path -> sha256 prefix of the content written, for progress tracking."""
+    output_ref: str | None = None
+    """The whole output as a blob in the conversation store, when it was too long to carry."""
+    output_chars: int | None = None
 
     @model_validator(mode="after")
     def _error_prefix(self) -> ToolResult:

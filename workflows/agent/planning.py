@@ -52,9 +52,15 @@ def offered_tools(config: AgentConfig) -> tuple[str, ...]:
 def model_request(run: AgentRun) -> ModelRequest | CannotCall:
     """The next planning request, its completion capped by what is left of the token budget."""
     m, config = run.memory, run.input.config
+    full = m.build_messages()
+    head, sent = m.conversation_head, m.conversation_sent
+    if head is None or sent > len(full):
+        head, sent = None, 0
     request = ModelRequest(
         model=run.model,
-        messages=m.build_messages(),
+        messages=full[sent:],
+        conversation=head,
+        conversation_messages=sent,
         tools=offered_tools(config),
         temperature=config.temperature,
         max_tokens=config.max_tokens,
@@ -70,7 +76,7 @@ def model_request(run: AgentRun) -> ModelRequest | CannotCall:
         )
     if config.token_budget is None:
         return request
-    estimate = estimate_prompt_tokens(request)
+    estimate = estimate_prompt_tokens(full, request.tools)
     cap = config.token_budget - m.usage.total_tokens - estimate
     if cap < MIN_COMPLETION_TOKENS:
         return CannotCall(

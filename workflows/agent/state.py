@@ -81,7 +81,13 @@ class AgentRun(Mutable):
             )
             # model_copy writes no field through the ownership checks: this is a hand-over
             # between two runs, not a state writing to the memory.
-            memory = memory.model_copy(update={"history": (summary, *recent)})
+            memory = memory.model_copy(
+                update={
+                    "history": (summary, *recent),
+                    "conversation_head": None,
+                    "conversation_sent": 0,
+                }
+            )
         return self.model_copy(
             update={
                 "trace": self.trace[dropped:],

@@ -1,13 +1,26 @@
-"""Threads (Loom): which messages and closes a thread takes. Pure checks for the ``send`` and
-``close`` update validators; a refusal rejects the update before anything reaches history."""
+"""Threads (Loom): which messages and closes a thread takes (pure checks for the ``send`` and
+``close`` update validators: a refusal rejects the update before anything reaches history),
+and a thread in Loom's JSON shape, exported and rebuilt."""
 
 from __future__ import annotations
+
+from datetime import datetime
 
 from pydantic_core import PydanticSerializationError
 from temporalio.exceptions import ApplicationError
 
-from workflows.agent.models import UserMessage
+from workflows.agent.models import (
+    AgentInput,
+    LoomAgentState,
+    LoomConversation,
+    ThreadExport,
+    ThreadSettings,
+    ToolOutcome,
+    Turn,
+    UserMessage,
+)
 from workflows.agent.state import AgentRun
+from workflows.agent.state_machine import State
 
 
 def _refuse(why: str) -> ApplicationError:
@@ -33,3 +46,130 @@ def check_close(run: AgentRun) -> None:
         raise _refuse("this run is not a thread (cancel a run instead)")
     if run.closing or run.state.is_terminal:
         raise _refuse("the thread is already closed")
+
+
+# --------------------------------------------------------------------------------------------
+# Loom's JSON shape: export a thread, and rebuild one from it.
+# --------------------------------------------------------------------------------------------
+
+LOOM_KIND: dict[State, str] = {
+    State.IDLE: "waiting_for_user_input",
+    State.WAITING_FOR_USER_INPUT: "waiting_for_user_input",
+    State.DONE: "waiting_for_user_input",
+    State.PLANNING: "calling_llm",
+    State.OBSERVING: "processing_llm_response",
+    State.REFLECTING: "processing_llm_response",
+    State.RECOVERING: "processing_llm_response",
+    State.PHASE_TRANSITION: "processing_llm_response",
+    State.ACTING: "executing_tools",
+    State.PARALLEL_ACTING: "executing_tools",
+    State.WAITING_FOR_HUMAN: "executing_tools",
+    State.POST_TOOLS_HOOK: "post_tools_hook",
+    State.ERROR: "error",
+    State.HALTED: "error",
+    State.CANCELLED: "shutting_down",
+}
+"""Our state -> Loom's ``agent_state.kind`` (Loom has fewer states; see the README's table)."""
+
+NOT_RUN = (
+    "ERROR: not run: the thread was imported before this call ran; call it again if it is "
+    "still needed"
+)
+
+
+class ImportRefused(ValueError):
+    """A thread file whose conversation cannot be continued (a clear, one-line reason)."""
+
+
+def export(run: AgentRun) -> ThreadExport:
+    """The thread as Loom's ``agent_state`` + ``conversation.messages`` (contents stored by
+    reference are previews here; ``starter.py export`` fills them in from the store)."""
+    m = run.memory
+    pending = m.current_tool_calls if run.state in (State.WAITING_FOR_HUMAN, State.ACTING) else ()
+    return ThreadExport(
+        agent_state=LoomAgentState(
+            kind=LOOM_KIND[run.state],
+            pending_tool_calls=pending,
+        ),
+        conversation=LoomConversation(messages=m.build_messages()),
+        treadle=ThreadSettings(
+            model=run.input.model, task_type=run.input.task_type, config=run.input.config
+        ),
+    )
+
+
+def rebuild(thread: ThreadExport, workspace: str, now: datetime) -> tuple[AgentInput, AgentRun]:
+    """A new thread's input, carrying the exported conversation as its memory.
+
+    The first user message is the task; each later user message, assistant reply and tool
+    result becomes a turn. A call that never got its result is answered with an ``ERROR:`` (it
+    is not run again blindly). The thread then waits for its user if it last answered, else the
+    model answers what is open.
+    """
+    messages = list(thread.conversation.messages)
+    system = messages.pop(0).content if messages[0].role == "system" else None
+    if not messages or messages[0].role != "user" or not messages[0].content:
+        raise ImportRefused("the conversation must start with the user's first message")
+    task = messages.pop(0).content or ""
+    settings = thread.treadle
+    config = settings.config
+    if system and system != config.system_prompt:
+        config = config.model_copy(update={"system_prompt": system})
+    agent_input = AgentInput(
+        task=task,
+        model=settings.model,
+        workspace=workspace,
+        task_type=settings.task_type,
+        thread=True,
+        config=config,
+    )
+    turns: list[Turn] = []
+    step = 0
+    index = 0
+    while index < len(messages):
+        message = messages[index]
+        index += 1
+        if message.role == "user":
+            turns.append(Turn(step=step, user_message=message.content or ""))
+        elif message.role == "assistant":
+            step += 1
+            results: dict[str, ToolOutcome] = {}
+            while index < len(messages) and messages[index].role == "tool":
+                result = messages[index]
+                index += 1
+                call = next((c for c in message.tool_calls if c.id == result.tool_call_id), None)
+                if call is None:
+                    raise ImportRefused(
+                        f"a tool result answers {result.tool_call_id!r}, which no call asked for"
+                    )
+                text = result.content or ""
+                results[call.id] = ToolOutcome(
+                    call=call, observation=text, success=not text.startswith("ERROR:")
+                )
+            outcomes = tuple(
+                results.get(c.id) or ToolOutcome(call=c, observation=NOT_RUN, success=False)
+                for c in message.tool_calls
+            )
+            turns.append(Turn(step=step, assistant_text=message.content, outcomes=outcomes))
+        else:
+            raise ImportRefused(f"message {index + 1} ({message.role}) is out of place")
+    run = AgentRun.begin(agent_input, now)
+    last = turns[-1] if turns else None
+    answered = last is not None and last.assistant_text is not None and not last.outcomes
+    memory = run.memory.model_copy(
+        update={
+            "history": tuple(turns),
+            "step": step,
+            "turn_start_step": step,
+            "final_answer": last.assistant_text if answered and last else None,
+        }
+    )
+    # model_copy: the ownership rules guard a running loop's states, not a thread's import.
+    run = run.model_copy(
+        update={
+            "memory": memory,
+            "state": State.WAITING_FOR_USER_INPUT if answered else State.PLANNING,
+        }
+    )
+    run.record(run.state, "Imported", f"{len(thread.conversation.messages)} messages", now)
+    return agent_input, run

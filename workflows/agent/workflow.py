@@ -37,6 +37,7 @@ from workflows.agent.models import (
     PendingApproval,
     RunStatus,
     SendReceipt,
+    ThreadExport,
     ToolCall,
     ToolOutcome,
     ToolResult,
@@ -214,6 +215,10 @@ class AgentWorkflow:
             m.error = f"model call failed: {failure_message(exc)}"
             return Event.FATAL_ERROR
         run.spend(run.model, response.usage)
+        if response.conversation is not None:
+            # The store now holds everything this call sent: the next call sends only the rest.
+            m.conversation_head = response.conversation
+            m.conversation_sent = request.conversation_messages + len(request.messages)
         self._record(State.PLANNING, "ModelResponse", planning.describe_response(response))
         if planning.confidence_is_low(run, response, workflow.now()):
             return Event.LOW_CONFIDENCE
@@ -302,6 +307,9 @@ class AgentWorkflow:
             detail = failure_message(exc) if isinstance(exc, ActivityError) else str(exc)
             self._record(State.REFLECTING, "ReflectionFallback", f"summary call failed: {detail}")
         m.history = (reflection.summary_turn(older, summary, unresolved), *recent)
+        # The conversation changed from its start: the next call sends it whole again.
+        m.conversation_head = None
+        m.conversation_sent = 0
         self._record(
             State.REFLECTING,
             "HistoryCompressed",
@@ -420,6 +428,8 @@ class AgentWorkflow:
             observation=cut(result.output, config.max_observation_chars),
             success=result.success,
             mutated_paths=result.mutated_paths,
+            observation_ref=result.output_ref,
+            observation_chars=result.output_chars,
             # Progress tracking tells a real change from the same content written again by
             # these hashes. Runs recorded before they were carried keep replaying without.
             content_hashes=result.content_hashes if workflow.patched(CARRY_CONTENT_HASHES) else {},
@@ -605,6 +615,11 @@ class AgentWorkflow:
     def state(self) -> AgentStatus:
         """Where the run is: state, step, pending approvals, token usage, last event."""
         return status.status(self._run, workflow.now())
+
+    @workflow.query
+    def export(self) -> ThreadExport:
+        """The conversation in Loom's shape: ``agent_state`` and ``conversation.messages``."""
+        return threads.export(self._run)
 
     @workflow.query
     def progress(self) -> ProgressSummary:
