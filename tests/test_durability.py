@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import sys
 import uuid
 from datetime import timedelta
 from pathlib import Path
 
+import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
+from tests.command_support import BWRAP_WORKS, gone_within, pids_with
 from tests.conftest import keep_history, replayer
 from tests.processes import clean_env, start_worker
 from treadle.scripted_model import ScriptedModelServer
@@ -184,3 +187,119 @@ async def test_a_pending_approval_survives_a_worker_restart(
     assert (tmp_path / "a").read_text() == "x"
     assert len(model_server.requests_for(model)) == 2  # nothing before the wait was redone
     await replayer().replay_workflow(await handle.fetch_history())
+
+
+# Attempt 1 starts a child that logs 'start <token>', waits for the file 'release', then logs
+# 'end <token>'; each copy has its own token, so the log tells the copies apart.
+RELEASED_JOB = """
+import os, subprocess, sys, time, uuid
+if len(sys.argv) == 1:
+    subprocess.run([sys.executable, sys.argv[0], uuid.uuid4().hex], check=True)
+else:
+    with open("ran.log", "a") as log:
+        log.write(f"start {sys.argv[1]}\\n")
+    deadline = time.monotonic() + 120
+    while not os.path.exists("release") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    with open("ran.log", "a") as log:
+        log.write(f"end {sys.argv[1]}\\n")
+"""
+
+
+async def _wait_for_lines(path: Path, count: int) -> list[str]:
+    for _ in range(1200):
+        lines = path.read_text().splitlines() if path.exists() else []
+        if len(lines) >= count:
+            return lines
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"{path.name} never had {count} lines")
+
+
+@pytest.mark.parametrize(
+    "confined",
+    [
+        pytest.param(
+            True, marks=pytest.mark.skipif(not BWRAP_WORKS, reason="bubblewrap does not work")
+        ),
+        False,
+    ],
+    ids=["bwrap", "argument-checks-only"],
+)
+async def test_a_command_dies_with_its_worker_and_runs_once_after_the_retry(
+    client: Client, model_server: ScriptedModelServer, tmp_path: Path, confined: bool
+) -> None:
+    """SIGKILL to the worker mid-command kills the command's processes (at once, or when the
+    retry starts); the retried attempt runs the only copy that completes."""
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    script = f"job-{uuid.uuid4().hex[:8]}.py"
+    (workspace / script).write_text(RELEASED_JOB)
+    model = f"command-crash-{uuid.uuid4().hex[:8]}"
+    model_server.add_model(
+        model,
+        [
+            {
+                "tool_calls": [
+                    {"name": "run_command", "arguments": {"command": f"python3 {script}"}}
+                ]
+            },
+            {"content": "ran once"},
+        ],
+    )
+    env = clean_env(OPENAI_BASE_URL=model_server.base_url)
+    if not confined:
+        # A worker without bwrap on its PATH: argument checks only, as on a machine without it.
+        bin_dir = tmp_path / "bin"
+        bin_dir.mkdir()
+        (bin_dir / "python3").symlink_to(sys.executable)
+        env["PATH"] = str(bin_dir)
+    task_queue = f"test-{uuid.uuid4().hex[:12]}"
+    first = await start_worker(_address(client), task_queue, env)
+    handle = await client.start_workflow(
+        AgentWorkflow.run,
+        AgentInput(
+            task="run the job once",
+            model=f"openai:{model}",
+            workspace=str(workspace),
+            config=AgentConfig(
+                allow_run_command=True, command_allowlist=("python3",), heartbeat_timeout_seconds=2
+            ),
+        ),
+        id=f"command-crash-{uuid.uuid4().hex[:8]}",
+        task_queue=task_queue,
+        execution_timeout=timedelta(minutes=3),
+    )
+    log = workspace / "ran.log"
+    second = None
+    try:
+        await _wait_for_lines(log, 1)
+        first_attempt = pids_with(script)
+        assert len(first_attempt) >= 2  # the command and its child (and bwrap's, when confined)
+        await first.kill()
+
+        second = await start_worker(_address(client), task_queue, env)
+        await _wait_for_lines(log, 2)  # the retried attempt's copy has started
+        (workspace / "release").touch()
+        result: AgentResult = await asyncio.wait_for(handle.result(), 120)
+    finally:
+        (workspace / "release").touch()
+        if second is not None:
+            assert await second.terminate() == 0
+
+    assert result.answer == "ran once"
+    (start_1, token_1), (start_2, token_2), *rest = (
+        line.split() for line in log.read_text().splitlines()
+    )
+    assert (start_1, start_2) == ("start", "start")
+    assert token_1 != token_2
+    assert rest == [["end", token_2]]  # only the retried copy completed
+    assert gone_within(first_attempt, seconds=5)  # nothing of attempt 1 is left
+    assert gone_within(pids_with(script), seconds=5)
+    history = await handle.fetch_history()
+    attempts = [
+        e.activity_task_started_event_attributes.attempt
+        for e in history.events
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED
+    ]
+    assert 2 in attempts
+    await replayer().replay_workflow(history)

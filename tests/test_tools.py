@@ -7,6 +7,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import shlex
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -19,6 +20,7 @@ from activities import heartbeat
 from activities.errors import WorkspaceEscapeError
 from activities.tools.builtin import ToolActivities, cap_output, command_environment, execute_tool
 from activities.tools.workspace import relative, resolve
+from tests.command_support import gone_within, marker, pids_with
 from workflows.agent.models import ToolCall, ToolPolicy, ToolRequest, ToolResult
 
 POLICY = ToolPolicy()
@@ -355,6 +357,25 @@ async def test_listing_and_search_never_show_outside_content(
     assert search.output == "no matches for 'secret' in ."
 
 
+async def test_search_files_follows_no_link(workspace: Path, outside: Path) -> None:
+    """search_files enters no linked directory and reads no linked file (as grep -r): a nested
+    relative link out finds nothing, and a file linked from inside is reported once, by its
+    real name."""
+    (workspace / "sub").mkdir()
+    (workspace / "sub" / "up").symlink_to("../../outside")
+    (workspace / "sub" / "up_file.txt").symlink_to("../../outside/secret.txt")
+    (workspace / "notes.txt").write_text("top notes\n")
+    (workspace / "alias.txt").symlink_to("notes.txt")
+    (workspace / "docs").symlink_to("sub")
+    result = await run(workspace, "search_files", pattern="top")
+    assert result == ToolResult(success=True, output="notes.txt:1: top notes")
+    assert (await run(workspace, "search_files", pattern="top", path="docs")).output == (
+        "no matches for 'top' in sub"
+    )
+    listing = await run(workspace, "list_dir", path="sub")
+    assert listing.output == "up -> (outside workspace)\nup_file.txt -> (outside workspace)"
+
+
 async def test_symlinks_that_stay_inside_are_allowed(workspace: Path) -> None:
     """A link to a directory inside the workspace can be used and is listed with its target."""
     (workspace / "docs").mkdir()
@@ -425,33 +446,25 @@ async def test_run_command_refuses_programs_not_in_the_allowlist(workspace: Path
         assert_refused(result, "is not allowed; allowed programs:")
 
 
+def _parent_and_child(word: str, *, then: str = "time.sleep(60)") -> str:
+    """A command whose child prints 'child up' and sleeps; both carry ``word`` to be found."""
+    child = "import time; print('child up', flush=True); time.sleep(60)"
+    parent = (
+        "import pathlib, subprocess, sys, time; "
+        f"subprocess.Popen([sys.executable, '-c', {child!r}, {word!r}]); {then}"
+    )
+    return shlex.join(["python3", "-c", parent, word])
+
+
 async def test_run_command_timeout_kills_the_process_group(workspace: Path) -> None:
     """On timeout the command and its children are killed and the partial output returned."""
-    command = (
-        "python3 -c 'import subprocess, sys, time; "
-        'child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"]); '
-        "print(child.pid, flush=True); time.sleep(60)'"
-    )
+    word = marker()
+    command = _parent_and_child(word)
     started = time.monotonic()
     result = await run(workspace, "run_command", COMMANDS, command=command, timeout_seconds=1)
     assert time.monotonic() - started < 15
-    assert_refused(result, "command timed out after 1s; output so far:")
-    child = int(result.output.splitlines()[-1])
-    assert _gone_within(child, seconds=5)
-
-
-def _gone_within(pid: int, seconds: float) -> bool:
-    """Whether ``pid`` exits (or is left only as an unreaped zombie) within ``seconds``."""
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        try:
-            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        except (FileNotFoundError, ProcessLookupError):
-            return True
-        if state in ("Z", "X"):
-            return True
-        time.sleep(0.05)
-    return False
+    assert_refused(result, "command timed out after 1s; output so far:", "child up")
+    assert gone_within(pids_with(word), seconds=5)
 
 
 async def test_run_command_environment_has_no_secrets(
@@ -642,21 +655,19 @@ async def test_cancelling_the_activity_kills_the_command(
 ) -> None:
     """Cancelling run_tool (activity cancellation) kills the command and its children."""
     monkeypatch.setattr(heartbeat, "DEFAULT_INTERVAL_SECONDS", 0.1)
-    command = (
-        "python3 -c 'import pathlib, subprocess, sys, time; "
-        'child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"]); '
-        'pathlib.Path("child.pid").write_text(str(child.pid)); time.sleep(60)\''
-    )
+    word = marker()
+    command = _parent_and_child(word, then='pathlib.Path("up").touch(); time.sleep(60)')
     env = ActivityEnvironment()
     call = request(workspace, "run_command", json.dumps({"command": command}))
     task = asyncio.ensure_future(
         env.run(ToolActivities().run_tool, call.model_copy(update={"policy": COMMANDS}))
     )
-    pid_file = workspace / "child.pid"
     deadline = time.monotonic() + 10
-    while not (pid_file.exists() and pid_file.read_text()) and time.monotonic() < deadline:
+    while not (workspace / "up").exists() and time.monotonic() < deadline:
         await asyncio.sleep(0.05)
+    running = pids_with(word)
+    assert len(running) >= 2  # the command and its child (and bwrap's, when confined)
     env.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
-    assert _gone_within(int(pid_file.read_text()), seconds=5)
+    assert gone_within(running, seconds=5)

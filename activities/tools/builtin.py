@@ -10,14 +10,10 @@ errors (EIO and the like) raise, and those Temporal retries.
 File work runs in a thread (``asyncio.to_thread``) and commands run as asyncio subprocesses, so
 the worker's event loop never blocks.
 
-``run_command`` confines a command's *file arguments*, by a heuristic: every word after the
-program is refused when it is absolute (``/etc/hostname``, ``/proc/self/environ``), starts with
-``~``, has a ``..`` segment, or names a path whose existing part leads out of the workspace
-through a symbolic link; the value of a ``--opt=value`` or ``name=value`` word is checked the same
-way. This keeps ``cat`` or ``grep`` from reading the worker's files and environment through their
-arguments. It is not a sandbox: a program that executes code (an interpreter, ``git`` with its
-hooks and aliases, ``make``) can still reach anything the worker can, so such programs do not
-belong in the allowlist of an untrusted run. Glued short options (``-f/etc/x``) are not parsed.
+``run_command`` checks a command's arguments for paths leading out of the workspace on every
+worker, and runs it under bubblewrap where the worker has it (``confinement``: what is and is not
+confined). Its processes die with the worker, with its timeout and with the activity attempt
+that started it (``processes``).
 """
 
 from __future__ import annotations
@@ -30,6 +26,7 @@ import os
 import re
 import secrets
 import shlex
+import shutil
 import signal
 import stat
 import subprocess
@@ -40,8 +37,10 @@ from typing import Any
 
 from temporalio import activity
 
-from activities.errors import ToolError, WorkspaceEscapeError
+from activities.errors import ToolError
 from activities.heartbeat import heartbeating
+from activities.tools import processes
+from activities.tools.confinement import Confinement, check_arguments, detect, sandboxed_argv
 from activities.tools.workspace import is_inside, relative, resolve, workspace_root
 from workflows.agent.catalogue import (
     EditFileArgs,
@@ -57,6 +56,7 @@ from workflows.agent.catalogue import (
 from workflows.agent.models import ToolPolicy, ToolRequest, ToolResult
 
 __all__ = [
+    "Confinement",
     "ToolActivities",
     "ToolOutput",
     "cap_output",
@@ -377,8 +377,8 @@ def _search_files(workspace: Path, args: SearchFilesArgs) -> ToolOutput:
             raise ToolError(f"{rel} does not exist")
         found: list[str] = []
         capped = False
-        for path in _search_candidates(real, root):
-            text = _searchable_text(path)
+        for path, dir_fd in _search_candidates(real):
+            text = _searchable_text(path, dir_fd)
             if text is None:
                 continue
             shown = relative(root, path)
@@ -413,27 +413,33 @@ def _matcher(pattern: str, *, regex: bool) -> Callable[[str], bool]:
     return lambda line: compiled.search(line) is not None
 
 
-def _search_candidates(top: Path, root: Path) -> Iterator[str]:
-    """Files under ``top`` in a stable order; linked directories are not entered."""
+def _search_candidates(top: Path) -> Iterator[tuple[str, int | None]]:
+    """(path, descriptor of its directory) of the files under ``top``, in a stable order.
+
+    No symbolic link is followed, to a directory or to a file (as ``grep -r``): a file reached
+    through a link inside the workspace is searched under its real name. Directories are entered
+    by descriptor (``os.fwalk``) and files opened relative to them without following a final
+    link, so a link swapped in while the search runs (by a command) cannot lead it out either.
+    """
     if not top.is_dir():
-        yield os.fspath(top)
+        yield os.fspath(top), None
         return
-    # followlinks=False (the default) lists a linked directory but never walks into it.
-    for dirpath, dirnames, filenames in os.walk(top):
+    for dirpath, dirnames, filenames, dir_fd in os.fwalk(top):
         dirnames[:] = sorted(name for name in dirnames if name not in SEARCH_SKIP_DIRS)
         for name in sorted(filenames):
-            path = os.path.join(dirpath, name)
-            if is_inside(os.path.realpath(path), root):
-                yield path
+            yield os.path.join(dirpath, name), dir_fd
 
 
-def _searchable_text(path: str) -> str | None:
-    """The file's text, or ``None`` for anything search skips (binary, big, unreadable)."""
+def _searchable_text(path: str, dir_fd: int | None) -> str | None:
+    """The file's text, or ``None`` for anything search skips (links, binary, big, unreadable)."""
+    name = path if dir_fd is None else os.path.basename(path)
     try:
-        info = os.stat(path)
-        if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_SEARCH_FILE_BYTES:
-            return None
-        with open(path, "rb") as handle:
+        # O_NOFOLLOW: a link is skipped (ELOOP); O_NONBLOCK: a FIFO cannot hang the open.
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=dir_fd)
+        with os.fdopen(fd, "rb") as handle:
+            info = os.fstat(handle.fileno())
+            if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_SEARCH_FILE_BYTES:
+                return None
             data = handle.read()
     except OSError:
         return None
@@ -483,11 +489,17 @@ class _CommandProtocol(asyncio.SubprocessProtocol):
         return self.data.decode("utf-8", errors="replace")
 
 
-async def run_command(workspace: Path, args: RunCommandArgs, policy: ToolPolicy) -> ToolOutput:
+async def run_command(
+    workspace: Path,
+    args: RunCommandArgs,
+    policy: ToolPolicy,
+    *,
+    confinement: Confinement = Confinement.AUTO,
+) -> ToolOutput:
     """Run an allowed program (no shell) in the workspace; its exit code and combined output.
 
-    Arguments that name paths outside the workspace are refused before anything starts (see
-    ``_check_arguments``); that confines file arguments, not what the program itself does.
+    Arguments that name paths outside the workspace are refused before anything starts; under
+    bubblewrap the program cannot reach outside the workspace at all (see ``confinement``).
     """
     if not policy.allow_run_command:
         raise ToolError("run_command is not allowed in this run (allow_run_command is off)")
@@ -503,12 +515,22 @@ async def run_command(workspace: Path, args: RunCommandArgs, policy: ToolPolicy)
         allowed = ", ".join(sorted(policy.command_allowlist)) or "(none)"
         raise ToolError(f"program {program!r} is not allowed; allowed programs: {allowed}")
     root = await asyncio.to_thread(workspace_root, workspace)
+    sandbox = await asyncio.to_thread(detect, confinement)
     # Before anything starts: a refused argument means the command does not run at all.
-    await asyncio.to_thread(_check_arguments, root, argv[1:])
+    await asyncio.to_thread(
+        check_arguments, root, program, argv[1:], os_confined=sandbox.bwrap is not None
+    )
+    env = command_environment(os.environ)
+    argv = await asyncio.to_thread(_launch_argv, root, argv, env, sandbox.bwrap)
     timeout = policy.command_timeout_seconds
     if args.timeout_seconds is not None:
         timeout = min(timeout, args.timeout_seconds)
 
+    mark = await asyncio.to_thread(processes.mark_this_attempt)
+    if mark.retried:
+        # A worker that died mid-command may have left its processes running: one copy only.
+        await asyncio.to_thread(processes.kill_marked, mark, leftovers=True)
+    env[processes.MARK_VARIABLE] = mark.token
     loop = asyncio.get_running_loop()
     try:
         transport, protocol = await loop.subprocess_exec(
@@ -516,41 +538,51 @@ async def run_command(workspace: Path, args: RunCommandArgs, policy: ToolPolicy)
             lambda: _CommandProtocol(keep=4 * policy.max_output_chars),
             *argv,
             cwd=root,
-            env=command_environment(os.environ),
+            env=env,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             # Its own process group, so a timeout kills the children it started too.
             start_new_session=True,
+            preexec_fn=processes.die_with_worker(),
         )
     except FileNotFoundError:
         raise ToolError(f"program {program!r} was not found on the worker's PATH") from None
     except OSError as exc:
         raise ToolError(f"program {program!r} could not be started: {exc.strerror}") from exc
 
+    pid = transport.get_pid()
     started = loop.time()
 
     def running_for() -> str:
         return f"{program} running for {loop.time() - started:.0f}s"
 
     try:
+        await asyncio.to_thread(processes.record_group, mark, pid)
         # Heartbeats let Temporal notice a dead worker long before the tool timeout.
         async with heartbeating(progress=running_for):
             done, _ = await asyncio.wait({protocol.exited}, timeout=timeout)
         finished = bool(done)
     finally:
-        # Also on cancellation and after a normal exit: no child a command started outlives it.
-        _kill_group(transport.get_pid())
+        # Also on cancellation and after a normal exit: no process a command started outlives
+        # it, whether it stayed in the group or not.
+        _kill_group(pid)
+        await asyncio.to_thread(processes.kill_marked, mark)
         await asyncio.wait({protocol.exited}, timeout=OUTPUT_DRAIN_GRACE_SECONDS)
         # A process that left the group may still hold the pipe; keep what arrived by then.
         await asyncio.wait({protocol.output_closed}, timeout=OUTPUT_DRAIN_GRACE_SECONDS)
         transport.close()
+        await asyncio.to_thread(processes.forget_group, mark, pid)
 
     body = protocol.text() or "(no output)"
     omitted = protocol.dropped
     code = transport.get_returncode()
     activity.logger.info(
-        "tool.command_finished program=%s exit_code=%s timed_out=%s", program, code, not finished
+        "tool.command_finished program=%s exit_code=%s timed_out=%s confined=%s",
+        program,
+        code,
+        not finished,
+        sandbox.bwrap is not None,
     )
     if not finished:
         return ToolOutput(
@@ -574,31 +606,16 @@ async def run_command(workspace: Path, args: RunCommandArgs, policy: ToolPolicy)
     )
 
 
-def _check_arguments(root: Path, arguments: list[str]) -> None:
-    """Refuse any argument that could name a file outside the workspace (a heuristic).
-
-    Each word, and the value after the first ``=`` of a word that has one, must be a
-    workspace-relative path: not absolute, not ``~...``, no ``..`` segment, and not leading out
-    through a symbolic link that exists. Words that are not paths pass, because as paths they
-    would stay inside. This confines file arguments; it does not confine programs that run code.
-    """
-    for argument in arguments:
-        candidates = [argument]
-        if "=" in argument:
-            candidates.append(argument.split("=", 1)[1])
-        for candidate in candidates:
-            if candidate.startswith(("/", "~")) or ".." in candidate.split("/"):
-                raise WorkspaceEscapeError(
-                    f"argument {argument!r} leads outside the workspace; "
-                    "commands may only use workspace-relative paths"
-                )
-            try:
-                resolve(root, candidate)
-            except WorkspaceEscapeError:
-                raise WorkspaceEscapeError(
-                    f"argument {argument!r} leads outside the workspace through a symbolic "
-                    "link; commands may only use paths inside the workspace"
-                ) from None
+def _launch_argv(
+    root: Path, argv: list[str], env: Mapping[str, str], bwrap: str | None
+) -> list[str]:
+    """What to start: the command itself, or bubblewrap running it."""
+    executable = shutil.which(argv[0], path=env.get("PATH", os.defpath))
+    if executable is None:
+        raise ToolError(f"program {argv[0]!r} was not found on the worker's PATH")
+    if bwrap is None:
+        return argv
+    return sandboxed_argv(bwrap, root, executable, argv, env)
 
 
 def _kill_group(pid: int) -> None:
@@ -613,14 +630,19 @@ def _kill_group(pid: int) -> None:
 
 
 async def execute_tool(
-    workspace: Path, tool: str, arguments: str | Mapping[str, Any], policy: ToolPolicy
+    workspace: Path,
+    tool: str,
+    arguments: str | Mapping[str, Any],
+    policy: ToolPolicy,
+    *,
+    confinement: Confinement = Confinement.AUTO,
 ) -> ToolResult:
     """Validate and run one tool call; every expected failure is an ``ERROR:`` result."""
     limit = policy.max_output_chars
     try:
         args = parse_arguments(tool, arguments)
         await asyncio.to_thread(_ensure_workspace, workspace)
-        output = await _dispatch(workspace, args, policy)
+        output = await _dispatch(workspace, args, policy, confinement)
     except (ToolError, ToolArgumentsError) as exc:
         return ToolResult(success=False, output=f"ERROR: {cap_output(str(exc), limit)}")
     text = cap_output(output.text, limit, output.omitted_chars)
@@ -643,7 +665,9 @@ def _ensure_workspace(workspace: Path) -> None:
         raise ToolError(f"the workspace {workspace} cannot be created: permission denied") from exc
 
 
-async def _dispatch(workspace: Path, args: ToolArgs, policy: ToolPolicy) -> ToolOutput:
+async def _dispatch(
+    workspace: Path, args: ToolArgs, policy: ToolPolicy, confinement: Confinement
+) -> ToolOutput:
     match args:
         case ReadFileArgs():
             return await read_file(workspace, args, policy)
@@ -656,19 +680,30 @@ async def _dispatch(workspace: Path, args: ToolArgs, policy: ToolPolicy) -> Tool
         case SearchFilesArgs():
             return await search_files(workspace, args, policy)
         case RunCommandArgs():
-            return await run_command(workspace, args, policy)
+            return await run_command(workspace, args, policy, confinement=confinement)
     # A catalogue entry without an implementation is a bug, not a tool failure.
     raise TypeError(f"no implementation for {type(args).__name__}")
 
 
 class ToolActivities:
-    """The tool activity; a class so dependencies (hooks, limits) can be injected later."""
+    """The tool activity; a class so dependencies (hooks, limits) can be injected.
+
+    ``confinement`` is the worker's choice of OS confinement for commands (``auto``: bubblewrap
+    when it works here, otherwise argument checks only, logged once).
+    """
+
+    def __init__(self, *, confinement: Confinement = Confinement.AUTO) -> None:
+        self.confinement = confinement
 
     @activity.defn(name="run_tool")
     async def run_tool(self, request: ToolRequest) -> ToolResult:
         """Run one tool call confined to its workspace; failures come back as ``ERROR:`` data."""
         result = await execute_tool(
-            Path(request.workspace), request.call.name, request.call.arguments, request.policy
+            Path(request.workspace),
+            request.call.name,
+            request.call.arguments,
+            request.policy,
+            confinement=self.confinement,
         )
         activity.logger.info(
             "tool.finished tool=%s call_id=%s success=%s",
