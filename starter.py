@@ -1,6 +1,7 @@
 """Treadle's command line: start agent runs, answer their approvals, inspect them.
 
     python starter.py run "Summarise README.md" --model openai:gpt-4o --wait
+    python starter.py run TASK --workspace DIR [--create-workspace]   # DIR must exist unless asked
     python starter.py status ID [--json]        python starter.py trace ID [--json]
     python starter.py approve ID [--call CALL_ID]
     python starter.py reject ID [--call CALL_ID] --reason TEXT
@@ -9,9 +10,11 @@
     python starter.py jobs list|history ID|trigger ID|pause ID|unpause ID|sync
     python starter.py monitors create SLUG --cron EXPR|--interval MIN, list, show, checkin ...
     python starter.py serve [--host 127.0.0.1] [--port PORT]   # HTTP pings + event stream
+    python starter.py codec-server [--port 8888] [--origin URL]  # decrypts for the Web UI
     python starter.py demo                      # everything, end to end, no API key
 
 Connection: TEMPORAL_ADDRESS / TEMPORAL_NAMESPACE / temporal.toml profiles, or --address.
+Encryption: TREADLE_ENCRYPTION_KEYS="keyid:base64key[,oldid:base64key]" (the same as the workers').
 Exit codes: 0 success, 1 the run did not finish with an answer, 2 bad input or no server.
 """
 
@@ -20,9 +23,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import sys
 import uuid
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -39,11 +44,13 @@ from temporalio.common import WorkflowIDReusePolicy
 from temporalio.exceptions import TemporalError, WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
+from treadle.cli import codec_server as cli_codec_server
 from treadle.cli import jobs as cli_jobs
 from treadle.cli import monitors as cli_monitors
 from treadle.cli.exits import UsageError, run_and_exit
 from treadle.cli.tables import table
-from treadle.connection import TemporalConnectionError, connect
+from treadle.codec import EncryptionError
+from treadle.connection import TemporalConnectionError, check_settings, connect
 from treadle.devserver import DevServerError
 from treadle.scripted_model import ScriptError
 from workflows.agent.models import (
@@ -183,7 +190,41 @@ def _config_file(path: str | None) -> dict[str, Any]:
     return loaded
 
 
-def build_input(args: argparse.Namespace) -> AgentInput:
+@dataclass(frozen=True)
+class PlannedRun:
+    """A run checked before anything connects: its input, and whether to make its workspace."""
+
+    input: AgentInput
+    create_workspace: bool
+
+
+def _workspace(args: argparse.Namespace) -> tuple[Path, bool]:
+    """The run's workspace, and whether it may be created.
+
+    A workspace the user names must exist (or ``--create-workspace``): a typo must not start a
+    run in a fresh empty directory. The default, ``workspaces/ID``, is Treadle's own to create.
+    """
+    if args.workspace is None:
+        root = HERE / "workspaces"
+        workspace = (root / args.id).resolve()
+        if workspace.parent != root:
+            raise UsageError(
+                f"--id {args.id!r} cannot name a directory in workspaces/; pass --workspace DIR"
+            )
+        create = True
+    else:
+        workspace = Path(args.workspace).expanduser().resolve()
+        create = args.create_workspace
+    if workspace.exists() and not workspace.is_dir():
+        raise UsageError(f"workspace {workspace} is not a directory")
+    if not workspace.exists() and not create:
+        raise UsageError(
+            f"workspace {workspace} does not exist; create it, or pass --create-workspace"
+        )
+    return workspace, create
+
+
+def build_input(args: argparse.Namespace) -> PlannedRun:
     config = _config_file(args.config)
     if args.require_approval:
         config["require_approval"] = args.require_approval
@@ -193,9 +234,9 @@ def build_input(args: argparse.Namespace) -> AgentInput:
         config["token_budget"] = args.token_budget
     if args.allow_commands:
         config["allow_run_command"] = True
-    workspace = Path(args.workspace or HERE / "workspaces" / args.id).expanduser().resolve()
+    workspace, create = _workspace(args)
     try:
-        return AgentInput(
+        agent_input = AgentInput(
             task=args.task,
             model=args.model,
             workspace=str(workspace),
@@ -204,11 +245,18 @@ def build_input(args: argparse.Namespace) -> AgentInput:
         )
     except ValidationError as exc:
         raise UsageError(f"invalid run: {describe_errors(exc)}") from exc
+    return PlannedRun(agent_input, create and not workspace.exists())
 
 
-async def cmd_run(client: Client, args: argparse.Namespace) -> int:
-    args.id = args.id or f"agent-{uuid.uuid4().hex[:12]}"
-    agent_input = build_input(args)
+async def cmd_run(client: Client, args: argparse.Namespace, planned: PlannedRun) -> int:
+    agent_input = planned.input
+    if planned.create_workspace:
+        try:
+            await asyncio.to_thread(Path(agent_input.workspace).mkdir, parents=True, exist_ok=True)
+        except OSError as exc:
+            raise UsageError(
+                f"cannot create workspace {agent_input.workspace}: {exc.strerror}"
+            ) from exc
     handle = await client.start_workflow(
         AgentWorkflow.run,
         agent_input,
@@ -352,6 +400,7 @@ async def cmd_demo(args: argparse.Namespace) -> int:
                 print(f"3. Worker polling task queue {task_queue}")
                 workflow_id = f"demo-{suffix}"
                 workspace = HERE / "workspaces" / workflow_id
+                workspace.mkdir(parents=True, exist_ok=True)
                 agent_input = AgentInput(
                     task=DEMO_TASK,
                     model="openai:demo",
@@ -438,7 +487,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     run = sub.add_parser("run", help="start an agent run")
     run.add_argument("task")
     run.add_argument("--model", default="openai:gpt-4o", help="provider:model")
-    run.add_argument("--workspace", help="directory the tools work in (default: workspaces/ID)")
+    run.add_argument(
+        "--workspace",
+        help="existing directory the tools work in (default: workspaces/ID, created)",
+    )
+    run.add_argument(
+        "--create-workspace", action="store_true", help="create --workspace if it does not exist"
+    )
     run.add_argument("--require-approval", metavar="TOOL,...", help="tools that need approval")
     run.add_argument("--max-steps", type=int)
     run.add_argument("--token-budget", type=int, metavar="N", help="total tokens the run may use")
@@ -473,6 +528,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
     cli_jobs.register(sub)
     cli_monitors.register(sub)
+    cli_codec_server.register(sub)
 
     demo = sub.add_parser("demo", help="dev server + worker + scripted model + one run")
     demo.add_argument("--manual", action="store_true", help="wait for you to approve")
@@ -483,13 +539,23 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 async def run(args: argparse.Namespace) -> int:
     if args.command == "demo":
         return await cmd_demo(args)
+    standalone = getattr(args, "standalone", None)
+    if standalone is not None:  # codec-server: no Temporal connection
+        code: int = await standalone(args)
+        return code
+    planned = None
+    if args.command == "run":
+        # Checked before connecting: a bad workspace or input starts nothing, server or not.
+        args.id = args.id or f"agent-{uuid.uuid4().hex[:12]}"
+        planned = build_input(args)
     client = await connect(address=args.address, namespace=args.namespace, profile=args.profile)
+    if planned is not None:
+        return await cmd_run(client, args, planned)
     handler = getattr(args, "handler", None)
     if handler is not None:  # jobs / monitors / serve register their own handlers
-        code: int = await handler(client, args)
+        code = await handler(client, args)
         return code
     commands = {
-        "run": cmd_run,
         "status": cmd_status,
         "trace": cmd_trace,
         "approve": cmd_decide,
@@ -503,8 +569,15 @@ async def run(args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     try:
+        check_settings(address=args.address, environ=os.environ)
         return asyncio.run(run(args))
-    except (UsageError, TemporalConnectionError, DevServerError, ScriptError) as exc:
+    except (
+        UsageError,
+        TemporalConnectionError,
+        DevServerError,
+        ScriptError,
+        EncryptionError,
+    ) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except WorkflowAlreadyStartedError as exc:

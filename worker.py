@@ -5,9 +5,12 @@
     python worker.py --sync-jobs     # also create/update the built-in jobs' Temporal Schedules
 
 Model settings (``OPENAI_BASE_URL``, ``OPENAI_API_KEY``, ``OLLAMA_BASE_URL``) are read here, from
-this process's environment, and stay here. SIGTERM / Ctrl-C shut down gracefully: in-flight
-activities get ``--graceful-shutdown`` seconds to finish, then are handed back to Temporal so
-another worker resumes them at once.
+this process's environment, and stay here. With ``TREADLE_ENCRYPTION_KEYS`` set every payload the
+worker writes to Temporal is encrypted (see treadle/codec.py); starters need the same keys.
+A malformed --address or key setting is refused before anything starts (exit code 2).
+
+SIGTERM / Ctrl-C shut down gracefully: in-flight activities get ``--graceful-shutdown`` seconds to
+finish, then are handed back to Temporal so another worker resumes them at once.
 """
 
 from __future__ import annotations
@@ -33,7 +36,13 @@ from activities import jobs as job_activities
 from activities.model.activity import ModelActivities, ProviderSettings, http_client
 from activities.tools.builtin import ToolActivities
 from treadle.cli.exits import run_and_exit
-from treadle.connection import TemporalConnectionError, connect, ensure_search_attributes
+from treadle.codec import EncryptionError
+from treadle.connection import (
+    TemporalConnectionError,
+    check_settings,
+    connect,
+    ensure_search_attributes,
+)
 from treadle.devserver import DevServer, DevServerError, load_config
 from treadle.schedules import sync_schedules
 from workflows.agent import search_attributes
@@ -66,6 +75,7 @@ PASSTHROUGH_MODULES = (
     "workflows.agent.recovery",
     "workflows.agent.status",
     "workflows.agent.options",
+    "workflows.agent.threads",
     "workflows.agent.progress",
     "workflows.agent.providers",
     "workflows.agent.reflection",
@@ -210,9 +220,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s"
     )
     try:
+        # Before the dev server: a bad setting must not leave anything started behind it.
+        check_settings(address=args.address, environ=os.environ)
         return asyncio.run(run(args))
-    except (DevServerError, TemporalConnectionError) as exc:
-        print(f"worker: {exc}", file=sys.stderr)
+    except (DevServerError, TemporalConnectionError, EncryptionError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
         return 2
 
 

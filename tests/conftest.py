@@ -43,6 +43,15 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
+@pytest.fixture(scope="session", autouse=True)
+def no_encryption_keys() -> Iterator[None]:
+    """A developer's TREADLE_ENCRYPTION_KEYS must not encrypt the suite's runs (the replay checks
+    read histories with the plain converter); tests of encryption pass their own keys."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.delenv("TREADLE_ENCRYPTION_KEYS", raising=False)
+        yield
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -152,7 +152,10 @@ async def test_bad_input_exits_2_with_one_clear_line(harness: Harness) -> None:
     assert nothing.returncode == 2
     assert "already completed" in _one_line_error(nothing.stderr)
 
-    again = await run_cli(*_common(harness), "run", "x", "--model", model, "--id", handle.id)
+    again = await run_cli(
+        *_common(harness), "run", "x", "--model", model, "--id", handle.id,
+        "--workspace", str(harness.workspace),
+    )  # fmt: skip
     assert again.returncode == 2
     assert "already exists" in _one_line_error(again.stderr)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import os
 import socket
@@ -10,6 +11,7 @@ import sys
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 from temporalio.api.operatorservice.v1 import ListSearchAttributesRequest
 from temporalio.client import Client
@@ -106,6 +108,7 @@ def test_repository_config_parses() -> None:
         name: connection.search_attribute_type_name(kind) for name, kind in REQUIRED.items()
     }
     assert config.dynamic_config["system.forceSearchAttributesCacheRefreshOnRead"] is True
+    assert config.ui_codec_endpoint == ""  # the Web UI uses no codec server unless told to
 
 
 def test_relative_db_filename_is_relative_to_the_yaml_file(tmp_path: Path) -> None:
@@ -146,6 +149,18 @@ def test_unknown_search_attribute_type_is_rejected(tmp_path: Path) -> None:
         load_config(path)
 
 
+def test_ui_codec_endpoint_must_be_an_http_url(tmp_path: Path) -> None:
+    """ui_codec_endpoint is empty or an http(s) URL; anything else is one line naming it."""
+    path = write(tmp_path, "ui_codec_endpoint: 127.0.0.1:8888\n")
+    with pytest.raises(DevServerError) as caught:
+        load_config(path)
+    assert str(caught.value) == (
+        f"{path}: ui_codec_endpoint: '127.0.0.1:8888' is not an http:// or https:// URL"
+    )
+    config = load_config(write(tmp_path, "ui_codec_endpoint: https://codec.example/treadle\n"))
+    assert config.ui_codec_endpoint == "https://codec.example/treadle"
+
+
 def test_missing_file_says_where_to_look(tmp_path: Path) -> None:
     """A missing config file is one line naming the path."""
     path = tmp_path / "temporal-dev.yaml"
@@ -171,6 +186,14 @@ def test_command_registers_search_attributes_and_dynamic_config() -> None:
     assert ("--db-filename", str(config.db_filename)) in pairs
     assert ("--log-level", "warn") in pairs
     assert "--namespace" not in command  # "default" always exists
+    assert "--ui-codec-endpoint" not in command  # empty: the Web UI shows payloads as stored
+
+
+def test_command_points_the_web_ui_at_a_codec_server() -> None:
+    """A ui_codec_endpoint becomes start-dev's --ui-codec-endpoint."""
+    config = DevServerConfig(ui_codec_endpoint="http://127.0.0.1:8888")
+    pairs = list(itertools.pairwise(build_command(config, "temporal")))
+    assert ("--ui-codec-endpoint", "http://127.0.0.1:8888") in pairs
 
 
 def test_command_creates_a_non_default_namespace() -> None:
@@ -271,6 +294,25 @@ async def test_start_register_stop_and_restart_keeps_runs(tmp_path: Path) -> Non
         second_pid = server.pid
     assert second_pid is not None
     assert_gone(second_pid)
+
+
+async def test_web_ui_is_told_the_codec_endpoint(tmp_path: Path) -> None:
+    """A started server's Web UI reports the configured codec endpoint in its settings, which is
+    where the browser learns to send payloads to the codec server."""
+    endpoint = f"http://127.0.0.1:{free_port()}"
+    async with (
+        DevServer.ensure(dev_config(tmp_path, ui_codec_endpoint=endpoint)) as server,
+        httpx.AsyncClient(timeout=10) as http,
+    ):
+        for _ in range(100):
+            with contextlib.suppress(httpx.TransportError):
+                response = await http.get(f"{server.ui_url}/api/v1/settings")
+                if response.status_code == 200:
+                    break
+            await asyncio.sleep(0.1)
+        else:
+            raise AssertionError(f"the Web UI at {server.ui_url} never answered")
+    assert response.json()["Codec"]["Endpoint"] == endpoint
 
 
 async def test_restart_adds_search_attributes_new_to_the_config(tmp_path: Path) -> None:

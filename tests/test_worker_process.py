@@ -59,6 +59,6 @@ async def test_invalid_dev_config_is_one_line_and_exit_2(tmp_path: Path) -> None
     assert process.returncode == 2
     lines = err.decode().strip().splitlines()
     assert len(lines) == 1, err
-    assert lines[0].startswith("worker: ")
+    assert lines[0].startswith("error: ")
     assert "dev.yaml" in lines[0]
     assert "line" in lines[0]

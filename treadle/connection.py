@@ -3,12 +3,18 @@
 Connection settings come from ``temporalio.envconfig`` (``TEMPORAL_ADDRESS``,
 ``TEMPORAL_NAMESPACE``, ``TEMPORAL_API_KEY``, ``TEMPORAL_PROFILE`` and ``temporal.toml`` profiles);
 explicit arguments win over them. Every client uses the pydantic data converter, because every
-workflow and activity exchanges pydantic models.
+workflow and activity exchanges pydantic models; when ``TREADLE_ENCRYPTION_KEYS`` is set (see
+``treadle.codec``) it also encrypts every payload, and failure messages with them.
+
+The address must be ``HOST:PORT`` with a port from 1 to 65535 (``[::1]:7233`` for IPv6); it is
+checked before anything connects. :func:`check_settings` checks what a process was given before it
+starts anything (a dev server, say).
 
 The error tree (every message is one line that says what to do)::
 
     TemporalConnectionError
-    ├── ConnectionSettingsError        the envconfig file or profile cannot be used
+    ├── ConnectionSettingsError        the address, the envconfig file or profile, or the
+    │                                  encryption keys cannot be used
     ├── ConnectionFailed               no Temporal server answered at the address
     └── SearchAttributeError
         ├── SearchAttributesRejected     the server would not list or add them (Temporal Cloud
@@ -19,6 +25,9 @@ The error tree (every message is one line that says what to do)::
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import os
+import re
 from collections.abc import Mapping
 from datetime import timedelta
 from pathlib import Path
@@ -32,8 +41,11 @@ from temporalio.api.operatorservice.v1 import (
 from temporalio.client import Client
 from temporalio.common import SearchAttributeIndexedValueType
 from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.converter import DataConverter, DefaultFailureConverterWithEncodedAttributes
 from temporalio.envconfig import ClientConfigProfile
 from temporalio.service import RPCError, RPCStatusCode
+
+from treadle.codec import EncryptionCodec, EncryptionSettingsError, Keyring, NoKeysCodec
 
 __all__ = [
     "DEFAULT_ADDRESS",
@@ -43,8 +55,11 @@ __all__ = [
     "SearchAttributeTypeConflict",
     "SearchAttributesRejected",
     "TemporalConnectionError",
+    "check_settings",
     "connect",
+    "data_converter",
     "ensure_search_attributes",
+    "parse_address",
     "search_attribute_type_name",
 ]
 
@@ -57,6 +72,7 @@ CONNECT_TIMEOUT = timedelta(seconds=10)
 OPERATOR_TIMEOUT = timedelta(seconds=10)
 
 _LOCAL_HOSTS = ("127.0.0.1", "localhost", "[::1]")
+_ADDRESS = re.compile(r"^(?P<host>\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._-]+):(?P<port>[0-9]{1,5})$")
 
 
 class TemporalConnectionError(Exception):
@@ -90,19 +106,32 @@ async def connect(
     profile: str | None = None,
     config_file: str | None = None,
     local_dev: bool = False,
+    environ: Mapping[str, str] | None = None,
 ) -> Client:
     """Connect to Temporal with envconfig settings, overridden by the explicit arguments.
 
     ``local_dev=True`` ignores envconfig entirely: a ``TEMPORAL_API_KEY`` or TLS setting meant
-    for a real cluster must not be sent to the embedded dev server.
+    for a real cluster must not be sent to the embedded dev server. ``environ`` is where
+    ``TREADLE_ENCRYPTION_KEYS`` is read (default: this process's environment); encryption applies
+    to the dev server too.
     """
+    converter = data_converter(os.environ if environ is None else environ)
     if local_dev:
         options: Mapping[str, Any] = {}
     else:
         # The bridge reads temporal.toml from disk: keep that off the event loop.
         settings = await asyncio.to_thread(_load_profile, profile, config_file)
         options = settings.to_client_connect_config()
-    target = address or options.get("target_host") or DEFAULT_ADDRESS
+    if address:
+        target, source = address, "Temporal address"
+    elif options.get("target_host"):
+        target = options["target_host"]
+        # envconfig reads TEMPORAL_ADDRESS from the process environment over the profile's.
+        env = os.environ.get("TEMPORAL_ADDRESS")
+        source = "TEMPORAL_ADDRESS" if env else "the temporal.toml profile's address"
+    else:
+        target, source = DEFAULT_ADDRESS, "Temporal address"
+    parse_address(target, source)
     try:
         return await asyncio.wait_for(
             Client.connect(
@@ -111,15 +140,61 @@ async def connect(
                 api_key=options.get("api_key"),
                 tls=options.get("tls"),
                 rpc_metadata=options.get("rpc_metadata") or {},
-                data_converter=pydantic_data_converter,
+                data_converter=converter,
             ),
             CONNECT_TIMEOUT.total_seconds(),
         )
+    except ValueError as exc:  # the bridge's own check of the target, should ours miss a case
+        raise ConnectionSettingsError(
+            f"{source} {target!r} cannot be used: {_one_line(str(exc))}"
+        ) from exc
     except TimeoutError as exc:
         reason = f"no answer within {CONNECT_TIMEOUT.total_seconds():g} s"
         raise ConnectionFailed(_cannot_reach(target, reason)) from exc
     except RuntimeError as exc:  # the bridge reports connect failures as RuntimeError
         raise ConnectionFailed(_cannot_reach(target, _connect_reason(exc))) from exc
+
+
+def parse_address(address: str, source: str = "Temporal address") -> tuple[str, int]:
+    """``HOST:PORT`` as (host, port), or :class:`ConnectionSettingsError` naming ``source``.
+
+    ``source`` says where the address came from (``--address``, ``TEMPORAL_ADDRESS``...).
+    """
+    match = _ADDRESS.match(address)
+    port = int(match["port"]) if match else 0
+    if match is None or not 1 <= port <= 65535:
+        raise ConnectionSettingsError(
+            f"{source} {address!r} is not HOST:PORT with a port from 1 to 65535 "
+            "(e.g. 127.0.0.1:7233, [::1]:7233)"
+        )
+    return match["host"], port
+
+
+def data_converter(environ: Mapping[str, str]) -> DataConverter:
+    """The pydantic converter, encrypting with the keys ``TREADLE_ENCRYPTION_KEYS`` names.
+
+    With encryption on, failures' messages and stack traces move into an encoded (so encrypted)
+    attribute too: tool and provider errors can quote what a run works on. Without keys nothing
+    is encoded, and an encrypted payload met on the way in is a clear error.
+    """
+    try:
+        keyring = Keyring.from_env(environ)
+    except EncryptionSettingsError as exc:
+        raise ConnectionSettingsError(str(exc)) from exc
+    if keyring is None:
+        return dataclasses.replace(pydantic_data_converter, payload_codec=NoKeysCodec())
+    return dataclasses.replace(
+        pydantic_data_converter,
+        payload_codec=EncryptionCodec(keyring),
+        failure_converter_class=DefaultFailureConverterWithEncodedAttributes,
+    )
+
+
+def check_settings(*, address: str | None, environ: Mapping[str, str]) -> None:
+    """Refuse a malformed ``--address`` or encryption setting before a process starts anything."""
+    if address is not None:
+        parse_address(address, "--address")
+    data_converter(environ)
 
 
 async def ensure_search_attributes(

@@ -25,9 +25,17 @@ from ipaddress import IPv4Address
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Annotated, Literal, Self
+from urllib.parse import urlsplit
 
 import yaml  # type: ignore[import-untyped, unused-ignore]  # stubs come with the test extra
-from pydantic import Field, IPvAnyAddress, JsonValue, ValidationError, model_validator
+from pydantic import (
+    Field,
+    IPvAnyAddress,
+    JsonValue,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest, GetSystemInfoRequest
 from temporalio.client import Client
 from temporalio.common import SearchAttributeIndexedValueType
@@ -83,6 +91,16 @@ class DevServerConfig(Frozen):
         default_factory=dict
     )
     dynamic_config: dict[DynamicConfigKey, JsonValue] = Field(default_factory=dict)
+    ui_codec_endpoint: str = ""
+    """Where the Web UI sends payloads to decode (``starter.py codec-server``); empty: nowhere."""
+
+    @field_validator("ui_codec_endpoint")
+    @classmethod
+    def _http_url(cls, value: str) -> str:
+        url = urlsplit(value)
+        if value and (url.scheme not in ("http", "https") or not url.netloc):
+            raise ValueError(f"{value!r} is not an http:// or https:// URL")
+        return value
 
     @model_validator(mode="after")
     def _distinct_ports(self) -> Self:
@@ -177,6 +195,8 @@ def build_command(config: DevServerConfig, binary: str) -> list[str]:
         command += ["--search-attribute", f"{name}={kind}"]
     for key, value in config.dynamic_config.items():
         command += ["--dynamic-config-value", f"{key}={json.dumps(value, separators=(',', ':'))}"]
+    if config.ui_codec_endpoint:
+        command += ["--ui-codec-endpoint", config.ui_codec_endpoint]
     return command
 
 
