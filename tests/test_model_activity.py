@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 
 import httpx
 import pytest
 from temporalio.api.enums.v1 import EventType
+from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError
+from temporalio.common import RetryPolicy
 
 from activities.errors import (
     ModelConfigError,
@@ -16,7 +20,7 @@ from activities.errors import (
     ModelResponseError,
 )
 from activities.model.activity import ModelActivities, ProviderSettings, http_client
-from activities.model.http_errors import retry_after_seconds
+from activities.model.http_errors import MAX_RETRY_AFTER, retry_after_cap, retry_after_seconds
 from activities.model.openai_chat import parse_response
 from tests.conftest import Harness, free_port
 from treadle.scripted_model import ScriptedModelServer
@@ -215,3 +219,77 @@ async def test_retry_after_sets_the_next_attempt_delay_in_a_run(harness: Harness
     delay = retried.last_failure.application_failure_info.next_retry_delay
     assert delay.seconds == 2
     assert "HTTP 429" in retried.last_failure.message
+
+
+def test_retry_after_is_capped_at_the_retry_policys_maximum_interval() -> None:
+    """The cap is the policy's maximum interval; without one, Temporal's default (100 times the
+    initial interval); with no policy known, MAX_RETRY_AFTER (60 s)."""
+    assert retry_after_cap(RetryPolicy(maximum_interval=timedelta(seconds=7))) == timedelta(
+        seconds=7
+    )
+    assert retry_after_cap(RetryPolicy(initial_interval=timedelta(seconds=2))) == timedelta(
+        seconds=200
+    )
+    assert retry_after_cap(None) == MAX_RETRY_AFTER == timedelta(seconds=60)
+
+
+async def test_a_retry_after_longer_than_the_policy_allows_waits_its_maximum_interval(
+    harness: Harness,
+) -> None:
+    """A 429 asking for an hour: the next attempt is scheduled after the model call policy's
+    maximum interval (60 s), not after an hour (which would outlive the run's 5-minute timeout,
+    so Temporal would not retry at all and the run would end in Error)."""
+    model = harness.script(
+        {"content": "x", "errors": [{"status": 429, "headers": {"Retry-After": "3600"}}]}
+    )
+    handle = await harness.start(model)
+    async with asyncio.timeout(30):
+        while True:
+            described = await handle.describe()
+            pending = described.raw_description.pending_activities
+            if pending and pending[0].last_failure.message:
+                break
+            # Uncapped, an hour's delay outlives the run's timeout: Temporal gives up at once.
+            assert described.status is WorkflowExecutionStatus.RUNNING, await handle.result()
+            await asyncio.sleep(0.1)
+    failure = pending[0].last_failure
+    assert "HTTP 429" in failure.message
+    assert failure.application_failure_info.next_retry_delay.ToTimedelta() == timedelta(seconds=60)
+    await handle.cancel()
+    with pytest.raises(WorkflowFailureError):
+        await handle.result()
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+@pytest.mark.parametrize("body", ['{"choices": []}', "{}", '{"choices": null, "usage": {}}'])
+async def test_a_response_without_choices_ends_the_run_with_a_clear_error(
+    harness: Harness, caplog: pytest.LogCaptureFixture, provider: str, body: str
+) -> None:
+    """A body with no choices (or content blocks) fails each attempt as a ModelResponseError;
+    once attempts run out the run ends in Error saying so, and no workflow task ever fails
+    (no "Failed activation" in the worker log)."""
+    caplog.set_level(logging.INFO)
+    model = harness.script({"raw": body}, provider=provider)
+    handle = await harness.start(model, model_max_attempts=2)
+    result: AgentResult = await handle.result()
+    missing = "has no choices" if provider == "openai" else "has no content blocks"
+    assert result.status is RunStatus.ERROR
+    assert result.error == f"model call failed: {provider} response {missing}"
+    assert len(harness.requests(model)) == 2
+    assert "Failed activation" not in caplog.text
+    assert "Completing activity as failed" in caplog.text  # the attempts' failures were logged
+
+
+@pytest.mark.parametrize(
+    "usage",
+    [{"prompt_tokens": -3}, {"completion_tokens": 1.5}, {"total_tokens": 1e300}, {"x": 1}],
+)
+def test_usage_that_is_not_a_token_count_is_a_protocol_error(usage: dict[str, object]) -> None:
+    """Token counts no run could add up or price (negative, fractional, astronomically large)
+    are a ModelResponseError naming the field; absent counts are 0."""
+    body = {"choices": [{"message": {"content": "hi"}}], "usage": usage}
+    if "x" in usage:
+        assert parse_response(body, "openai").usage.total_tokens == 0
+        return
+    with pytest.raises(ModelResponseError, match=r"usage\.\w+_tokens is not a token count"):
+        parse_response(body, "openai")

@@ -5,6 +5,8 @@ events, and a ping sent while no worker runs waits in Temporal until one does.""
 from __future__ import annotations
 
 import asyncio
+import json
+import logging
 import signal
 import sys
 import uuid
@@ -15,8 +17,10 @@ from typing import Any
 
 import httpx
 import pytest
+from temporalio.api.common.v1 import Payload
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
+from temporalio.common import RawValue
 from temporalio.contrib.workflow_streams import WorkflowStreamClient
 
 from tests.conftest import running_worker
@@ -26,6 +30,7 @@ from treadle import ping_service
 from treadle.ping_service import MonitorService
 from workflows.monitors.models import (
     EVENTS_TOPIC,
+    MEMO_PING_KEY_DIGEST,
     CheckInSource,
     CheckInStatus,
     DeleteRequest,
@@ -269,6 +274,97 @@ async def test_hostile_bodies_and_filters_get_400_not_500(client: Client, setup:
         )
         assert (await http.get(setup.url(f"/ping/{key}%0A"))).status_code == 404
         assert (await view(handle)).total_checkins == 0
+
+
+async def raw_exchange(service: MonitorService, request: bytes) -> bytes:
+    """Send bytes as they are, close the sending side, and read all the service answers."""
+    reader, writer = await asyncio.open_connection(service.host, service.port)
+    try:
+        writer.write(request)
+        await writer.drain()
+        writer.write_eof()
+        return await reader.read()
+    finally:
+        writer.close()
+        await writer.wait_closed()
+
+
+def service_log(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
+    return [r for r in caplog.records if r.name == ping_service.log.name]
+
+
+async def test_a_request_cut_short_is_a_400_and_one_log_line(
+    setup: Setup, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A body shorter than its Content-Length, or a head that never ends, when the client closes
+    its side: a 400 saying so and one warning line without a traceback; a connection that sends
+    nothing is closed without an answer or a log line."""
+    caplog.set_level(logging.INFO, logger=ping_service.log.name)
+    short_body = (
+        b"POST /ping/backup.0123456789abcdef HTTP/1.1\r\nHost: x\r\n"
+        b"Content-Length: 100\r\n\r\nonly 12 byte"
+    )
+    for request, message in (
+        (short_body, "the body ended after 12 of its 100 bytes (Content-Length)"),
+        (b"GET /ping/backup.0123 HTTP/1.1\r\nHo", "the connection ended inside the request head"),
+    ):
+        caplog.clear()
+        answer = await raw_exchange(setup.service, request)
+        head, _, body = answer.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 400 Bad Request\r\n"), answer
+        assert json.loads(body)["error"].startswith(message)
+        (line,) = service_log(caplog)
+        assert (line.levelno, line.getMessage(), line.exc_info) == (
+            logging.WARNING,
+            "monitor_http.request.incomplete",
+            None,
+        )
+    caplog.clear()
+    assert await raw_exchange(setup.service, b"") == b""
+    assert service_log(caplog) == []
+    assert "Traceback" not in caplog.text
+
+
+async def test_a_number_too_long_to_convert_is_a_400(setup: Setup) -> None:
+    """A JSON body whose exit_code has 5,000 digits (Python refuses to convert it) is a bad body,
+    not a 500."""
+    async with httpx.AsyncClient(timeout=30) as http:
+        response = await http.post(
+            setup.url("/ping/backup.0123456789abcdef"),
+            content=b'{"exit_code": ' + b"1" * 5000 + b"}",
+            headers={"content-type": "application/json"},
+        )
+    assert response.status_code == 400
+    assert response.json()["error"].startswith("body is not valid JSON: Exceeds the limit")
+
+
+async def test_an_unreadable_memo_under_a_monitors_id_is_an_unknown_key(
+    client: Client, setup: Setup, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Any client may start a workflow under a monitor's id: if its memo cannot be decoded, a
+    ping to it is an unknown key (404) with one warning line, not a 500 with a traceback."""
+    caplog.set_level(logging.INFO, logger=ping_service.log.name)
+    slug = f"alien-{uuid.uuid4().hex[:10]}"
+    undecodable = RawValue(Payload(metadata={"encoding": b"binary/nobody-knows"}, data=b"\x00"))
+    alien = await client.start_workflow(
+        "NotAMonitor",
+        id=monitor_workflow_id(slug),
+        task_queue=setup.task_queue,  # no worker ever runs it
+        memo={MEMO_PING_KEY_DIGEST: undecodable},
+    )
+    try:
+        async with httpx.AsyncClient(timeout=30) as http:
+            response = await http.get(setup.url(f"/ping/{slug}.{uuid.uuid4().hex}"))
+    finally:
+        await alien.terminate(reason="test over")
+    assert (response.status_code, response.json()) == (404, {"error": "unknown ping key"})
+    (line,) = service_log(caplog)
+    assert (line.levelno, line.getMessage(), line.exc_info) == (
+        logging.WARNING,
+        "monitor_http.ping.unreadable_memo",
+        None,
+    )
+    assert "Traceback" not in caplog.text
 
 
 async def test_connections_over_the_cap_get_503(client: Client, setup: Setup) -> None:

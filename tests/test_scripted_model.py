@@ -19,9 +19,11 @@ import pytest
 
 from treadle.scripted_model import (
     DEMO_SCRIPT,
+    KeyEcho,
     Script,
     ScriptedModelServer,
     ScriptError,
+    echoed_key,
     load_script,
 )
 
@@ -297,6 +299,51 @@ def test_api_key_is_enforced_when_configured() -> None:
             headers={"Authorization": "Bearer sk-test"},
         )
         assert good.status_code == 200
+
+
+def test_an_error_can_echo_the_requests_key_in_every_form() -> None:
+    """`echo_key` appends the key the request carried to the error's message (default body,
+    a body with a message, a string body), in each protocol; a request without a key gets none."""
+    key = "Echo" + "Canary0123456789abcdefXYZ"  # 29 characters, mixed case
+    forms: list[KeyEcho] = ["exact", "lower", "upper", "prefix", "split"]
+    shown = ", ".join(echoed_key(key, f) for f in forms)
+    assert shown == (
+        f'{key}, {key.lower()}, {key.upper()}, {key[:20]}, {key[:9]}" "{key[9:18]}\n\t{key[18:]}'
+    )
+    errors = [
+        {"status": 503, "echo_key": forms},
+        {"status": 401, "body": {"error": {"message": "Bad key"}}, "echo_key": ["lower"]},
+        {"status": 502, "body": "proxy says no", "echo_key": ["upper"]},
+    ]
+    script = {"models": {"m": [{"content": "ok", "errors": errors}]}}
+    with (
+        ScriptedModelServer(script) as server,
+        httpx.Client(base_url=server.base_url, timeout=10) as client,
+    ):
+        bearer = {"Authorization": f"Bearer {key}"}
+        first = client.post("/chat/completions", json=_chat_body("a"), headers=bearer)
+        assert first.status_code == 503
+        assert first.json()["error"]["message"] == (
+            f"The engine is currently overloaded, please try again later. (key: {shown})"
+        )
+        second = client.post("/chat/completions", json=_chat_body("a"), headers=bearer)
+        assert second.json() == {"error": {"message": f"Bad key (key: {key.lower()})"}}
+        third = client.post("/chat/completions", json=_chat_body("a"), headers=bearer)
+        assert third.text == f"proxy says no (key: {key.upper()})"
+
+        keyless = client.post("/chat/completions", json=_chat_body("b"))
+        assert "(key:" not in keyless.text and keyless.status_code == 503
+
+        anthropic = {**ANTHROPIC_HEADERS, "x-api-key": key}
+        echoed = message(client, "m", headers=anthropic)
+        assert echoed.json()["error"] == {
+            "type": "api_error",
+            "message": f"Internal server error (key: {shown})",
+        }
+
+
+def _chat_body(task: str) -> dict[str, Any]:
+    return {"model": "m", "messages": conversation(task)}
 
 
 def test_requests_are_recorded(server: ScriptedModelServer, client: httpx.Client) -> None:

@@ -7,9 +7,11 @@
 
 A ping body is the job's output (text; a JSON object ``{"output", "exit_code",
 "duration_seconds"}`` with ``Content-Type: application/json``). Answers are JSON: 202 when the
-check-in was handed to Temporal, 400 for a bad body or parameter, 404 for an unknown key, 405,
-411, 413, and 503 when Temporal cannot be reached or more than ``MAX_CONNECTIONS`` connections
-(event streams included) are open.
+check-in was handed to Temporal, 400 for a bad body or parameter (or a request cut short: the
+client closed its side before the Content-Length was sent), 404 for an unknown key, 405, 411,
+413, and 503 when Temporal cannot be reached or more than ``MAX_CONNECTIONS`` connections
+(event streams included) are open. Expected failures log at most one line; only a bug logs a
+traceback (and answers 500).
 
 A ping needs no worker: the key is ``<slug>.<secret>``, so the slug names the monitor's workflow,
 whose memo holds the key's SHA-256 to check it against (``describe`` is answered by the server
@@ -129,6 +131,13 @@ class HttpError(Exception):
         self.headers = dict(headers or {})
 
 
+class IncompleteRequest(HttpError):
+    """The connection ended in the middle of a request (400)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(400, message)
+
+
 @dataclass(frozen=True)
 class Request:
     method: str
@@ -233,11 +242,20 @@ class MonitorService:
                 await self._events(request, reader, writer)
                 return
             status, body = await self._route(request)
+        except IncompleteRequest as exc:
+            # The client closed its side mid-request (e.g. a body shorter than its
+            # Content-Length): an expected failure, so one line and no traceback; the 400 is
+            # for a client that still reads (one that hung up entirely just misses it).
+            log.warning("monitor_http.request.incomplete", extra={"why": exc.message})
+            await _respond(writer, exc.status, {"error": exc.message})
+            return
         except HttpError as exc:
             await _respond(writer, exc.status, {"error": exc.message}, exc.headers)
             return
         except TimeoutError:
             status, body = 400, {"error": "the request did not arrive in time"}
+        except asyncio.IncompleteReadError:
+            return  # connected and left without sending anything (a port check)
         except ConnectionError:
             raise  # the client went away, or stopped reading: nobody to answer
         except Exception:
@@ -301,7 +319,14 @@ class MonitorService:
             raise HttpError(503, f"Temporal did not answer: {exc.message}") from None
         if description.status is not WorkflowExecutionStatus.RUNNING:
             raise HttpError(404, "unknown ping key")  # deleted
-        digest = (await description.memo()).get(MEMO_PING_KEY_DIGEST)
+        try:
+            digest = (await description.memo()).get(MEMO_PING_KEY_DIGEST)
+        except Exception as exc:  # any client may start a workflow under a monitor's id
+            log.warning(
+                "monitor_http.ping.unreadable_memo",
+                extra={"slug": slug, "why": f"{type(exc).__name__}: {exc}"},
+            )
+            raise HttpError(404, "unknown ping key") from None
         if not isinstance(digest, str) or not hmac.compare_digest(digest, ping_key_digest(key)):
             raise HttpError(404, "unknown ping key")
         return slug
@@ -591,6 +616,12 @@ async def read_request(reader: asyncio.StreamReader) -> Request:
         head = await reader.readuntil(b"\r\n\r\n")
     except asyncio.LimitOverrunError:
         raise HttpError(400, "request head too large") from None
+    except asyncio.IncompleteReadError as exc:
+        if not exc.partial:
+            raise  # nothing was sent at all
+        raise IncompleteRequest(
+            f"the connection ended inside the request head, after {len(exc.partial)} bytes"
+        ) from None
     if len(head) > MAX_HEAD_BYTES:
         raise HttpError(400, "request head too large")
     lines = head.decode("latin-1").split("\r\n")
@@ -615,7 +646,12 @@ async def read_request(reader: asyncio.StreamReader) -> Request:
         raise HttpError(400, "Content-Length is negative")
     if length > MAX_BODY_BYTES:
         raise HttpError(413, f"body larger than {MAX_BODY_BYTES} bytes")
-    body = await reader.readexactly(length) if length else b""
+    try:
+        body = await reader.readexactly(length) if length else b""
+    except asyncio.IncompleteReadError as exc:
+        raise IncompleteRequest(
+            f"the body ended after {len(exc.partial)} of its {length} bytes (Content-Length)"
+        ) from None
     url = urlsplit(target)
     return Request(
         method=method.upper(),
@@ -675,7 +711,7 @@ def _ping_fields(status: CheckInStatus, request: Request) -> dict[str, Any]:
     if content_type == "application/json" and request.body:
         try:
             body = json.loads(request.body)
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, a 5000-digit number
             raise HttpError(400, f"body is not valid JSON: {exc}") from None
         except RecursionError:
             raise HttpError(400, "body is JSON nested too deeply") from None

@@ -14,8 +14,10 @@ instead of a model, and one script serves both protocols::
 Which turn answers a request is decided by the request alone: the number of assistant messages in
 ``messages``. Retries and concurrent conversations therefore get the same answer; past the end of a
 script the last turn repeats. A turn may fail its first attempts (``errors``), answer late
-(``delay``), or send a raw body (``raw``) to simulate a broken provider. A turn's ``confidence``
-becomes OpenAI log-probabilities when the request asks for them (Anthropic has none).
+(``delay``), or send a raw body (``raw``) to simulate a broken provider; a failing attempt may
+echo the request's API key back (``echo_key``), as a misconfigured proxy does, so tests can check
+it is redacted. A turn's ``confidence`` becomes OpenAI log-probabilities when the request asks for
+them (Anthropic has none).
 
 Run it on its own with ``python -m treadle.scripted_model --script treadle/demo_script.json``.
 """
@@ -47,6 +49,8 @@ from workflows.base import Frozen
 
 __all__ = [
     "DEMO_SCRIPT",
+    "ECHO_PREFIX",
+    "KeyEcho",
     "RecordedRequest",
     "Script",
     "ScriptError",
@@ -55,6 +59,7 @@ __all__ = [
     "TurnError",
     "TurnToolCall",
     "TurnUsage",
+    "echoed_key",
     "load_script",
     "main",
     "parse_script",
@@ -66,6 +71,25 @@ DEMO_SCRIPT = Path(__file__).with_name("demo_script.json")
 _JSON = "application/json"
 
 _Api = Literal["openai", "anthropic"]
+
+KeyEcho = Literal["exact", "lower", "upper", "prefix", "split"]
+"""How an error echoes the request's key: as sent, lower-cased, upper-cased, its first
+``ECHO_PREFIX`` characters, or cut in three pieces by a quote and whitespace."""
+ECHO_PREFIX = 20
+
+
+def echoed_key(key: str, form: KeyEcho) -> str:
+    """``key`` as an error of the given ``echo_key`` form shows it."""
+    if form == "lower":
+        return key.lower()
+    if form == "upper":
+        return key.upper()
+    if form == "prefix":
+        return key[:ECHO_PREFIX]
+    if form == "split":
+        third = max(1, len(key) // 3)
+        return f'{key[:third]}" "{key[third : 2 * third]}\n\t{key[2 * third :]}'
+    return key
 
 
 class ScriptError(ValueError):
@@ -99,6 +123,11 @@ class TurnError(Frozen):
     """A string is sent verbatim, other JSON values encoded; ``None`` gives the protocol's error."""
     headers: dict[str, str] = Field(default_factory=dict)
     """Extra response headers, e.g. ``{"Retry-After": "1"}``."""
+    echo_key: tuple[KeyEcho, ...] = ()
+    """Echo the API key the request carried (bearer token or ``x-api-key``) in these forms,
+    appended to the error's message: ``error.message`` of the protocol's default body or of a
+    ``body`` that has one, or the end of a string ``body``; ``(key: ...)``, forms separated by
+    ``", "``. A request without a key gets no echo."""
 
 
 class TurnUsage(Frozen):
@@ -677,6 +706,7 @@ class ScriptedModelServer:
         conversation = json.dumps(first_user, sort_keys=True)
         return self._play(
             "openai",
+            headers,
             model,
             turns,
             index,
@@ -709,6 +739,7 @@ class ScriptedModelServer:
         position = min(index, len(turns) - 1)
         return self._play(
             "anthropic",
+            headers,
             model,
             turns,
             index,
@@ -719,6 +750,7 @@ class ScriptedModelServer:
     def _play(
         self,
         api: _Api,
+        headers: dict[str, str],
         model: str,
         turns: list[Turn],
         index: int,
@@ -731,7 +763,7 @@ class ScriptedModelServer:
         if turn.delay and self._stopping(turn.delay):
             return None
         if attempt < len(turn.errors):
-            return _error_reply(turn.errors[attempt], api)
+            return _error_reply(turn.errors[attempt], api, headers)
         if turn.raw is not None:
             return _Reply(turn.raw_status or 200, turn.raw.encode())
         return answer(turn)
@@ -751,19 +783,39 @@ class ScriptedModelServer:
         return httpd.stopping.wait(delay)
 
 
-def _error_reply(error: TurnError, api: _Api) -> _Reply:
-    if error.body is None:
-        default = (
+def _error_reply(error: TurnError, api: _Api, headers: Mapping[str, str]) -> _Reply:
+    content: Any = error.body
+    if content is None:
+        content = (
             _anthropic_error_body(error.status)
             if api == "anthropic"
             else _default_error_body(error.status)
         )
-        body = json.dumps(default).encode()
-    elif isinstance(error.body, str):
-        body = error.body.encode()
-    else:
-        body = json.dumps(error.body).encode()
+    key = _request_key(api, headers)
+    if error.echo_key and key:
+        content = _with_echo(
+            content, " (key: " + ", ".join(echoed_key(key, f) for f in error.echo_key) + ")"
+        )
+    body = content.encode() if isinstance(content, str) else json.dumps(content).encode()
     return _Reply(error.status, body, tuple(error.headers.items()))
+
+
+def _request_key(api: _Api, headers: Mapping[str, str]) -> str:
+    """The API key a request carried: Anthropic's ``x-api-key``, else the bearer token."""
+    if api == "anthropic":
+        return headers.get("x-api-key", "").strip()
+    scheme, _, token = headers.get("authorization", "").partition(" ")
+    return token.strip() if scheme.lower() == "bearer" else ""
+
+
+def _with_echo(content: Any, text: str) -> Any:
+    """``content`` (an error body) with ``text`` after its message, where it has one."""
+    if isinstance(content, str):
+        return content + text
+    error = content.get("error") if isinstance(content, dict) else None
+    if isinstance(error, dict) and isinstance(error.get("message"), str):
+        return {**content, "error": {**error, "message": error["message"] + text}}
+    return content
 
 
 def _completion(model: str, index: int, turn: Turn, request: dict[str, Any]) -> dict[str, Any]:

@@ -1,3 +1,4 @@
 """Model providers over httpx: the ``call_model`` activity (``activity``), one module per wire
-protocol (``openai_chat``, ``anthropic_messages``) and the HTTP failures they share
-(``http_errors``)."""
+protocol (``openai_chat``, ``anthropic_messages``), the HTTP failures they share and the key
+redaction (``http_errors``), and what makes a provider's values fit for the history: valid
+Unicode, sane token counts (``payload``)."""

@@ -5,7 +5,12 @@ attempt, so every attempt is visible in the event history, and errors are classi
 retryable / non-retryable ``ApplicationError``s in one place (``activities.errors``); HTTP
 failures are turned into those errors the same way for every protocol (``http_errors``).
 API keys are read from the worker's environment by ``ProviderSettings.from_env`` and never leave
-this process: not in activity inputs, results, errors or logs.
+this process: not in activity inputs, results, errors or logs. Every failure leaving
+``call_model`` goes through one ``Redactor`` holding every key the worker has (a proxy may echo
+another provider's key) and carries no lone surrogate (see ``payload``); its cause chain is cut,
+as Temporal records a failure's causes (messages and all) in the history and the worker logs
+them. A ``Retry-After`` is honoured up to the attempt's retry policy ``maximum_interval``
+(``http_errors.retry_after_cap``).
 """
 
 from __future__ import annotations
@@ -18,10 +23,12 @@ from typing import Any, Protocol, cast
 
 import httpx
 from temporalio import activity
+from temporalio.exceptions import ApplicationError, FailureError
 
 from activities.errors import ModelConfigError, ModelError, ModelResponseError
 from activities.heartbeat import heartbeating
 from activities.model import anthropic_messages, http_errors, openai_chat
+from activities.model.payload import well_formed
 from workflows.agent.models import ModelRequest, ModelResponse
 from workflows.agent.providers import PROVIDERS, ModelStringError, resolve
 
@@ -73,6 +80,10 @@ class ProviderSettings:
             )
         return cls(endpoints=endpoints)
 
+    def api_keys(self) -> tuple[str, ...]:
+        """Every key configured on this worker, whichever provider it is for."""
+        return tuple(e.api_key for e in self.endpoints.values() if e.api_key)
+
 
 def http_client() -> httpx.AsyncClient:
     """The worker's one shared client. Read timeouts are set per call from the activity's."""
@@ -90,16 +101,23 @@ class ModelActivities:
     def __init__(self, settings: ProviderSettings, client: httpx.AsyncClient) -> None:
         self._settings = settings
         self._client = client
+        self._redact = http_errors.Redactor(settings.api_keys())
 
     @activity.defn(name="call_model")
     async def call_model(self, request: ModelRequest) -> ModelResponse:
         """Ask the model for its next move; one HTTP attempt per activity attempt."""
-        start_to_close = activity.info().start_to_close_timeout or timedelta(minutes=5)
+        info = activity.info()
+        start_to_close = info.start_to_close_timeout or timedelta(minutes=5)
         try:
             async with heartbeating():
                 result = await self.complete(request, read_timeout=start_to_close.total_seconds())
         except ModelError as exc:
-            raise exc.to_application_error() from exc
+            cap = http_errors.retry_after_cap(info.retry_policy)
+            raise self._failure(exc.to_application_error(), cap) from None
+        except FailureError:
+            raise  # Temporal's own (cancellation): it must reach the SDK as it is
+        except Exception as exc:  # a bug, or an error nobody foresaw: its text may hold a key
+            raise self._failure(ApplicationError(str(exc), type=type(exc).__name__)) from None
         activity.logger.info(
             "model.call.completed",
             extra={
@@ -109,6 +127,19 @@ class ModelActivities:
             },
         )
         return result
+
+    def _failure(self, error: ApplicationError, cap: timedelta | None = None) -> ApplicationError:
+        """``error`` as it may leave the activity: no key and no lone surrogate in its message,
+        and a next retry delay (a provider's Retry-After) no longer than ``cap``."""
+        delay = error.next_retry_delay
+        if delay is not None and cap is not None:
+            delay = min(delay, cap)
+        return ApplicationError(
+            self._redact(well_formed(error.message)),
+            type=error.type,
+            non_retryable=error.non_retryable,
+            next_retry_delay=delay,
+        )
 
     async def complete(self, request: ModelRequest, *, read_timeout: float) -> ModelResponse:
         """One model call over HTTP, errors classified. Usable without Temporal."""
@@ -126,7 +157,6 @@ class ModelActivities:
             )
         protocol = PROTOCOLS[spec.protocol]
         url = endpoint.base_url.rstrip("/") + protocol.path()
-        secrets = (endpoint.api_key,) if endpoint.api_key else ()
         timeout = httpx.Timeout(connect=10.0, read=read_timeout, write=30.0, pool=30.0)
         try:
             response = await self._client.post(
@@ -136,10 +166,16 @@ class ModelActivities:
                 timeout=timeout,
             )
         except httpx.TransportError as exc:  # timeouts included
-            raise http_errors.connection_error(exc, spec.name, url, secrets) from exc
-        http_errors.raise_for_status(response, spec.name, protocol.error_message, secrets)
+            raise http_errors.connection_error(exc, spec.name, url, self._redact) from exc
+        except httpx.DecodingError as exc:  # a body its Content-Encoding does not describe
+            raise ModelResponseError(f"{spec.name} response body cannot be decoded") from exc
+        except httpx.InvalidURL as exc:
+            raise ModelConfigError(
+                f"{spec.base_url_env} is not a usable URL for {spec.name}: {exc}"
+            ) from exc
+        http_errors.raise_for_status(response, spec.name, protocol.error_message, self._redact)
         try:
             payload = response.json()
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:  # RecursionError: nested too deeply
             raise ModelResponseError(f"{spec.name} response is not valid JSON") from exc
         return protocol.parse_response(payload, spec.name)

@@ -15,6 +15,7 @@ import json
 from typing import Any
 
 from activities.errors import ModelResponseError
+from activities.model.payload import token_count, well_formed_json
 from workflows.agent.catalogue import TOOLS
 from workflows.agent.models import ChatMessage, ModelRequest, ModelResponse, TokenUsage, ToolCall
 
@@ -112,9 +113,20 @@ def error_message(payload: Any) -> str | None:
 
 
 def parse_response(payload: Any, provider: str) -> ModelResponse:
-    """Check the body against what the Messages API promises and translate it."""
+    """Check the body against what the Messages API promises and translate it.
+
+    Returns a response fit for Temporal's JSON converter (no lone surrogate in any string) or
+    raises ``ModelResponseError``; nothing else, whatever the body.
+    """
     if not isinstance(payload, dict):
         raise ModelResponseError(f"{provider} response is not a JSON object")
+    try:
+        return _parse(well_formed_json(payload), provider)
+    except RecursionError:
+        raise ModelResponseError(f"{provider} response is nested too deeply") from None
+
+
+def _parse(payload: dict[str, Any], provider: str) -> ModelResponse:
     blocks = payload.get("content")
     if not isinstance(blocks, list):
         raise ModelResponseError(f"{provider} response has no content blocks")
@@ -142,11 +154,13 @@ def parse_response(payload: Any, provider: str) -> ModelResponse:
         # thinking / redacted_thinking and future block types carry nothing the loop needs
     raw_usage = payload.get("usage")
     usage: dict[str, Any] = raw_usage if isinstance(raw_usage, dict) else {}
-    fresh = int(usage.get("input_tokens") or 0)
-    cached = int(usage.get("cache_read_input_tokens") or 0)
-    written = int(usage.get("cache_creation_input_tokens") or 0)
-    completion = int(usage.get("output_tokens") or 0)
+    fresh = token_count(usage, "input_tokens", provider)
+    cached = token_count(usage, "cache_read_input_tokens", provider)
+    written = token_count(usage, "cache_creation_input_tokens", provider)
+    completion = token_count(usage, "output_tokens", provider)
     prompt = fresh + cached + written  # Anthropic counts cache reads and writes separately
+    stop_reason = payload.get("stop_reason")
+    model = payload.get("model")
     return ModelResponse(
         content="".join(texts) if texts else None,
         tool_calls=tuple(calls),
@@ -156,6 +170,6 @@ def parse_response(payload: Any, provider: str) -> ModelResponse:
             total_tokens=prompt + completion,
             cached_tokens=cached,
         ),
-        finish_reason=payload.get("stop_reason"),
-        model=payload.get("model") if isinstance(payload.get("model"), str) else None,
+        finish_reason=stop_reason if isinstance(stop_reason, str) else None,
+        model=model if isinstance(model, str) else None,
     )

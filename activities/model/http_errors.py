@@ -3,34 +3,67 @@
 What every provider shares: an error status becomes a ``ModelHTTPError`` (its status decides
 retryability, see ``activities.errors``) carrying the provider's own message and the
 ``Retry-After`` delay; a timeout or an unreachable endpoint becomes a ``ModelConnectionError``;
-API keys are removed from every message, since failures are recorded in the event history.
-The one protocol specific, where an error body keeps its message, comes from the protocol module
-(``openai_chat.error_message``, ``anthropic_messages.error_message``).
+API keys are removed from every message (``Redactor``), since failures are recorded in the event
+history, the run's trace and status, and the worker's log. The one protocol specific, where an
+error body keeps its message, comes from the protocol module (``openai_chat.error_message``,
+``anthropic_messages.error_message``).
+
+Redaction is by value and by shape. By value: every key configured on the worker, in any letter
+case, whole or in part: any ``MIN_FRAGMENT`` (8) or more consecutive characters of a key of at
+least ``FRAGMENT_KEY_LENGTH`` (16) characters, even when quotes, backslashes or whitespace are
+inserted between them (a proxy that quotes the key in pieces); a shorter key is redacted only
+whole (in any case, across the same separators). By shape: anything that looks like a key
+(``sk-...``, ``key-...``, ``token-...``), configured here or not.
+
+A ``Retry-After`` longer than the retry policy allows is cut to the policy's maximum interval
+(``retry_after_cap``): the policy is what the run's author chose, and a provider asking for an
+hour must not park a run for an hour.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
-from datetime import UTC, datetime
+from collections.abc import Callable, Iterable, Mapping
+from datetime import UTC, datetime, timedelta
 from email.utils import parsedate_to_datetime
 from typing import Any
 
 import httpx
+from temporalio.common import RetryPolicy
 
 from activities.errors import ModelConnectionError, ModelHTTPError
+from activities.model.payload import well_formed
 
 __all__ = [
+    "FRAGMENT_KEY_LENGTH",
+    "MAX_RETRY_AFTER",
+    "MIN_FRAGMENT",
+    "REDACTED",
     "ErrorMessage",
+    "Redactor",
     "connection_error",
     "raise_for_status",
     "redact",
+    "retry_after_cap",
     "retry_after_seconds",
     "safe_url",
 ]
 
 MAX_PROVIDER_TEXT = 500
 """Characters of the provider's error text kept in the message."""
+MAX_SCANNED_TEXT = 16 * 1024
+"""Characters of an error body read at all (redacted, then cut to ``MAX_PROVIDER_TEXT``)."""
+MAX_RETRY_AFTER = timedelta(seconds=60)
+"""The longest ``Retry-After`` honoured when the attempt's retry policy is unknown: the model
+call's own policy (``workflows.agent.options.model_call``) backs off to one minute at most."""
+
+REDACTED = "[redacted]"
+MIN_FRAGMENT = 8
+"""Consecutive characters of a key that are redacted wherever they appear (any letter case)."""
+FRAGMENT_KEY_LENGTH = 16
+"""Keys at least this long are redacted in fragments of ``MIN_FRAGMENT``; shorter ones whole."""
+_SEPARATORS = frozenset(" \t\r\n\f\v'\"`\\")
+"""Characters a proxy may put between the pieces of a key it quotes; skipped when matching."""
 
 ErrorMessage = Callable[[Any], str | None]
 """A protocol's reader of an error body (decoded JSON): the provider's message, if it has one."""
@@ -54,19 +87,86 @@ def retry_after_seconds(headers: Mapping[str, str], now: datetime | None = None)
     return max(0.0, (when - (now or datetime.now(UTC))).total_seconds())
 
 
+def retry_after_cap(policy: RetryPolicy | None) -> timedelta:
+    """The longest delay a ``Retry-After`` may set for an attempt under ``policy``.
+
+    The policy's ``maximum_interval`` (when it sets none, Temporal's default: 100 times the
+    initial interval); ``MAX_RETRY_AFTER`` when the policy is unknown (``activity.info()`` has
+    none when the server did not send it).
+    """
+    if policy is None:
+        return MAX_RETRY_AFTER
+    return policy.maximum_interval or policy.initial_interval * 100
+
+
 _KEY_LIKE = re.compile(r"\b(sk|key|token)-[A-Za-z0-9_*.-]{6,}", re.IGNORECASE)
 
 
-def redact(text: str, secrets: tuple[str, ...] = ()) -> str:
-    """Remove API keys from text bound for history: the worker's own, and anything key-shaped.
+def _fold(char: str) -> str:
+    """One character in lower case, when that is one character (``İ`` lowers to two)."""
+    lower = char.lower()
+    return lower if len(lower) == 1 else char
+
+
+class Redactor:
+    """Removes API keys from text bound for the history, the trace or a log; see the module
+    docstring for what is matched. Built once per worker from every configured key."""
+
+    def __init__(self, secrets: Iterable[str | None] = ()) -> None:
+        grams: dict[int, set[str]] = {}
+        for secret in secrets:
+            folded = "".join(_fold(c) for c in secret or "" if c not in _SEPARATORS)
+            if not folded:
+                continue
+            size = MIN_FRAGMENT if len(folded) >= FRAGMENT_KEY_LENGTH else len(folded)
+            found = grams.setdefault(size, set())
+            found.update(folded[i : i + size] for i in range(len(folded) - size + 1))
+        self._grams = {size: frozenset(found) for size, found in grams.items()}
+
+    def __repr__(self) -> str:  # never print a key, not even a fragment
+        return f"Redactor({sum(len(g) for g in self._grams.values())} fragments)"
+
+    def __call__(self, text: str) -> str:
+        """``text`` without any configured key (whole, in part, in any case) or key-shaped word."""
+        if self._grams:
+            text = self._remove_keys(text)
+        return _KEY_LIKE.sub(REDACTED, text)
+
+    def _remove_keys(self, text: str) -> str:
+        # Match on the text folded to lower case with separators skipped, remembering where each
+        # kept character came from; every run covered by key fragments is cut from the original,
+        # separators inside it included.
+        where = [i for i, c in enumerate(text) if c not in _SEPARATORS]
+        folded = "".join(_fold(text[i]) for i in where)
+        covered = bytearray(len(folded) + 1)
+        for size, grams in self._grams.items():
+            for start in range(len(folded) - size + 1):
+                if folded[start : start + size] in grams:
+                    covered[start : start + size] = b"\x01" * size
+        if not any(covered):
+            return text
+        pieces: list[str] = []
+        done = 0  # text[:done] is handled
+        run = None
+        for index, flag in enumerate(covered):
+            if flag and run is None:
+                run = index
+            elif not flag and run is not None:
+                first, last = where[run], where[index - 1]
+                pieces += [text[done:first], REDACTED]
+                done, run = last + 1, None
+        pieces.append(text[done:])
+        return "".join(pieces)
+
+
+def redact(text: str, secrets: Iterable[str | None] = ()) -> str:
+    """``Redactor(secrets)(text)``: for one-off use; a worker builds its ``Redactor`` once.
 
     Providers echo keys in error messages (OpenAI's 401 shows a masked one; proxies may show
-    more), and those messages become activity failures recorded in the event history.
+    more, in another letter case or in pieces), and those messages become activity failures
+    recorded in the event history.
     """
-    for secret in secrets:
-        if secret:
-            text = text.replace(secret, "[redacted]")
-    return _KEY_LIKE.sub("[redacted]", text)
+    return Redactor(secrets)(text)
 
 
 def safe_url(url: str) -> str:
@@ -76,26 +176,32 @@ def safe_url(url: str) -> str:
 
 
 def _provider_text(response: httpx.Response, error_message: ErrorMessage) -> str:
+    """The provider's own words, as much as is read at all (``MAX_SCANNED_TEXT``)."""
+    body = response.text
     try:
         payload = response.json()
-    except ValueError:
-        return response.text.strip()[:MAX_PROVIDER_TEXT] or response.reason_phrase
+    except (ValueError, RecursionError):
+        return body.strip()[:MAX_SCANNED_TEXT] or response.reason_phrase
     message = error_message(payload)
-    if message is not None:
-        return message[:MAX_PROVIDER_TEXT]
-    return response.text.strip()[:MAX_PROVIDER_TEXT]
+    return (body.strip() if message is None else message)[:MAX_SCANNED_TEXT]
+
+
+def _fit(text: str, redactor: Redactor) -> str:
+    """Text for a message: no lone surrogate (a failure holding one cannot be encoded), and no
+    key, before and after the cut (a cut may leave a stub that only looks like a key)."""
+    return redactor(redactor(well_formed(text))[:MAX_PROVIDER_TEXT])
 
 
 def raise_for_status(
     response: httpx.Response,
     provider: str,
     error_message: ErrorMessage,
-    secrets: tuple[str, ...] = (),
+    redactor: Redactor | None = None,
 ) -> None:
     """Nothing for a success; else ``ModelHTTPError`` with status, provider text, Retry-After."""
     if response.is_success:
         return
-    text = redact(_provider_text(response, error_message), secrets)
+    text = _fit(_provider_text(response, error_message), redactor or Redactor())
     raise ModelHTTPError(
         f"{provider} returned HTTP {response.status_code}: {text}",
         status=response.status_code,
@@ -104,11 +210,10 @@ def raise_for_status(
 
 
 def connection_error(
-    exc: httpx.TransportError, provider: str, url: str, secrets: tuple[str, ...] = ()
+    exc: httpx.TransportError, provider: str, url: str, redactor: Redactor | None = None
 ) -> ModelConnectionError:
     """The request never got an answer: a timeout, or the endpoint could not be reached."""
     if isinstance(exc, httpx.TimeoutException):
         return ModelConnectionError(f"{provider} timed out: {type(exc).__name__}")
-    return ModelConnectionError(
-        redact(f"{provider} unreachable at {safe_url(url)}: {exc}", secrets)
-    )
+    text = f"{provider} unreachable at {safe_url(url)}: {exc}"
+    return ModelConnectionError(_fit(text, redactor or Redactor()))

@@ -13,6 +13,7 @@ import math
 from typing import Any
 
 from activities.errors import ModelResponseError
+from activities.model.payload import token_count, well_formed_json
 from workflows.agent.catalogue import TOOLS
 from workflows.agent.models import ChatMessage, ModelRequest, ModelResponse, TokenUsage, ToolCall
 
@@ -77,20 +78,28 @@ def build_body(request: ModelRequest, model_name: str) -> dict[str, Any]:
     return body
 
 
+def _logprob(token: Any) -> float | None:
+    """A token's log-probability, if it has a usable one (finite, a probability's log)."""
+    value = token.get("logprob") if isinstance(token, dict) else None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:  # an integer beyond any float
+        return None
+    return min(number, 0.0) if math.isfinite(number) else None
+
+
 def _confidence(choice: dict[str, Any]) -> float | None:
     """exp(mean log-probability) of the returned tokens; ``None`` when none were returned."""
     logprobs = choice.get("logprobs")
     content = logprobs.get("content") if isinstance(logprobs, dict) else None
     if not isinstance(content, list):
         return None
-    values = [
-        float(t["logprob"])
-        for t in content
-        if isinstance(t, dict) and isinstance(t.get("logprob"), int | float)
-    ]
+    values = [v for v in map(_logprob, content) if v is not None]
     if not values:
         return None
-    return math.exp(sum(values) / len(values))
+    return math.exp(math.fsum(values) / len(values))
 
 
 def error_message(payload: Any) -> str | None:
@@ -105,9 +114,20 @@ def error_message(payload: Any) -> str | None:
 
 
 def parse_response(payload: Any, provider: str) -> ModelResponse:
-    """Check the body against what the protocol promises and translate it."""
+    """Check the body against what the protocol promises and translate it.
+
+    Returns a response fit for Temporal's JSON converter (no lone surrogate in any string) or
+    raises ``ModelResponseError``; nothing else, whatever the body.
+    """
     if not isinstance(payload, dict):
         raise ModelResponseError(f"{provider} response is not a JSON object")
+    try:
+        return _parse(well_formed_json(payload), provider)
+    except RecursionError:
+        raise ModelResponseError(f"{provider} response is nested too deeply") from None
+
+
+def _parse(payload: dict[str, Any], provider: str) -> ModelResponse:
     choices = payload.get("choices")
     if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
         raise ModelResponseError(f"{provider} response has no choices")
@@ -144,21 +164,24 @@ def parse_response(payload: Any, provider: str) -> ModelResponse:
 
     raw_usage = payload.get("usage")
     usage: dict[str, Any] = raw_usage if isinstance(raw_usage, dict) else {}
-    details = usage.get("prompt_tokens_details") or {}
-    prompt = int(usage.get("prompt_tokens") or 0)
-    completion = int(usage.get("completion_tokens") or 0)
+    details = usage.get("prompt_tokens_details")
+    prompt = token_count(usage, "prompt_tokens", provider)
+    completion = token_count(usage, "completion_tokens", provider)
+    total = token_count(usage, "total_tokens", provider)
+    finish_reason = choices[0].get("finish_reason")
+    model = payload.get("model")
     return ModelResponse(
         content=content,
         tool_calls=tuple(calls),
         usage=TokenUsage(
             prompt_tokens=prompt,
             completion_tokens=completion,
-            total_tokens=int(usage.get("total_tokens") or prompt + completion),
-            cached_tokens=int(details.get("cached_tokens") or 0)
+            total_tokens=total or prompt + completion,
+            cached_tokens=token_count(details, "cached_tokens", provider)
             if isinstance(details, dict)
             else 0,
         ),
-        finish_reason=choices[0].get("finish_reason"),
-        model=payload.get("model") if isinstance(payload.get("model"), str) else None,
+        finish_reason=finish_reason if isinstance(finish_reason, str) else None,
+        model=model if isinstance(model, str) else None,
         confidence=_confidence(choices[0]),
     )

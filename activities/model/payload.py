@@ -1,0 +1,76 @@
+"""Values read from a provider's JSON, made fit to leave the activity.
+
+Text as valid Unicode: JSON may spell UTF-16 surrogates on their own (``"\\ud800"``), and
+Python's decoder keeps them as lone surrogate code points, which no UTF-8 encoder accepts:
+Temporal's JSON converter cannot serialise a result holding one (nor the protobuf encoder a
+failure message), so the attempt would fail on the way out, every time. Every string a protocol
+module returns, and every message the activity raises, goes through here first; each lone
+surrogate becomes U+FFFD. (A surrogate *escaped* inside JSON text, as OpenAI's tool-call
+arguments are, is valid text and stays as it is: the workflow checks arguments when it decodes
+them.)
+
+Token counts as integers a run can add up and price: a count that is not a whole number from 0 to
+``MAX_TOKEN_COUNT`` breaks the protocol (``ModelResponseError``); a missing or ``null`` one is 0.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from activities.errors import ModelResponseError
+
+__all__ = [
+    "MAX_TOKEN_COUNT",
+    "REPLACEMENT",
+    "token_count",
+    "well_formed",
+    "well_formed_json",
+]
+
+MAX_TOKEN_COUNT = 2**53
+"""The largest token count believed (every integer up to it is exact as a float, so prices and
+budgets computed from it stay exact)."""
+
+REPLACEMENT = "\ufffd"
+"""What a lone surrogate becomes: the Unicode replacement character."""
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def well_formed(text: str) -> str:
+    """``text`` with every surrogate code point replaced by U+FFFD (others are untouched)."""
+    if text.isascii():
+        return text
+    return _SURROGATE.sub(REPLACEMENT, text)
+
+
+def well_formed_json(value: Any) -> Any:
+    """A decoded JSON value with every string in it (object keys included) ``well_formed``.
+
+    Deeply nested values may raise ``RecursionError``, as ``json`` itself does; the protocol
+    modules turn that into a ``ModelResponseError``.
+    """
+    if isinstance(value, str):
+        return well_formed(value)
+    if isinstance(value, list):
+        return [well_formed_json(item) for item in value]
+    if isinstance(value, dict):
+        return {well_formed_json(key): well_formed_json(item) for key, item in value.items()}
+    return value
+
+
+def token_count(usage: Mapping[str, Any], field: str, provider: str) -> int:
+    """``usage[field]`` as a token count: 0 when missing or ``null``, a whole number
+    (``12``, ``12.0`` or ``"12"``) from 0 to ``MAX_TOKEN_COUNT``, else ``ModelResponseError``."""
+    value = usage.get(field)
+    if value is None:
+        return 0
+    if isinstance(value, str) and value.isascii() and value.isdigit() and len(value) < 17:
+        value = int(value)
+    number = isinstance(value, int | float) and not isinstance(value, bool)
+    # The range check comes first: it turns away inf and nan, which int() cannot take.
+    if number and 0 <= value <= MAX_TOKEN_COUNT and value == int(value):
+        return int(value)
+    raise ModelResponseError(f"{provider} response usage.{field} is not a token count")
