@@ -7,6 +7,9 @@
     python starter.py reject ID [--call CALL_ID] --reason TEXT
     python starter.py modify ID [--call CALL_ID] --args JSON
     python starter.py guide ID (--guidance TEXT | --halt [--reason TEXT])
+    python starter.py chat [--id ID] [FIRST MESSAGE]     # a thread: type, see the answer, again
+    python starter.py send ID TEXT [--wait]     python starter.py close ID
+    python starter.py export ID > thread.json   python starter.py import thread.json
     python starter.py jobs list|history ID|trigger ID|pause ID|unpause ID|sync
     python starter.py monitors create SLUG --cron EXPR|--interval MIN, list, show, checkin ...
     python starter.py serve [--host 127.0.0.1] [--port PORT]   # HTTP pings + event stream
@@ -47,8 +50,10 @@ from temporalio.service import RPCError, RPCStatusCode
 from treadle.cli import codec_server as cli_codec_server
 from treadle.cli import jobs as cli_jobs
 from treadle.cli import monitors as cli_monitors
+from treadle.cli import threads as cli_threads
 from treadle.cli.exits import UsageError, run_and_exit
 from treadle.cli.tables import table
+from treadle.cli.workspaces import make_workspace, resolve_workspace
 from treadle.codec import EncryptionError
 from treadle.connection import TemporalConnectionError, check_settings, connect
 from treadle.devserver import DevServerError
@@ -198,32 +203,6 @@ class PlannedRun:
     create_workspace: bool
 
 
-def _workspace(args: argparse.Namespace) -> tuple[Path, bool]:
-    """The run's workspace, and whether it may be created.
-
-    A workspace the user names must exist (or ``--create-workspace``): a typo must not start a
-    run in a fresh empty directory. The default, ``workspaces/ID``, is Treadle's own to create.
-    """
-    if args.workspace is None:
-        root = HERE / "workspaces"
-        workspace = (root / args.id).resolve()
-        if workspace.parent != root:
-            raise UsageError(
-                f"--id {args.id!r} cannot name a directory in workspaces/; pass --workspace DIR"
-            )
-        create = True
-    else:
-        workspace = Path(args.workspace).expanduser().resolve()
-        create = args.create_workspace
-    if workspace.exists() and not workspace.is_dir():
-        raise UsageError(f"workspace {workspace} is not a directory")
-    if not workspace.exists() and not create:
-        raise UsageError(
-            f"workspace {workspace} does not exist; create it, or pass --create-workspace"
-        )
-    return workspace, create
-
-
 def build_input(args: argparse.Namespace) -> PlannedRun:
     config = _config_file(args.config)
     if args.require_approval:
@@ -234,7 +213,7 @@ def build_input(args: argparse.Namespace) -> PlannedRun:
         config["token_budget"] = args.token_budget
     if args.allow_commands:
         config["allow_run_command"] = True
-    workspace, create = _workspace(args)
+    workspace, create = resolve_workspace(args.workspace, args.id, create=args.create_workspace)
     try:
         agent_input = AgentInput(
             task=args.task,
@@ -245,18 +224,13 @@ def build_input(args: argparse.Namespace) -> PlannedRun:
         )
     except ValidationError as exc:
         raise UsageError(f"invalid run: {describe_errors(exc)}") from exc
-    return PlannedRun(agent_input, create and not workspace.exists())
+    return PlannedRun(agent_input, create)
 
 
 async def cmd_run(client: Client, args: argparse.Namespace, planned: PlannedRun) -> int:
     agent_input = planned.input
     if planned.create_workspace:
-        try:
-            await asyncio.to_thread(Path(agent_input.workspace).mkdir, parents=True, exist_ok=True)
-        except OSError as exc:
-            raise UsageError(
-                f"cannot create workspace {agent_input.workspace}: {exc.strerror}"
-            ) from exc
+        await asyncio.to_thread(make_workspace, Path(agent_input.workspace))
     handle = await client.start_workflow(
         AgentWorkflow.run,
         agent_input,
@@ -528,6 +502,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
     cli_jobs.register(sub)
     cli_monitors.register(sub)
+    cli_threads.register(sub)
     cli_codec_server.register(sub)
 
     demo = sub.add_parser("demo", help="dev server + worker + scripted model + one run")

@@ -1,0 +1,142 @@
+"""`starter.py chat | send | close | export | import`, run as a user would (real processes)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+from tests.conftest import Harness
+from tests.processes import ROOT, clean_env, run_cli
+from workflows.agent.models import AgentResult, AgentStatus, RunStatus, ThreadExport
+from workflows.agent.state_machine import State
+from workflows.agent.workflow import AgentWorkflow
+
+
+def _common(harness: Harness) -> list[str]:
+    return [
+        "--address",
+        harness.client.service_client.config.target_host,
+        "--task-queue",
+        harness.task_queue,
+    ]
+
+
+def _thread_id(harness: Harness) -> str:
+    thread_id = f"cli-thread-{uuid.uuid4().hex[:10]}"
+    harness.handles.append(harness.client.get_workflow_handle(thread_id))
+    return thread_id
+
+
+async def _chat(harness: Harness, *args: str, stdin: str) -> subprocess.CompletedProcess[str]:
+    return await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, str(ROOT / "starter.py"), *_common(harness), "chat", *args],
+        cwd=ROOT,
+        env=clean_env(),
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+async def test_chat_answers_each_line_then_leaves_the_thread_waiting(harness: Harness) -> None:
+    """Piped lines: each is a turn, each answer is printed; the thread waits at the end."""
+    model = harness.script({"content": "hello!"}, {"content": "it is 4"}, {"content": "bye"})
+    thread_id = _thread_id(harness)
+    done = await _chat(
+        harness, "--model", model, "--workspace", str(harness.workspace), "--id", thread_id,
+        "hi there", stdin="what is 2+2?\n",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "agent> hello!" in done.stdout
+    assert "agent> it is 4" in done.stdout
+    assert f"python starter.py chat --id {thread_id}" in done.stdout
+    status: AgentStatus = await harness.client.get_workflow_handle(thread_id).query(
+        AgentWorkflow.state
+    )
+    assert status.state is State.WAITING_FOR_USER_INPUT
+
+    again = await _chat(harness, "--id", thread_id, stdin="/close\n")
+    assert again.returncode == 0, again.stderr
+    assert "closed" in again.stdout
+    handle = harness.client.get_workflow_handle(thread_id, result_type=AgentResult)
+    assert (await handle.result()).status is RunStatus.DONE
+
+
+async def test_send_wait_close_export_and_import(harness: Harness, tmp_path: Path) -> None:
+    """send --wait prints the answer; export writes Loom's JSON; import continues it."""
+    model = harness.script({"content": "first"}, {"content": "second"})
+    thread_id = _thread_id(harness)
+    started = await _chat(
+        harness, "--model", model, "--workspace", str(harness.workspace), "--id", thread_id,
+        "start", stdin="",
+    )  # fmt: skip
+    assert started.returncode == 0, started.stderr
+    sent = await run_cli(*_common(harness), "send", thread_id, "more", "--wait")
+    assert (sent.returncode, sent.stdout.strip()) == (0, "second"), sent.stderr
+    exported = await run_cli(*_common(harness), "export", thread_id)
+    assert exported.returncode == 0, exported.stderr
+    thread = ThreadExport.model_validate_json(exported.stdout)
+    assert [m.content for m in thread.conversation.messages if m.role == "user"] == [
+        "start",
+        "more",
+    ]
+    closed = await run_cli(*_common(harness), "close", thread_id)
+    assert closed.returncode == 0, closed.stderr
+
+    path = tmp_path / "thread.json"
+    follow_up = harness.script({"content": "third"})
+    data = json.loads(exported.stdout)
+    data["treadle"]["model"] = follow_up
+    path.write_text(json.dumps(data))
+    new_id = _thread_id(harness)
+    imported = await run_cli(
+        *_common(harness), "import", str(path), "--id", new_id,
+        "--workspace", str(harness.workspace),
+    )  # fmt: skip
+    assert (imported.returncode, imported.stdout.strip()) == (0, new_id), imported.stderr
+    answer = await run_cli(*_common(harness), "send", new_id, "and now?", "--wait")
+    assert (answer.returncode, answer.stdout.strip()) == (0, "third"), answer.stderr
+    await run_cli(*_common(harness), "close", new_id)
+
+
+async def test_a_malformed_thread_file_is_one_line_and_exit_2(
+    harness: Harness, tmp_path: Path
+) -> None:
+    """Not JSON, not a thread, or a conversation that cannot continue: refused clearly."""
+    cases = {
+        "not json": "is not a thread",
+        json.dumps({"conversation": {"messages": []}}): "is not a thread",
+        json.dumps(
+            {
+                "agent_state": {"kind": "calling_llm"},
+                "conversation": {"messages": [{"role": "assistant"}, {"role": "user"}]},
+            }
+        ): "cannot be continued: the conversation must start with the user's first message",
+    }
+    for index, (text, expected) in enumerate(cases.items()):
+        path = tmp_path / f"bad{index}.json"
+        path.write_text(text)
+        done = await run_cli(*_common(harness), "import", str(path))
+        assert done.returncode == 2, done.stdout
+        lines = done.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("error: "), done.stderr
+        assert expected in lines[0]
+
+
+async def test_send_to_a_closed_thread_is_refused(harness: Harness) -> None:
+    """A message to a thread that has ended is one line and exit 2, saying so."""
+    model = harness.script({"content": "only"})
+    thread_id = _thread_id(harness)
+    await _chat(
+        harness, "--model", model, "--workspace", str(harness.workspace), "--id", thread_id,
+        "hello", stdin="/close\n",
+    )  # fmt: skip
+    done = await run_cli(*_common(harness), "send", thread_id, "anyone?")
+    assert done.returncode == 2
+    assert f"error: the thread {thread_id} has ended (completed)" in done.stderr

@@ -1,0 +1,324 @@
+"""`starter.py chat | send | close | export | import`: threads, Loom's conversation that waits
+for its user between turns.
+
+    python starter.py chat [--id ID] [--model P:M] [--workspace DIR] [FIRST MESSAGE]
+    python starter.py send ID "next message" [--wait] [--json]
+    python starter.py close ID
+    python starter.py export ID > thread.json
+    python starter.py import thread.json [--id ID] [--workspace DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import uuid
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
+from temporalio.common import WorkflowIDReusePolicy
+from temporalio.service import RPCError, RPCStatusCode
+
+from treadle.cli.exits import UsageError
+from treadle.cli.workspaces import make_workspace, resolve_workspace
+from workflows.agent.models import (
+    TASK_QUEUE,
+    AgentConfig,
+    AgentInput,
+    AgentStatus,
+    SendReceipt,
+    ThreadExport,
+    UserMessage,
+)
+from workflows.agent.state_machine import State
+from workflows.agent.threads import ImportRefused, rebuild
+from workflows.agent.workflow import AgentWorkflow
+from workflows.base import describe_errors
+
+POLL_SECONDS = 0.2
+QUERY_TIMEOUT = timedelta(seconds=10)
+EXIT_WORDS = {"/exit", "/quit"}
+
+
+def register(subparsers: Any) -> None:
+    """Add the thread commands; each sets ``handler`` (async (client, args) -> exit code)."""
+    chat = subparsers.add_parser("chat", help="talk with a thread: type, see the answer, again")
+    chat.add_argument("message", nargs="?", help="the first message (default: asked for)")
+    chat.add_argument("--id", help="thread id: continue it if it exists (default: new)")
+    chat.add_argument("--model", default="openai:gpt-4o", help="provider:model")
+    chat.add_argument("--workspace", help="directory the tools work in (default: workspaces/ID)")
+    chat.add_argument("--create-workspace", action="store_true", help="create --workspace")
+    chat.add_argument("--require-approval", metavar="TOOL,...", help="tools that need approval")
+    chat.add_argument("--config", metavar="FILE", help="AgentConfig fields as JSON")
+    chat.set_defaults(handler=cmd_chat)
+
+    send = subparsers.add_parser("send", help="send a thread its next message")
+    send.add_argument("workflow_id")
+    send.add_argument("text")
+    send.add_argument("--wait", action="store_true", help="wait for the answer and print it")
+    send.add_argument("--json", action="store_true")
+    send.set_defaults(handler=cmd_send)
+
+    close = subparsers.add_parser("close", help="end a thread once its messages are answered")
+    close.add_argument("workflow_id")
+    close.set_defaults(handler=cmd_close)
+
+    export = subparsers.add_parser("export", help="write a thread as Loom's JSON to stdout")
+    export.add_argument("workflow_id")
+    export.set_defaults(handler=cmd_export)
+
+    load = subparsers.add_parser("import", help="start a new thread that continues a file")
+    load.add_argument("file", help="a thread in Loom's JSON shape (from export)")
+    load.add_argument("--id", help="the new thread's id (default: thread-<random>)")
+    load.add_argument("--workspace", help="directory the tools work in (default: workspaces/ID)")
+    load.add_argument("--create-workspace", action="store_true", help="create --workspace")
+    load.set_defaults(handler=cmd_import)
+
+
+# --------------------------------------------------------------------------------------------
+# Commands
+# --------------------------------------------------------------------------------------------
+
+
+async def cmd_chat(client: Client, args: argparse.Namespace) -> int:
+    thread_id = args.id or f"thread-{uuid.uuid4().hex[:12]}"
+    handle = client.get_workflow_handle(thread_id)
+    existing = await _status_or_none(handle)
+    if existing is None:
+        first = args.message or _ask()
+        if first is None:
+            return 0
+        handle = await _start(client, args, thread_id, first)
+        print(f"thread {thread_id} (continue with: python starter.py chat --id {thread_id})")
+        answered = 0
+    else:
+        if not existing.thread:
+            raise UsageError(f"{thread_id!r} is a single-task run, not a thread")
+        answered = await _answers(handle)
+        if args.message:
+            await _send(handle, args.message)
+        elif existing.state is State.WAITING_FOR_USER_INPUT:
+            answered -= 1  # nothing new to wait for: show the last answer and ask
+    while True:
+        status = await _wait_for_answer(handle, answered)
+        answered += 1
+        if status.state is not State.WAITING_FOR_USER_INPUT:
+            print(f"[{status.state.value}] {status.error or status.final_answer or ''}".rstrip())
+            return 0 if status.state is State.DONE else 1
+        print(f"agent> {status.final_answer}")
+        text = _ask()
+        if text is None or text in EXIT_WORDS:
+            print(f"(the thread waits; continue with: python starter.py chat --id {thread_id})")
+            return 0
+        if text == "/close":
+            await handle.execute_update(AgentWorkflow.close)
+            print("closed")
+            return 0
+        await _send(handle, text)
+
+
+async def cmd_send(client: Client, args: argparse.Namespace) -> int:
+    handle = client.get_workflow_handle(args.workflow_id)
+    answered = await _answers(handle)
+    receipt = await _send(handle, args.text)
+    if not args.wait:
+        print(receipt.model_dump_json() if args.json else _describe(receipt))
+        return 0
+    status = await _wait_for_answer(handle, answered + receipt.position - 1)
+    if args.json:
+        print(status.model_dump_json(indent=2))
+    else:
+        print(status.final_answer if status.state is State.WAITING_FOR_USER_INPUT else status.error)
+    return 0 if status.state is State.WAITING_FOR_USER_INPUT else 1
+
+
+async def cmd_close(client: Client, args: argparse.Namespace) -> int:
+    handle = client.get_workflow_handle(args.workflow_id)
+    try:
+        status: AgentStatus = await handle.execute_update(AgentWorkflow.close)
+    except WorkflowUpdateFailedError as exc:
+        raise UsageError(_refusal(exc)) from exc
+    except RPCError as exc:
+        raise UsageError(await _why_not(handle, exc)) from exc
+    print(f"closing {args.workflow_id}: {status.queued_messages} message(s) to answer first")
+    return 0
+
+
+async def cmd_export(client: Client, args: argparse.Namespace) -> int:
+    handle = client.get_workflow_handle(args.workflow_id)
+    try:
+        exported: ThreadExport = await handle.query(AgentWorkflow.export, rpc_timeout=QUERY_TIMEOUT)
+    except RPCError as exc:
+        raise UsageError(_missing(args.workflow_id, exc)) from exc
+    print(exported.model_dump_json(indent=2, exclude_defaults=True))
+    return 0
+
+
+async def cmd_import(client: Client, args: argparse.Namespace) -> int:
+    path = Path(args.file)
+    try:
+        thread = ThreadExport.model_validate_json(path.read_bytes())
+    except OSError as exc:
+        raise UsageError(f"cannot read {path}: {exc.strerror}") from exc
+    except ValidationError as exc:
+        raise UsageError(f"{path} is not a thread: {describe_errors(exc, limit=3)}") from exc
+    thread_id = args.id or f"thread-{uuid.uuid4().hex[:12]}"
+    workspace = _workspace(args, thread_id)
+    try:
+        agent_input, run = rebuild(thread, str(workspace), datetime.now(UTC))
+    except (ImportRefused, ValidationError) as exc:
+        raise UsageError(f"{path} cannot be continued: {exc}") from exc
+    resumed = agent_input.model_copy(update={"resume": run.model_dump(mode="json")})
+    await client.start_workflow(
+        AgentWorkflow.run,
+        resumed,
+        id=thread_id,
+        task_queue=args.task_queue,
+        static_summary=f"thread (imported): {agent_input.task[:180]}",
+        id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+    )
+    print(thread_id)
+    return 0
+
+
+# --------------------------------------------------------------------------------------------
+# Helpers
+# --------------------------------------------------------------------------------------------
+
+
+def _workspace(args: argparse.Namespace, thread_id: str) -> Path:
+    workspace, create = resolve_workspace(
+        args.workspace, thread_id, create=getattr(args, "create_workspace", False)
+    )
+    if create:
+        make_workspace(workspace)
+    return workspace
+
+
+async def _start(
+    client: Client, args: argparse.Namespace, thread_id: str, first: str
+) -> WorkflowHandle[Any, Any]:
+    config: dict[str, Any] = {}
+    if args.config:
+        try:
+            config = json.loads(Path(args.config).read_text())
+        except (OSError, ValueError) as exc:
+            raise UsageError(f"cannot read the config {args.config}: {exc}") from exc
+    if args.require_approval:
+        config["require_approval"] = args.require_approval
+    try:
+        agent_input = AgentInput(
+            task=first,
+            model=args.model,
+            workspace=str(_workspace(args, thread_id)),
+            thread=True,
+            config=AgentConfig.model_validate(config),
+        )
+    except ValidationError as exc:
+        raise UsageError(f"invalid thread: {describe_errors(exc)}") from exc
+    return await client.start_workflow(
+        AgentWorkflow.run,
+        agent_input,
+        id=thread_id,
+        task_queue=getattr(args, "task_queue", TASK_QUEUE),
+        static_summary=f"thread: {first[:190]}",
+        id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+    )
+
+
+async def _send(handle: WorkflowHandle[Any, Any], text: str) -> SendReceipt:
+    try:
+        receipt: SendReceipt = await handle.execute_update(
+            AgentWorkflow.send, UserMessage(text=text)
+        )
+    except ValidationError as exc:
+        raise UsageError(f"invalid message: {describe_errors(exc)}") from exc
+    except WorkflowUpdateFailedError as exc:
+        raise UsageError(_refusal(exc)) from exc
+    except RPCError as exc:
+        raise UsageError(await _why_not(handle, exc)) from exc
+    return receipt
+
+
+async def _status_or_none(handle: WorkflowHandle[Any, Any]) -> AgentStatus | None:
+    try:
+        status: AgentStatus = await handle.query(AgentWorkflow.state, rpc_timeout=QUERY_TIMEOUT)
+    except RPCError as exc:
+        if exc.status is RPCStatusCode.NOT_FOUND:
+            return None
+        raise
+    return status
+
+
+async def _answers(handle: WorkflowHandle[Any, Any]) -> int:
+    """How many turns the thread has answered so far (across continue-as-new)."""
+    trace = await handle.query(AgentWorkflow.trace, rpc_timeout=QUERY_TIMEOUT)
+    return sum(1 for e in trace.entries if e.event == "TurnAnswered")
+
+
+async def _wait_for_answer(handle: WorkflowHandle[Any, Any], answered: int) -> AgentStatus:
+    """Poll until the thread has answered one more turn (or ended), showing approvals."""
+    shown: set[str] = set()
+    while True:
+        count = await _answers(handle)
+        status: AgentStatus = await handle.query(AgentWorkflow.state, rpc_timeout=QUERY_TIMEOUT)
+        if status.state.is_terminal:
+            return status
+        if count > answered and status.state is State.WAITING_FOR_USER_INPUT:
+            return status
+        for pending in status.pending_approvals:
+            if pending.call_id not in shown:
+                shown.add(pending.call_id)
+                print(
+                    f"waiting for approval: {pending.tool} {json.dumps(pending.arguments)[:200]}\n"
+                    f"  python starter.py approve {handle.id} --call {pending.call_id}\n"
+                    f"  python starter.py reject {handle.id} --call {pending.call_id} "
+                    '--reason "..."',
+                    file=sys.stderr,
+                )
+        await asyncio.sleep(POLL_SECONDS)
+
+
+def _ask() -> str | None:
+    """The user's next line (``None`` at end of input)."""
+    try:
+        line = input("you> ") if sys.stdin.isatty() else sys.stdin.readline()
+    except EOFError:
+        return None
+    if not line and not sys.stdin.isatty():
+        return None
+    return line.strip() or _ask()
+
+
+def _describe(receipt: SendReceipt) -> str:
+    if receipt.queued:
+        return f"queued at position {receipt.position} (a turn is running)"
+    return "sent"
+
+
+def _refusal(exc: WorkflowUpdateFailedError) -> str:
+    cause = exc.cause
+    return f"refused: {getattr(cause, 'message', None) or cause or exc}"
+
+
+async def _why_not(handle: WorkflowHandle[Any, Any], exc: RPCError) -> str:
+    """Why Temporal refused a message or close: no such thread, or one that has ended."""
+    if exc.status is RPCStatusCode.NOT_FOUND:
+        try:
+            description = await handle.describe()
+        except RPCError:
+            return f"no thread with id {handle.id!r}"
+        if description.status is not None and description.status.name != "RUNNING":
+            return f"the thread {handle.id} has ended ({description.status.name.lower()})"
+    return _missing(handle.id, exc)
+
+
+def _missing(workflow_id: str, exc: RPCError) -> str:
+    if exc.status is RPCStatusCode.NOT_FOUND:
+        return f"no thread with id {workflow_id!r}"
+    return f"Temporal refused the request: {exc.message}"

@@ -1,0 +1,42 @@
+"""Where a run or thread works, checked before anything starts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from treadle.cli.exits import UsageError
+
+WORKSPACES = Path(__file__).resolve().parents[2] / "workspaces"
+"""The default home of workspaces: ``workspaces/<workflow id>`` beside starter.py."""
+
+
+def resolve_workspace(given: str | None, workflow_id: str, *, create: bool) -> tuple[Path, bool]:
+    """The workspace, and whether it must still be created.
+
+    A workspace the user names must exist (or ``create``, from ``--create-workspace``): a typo
+    must not start a run in a fresh empty directory. The default, ``workspaces/ID``, is
+    Treadle's own to create; an id that would lead out of ``workspaces/`` is refused.
+    """
+    if given is None:
+        workspace = (WORKSPACES / workflow_id).resolve()
+        if workspace.parent != WORKSPACES.resolve():
+            raise UsageError(
+                f"--id {workflow_id!r} cannot name a directory in workspaces/; pass --workspace DIR"
+            )
+        create = True
+    else:
+        workspace = Path(given).expanduser().resolve()
+    if workspace.exists() and not workspace.is_dir():
+        raise UsageError(f"workspace {workspace} is not a directory")
+    if not workspace.exists() and not create:
+        raise UsageError(
+            f"workspace {workspace} does not exist; create it, or pass --create-workspace"
+        )
+    return workspace, create and not workspace.exists()
+
+
+def make_workspace(workspace: Path) -> None:
+    try:
+        workspace.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"cannot create workspace {workspace}: {exc.strerror}") from exc
