@@ -22,7 +22,7 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -34,9 +34,12 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxR
 
 from activities import jobs as job_activities
 from activities.model.activity import ModelActivities, ProviderSettings, http_client
+from activities.store.blobs import BlobStore, FileBlobStore
+from activities.store.conversation import ConversationStore
 from activities.tools.builtin import ToolActivities
+from activities.tools.confinement import Confinement
 from treadle.cli.exits import run_and_exit
-from treadle.codec import EncryptionError
+from treadle.codec import EncryptionError, Keyring, KeyringSealer
 from treadle.connection import (
     TemporalConnectionError,
     check_settings,
@@ -53,6 +56,7 @@ from workflows.monitors import workflow as monitor_workflows
 
 HERE = Path(__file__).resolve().parent
 DEFAULT_DEV_CONFIG = HERE / "temporal-dev.yaml"
+DEFAULT_STORE = HERE / ".temporal" / "store"
 
 log = logging.getLogger("treadle.worker")
 
@@ -104,10 +108,17 @@ def build_worker(
     graceful_shutdown: timedelta = timedelta(seconds=10),
     sticky_timeout: timedelta = timedelta(seconds=10),
     max_concurrent_activities: int = 100,
+    store: BlobStore | None = None,
+    confinement: Confinement = Confinement.AUTO,
 ) -> Worker:
-    """The one place that decides what a Treadle worker runs and how."""
-    models = ModelActivities(settings, http)
-    tools = ToolActivities()
+    """The one place that decides what a Treadle worker runs and how.
+
+    ``store`` keeps conversation content once, so model calls carry references instead of the
+    whole conversation (without one, every call carries it all: history grows quadratically).
+    """
+    conversations = ConversationStore(store) if store is not None else None
+    models = ModelActivities(settings, http, conversations)
+    tools = ToolActivities(confinement=confinement, store=conversations)
     return Worker(
         client,
         task_queue=task_queue,
@@ -170,6 +181,8 @@ async def run(args: argparse.Namespace) -> int:
                 settings=settings,
                 http=http,
                 graceful_shutdown=timedelta(seconds=args.graceful_shutdown),
+                store=blob_store(args.store, os.environ),
+                confinement=Confinement(args.command_confinement),
             )
             async with worker:
                 print(
@@ -210,8 +223,30 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         metavar="SECONDS",
         help="how long in-flight activities may run after SIGTERM before being handed back",
     )
+    parser.add_argument(
+        "--store",
+        default=str(DEFAULT_STORE),
+        metavar="DIR",
+        help="the conversation store: content written once, referenced by model calls "
+        f"(default: {DEFAULT_STORE.relative_to(HERE)}, beside the dev server's data); "
+        "'none' to carry whole conversations",
+    )
+    parser.add_argument(
+        "--command-confinement",
+        choices=[c.value for c in Confinement],
+        default=Confinement.AUTO.value,
+        help="run_command under bubblewrap: auto (when it works here), bwrap (required), off",
+    )
     parser.add_argument("--log-level", default="INFO")
     return parser.parse_args(argv)
+
+
+def blob_store(where: str, environ: Mapping[str, str]) -> BlobStore | None:
+    """The worker's conversation store; encrypted at rest when TREADLE_ENCRYPTION_KEYS is set."""
+    if where == "none":
+        return None
+    keyring = Keyring.from_env(environ)
+    return FileBlobStore(Path(where), KeyringSealer(keyring) if keyring else None)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

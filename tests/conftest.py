@@ -8,14 +8,16 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import socket
+import tempfile
 import uuid
 from collections.abc import AsyncIterator, Iterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 from temporalio.client import Client, WorkflowHandle, WorkflowHistory
@@ -24,6 +26,7 @@ from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Replayer, Worker
 
 from activities.model.activity import ProviderSettings, http_client
+from activities.store.blobs import BlobStore, FileBlobStore
 from treadle.connection import connect
 from treadle.devserver import DevServer, DevServerConfig, default_search_dirs
 from treadle.scripted_model import ScriptedModelServer
@@ -168,8 +171,23 @@ def tool_messages(body: Mapping[str, Any]) -> list[dict[str, Any]]:
     return [m for m in body["messages"] if m["role"] == "tool"]
 
 
+TEST_STORE = Path(tempfile.gettempdir()) / f"treadle-test-store-{os.getpid()}"
+"""The conversation store of the test workers: as in production, model calls carry references
+and long tool outputs are stored, so every test runs the small-history path."""
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _remove_test_store() -> Iterator[None]:
+    yield
+    shutil.rmtree(TEST_STORE, ignore_errors=True)
+
+
 def scripted_worker(
-    client: Client, task_queue: str, models: ScriptedModelServer, http: Any
+    client: Client,
+    task_queue: str,
+    models: ScriptedModelServer,
+    http: Any,
+    store: BlobStore | Literal["default"] | None = "default",
 ) -> Worker:
     return build_worker(
         client,
@@ -178,6 +196,7 @@ def scripted_worker(
             {"OPENAI_BASE_URL": models.base_url, "ANTHROPIC_BASE_URL": models.base_url}
         ),
         http=http,
+        store=FileBlobStore(TEST_STORE) if store == "default" else store,
     )
 
 

@@ -248,3 +248,22 @@ class NoKeysCodec(PayloadCodec):
                     "set it to the keys the workers use"
                 )
         return list(payloads)
+
+
+class KeyringSealer:
+    """Encrypts conversation-store blobs at rest with the same keys as payloads: each blob is
+    ``key id``, a newline, then the nonce and AES-GCM ciphertext (so keys rotate as for
+    history)."""
+
+    def __init__(self, keyring: Keyring) -> None:
+        self._keyring = keyring
+
+    def seal(self, data: bytes) -> bytes:
+        sealed = self._keyring.encrypt(data)
+        return sealed.key_id.encode() + b"\n" + sealed.data
+
+    def open(self, data: bytes) -> bytes:
+        key_id, newline, rest = data.partition(b"\n")
+        if not newline:
+            raise DecryptionFailed("a stored blob is not encrypted, but keys are set")
+        return self._keyring.decrypt(Sealed(key_id.decode(errors="replace"), rest))

@@ -29,6 +29,8 @@ from activities.errors import ModelConfigError, ModelError, ModelResponseError
 from activities.heartbeat import heartbeating
 from activities.model import anthropic_messages, http_errors, openai_chat
 from activities.model.payload import well_formed
+from activities.store.blobs import BlobCorrupt
+from activities.store.conversation import ConversationStore
 from workflows.agent.models import ModelRequest, ModelResponse
 from workflows.agent.providers import PROVIDERS, ModelStringError, resolve
 
@@ -98,10 +100,16 @@ def http_client() -> httpx.AsyncClient:
 class ModelActivities:
     """Holds the worker's shared HTTP client and provider settings."""
 
-    def __init__(self, settings: ProviderSettings, client: httpx.AsyncClient) -> None:
+    def __init__(
+        self,
+        settings: ProviderSettings,
+        client: httpx.AsyncClient,
+        store: ConversationStore | None = None,
+    ) -> None:
         self._settings = settings
         self._client = client
         self._redact = http_errors.Redactor(settings.api_keys())
+        self._store = store
 
     @activity.defn(name="call_model")
     async def call_model(self, request: ModelRequest) -> ModelResponse:
@@ -110,7 +118,12 @@ class ModelActivities:
         start_to_close = info.start_to_close_timeout or timedelta(minutes=5)
         try:
             async with heartbeating():
-                result = await self.complete(request, read_timeout=start_to_close.total_seconds())
+                whole = await self._whole(request)
+                result = await self.complete(whole, read_timeout=start_to_close.total_seconds())
+                if self._store is not None:
+                    # What this call sent is stored once; the next call sends only what is new.
+                    head = await self._store.extend(request.conversation, request.messages)
+                    result = result.model_copy(update={"conversation": head})
         except ModelError as exc:
             cap = http_errors.retry_after_cap(info.retry_policy)
             raise self._failure(exc.to_application_error(), cap) from None
@@ -127,6 +140,27 @@ class ModelActivities:
             },
         )
         return result
+
+    async def _whole(self, request: ModelRequest) -> ModelRequest:
+        """The request with the stored conversation in front and stored contents read back."""
+        stored = request.conversation is not None or any(
+            m.content_ref is not None for m in request.messages
+        )
+        if not stored:
+            return request
+        if self._store is None:
+            raise ModelConfigError(
+                "the run refers to a conversation store, but this worker keeps none (start it "
+                "with --store DIR, the same store as the worker that wrote it)"
+            )
+        earlier = await self._store.messages(request.conversation)
+        if len(earlier) != request.conversation_messages:
+            raise BlobCorrupt(
+                f"conversation {request.conversation} holds {len(earlier)} messages; the run "
+                f"expected {request.conversation_messages}"
+            )
+        added = await self._store.resolve(request.messages)
+        return request.model_copy(update={"messages": earlier + added, "conversation": None})
 
     def _failure(self, error: ApplicationError, cap: timedelta | None = None) -> ApplicationError:
         """``error`` as it may leave the activity: no key and no lone surrogate in its message,

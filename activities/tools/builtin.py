@@ -39,6 +39,7 @@ from temporalio import activity
 
 from activities.errors import ToolError
 from activities.heartbeat import heartbeating
+from activities.store.conversation import ConversationStore
 from activities.tools import processes
 from activities.tools.confinement import Confinement, check_arguments, detect, sandboxed_argv
 from activities.tools.workspace import is_inside, relative, resolve, workspace_root
@@ -692,8 +693,14 @@ class ToolActivities:
     when it works here, otherwise argument checks only, logged once).
     """
 
-    def __init__(self, *, confinement: Confinement = Confinement.AUTO) -> None:
+    def __init__(
+        self,
+        *,
+        confinement: Confinement = Confinement.AUTO,
+        store: ConversationStore | None = None,
+    ) -> None:
         self.confinement = confinement
+        self.store = store
 
     @activity.defn(name="run_tool")
     async def run_tool(self, request: ToolRequest) -> ToolResult:
@@ -711,4 +718,33 @@ class ToolActivities:
             request.call.id,
             result.success,
         )
+        if self.store is not None and len(result.output) > STORE_OUTPUT_OVER_CHARS:
+            # The whole output goes to the conversation store, written once; history carries
+            # a preview and the key, so a 50 KB output costs a step no more than a 2 KB one.
+            key = await self.store.put_text(result.output)
+            return result.model_copy(
+                update={
+                    "output": preview(result.output),
+                    "output_ref": key,
+                    "output_chars": len(result.output),
+                }
+            )
         return result
+
+
+STORE_OUTPUT_OVER_CHARS = 1_000
+"""Outputs longer than this are stored; the workflow keeps a preview (head and tail)."""
+PREVIEW_HEAD_CHARS = 600
+PREVIEW_TAIL_CHARS = 300
+
+
+def preview(text: str) -> str:
+    """The start and the end of a long output (the end holds a command's verdict), for the
+    trace, progress tracking and summaries; the model reads the whole output from the store."""
+    if len(text) <= PREVIEW_HEAD_CHARS + PREVIEW_TAIL_CHARS:
+        return text
+    cut = len(text) - PREVIEW_HEAD_CHARS - PREVIEW_TAIL_CHARS
+    return (
+        f"{text[:PREVIEW_HEAD_CHARS]}\n[... {cut} characters stored, the model sees them ...]\n"
+        f"{text[-PREVIEW_TAIL_CHARS:]}"
+    )

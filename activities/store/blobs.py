@@ -1,0 +1,125 @@
+"""Content-addressed blobs: the small interface every store backend implements, and the
+filesystem backend (the embedded default).
+
+A key is the SHA-256 of the blob's plain bytes, so writing the same content twice stores it
+once, a key says nothing about what it holds beyond its hash, and a blob read back can be
+checked against its key. Backends may transform bytes at rest (``Sealer``: encryption), never
+the key.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import os
+import re
+import tempfile
+from pathlib import Path
+from typing import Protocol
+
+from activities.errors import TreadleError
+
+KEY_PATTERN = re.compile(r"^[0-9a-f]{64}$")
+
+
+class BlobMissing(TreadleError):
+    """A key the store does not hold: a store that lost data, or a key from another store."""
+
+    def __init__(self, key: str, where: str) -> None:
+        super().__init__(f"conversation blob {key} is missing from {where}")
+        self.key = key
+
+
+class BlobCorrupt(TreadleError):
+    """A blob whose bytes no longer hash to its key (or cannot be unsealed)."""
+
+
+class Sealer(Protocol):
+    """Transforms bytes at rest, e.g. AES-GCM encryption; ``open`` undoes ``seal``."""
+
+    def seal(self, data: bytes) -> bytes: ...
+
+    def open(self, data: bytes) -> bytes: ...
+
+
+class BlobStore(Protocol):
+    """What the activities need from a store; a backend for several machines (S3) implements
+    the same three calls."""
+
+    async def put(self, data: bytes) -> str:
+        """Store ``data`` (idempotent); its key."""
+        ...
+
+    async def get(self, key: str) -> bytes:
+        """The bytes stored under ``key``; ``BlobMissing`` if there are none."""
+        ...
+
+    def describe(self) -> str:
+        """Where the blobs live, for error messages and logs."""
+        ...
+
+
+def key_of(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def check_key(key: str) -> str:
+    if not KEY_PATTERN.match(key):
+        raise BlobCorrupt(f"not a conversation blob key: {key[:80]!r}")
+    return key
+
+
+class FileBlobStore:
+    """Blobs as files ``ROOT/ab/cdef...`` (the first two hex digits fan out the directory).
+
+    Writes go to a temporary file in the same directory and are renamed into place, so a
+    reader never sees half a blob and a worker killed mid-write leaves no corrupt one.
+    """
+
+    def __init__(self, root: Path, sealer: Sealer | None = None) -> None:
+        self.root = root
+        self.sealer = sealer
+
+    def describe(self) -> str:
+        return f"the store at {self.root}"
+
+    def _path(self, key: str) -> Path:
+        check_key(key)
+        return self.root / key[:2] / key[2:]
+
+    async def put(self, data: bytes) -> str:
+        key = key_of(data)
+        await asyncio.to_thread(self._write, key, data)
+        return key
+
+    def _write(self, key: str, data: bytes) -> None:
+        path = self._path(key)
+        if path.exists():
+            return
+        path.parent.mkdir(parents=True, exist_ok=True)
+        sealed = self.sealer.seal(data) if self.sealer else data
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+        try:
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(sealed)
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+
+    async def get(self, key: str) -> bytes:
+        return await asyncio.to_thread(self._read, key)
+
+    def _read(self, key: str) -> bytes:
+        path = self._path(key)
+        try:
+            raw = path.read_bytes()
+        except FileNotFoundError:
+            raise BlobMissing(key, self.describe()) from None
+        try:
+            data = self.sealer.open(raw) if self.sealer else raw
+        except Exception as exc:
+            raise BlobCorrupt(f"conversation blob {key} cannot be opened: {exc}") from exc
+        if key_of(data) != key:
+            raise BlobCorrupt(f"conversation blob {key} does not match its key")
+        return data

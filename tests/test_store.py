@@ -1,0 +1,115 @@
+"""The conversation store: content-addressed blobs written once, conversations as chains of
+segments rebuilt from what a worker already cached, and clear errors for what is missing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from temporalio.testing import ActivityEnvironment
+
+from activities.store.blobs import BlobCorrupt, BlobMissing, FileBlobStore, key_of
+from activities.store.conversation import ConversationStore
+from activities.tools.builtin import ToolActivities, execute_tool
+from activities.tools.confinement import Confinement
+from workflows.agent.models import ChatMessage, ToolCall, ToolPolicy, ToolRequest
+
+
+def message(role: str, text: str) -> ChatMessage:
+    return ChatMessage(role=role, content=text)  # type: ignore[arg-type]
+
+
+async def test_a_blob_is_stored_once_under_the_hash_of_its_bytes(tmp_path: Path) -> None:
+    """The same bytes twice are one file; the key is their SHA-256."""
+    store = FileBlobStore(tmp_path)
+    first = await store.put(b"hello")
+    second = await store.put(b"hello")
+    assert first == second == key_of(b"hello")
+    assert [p for p in tmp_path.rglob("*") if p.is_file()] == [tmp_path / first[:2] / first[2:]]
+    assert await store.get(first) == b"hello"
+
+
+async def test_a_missing_blob_is_an_error_that_names_it(tmp_path: Path) -> None:
+    """Never a silent empty message: the key and the store are in the error."""
+    store = FileBlobStore(tmp_path)
+    key = key_of(b"never written")
+    with pytest.raises(BlobMissing, match=f"conversation blob {key} is missing from the store"):
+        await store.get(key)
+
+
+async def test_a_blob_changed_on_disk_is_refused(tmp_path: Path) -> None:
+    """Bytes that no longer hash to their key are corrupt, not content."""
+    store = FileBlobStore(tmp_path)
+    key = await store.put(b"original")
+    (tmp_path / key[:2] / key[2:]).write_bytes(b"tampered")
+    with pytest.raises(BlobCorrupt, match="does not match its key"):
+        await store.get(key)
+    with pytest.raises(BlobCorrupt, match="not a conversation blob key"):
+        await store.get("../../etc/passwd")
+
+
+async def test_a_conversation_is_rebuilt_from_its_chain_of_segments(tmp_path: Path) -> None:
+    """Three calls' worth of segments come back in order; a fresh worker (no cache) reads the
+    same conversation from disk, and stored contents are resolved."""
+    blobs = FileBlobStore(tmp_path)
+    writer = ConversationStore(blobs)
+    big = "x" * 50_000
+    ref = await writer.put_text(big)
+    head = await writer.extend(None, (message("system", "s"), message("user", "task")))
+    head = await writer.extend(head, (message("assistant", "a1"),))
+    tool = ChatMessage(role="tool", tool_call_id="c1", content="preview", content_ref=ref)
+    head = await writer.extend(head, (tool,))
+    reader = ConversationStore(FileBlobStore(tmp_path))
+    messages = await reader.messages(head)
+    assert [m.content for m in messages] == ["s", "task", "a1", big]
+    assert messages[-1].content_ref is None
+    assert await writer.messages(head) == messages
+
+
+async def test_store_bytes_grow_with_the_conversation_not_its_square(tmp_path: Path) -> None:
+    """Each call adds one segment of its new messages: 200 calls cost ~200 segments' bytes."""
+    store = ConversationStore(FileBlobStore(tmp_path))
+    head = None
+    sizes = []
+    for i in range(200):
+        head = await store.extend(head, (message("assistant", f"step {i} " + "y" * 200),))
+        sizes.append(sum(p.stat().st_size for p in tmp_path.rglob("*") if p.is_file()))
+    first_half, second_half = sizes[99], sizes[199] - sizes[99]
+    assert second_half < first_half * 1.2, (first_half, second_half)
+    assert len(await store.messages(head)) == 200
+
+
+async def test_a_segment_that_is_not_one_is_corrupt(tmp_path: Path) -> None:
+    """A key that names some other blob is refused as a conversation head."""
+    blobs = FileBlobStore(tmp_path)
+    key = await blobs.put(b'{"not": "a segment"}')
+    with pytest.raises(BlobCorrupt, match="is not a segment"):
+        await ConversationStore(blobs).messages(key)
+
+
+async def test_a_long_tool_output_travels_as_a_preview_and_a_key(tmp_path: Path) -> None:
+    """The tool activity stores a 50 KB output once and returns its head, tail and key."""
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    body = "first line\n" + "x" * 50_000 + "\nlast line"
+    (workspace / "big.txt").write_text(body)
+    store = ConversationStore(FileBlobStore(tmp_path / "store"))
+    tools = ToolActivities(store=store, confinement=Confinement.OFF)
+    call = ToolCall(id="c1", name="read_file", arguments='{"path": "big.txt"}')
+    request = ToolRequest(
+        call=call, workspace=str(workspace), policy=ToolPolicy(max_output_chars=60_000)
+    )
+    result = await ActivityEnvironment().run(tools.run_tool, request)
+    assert result.output_ref is not None
+    assert result.output_chars is not None and result.output_chars > 50_000
+    assert len(result.output) < 1_200
+    assert "first line" in result.output and "last line" in result.output
+    assert (
+        await store.get_text(result.output_ref)
+        == (await execute_tool(workspace, "read_file", call.arguments, request.policy)).output
+    )
+    short = ToolCall(id="c2", name="list_dir", arguments="{}")
+    small = await ActivityEnvironment().run(
+        tools.run_tool, ToolRequest(call=short, workspace=str(workspace))
+    )
+    assert small.output_ref is None and small.output.startswith("big.txt")
