@@ -74,8 +74,9 @@ async def test_store_bytes_grow_with_the_conversation_not_its_square(tmp_path: P
     for i in range(200):
         head = await store.extend(head, (message("assistant", f"step {i} " + "y" * 200),))
         sizes.append(sum(p.stat().st_size for p in tmp_path.rglob("*") if p.is_file()))
-    first_half, second_half = sizes[99], sizes[199] - sizes[99]
-    assert second_half < first_half * 1.2, (first_half, second_half)
+    # Linear: twice the calls, about twice the bytes (a whole-conversation copy per call
+    # would make it four times).
+    assert sizes[199] < 2.2 * sizes[99], (sizes[99], sizes[199])
     assert len(await store.messages(head)) == 200
 
 

@@ -734,8 +734,8 @@ class ToolActivities:
 
 STORE_OUTPUT_OVER_CHARS = 1_000
 """Outputs longer than this are stored; the workflow keeps a preview (head and tail)."""
-PREVIEW_HEAD_CHARS = 600
-PREVIEW_TAIL_CHARS = 300
+PREVIEW_HEAD_CHARS = 300
+PREVIEW_TAIL_CHARS = 200
 
 
 def preview(text: str) -> str:

@@ -58,7 +58,10 @@ def model_request(run: AgentRun) -> ModelRequest | CannotCall:
         head, sent = None, 0
     request = ModelRequest(
         model=run.model,
-        messages=full[sent:],
+        # A stored content travels by its key alone: the preview is for the workflow's eyes.
+        messages=tuple(
+            m.model_copy(update={"content": None}) if m.content_ref else m for m in full[sent:]
+        ),
         conversation=head,
         conversation_messages=sent,
         tools=offered_tools(config),
