@@ -80,6 +80,7 @@ PASSTHROUGH_MODULES = (
     "workflows.agent.status",
     "workflows.agent.options",
     "workflows.agent.threads",
+    "workflows.agent.handover",
     "workflows.agent.progress",
     "workflows.agent.providers",
     "workflows.agent.reflection",

@@ -7,8 +7,10 @@ from __future__ import annotations
 from datetime import datetime
 
 from pydantic_core import PydanticSerializationError
+from temporalio import workflow
 from temporalio.exceptions import ApplicationError
 
+from workflows.agent import handover, status
 from workflows.agent.models import (
     AgentInput,
     LoomAgentState,
@@ -20,7 +22,7 @@ from workflows.agent.models import (
     UserMessage,
 )
 from workflows.agent.state import AgentRun
-from workflows.agent.state_machine import State
+from workflows.agent.state_machine import Event, State
 
 
 def _refuse(why: str) -> ApplicationError:
@@ -39,6 +41,33 @@ def check_message(run: AgentRun, message: UserMessage) -> None:
         message.model_dump_json()
     except PydanticSerializationError:
         raise _refuse("the message contains text that is not valid Unicode") from None
+
+
+async def wait_for_user(run: AgentRun) -> Event:
+    """WaitingForUserInput (Loom): a thread between turns waits durably for its user's next
+    message (a timer for the idle timeout, no polling), then starts the next turn."""
+    m = run.memory
+    if not run.inbox and not run.closing:
+        await handover.continue_as_new_if_due(run)
+        if run.idle_since is None:
+            run.idle_since = workflow.now()
+        workflow.set_current_details(status.details(run, workflow.now()))
+        idle = run.input.config.thread_idle_timeout_seconds
+        waited = (workflow.now() - run.idle_since).total_seconds()
+        try:
+            await workflow.wait_condition(
+                lambda: bool(run.inbox) or run.closing, timeout=max(idle - waited, 0.001)
+            )
+        except TimeoutError:
+            run.record(run.state, "IdleTimeout", f"no message for {idle:g}s", workflow.now())
+            return Event.IDLE_TIMEOUT
+    if not run.inbox:
+        return Event.THREAD_CLOSED
+    text = run.inbox.pop(0)
+    run.idle_since = None
+    m.history = (*m.history, Turn(step=m.step, user_message=text))
+    m.turn_start_step = m.step
+    return Event.USER_MESSAGE
 
 
 def check_close(run: AgentRun) -> None:

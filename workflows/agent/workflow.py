@@ -23,7 +23,16 @@ from temporalio import workflow
 from temporalio.common import RawValue, SearchAttributeUpdate
 from temporalio.exceptions import ActivityError, ApplicationError, is_cancelled_exception
 
-from workflows.agent import approvals, options, planning, recovery, reflection, status, threads
+from workflows.agent import (
+    approvals,
+    handover,
+    options,
+    planning,
+    recovery,
+    reflection,
+    status,
+    threads,
+)
 from workflows.agent import search_attributes as sa
 from workflows.agent.approvals import Refused
 from workflows.agent.catalogue import TOOLS, StartPhaseArgs, ToolArgumentsError, parse_arguments
@@ -59,12 +68,6 @@ with workflow.unsafe.imports_passed_through():
 
 SIGNALS = ("approve", "reject", "modify", "guide")
 """The signals a run understands; any other name is refused in the trace."""
-
-CARRIED_TRACE_ENTRIES = 500
-"""The trace's tail a run hands to the next run of its chain (older entries are counted)."""
-MAX_CARRIED_MEMORY_BYTES = 1_000_000
-"""Above this, older turns are compacted before the hand-over, so the next run's input stays
-well under Temporal's 2 MB payload limit."""
 
 CARRY_CONTENT_HASHES = "carry-content-hashes"
 """``workflow.patched`` id: tool results' content hashes reach the progress tracker."""
@@ -190,7 +193,7 @@ class AgentWorkflow:
 
     async def _plan(self) -> Event:
         run, m, config = self._run, self._run.memory, self._run.input.config
-        await self._continue_as_new_if_due()
+        await handover.continue_as_new_if_due(self._run)
         if m.step - m.turn_start_step >= config.max_steps:
             m.error = (
                 f"max steps reached: the model gave no final answer within {config.max_steps} steps"
@@ -318,50 +321,7 @@ class AgentWorkflow:
         )
 
     async def _wait_for_user(self) -> Event:
-        """WaitingForUserInput (Loom): a thread between turns waits durably for its user's next
-        message (a timer for the idle timeout, no polling), then starts the next turn."""
-        run, m = self._run, self._run.memory
-        if not run.inbox and not run.closing:
-            await self._continue_as_new_if_due()
-            if run.idle_since is None:
-                run.idle_since = workflow.now()
-            self._show()
-            idle = run.input.config.thread_idle_timeout_seconds
-            waited = (workflow.now() - run.idle_since).total_seconds()
-            try:
-                await workflow.wait_condition(
-                    lambda: bool(run.inbox) or run.closing, timeout=max(idle - waited, 0.001)
-                )
-            except TimeoutError:
-                self._record(run.state, "IdleTimeout", f"no message for {idle:g}s")
-                return Event.IDLE_TIMEOUT
-        if not run.inbox:
-            return Event.THREAD_CLOSED
-        text = run.inbox.pop(0)
-        run.idle_since = None
-        m.history = (*m.history, Turn(step=m.step, user_message=text))
-        m.turn_start_step = m.step
-        return Event.USER_MESSAGE
-
-    async def _continue_as_new_if_due(self) -> None:
-        """At a safe point (no activity or approval pending), hand the whole run to a fresh
-        run of the same workflow id when Temporal suggests it or the configured bound is
-        reached. Handlers finish first, so no signal or update is lost in the hand-over."""
-        info, limit = workflow.info(), self._run.input.config.continue_as_new_after_events
-        length = info.get_current_history_length()
-        if not info.is_continue_as_new_suggested() and (limit is None or length < limit):
-            return
-        await workflow.wait_condition(workflow.all_handlers_finished)
-        run = self._run
-        self._record(
-            run.state,
-            "ContinuedAsNew",
-            f"after {length} events, {info.get_current_history_size() // 1024} KiB of history",
-        )
-        carried = run.carried(CARRIED_TRACE_ENTRIES, MAX_CARRIED_MEMORY_BYTES)
-        workflow.continue_as_new(
-            run.input.model_copy(update={"resume": carried.model_dump(mode="json")})
-        )
+        return await threads.wait_for_user(self._run)
 
     async def _wait_for_human(self) -> Event:
         run, m = self._run, self._run.memory
