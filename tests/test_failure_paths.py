@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import gc
+import sys
 import uuid
 from typing import Any
 
@@ -14,12 +16,12 @@ from temporalio.worker import Worker
 
 from activities.model.activity import ModelActivities, ProviderSettings, http_client
 from activities.tools.builtin import ToolActivities
-from tests.conftest import Harness
+from tests.conftest import Harness, scripted_worker
 from tests.misbehaving_agent import MisbehavingAgent
 from treadle.scripted_model import ScriptedModelServer
 from worker import workflow_runner
 from workflows.agent import search_attributes
-from workflows.agent.models import AgentInput, AgentResult, RunStatus
+from workflows.agent.models import AgentConfig, AgentInput, AgentResult, RunStatus
 from workflows.agent.workflow import AgentWorkflow
 
 
@@ -130,3 +132,38 @@ async def test_an_undeclared_transition_fails_the_agent_run(
     )  # the run failed; its task was not left retrying
     desc = await handle.describe()
     assert desc.typed_search_attributes.get(search_attributes.AGENT_STATE) == "Error"
+
+
+async def test_a_run_dropped_by_a_stopping_worker_records_nothing(
+    client: Client, model_server: ScriptedModelServer, tmp_path: Any
+) -> None:
+    """A worker that stops with a run parked closes the run's coroutine: that is not a failure,
+    and no workflow code runs outside a workflow task ('Exception ignored' at collection)."""
+    ignored: list[Any] = []
+    previous = sys.unraisablehook
+    sys.unraisablehook = ignored.append
+    try:
+        task_queue = f"dropped-{uuid.uuid4().hex[:8]}"
+        name = f"dropped-{uuid.uuid4().hex[:8]}"
+        write = {"name": "write_file", "arguments": {"path": "a", "content": "a"}}
+        model_server.add_model(name, [{"tool_calls": [write]}, {"content": "done"}])
+        async with http_client() as http, scripted_worker(client, task_queue, model_server, http):
+            handle = await client.start_workflow(
+                AgentWorkflow.run,
+                AgentInput(
+                    task="write",
+                    model=f"openai:{name}",
+                    workspace=str(tmp_path),
+                    config=AgentConfig(require_approval=("write_file",)),
+                ),
+                id=f"dropped-{uuid.uuid4().hex[:8]}",
+                task_queue=task_queue,
+            )
+            while (await handle.query(AgentWorkflow.state)).state != "WaitingForHuman":
+                await asyncio.sleep(0.05)
+        gc.collect()
+        await handle.terminate("test over")
+    finally:
+        sys.unraisablehook = previous
+    runs = [u for u in ignored if "run_workflow" in repr(u.object)]
+    assert runs == [], [repr(u.exc_value) for u in runs]

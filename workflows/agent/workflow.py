@@ -123,8 +123,11 @@ class AgentWorkflow:
                     )
                 run.memory.enter(run.state)
                 self._fire(await handler())
-        except workflow.ContinueAsNewError:
-            raise  # the hand-over to the next run of the chain, not a failure
+        except (workflow.ContinueAsNewError, GeneratorExit):
+            # The hand-over to the next run of the chain, or the worker dropping this run from
+            # its cache (the coroutine is closed, outside any workflow task): not a failure, and
+            # nothing may be recorded.
+            raise
         except BaseException as exc:
             # Cancellation can surface as asyncio.CancelledError or as an ActivityError whose
             # cause is a CancelledError; either way the run ends in Cancelled and Temporal
