@@ -26,7 +26,8 @@ pending_guidance       Recovering                           WaitingForHuman
 human_guidance         WaitingForHuman (the guide signal)   WaitingForHuman
 turn_start_step        WaitingForUserInput                  never
 conversation_head,     Planning (after each model call)     Planning, Reflecting (when
-conversation_sent                                           the history is rewritten)
+conversation_sent,                                          the history is rewritten)
+conversation_turns
 final_answer           Planning                             never
 error                  Planning; Recovering, WaitingForHuman never
                        (halting)
@@ -110,6 +111,7 @@ OWNERSHIP: dict[str, Ownership] = {
     "turn_start_step": _own({S.WAITING_FOR_USER_INPUT}),
     "conversation_head": _own({S.PLANNING}, {S.PLANNING, S.REFLECTING}),
     "conversation_sent": _own({S.PLANNING}, {S.PLANNING, S.REFLECTING}),
+    "conversation_turns": _own({S.PLANNING}, {S.PLANNING, S.REFLECTING}),
     "pending_guidance": _own({S.RECOVERING}, {S.WAITING_FOR_HUMAN}),
     "human_guidance": _own({S.WAITING_FOR_HUMAN}, {S.WAITING_FOR_HUMAN}),
     "final_answer": _own({S.PLANNING}),
@@ -154,7 +156,10 @@ class AgentMemory(Mutable):
     conversation_head: str | None = None
     """Head of the conversation the store holds: what earlier model calls already sent."""
     conversation_sent: int = 0
-    """How many of ``build_messages()`` that head covers; the next call sends the rest."""
+    """How many messages that head holds."""
+    conversation_turns: int = 0
+    """How many turns of ``history`` it covers: the next call renders and sends only the turns
+    after these (so a step costs the workflow the same at step 10 as at step 10,000)."""
     turn_start_step: int = 0
     """The step a thread's current turn began after; ``max_steps`` counts from here."""
     final_answer: str | None = None
@@ -193,11 +198,18 @@ class AgentMemory(Mutable):
 
     def build_messages(self) -> tuple[ChatMessage, ...]:
         """System prompt, the task, then each completed turn with its tool results."""
-        messages = [
+        base = (
             ChatMessage(role="system", content=self.system_prompt),
             ChatMessage(role="user", content=self.task),
-        ]
-        for turn in self.history:
+        )
+        return base + self.messages_of(self.history)
+
+    @staticmethod
+    def messages_of(turns: tuple[Turn, ...]) -> tuple[ChatMessage, ...]:
+        """The chat messages of some turns, in order (a turn renders the same every time, so
+        the messages of later turns extend those of earlier ones)."""
+        messages: list[ChatMessage] = []
+        for turn in turns:
             if turn.user_message is not None:
                 messages.append(ChatMessage(role="user", content=turn.user_message))
             if turn.outcomes or turn.assistant_text is not None:

@@ -52,15 +52,17 @@ def offered_tools(config: AgentConfig) -> tuple[str, ...]:
 def model_request(run: AgentRun) -> ModelRequest | CannotCall:
     """The next planning request, its completion capped by what is left of the token budget."""
     m, config = run.memory, run.input.config
-    full = m.build_messages()
-    head, sent = m.conversation_head, m.conversation_sent
-    if head is None or sent > len(full):
+    head, sent, turns = m.conversation_head, m.conversation_sent, m.conversation_turns
+    if head is None or turns > len(m.history):
         head, sent = None, 0
+        new = m.build_messages()
+    else:
+        new = m.messages_of(m.history[turns:])
     request = ModelRequest(
         model=run.model,
         # A stored content travels by its key alone: the preview is for the workflow's eyes.
         messages=tuple(
-            m.model_copy(update={"content": None}) if m.content_ref else m for m in full[sent:]
+            msg.model_copy(update={"content": None}) if msg.content_ref else msg for msg in new
         ),
         conversation=head,
         conversation_messages=sent,
@@ -79,7 +81,7 @@ def model_request(run: AgentRun) -> ModelRequest | CannotCall:
         )
     if config.token_budget is None:
         return request
-    estimate = estimate_prompt_tokens(full, request.tools)
+    estimate = estimate_prompt_tokens(m.build_messages(), request.tools)
     cap = config.token_budget - m.usage.total_tokens - estimate
     if cap < MIN_COMPLETION_TOKENS:
         return CannotCall(

@@ -86,6 +86,7 @@ class AgentRun(Mutable):
                     "history": (summary, *recent),
                     "conversation_head": None,
                     "conversation_sent": 0,
+                    "conversation_turns": 0,
                 }
             )
         return self.model_copy(

@@ -225,6 +225,7 @@ class AgentWorkflow:
             # The store now holds everything this call sent: the next call sends only the rest.
             m.conversation_head = response.conversation
             m.conversation_sent = request.conversation_messages + len(request.messages)
+            m.conversation_turns = len(m.history)
         self._record(State.PLANNING, "ModelResponse", planning.describe_response(response))
         if planning.confidence_is_low(run, response, workflow.now()):
             return Event.LOW_CONFIDENCE
@@ -316,6 +317,7 @@ class AgentWorkflow:
         # The conversation changed from its start: the next call sends it whole again.
         m.conversation_head = None
         m.conversation_sent = 0
+        m.conversation_turns = 0
         self._record(
             State.REFLECTING,
             "HistoryCompressed",
