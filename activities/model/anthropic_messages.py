@@ -15,7 +15,7 @@ import json
 from typing import Any
 
 from activities.errors import ModelResponseError
-from activities.model.payload import token_count, well_formed_json
+from activities.model.payload import parse_checked, token_count
 from workflows.agent.catalogue import TOOLS
 from workflows.agent.models import ChatMessage, ModelRequest, ModelResponse, TokenUsage, ToolCall
 
@@ -113,17 +113,9 @@ def error_message(payload: Any) -> str | None:
 
 
 def parse_response(payload: Any, provider: str) -> ModelResponse:
-    """Check the body against what the Messages API promises and translate it.
-
-    Returns a response fit for Temporal's JSON converter (no lone surrogate in any string) or
-    raises ``ModelResponseError``; nothing else, whatever the body.
-    """
-    if not isinstance(payload, dict):
-        raise ModelResponseError(f"{provider} response is not a JSON object")
-    try:
-        return _parse(well_formed_json(payload), provider)
-    except RecursionError:
-        raise ModelResponseError(f"{provider} response is nested too deeply") from None
+    """Check the body against what the Messages API promises and translate it (see
+    ``payload.parse_checked``)."""
+    return parse_checked(payload, provider, _parse)
 
 
 def _parse(payload: dict[str, Any], provider: str) -> ModelResponse:

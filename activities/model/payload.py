@@ -16,10 +16,11 @@ Token counts as integers a run can add up and price: a count that is not a whole
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from activities.errors import ModelResponseError
+from workflows.agent.models import ModelResponse
 
 __all__ = [
     "MAX_TOKEN_COUNT",
@@ -74,3 +75,19 @@ def token_count(usage: Mapping[str, Any], field: str, provider: str) -> int:
     if number and 0 <= value <= MAX_TOKEN_COUNT and value == int(value):
         return int(value)
     raise ModelResponseError(f"{provider} response usage.{field} is not a token count")
+
+
+def parse_checked(
+    payload: Any, provider: str, parse: Callable[[dict[str, Any], str], ModelResponse]
+) -> ModelResponse:
+    """Run a protocol's ``parse`` on a response body made well-formed first.
+
+    Returns a response fit for Temporal's JSON converter (no lone surrogate in any string) or
+    raises ``ModelResponseError``; nothing else, whatever the body.
+    """
+    if not isinstance(payload, dict):
+        raise ModelResponseError(f"{provider} response is not a JSON object")
+    try:
+        return parse(well_formed_json(payload), provider)
+    except RecursionError:
+        raise ModelResponseError(f"{provider} response is nested too deeply") from None
