@@ -41,6 +41,7 @@ from activities.tools.confinement import Confinement
 from treadle.cli.exits import run_and_exit
 from treadle.codec import EncryptionError, Keyring, KeyringSealer
 from treadle.connection import (
+    STORE_ENV,
     TemporalConnectionError,
     check_settings,
     connect,
@@ -163,7 +164,11 @@ async def run(args: argparse.Namespace) -> int:
 
     async with server_address(args) as (address, namespace, local_dev):
         client = await connect(
-            address=address, namespace=namespace, profile=args.profile, local_dev=local_dev
+            address=address,
+            namespace=namespace,
+            profile=args.profile,
+            local_dev=local_dev,
+            store=args.store,  # External Storage shares the conversation store's directory
         )
         added = await ensure_search_attributes(client, client.namespace, search_attributes.REQUIRED)
         if added:
@@ -226,11 +231,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--store",
-        default=str(DEFAULT_STORE),
+        default=os.environ.get(STORE_ENV) or str(DEFAULT_STORE),
         metavar="DIR",
         help="the conversation store: content written once, referenced by model calls "
         f"(default: {DEFAULT_STORE.relative_to(HERE)}, beside the dev server's data); "
-        "'none' to carry whole conversations",
+        "'none' to carry whole conversations and keep every payload inline "
+        f"(default from {STORE_ENV} when set)",
     )
     parser.add_argument(
         "--command-confinement",

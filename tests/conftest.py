@@ -27,7 +27,7 @@ from temporalio.worker import Replayer, Worker
 
 from activities.model.activity import ProviderSettings, http_client
 from activities.store.blobs import BlobStore, FileBlobStore
-from treadle.connection import connect
+from treadle.connection import connect, data_converter
 from treadle.devserver import DevServer, DevServerConfig, default_search_dirs
 from treadle.scripted_model import ScriptedModelServer
 from worker import WORKFLOWS, build_worker, workflow_runner
@@ -177,8 +177,16 @@ and long tool outputs are stored, so every test runs the small-history path."""
 
 
 @pytest.fixture(scope="session", autouse=True)
-def _remove_test_store() -> Iterator[None]:
+def _test_store() -> Iterator[None]:
+    """Every client, worker and worker process of the session shares one store (External
+    Storage reads what the conversation store wrote), out of the repository; removed at the end."""
+    previous = os.environ.get("TREADLE_STORE")
+    os.environ["TREADLE_STORE"] = str(TEST_STORE)
     yield
+    if previous is None:
+        os.environ.pop("TREADLE_STORE", None)
+    else:
+        os.environ["TREADLE_STORE"] = previous
     shutil.rmtree(TEST_STORE, ignore_errors=True)
 
 
@@ -253,7 +261,8 @@ async def time_skipping() -> AsyncIterator[WorkflowEnvironment]:
 def replayer() -> Replayer:
     return Replayer(
         workflows=WORKFLOWS,
-        data_converter=pydantic_data_converter,
+        # As the workers decode: payloads over the threshold come back from External Storage.
+        data_converter=data_converter(os.environ),
         workflow_runner=workflow_runner(),
     )
 

@@ -45,7 +45,13 @@ async def _model_inputs(handle: WorkflowHandle[Any, Any]) -> list[int]:
         if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
             attrs = event.activity_task_scheduled_event_attributes
             if attrs.activity_type.name == "call_model":
-                sizes.append(sum(p.ByteSize() for p in attrs.input.payloads))
+                # A payload moved to External Storage counts at its stored size.
+                sizes.append(
+                    sum(
+                        p.external_payloads[0].size_bytes if p.external_payloads else p.ByteSize()
+                        for p in attrs.input.payloads
+                    )
+                )
     return sizes
 
 

@@ -114,3 +114,24 @@ async def test_a_long_tool_output_travels_as_a_preview_and_a_key(tmp_path: Path)
         tools.run_tool, ToolRequest(call=short, workspace=str(workspace))
     )
     assert small.output_ref is None and small.output.startswith("big.txt")
+
+
+class _Xor:
+    """A toy sealer: enough to tell sealed bytes from plain ones."""
+
+    def seal(self, data: bytes) -> bytes:
+        return bytes(b ^ 0x5A for b in data)
+
+    def open(self, data: bytes) -> bytes:
+        return bytes(b ^ 0x5A for b in data)
+
+
+async def test_a_blob_this_store_cannot_open_is_written_again(tmp_path: Path) -> None:
+    """Same content, another store's format (sealed vs plain): rewritten, then readable."""
+    sealed = FileBlobStore(tmp_path, _Xor())
+    plain = FileBlobStore(tmp_path)
+    key = await sealed.put(b"shared content")
+    with pytest.raises(BlobCorrupt):
+        await plain.get(key)
+    assert await plain.put(b"shared content") == key
+    assert await plain.get(key) == b"shared content"

@@ -4,7 +4,10 @@ Connection settings come from ``temporalio.envconfig`` (``TEMPORAL_ADDRESS``,
 ``TEMPORAL_NAMESPACE``, ``TEMPORAL_API_KEY``, ``TEMPORAL_PROFILE`` and ``temporal.toml`` profiles);
 explicit arguments win over them. Every client uses the pydantic data converter, because every
 workflow and activity exchanges pydantic models; when ``TREADLE_ENCRYPTION_KEYS`` is set (see
-``treadle.codec``) it also encrypts every payload, and failure messages with them.
+``treadle.codec``) it also encrypts every payload, and failure messages with them. Every payload
+of :data:`PAYLOAD_SIZE_THRESHOLD` bytes or more goes through Temporal's External Storage into the
+blob store (``TREADLE_STORE``, default ``.temporal/store`` beside the repository, ``none`` turns
+it off), so the history holds a reference and no payload meets Temporal's 2 MB limit.
 
 The address must be ``HOST:PORT`` with a port from 1 to 65535 (``[::1]:7233`` for IPv6); it is
 checked before anything connects. :func:`check_settings` checks what a process was given before it
@@ -41,14 +44,23 @@ from temporalio.api.operatorservice.v1 import (
 from temporalio.client import Client
 from temporalio.common import SearchAttributeIndexedValueType
 from temporalio.contrib.pydantic import pydantic_data_converter
-from temporalio.converter import DataConverter, DefaultFailureConverterWithEncodedAttributes
+from temporalio.converter import (
+    DataConverter,
+    DefaultFailureConverterWithEncodedAttributes,
+    ExternalStorage,
+)
 from temporalio.envconfig import ClientConfigProfile
 from temporalio.service import RPCError, RPCStatusCode
 
+from activities.store.blobs import FileBlobStore
+from activities.store.external import BlobStorageDriver
 from treadle.codec import EncryptionCodec, EncryptionSettingsError, Keyring, NoKeysCodec
 
 __all__ = [
     "DEFAULT_ADDRESS",
+    "DEFAULT_STORE",
+    "PAYLOAD_SIZE_THRESHOLD",
+    "STORE_ENV",
     "ConnectionFailed",
     "ConnectionSettingsError",
     "SearchAttributeError",
@@ -61,10 +73,28 @@ __all__ = [
     "ensure_search_attributes",
     "parse_address",
     "search_attribute_type_name",
+    "store_directory",
 ]
 
 DEFAULT_ADDRESS = "127.0.0.1:7233"
 """Where the dev server listens (``temporal-dev.yaml``) when nothing else names an address."""
+
+DEFAULT_STORE = Path(__file__).resolve().parents[1] / ".temporal" / "store"
+"""The blob store beside the dev server's data; the same directory as ``worker.py --store``."""
+
+STORE_ENV = "TREADLE_STORE"
+"""Where the blob store is (a directory), or ``none`` to keep every payload inline."""
+
+PAYLOAD_SIZE_THRESHOLD = 256 * 1024
+"""Payloads of this many bytes or more (after encryption) are stored, not sent inline.
+
+Temporal refuses a payload over 2 MB and warns from 512 KB; a workflow task completion, with every
+command's payloads, must fit a 4 MB gRPC message, and a history is suggested to continue as new
+at 4 MB. At 256 KiB (the SDK's default) a payload is an eighth of the hard limit and half the
+warning, so even several large payloads scheduled in one workflow task stay far from 4 MB, while
+the everyday payloads — kilobytes, since conversations already travel as store keys — stay
+inline, readable in the Web UI and free of file I/O.
+"""
 
 CONNECT_TIMEOUT = timedelta(seconds=10)
 """How long to wait for a server to answer; a port that accepts and stays silent would hang."""
@@ -107,15 +137,17 @@ async def connect(
     config_file: str | None = None,
     local_dev: bool = False,
     environ: Mapping[str, str] | None = None,
+    store: str | Path | None = None,
 ) -> Client:
     """Connect to Temporal with envconfig settings, overridden by the explicit arguments.
 
     ``local_dev=True`` ignores envconfig entirely: a ``TEMPORAL_API_KEY`` or TLS setting meant
     for a real cluster must not be sent to the embedded dev server. ``environ`` is where
     ``TREADLE_ENCRYPTION_KEYS`` is read (default: this process's environment); encryption applies
-    to the dev server too.
+    to the dev server too. ``store`` is the External Storage directory (or ``"none"``); without
+    it ``TREADLE_STORE`` in ``environ`` decides, then :data:`DEFAULT_STORE`.
     """
-    converter = data_converter(os.environ if environ is None else environ)
+    converter = data_converter(os.environ if environ is None else environ, store)
     if local_dev:
         options: Mapping[str, Any] = {}
     else:
@@ -170,24 +202,48 @@ def parse_address(address: str, source: str = "Temporal address") -> tuple[str, 
     return match["host"], port
 
 
-def data_converter(environ: Mapping[str, str]) -> DataConverter:
-    """The pydantic converter, encrypting with the keys ``TREADLE_ENCRYPTION_KEYS`` names.
+def data_converter(environ: Mapping[str, str], store: str | Path | None = None) -> DataConverter:
+    """The pydantic converter, encrypting with the keys ``TREADLE_ENCRYPTION_KEYS`` names and
+    storing large payloads in the blob store (see :func:`store_directory`).
 
     With encryption on, failures' messages and stack traces move into an encoded (so encrypted)
     attribute too: tool and provider errors can quote what a run works on. Without keys nothing
-    is encoded, and an encrypted payload met on the way in is a clear error.
+    is encoded, and an encrypted payload met on the way in is a clear error. The SDK runs the
+    codec before External Storage (and reads back in the reverse order), so a stored payload is
+    exactly as encrypted as an inline one; the reference left in the history names only a hash.
     """
     try:
         keyring = Keyring.from_env(environ)
     except EncryptionSettingsError as exc:
         raise ConnectionSettingsError(str(exc)) from exc
+    directory = store_directory(environ, store)
+    external = (
+        None
+        if directory is None
+        else ExternalStorage(
+            drivers=[BlobStorageDriver(FileBlobStore(directory))],
+            payload_size_threshold=PAYLOAD_SIZE_THRESHOLD,
+        )
+    )
     if keyring is None:
-        return dataclasses.replace(pydantic_data_converter, payload_codec=NoKeysCodec())
+        return dataclasses.replace(
+            pydantic_data_converter, payload_codec=NoKeysCodec(), external_storage=external
+        )
     return dataclasses.replace(
         pydantic_data_converter,
         payload_codec=EncryptionCodec(keyring),
         failure_converter_class=DefaultFailureConverterWithEncodedAttributes,
+        external_storage=external,
     )
+
+
+def store_directory(environ: Mapping[str, str], store: str | Path | None = None) -> Path | None:
+    """The External Storage directory: ``store``, else ``TREADLE_STORE``, else the default;
+    ``None`` when either says ``none`` (every payload inline, so one over 2 MB fails)."""
+    where = str(store) if store is not None else environ.get(STORE_ENV, "").strip()
+    if where == "none":
+        return None
+    return Path(where) if where else DEFAULT_STORE
 
 
 def check_settings(*, address: str | None, environ: Mapping[str, str]) -> None:

@@ -94,8 +94,8 @@ class FileBlobStore:
 
     def _write(self, key: str, data: bytes) -> None:
         path = self._path(key)
-        if path.exists():
-            return
+        if path.exists() and self._readable(key):
+            return  # content-addressed: the same bytes are already here
         path.parent.mkdir(parents=True, exist_ok=True)
         sealed = self.sealer.seal(data) if self.sealer else data
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
@@ -106,6 +106,16 @@ class FileBlobStore:
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise
+
+    def _readable(self, key: str) -> bool:
+        """Whether the blob already stored under ``key`` reads back as its content. One this
+        store cannot open (sealed with keys it does not hold, or plain where it seals) is
+        written again rather than trusted."""
+        try:
+            self._read(key)
+        except BlobCorrupt:
+            return False
+        return True
 
     async def get(self, key: str) -> bytes:
         return await asyncio.to_thread(self._read, key)
