@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import socket
 import statistics
 import sys
 import tempfile
@@ -28,8 +27,9 @@ from temporalio.client import Client  # noqa: E402
 
 from activities.model.activity import ModelActivities, ProviderSettings, http_client  # noqa: E402
 from activities.tools.builtin import execute_tool  # noqa: E402
+from bench.local_server import dev_server_config  # noqa: E402
 from treadle.connection import connect  # noqa: E402
-from treadle.devserver import DevServer, DevServerConfig  # noqa: E402
+from treadle.devserver import DevServer  # noqa: E402
 from treadle.scripted_model import ScriptedModelServer  # noqa: E402
 from worker import build_worker  # noqa: E402
 from workflows.agent.catalogue import TOOLS  # noqa: E402
@@ -45,12 +45,6 @@ from workflows.agent.models import (  # noqa: E402
 )
 from workflows.agent.state_machine import State  # noqa: E402
 from workflows.agent.workflow import AgentWorkflow  # noqa: E402
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _rss_kib() -> int:
@@ -153,19 +147,7 @@ async def bench(args: argparse.Namespace) -> None:
             server_cm = None
             address = args.address
         else:
-            config = DevServerConfig(
-                port=_free_port(),
-                ui_port=_free_port(),
-                db_filename=tmp / "bench.sqlite",
-                log_level="error",
-                search_attributes={
-                    "AgentState": "Keyword",
-                    "AgentStep": "Int",
-                    "AgentModel": "Keyword",
-                },
-                dynamic_config={"system.forceSearchAttributesCacheRefreshOnRead": True},
-            )
-            server_cm = DevServer.ensure(config)
+            server_cm = DevServer.ensure(dev_server_config(tmp / "bench.sqlite"))
             address = (await server_cm.__aenter__()).address
         try:
             client = await connect(address=address, namespace="default")

@@ -34,8 +34,9 @@ from temporalio.client import Client, WorkflowHandle  # noqa: E402
 
 from activities.model.activity import ProviderSettings, http_client  # noqa: E402
 from activities.store.blobs import FileBlobStore  # noqa: E402
+from bench.local_server import dev_server_config  # noqa: E402
 from treadle.connection import connect  # noqa: E402
-from treadle.devserver import DevServer, DevServerConfig  # noqa: E402
+from treadle.devserver import DevServer  # noqa: E402
 from treadle.scripted_model import ScriptedModelServer  # noqa: E402
 from worker import build_worker  # noqa: E402
 from workflows.agent.models import AgentConfig, AgentInput, AgentResult  # noqa: E402
@@ -119,18 +120,7 @@ def _blob_bytes(root: Path) -> int:
 async def bench(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory() as tmp_dir:
         tmp = Path(tmp_dir)
-        config = DevServerConfig(
-            port=_port(),
-            ui_port=_port(),
-            db_filename=tmp / "dev.sqlite",
-            log_level="error",
-            search_attributes={
-                "AgentState": "Keyword",
-                "AgentStep": "Int",
-                "AgentModel": "Keyword",
-            },
-            dynamic_config={"system.forceSearchAttributesCacheRefreshOnRead": True},
-        )
+        config = dev_server_config(tmp / "dev.sqlite")
         async with DevServer.ensure(config) as server:
             with ScriptedModelServer() as models:
                 await _measure(args, tmp, server.address, models)
@@ -223,14 +213,6 @@ async def _long_run(
         f"largest run {largest[1] / 1024 / 1024:.2f} MiB, {largest[0]} events; store "
         f"{_blob_bytes(root) / 1024 / 1024:.1f} MiB; {time.perf_counter() - start:.0f} s",
     )
-
-
-def _port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def main() -> None:
