@@ -69,8 +69,11 @@ async def test_chat_answers_each_line_then_leaves_the_thread_waiting(harness: Ha
 
 
 async def test_send_wait_close_export_and_import(harness: Harness, tmp_path: Path) -> None:
-    """send --wait prints the answer; export writes Loom's JSON; import continues it."""
-    model = harness.script({"content": "first"}, {"content": "second"})
+    """send --wait prints the answer; export writes Loom's JSON, long tool outputs read back
+    whole from the store; import continues it."""
+    (harness.workspace / "big.txt").write_text("y" * 5_000)
+    read = {"name": "read_file", "arguments": {"path": "big.txt"}}
+    model = harness.script({"tool_calls": [read]}, {"content": "first"}, {"content": "second"})
     thread_id = _thread_id(harness)
     started = await _chat(
         harness, "--model", model, "--workspace", str(harness.workspace), "--id", thread_id,
@@ -86,6 +89,9 @@ async def test_send_wait_close_export_and_import(harness: Harness, tmp_path: Pat
         "start",
         "more",
     ]
+    [tool] = [m for m in thread.conversation.messages if m.role == "tool"]
+    assert tool.content_ref is None
+    assert tool.content is not None and tool.content.count("y") == 5_000
     closed = await run_cli(*_common(harness), "close", thread_id)
     assert closed.returncode == 0, closed.stderr
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import sys
 import uuid
 from datetime import UTC, datetime, timedelta
@@ -24,8 +25,13 @@ from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
 from temporalio.common import WorkflowIDReusePolicy
 from temporalio.service import RPCError, RPCStatusCode
 
+from activities.errors import TreadleError
+from activities.store.blobs import FileBlobStore
+from activities.store.conversation import ConversationStore
 from treadle.cli.exits import UsageError
 from treadle.cli.workspaces import make_workspace, resolve_workspace
+from treadle.codec import Keyring, KeyringSealer
+from treadle.connection import store_directory
 from workflows.agent.models import (
     TASK_QUEUE,
     AgentConfig,
@@ -155,8 +161,28 @@ async def cmd_export(client: Client, args: argparse.Namespace) -> int:
         exported: ThreadExport = await handle.query(AgentWorkflow.export, rpc_timeout=QUERY_TIMEOUT)
     except RPCError as exc:
         raise UsageError(_missing(args.workflow_id, exc)) from exc
+    exported = await _filled_in(exported)
     print(exported.model_dump_json(indent=2, exclude_defaults=True))
     return 0
+
+
+async def _filled_in(exported: ThreadExport) -> ThreadExport:
+    """The export with every stored content read back from the conversation store (the run
+    itself holds previews), so the file is the whole conversation on its own."""
+    stored = [m for m in exported.conversation.messages if m.content_ref is not None]
+    if not stored:
+        return exported
+    where = store_directory(os.environ)
+    if where is None:
+        raise UsageError("the thread stores long contents, but TREADLE_STORE is 'none'")
+    keyring = Keyring.from_env(os.environ)
+    store = ConversationStore(FileBlobStore(where, KeyringSealer(keyring) if keyring else None))
+    try:
+        messages = await store.resolve(exported.conversation.messages)
+    except TreadleError as exc:
+        raise UsageError(f"cannot read the thread's stored contents: {exc}") from exc
+    conversation = exported.conversation.model_copy(update={"messages": messages})
+    return exported.model_copy(update={"conversation": conversation})
 
 
 async def cmd_import(client: Client, args: argparse.Namespace) -> int:

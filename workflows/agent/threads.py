@@ -111,8 +111,9 @@ class ImportRefused(ValueError):
 
 
 def export(run: AgentRun) -> ThreadExport:
-    """The thread as Loom's ``agent_state`` + ``conversation.messages`` (contents stored by
-    reference are previews here; ``starter.py export`` fills them in from the store)."""
+    """The thread as Loom's ``agent_state`` + ``conversation.messages``. Contents stored by
+    reference are previews here (the workflow never reads the store); ``starter.py export``
+    fills them in from it."""
     m = run.memory
     pending = m.current_tool_calls if run.state in (State.WAITING_FOR_HUMAN, State.ACTING) else ()
     return ThreadExport(
