@@ -116,6 +116,15 @@ class Harness:
         self.models.add_model(name, list(turns))
         return f"{provider}:{name}"
 
+    def cli_args(self) -> list[str]:
+        """``starter.py`` options that reach this harness's server and task queue."""
+        return [
+            "--address",
+            self.client.service_client.config.target_host,
+            "--task-queue",
+            self.task_queue,
+        ]
+
     def requests(self, model: str) -> list[dict[str, Any]]:
         """Bodies the model endpoint received for this model, in arrival order."""
         return [r.body for r in self.models.requests_for(model.partition(":")[2])]

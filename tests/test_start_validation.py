@@ -23,15 +23,6 @@ BAD_ADDRESSES = ("127.0.0.1:notaport", "127.0.0.1:99999", "127.0.0.1:0", "127.0.
 HOST_PORT = "is not HOST:PORT with a port from 1 to 65535"
 
 
-def _common(harness: Harness) -> list[str]:
-    return [
-        "--address",
-        harness.client.service_client.config.target_host,
-        "--task-queue",
-        harness.task_queue,
-    ]
-
-
 def _one_line_error(done: subprocess.CompletedProcess[str]) -> str:
     assert done.returncode == 2, done.stdout + done.stderr
     lines = done.stderr.strip().splitlines()
@@ -55,7 +46,7 @@ async def test_a_workspace_that_does_not_exist_is_refused(harness: Harness, tmp_
     workflow_id = f"ws-{uuid.uuid4().hex[:12]}"
     model = harness.script({"content": "never"})
     done = await run_cli(
-        *_common(harness), "run", "x", "--model", model, "--workspace", str(missing),
+        *harness.cli_args(), "run", "x", "--model", model, "--workspace", str(missing),
         "--id", workflow_id,
     )  # fmt: skip
     assert _one_line_error(done) == (
@@ -73,7 +64,7 @@ async def test_a_workspace_that_is_a_file_is_refused(harness: Harness, tmp_path:
     for extra in ([], ["--create-workspace"]):
         workflow_id = f"ws-{uuid.uuid4().hex[:12]}"
         done = await run_cli(
-            *_common(harness), "run", "x", "--model", model, "--workspace", str(a_file),
+            *harness.cli_args(), "run", "x", "--model", model, "--workspace", str(a_file),
             "--id", workflow_id, *extra,
         )  # fmt: skip
         assert _one_line_error(done) == f"error: workspace {a_file} is not a directory"
@@ -91,7 +82,7 @@ async def test_create_workspace_makes_the_directory_and_the_run_works_in_it(
     write = {"name": "write_file", "arguments": {"path": "a.md", "content": "here"}}
     model = harness.script({"tool_calls": [write]}, {"content": "written"})
     done = await run_cli(
-        *_common(harness), "run", "x", "--model", model, "--workspace", str(workspace),
+        *harness.cli_args(), "run", "x", "--model", model, "--workspace", str(workspace),
         "--create-workspace", "--id", workflow_id, "--wait", "--json",
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
@@ -108,7 +99,7 @@ async def test_the_default_workspace_is_created_under_workspaces(harness: Harnes
     model = harness.script({"content": "fine"})
     try:
         done = await run_cli(
-            *_common(harness), "run", "x", "--model", model, "--id", workflow_id, "--wait",
+            *harness.cli_args(), "run", "x", "--model", model, "--id", workflow_id, "--wait",
         )  # fmt: skip
         assert done.returncode == 0, done.stderr
         assert default.is_dir()
@@ -116,7 +107,7 @@ async def test_the_default_workspace_is_created_under_workspaces(harness: Harnes
         shutil.rmtree(default, ignore_errors=True)
 
     escape = f"../ws-{uuid.uuid4().hex[:12]}"
-    refused = await run_cli(*_common(harness), "run", "x", "--model", model, "--id", escape)
+    refused = await run_cli(*harness.cli_args(), "run", "x", "--model", model, "--id", escape)
     assert "cannot name a directory in workspaces/" in _one_line_error(refused)
     assert not (ROOT / escape.removeprefix("../")).exists()
 

@@ -16,15 +16,6 @@ from workflows.agent.state_machine import State
 from workflows.agent.workflow import AgentWorkflow
 
 
-def _common(harness: Harness) -> list[str]:
-    return [
-        "--address",
-        harness.client.service_client.config.target_host,
-        "--task-queue",
-        harness.task_queue,
-    ]
-
-
 def _thread_id(harness: Harness) -> str:
     thread_id = f"cli-thread-{uuid.uuid4().hex[:10]}"
     harness.handles.append(harness.client.get_workflow_handle(thread_id))
@@ -34,7 +25,7 @@ def _thread_id(harness: Harness) -> str:
 async def _chat(harness: Harness, *args: str, stdin: str) -> subprocess.CompletedProcess[str]:
     return await asyncio.to_thread(
         subprocess.run,
-        [sys.executable, str(ROOT / "starter.py"), *_common(harness), "chat", *args],
+        [sys.executable, str(ROOT / "starter.py"), *harness.cli_args(), "chat", *args],
         cwd=ROOT,
         env=clean_env(),
         input=stdin,
@@ -80,9 +71,9 @@ async def test_send_wait_close_export_and_import(harness: Harness, tmp_path: Pat
         "start", stdin="",
     )  # fmt: skip
     assert started.returncode == 0, started.stderr
-    sent = await run_cli(*_common(harness), "send", thread_id, "more", "--wait")
+    sent = await run_cli(*harness.cli_args(), "send", thread_id, "more", "--wait")
     assert (sent.returncode, sent.stdout.strip()) == (0, "second"), sent.stderr
-    exported = await run_cli(*_common(harness), "export", thread_id)
+    exported = await run_cli(*harness.cli_args(), "export", thread_id)
     assert exported.returncode == 0, exported.stderr
     thread = ThreadExport.model_validate_json(exported.stdout)
     assert [m.content for m in thread.conversation.messages if m.role == "user"] == [
@@ -92,7 +83,7 @@ async def test_send_wait_close_export_and_import(harness: Harness, tmp_path: Pat
     [tool] = [m for m in thread.conversation.messages if m.role == "tool"]
     assert tool.content_ref is None
     assert tool.content is not None and tool.content.count("y") == 5_000
-    closed = await run_cli(*_common(harness), "close", thread_id)
+    closed = await run_cli(*harness.cli_args(), "close", thread_id)
     assert closed.returncode == 0, closed.stderr
 
     path = tmp_path / "thread.json"
@@ -102,13 +93,13 @@ async def test_send_wait_close_export_and_import(harness: Harness, tmp_path: Pat
     path.write_text(json.dumps(data))
     new_id = _thread_id(harness)
     imported = await run_cli(
-        *_common(harness), "import", str(path), "--id", new_id,
+        *harness.cli_args(), "import", str(path), "--id", new_id,
         "--workspace", str(harness.workspace),
     )  # fmt: skip
     assert (imported.returncode, imported.stdout.strip()) == (0, new_id), imported.stderr
-    answer = await run_cli(*_common(harness), "send", new_id, "and now?", "--wait")
+    answer = await run_cli(*harness.cli_args(), "send", new_id, "and now?", "--wait")
     assert (answer.returncode, answer.stdout.strip()) == (0, "third"), answer.stderr
-    await run_cli(*_common(harness), "close", new_id)
+    await run_cli(*harness.cli_args(), "close", new_id)
 
 
 async def test_a_malformed_thread_file_is_one_line_and_exit_2(
@@ -128,7 +119,7 @@ async def test_a_malformed_thread_file_is_one_line_and_exit_2(
     for index, (text, expected) in enumerate(cases.items()):
         path = tmp_path / f"bad{index}.json"
         path.write_text(text)
-        done = await run_cli(*_common(harness), "import", str(path))
+        done = await run_cli(*harness.cli_args(), "import", str(path))
         assert done.returncode == 2, done.stdout
         lines = done.stderr.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("error: "), done.stderr
@@ -143,6 +134,6 @@ async def test_send_to_a_closed_thread_is_refused(harness: Harness) -> None:
         harness, "--model", model, "--workspace", str(harness.workspace), "--id", thread_id,
         "hello", stdin="/close\n",
     )  # fmt: skip
-    done = await run_cli(*_common(harness), "send", thread_id, "anyone?")
+    done = await run_cli(*harness.cli_args(), "send", thread_id, "anyone?")
     assert done.returncode == 2
     assert f"error: the thread {thread_id} has ended (completed)" in done.stderr
