@@ -201,7 +201,8 @@ async def _long_run(
         ws = tmp / "ws-long"
         ws.mkdir()
         name = f"long-{uuid.uuid4().hex[:6]}"
-        models.add_model(name, _writes(args.long_steps))
+        # Compaction shortens the conversation the model sees, so the script cannot count turns.
+        models.add_model(name, _writes(args.long_steps), order="arrival")
         start = time.perf_counter()
         handle, result = await _run(client, queue, f"openai:{name}", ws, args.long_steps)
         runs = await _chain(client, handle.id)

@@ -188,6 +188,30 @@ def test_turn_index_is_the_assistant_message_count(client: httpx.Client) -> None
     assert contents == ["Looking.", None, "All done.", "All done.", "All done."]
 
 
+def test_arrival_order_ignores_the_conversation(
+    server: ScriptedModelServer, client: httpx.Client
+) -> None:
+    """A model added in arrival order answers each request with its next turn, even a request
+    whose conversation was shortened; a failed attempt does not use a turn up."""
+    server.add_model(
+        "arrival",
+        [
+            {"content": "one", "errors": [{"status": 503}]},
+            {"content": "two"},
+            {"content": "three"},
+        ],
+        order="arrival",
+    )
+    replies = [chat(client, "arrival", messages=conversation(assistant_turns=0)) for _ in range(5)]
+    assert [r.status_code for r in replies] == [503, 200, 200, 200, 200]
+    assert [r.json()["choices"][0]["message"]["content"] for r in replies[1:]] == [
+        "one",
+        "two",
+        "three",
+        "three",
+    ]
+
+
 def test_a_script_ending_in_a_tool_call_loops(client: httpx.Client) -> None:
     """A one-turn tool-call script keeps calling tools, with ids unique per turn."""
     for n in range(4):

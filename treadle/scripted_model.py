@@ -13,7 +13,9 @@ instead of a model, and one script serves both protocols::
 
 Which turn answers a request is decided by the request alone: the number of assistant messages in
 ``messages``. Retries and concurrent conversations therefore get the same answer; past the end of a
-script the last turn repeats. A turn may fail its first attempts (``errors``), answer late
+script the last turn repeats. A model added with ``add_model(..., order="arrival")`` instead takes
+its turns in the order requests arrive (each answered request the next turn), for runs whose
+conversation is compacted on the way and so cannot count its own turns. A turn may fail its first attempts (``errors``), answer late
 (``delay``), or send a raw body (``raw``) to simulate a broken provider; a failing attempt may
 echo the request's API key back (``echo_key``), as a misconfigured proxy does, so tests can check
 it is redacted. A turn's ``confidence`` becomes OpenAI log-probabilities when the request asks for
@@ -490,6 +492,8 @@ class ScriptedModelServer:
         self.verbose = verbose
         self._lock = threading.Lock()
         self._models: dict[str, list[Turn]] = {}
+        self._served: dict[str, int] = {}
+        """Answered requests per model taking its turns in arrival order."""
         self._requests: list[RecordedRequest] = []
         self._attempts: dict[tuple[_Api, str, str, int], int] = {}
         self._httpd: _HTTPServer | None = None
@@ -554,11 +558,25 @@ class ScriptedModelServer:
         with self._lock:
             return sorted(self._models)
 
-    def add_model(self, name: str, turns: Iterable[Turn | Mapping[str, Any]]) -> None:
-        """Add or replace one model's turns (validated; `ScriptError` on a bad turn)."""
+    def add_model(
+        self,
+        name: str,
+        turns: Iterable[Turn | Mapping[str, Any]],
+        *,
+        order: Literal["conversation", "arrival"] = "conversation",
+    ) -> None:
+        """Add or replace one model's turns (validated; `ScriptError` on a bad turn).
+
+        ``order="conversation"`` picks a request's turn by the assistant messages it carries;
+        ``"arrival"`` answers each request with the next turn, whatever its conversation.
+        """
         script = parse_script({"models": {name: list(turns)}})
         with self._lock:
             self._models.update(script.models)
+            if order == "arrival":
+                self._served[name] = 0
+            else:
+                self._served.pop(name, None)
 
     @property
     def requests(self) -> list[RecordedRequest]:
@@ -698,7 +716,10 @@ class ScriptedModelServer:
                 ),
             )
 
-        index = sum(1 for m in messages if isinstance(m, dict) and m.get("role") == "assistant")
+        index = self._turn_index(
+            model,
+            sum(1 for m in messages if isinstance(m, dict) and m.get("role") == "assistant"),
+        )
         first_user = next(
             (m.get("content") for m in messages if isinstance(m, dict) and m.get("role") == "user"),
             None,
@@ -735,7 +756,7 @@ class ScriptedModelServer:
             return _anthropic_error(404, f"model: {model}")
 
         messages: list[dict[str, Any]] = body["messages"]
-        index = sum(1 for m in messages if m["role"] == "assistant")
+        index = self._turn_index(model, sum(1 for m in messages if m["role"] == "assistant"))
         position = min(index, len(turns) - 1)
         return self._play(
             "anthropic",
@@ -764,9 +785,16 @@ class ScriptedModelServer:
             return None
         if attempt < len(turn.errors):
             return _error_reply(turn.errors[attempt], api, headers)
+        with self._lock:
+            if model in self._served:
+                self._served[model] = index + 1
         if turn.raw is not None:
             return _Reply(turn.raw_status or 200, turn.raw.encode())
         return answer(turn)
+
+    def _turn_index(self, model: str, assistant_messages: int) -> int:
+        with self._lock:
+            return self._served.get(model, assistant_messages)
 
     def _next_attempt(self, api: _Api, model: str, conversation: str, index: int) -> int:
         """Count attempts per (protocol, model, conversation, turn): retries see errors in order."""
