@@ -82,6 +82,8 @@ PASSTHROUGH_MODULES = (
     "workflows.agent.options",
     "workflows.agent.threads",
     "workflows.agent.handover",
+    "workflows.agent.events",
+    "workflows.agent.client_queries",
     "workflows.agent.progress",
     "workflows.agent.providers",
     "workflows.agent.reflection",

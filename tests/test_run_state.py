@@ -77,7 +77,8 @@ def test_ownership_rules_still_hold_on_a_decoded_run() -> None:
 
 
 def test_the_workflow_class_keeps_nothing_but_the_run() -> None:
-    """Every ``self.X = ...`` in AgentWorkflow assigns ``self._run``: no state beside it."""
+    """Every ``self.X = ...`` in AgentWorkflow assigns ``self._run`` (or the live stream and its
+    topic): no other state beside it."""
     tree = ast.parse(WORKFLOW_SOURCE.read_text())
     [cls] = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "AgentWorkflow"]
     assigned = {
@@ -89,7 +90,9 @@ def test_the_workflow_class_keeps_nothing_but_the_run() -> None:
         and isinstance(target.value, ast.Name)
         and target.value.id == "self"
     }
-    assert assigned == {"_run"}
+    # The live stream is the SDK's object beside the run; continue-as-new carries it in
+    # ``AgentInput.stream``.
+    assert assigned == {"_run", "_stream", "_events"}
 
 
 def test_a_state_outside_the_table_is_refused_by_the_model() -> None:

@@ -279,13 +279,6 @@ def test_missing_messages_is_400(client: httpx.Client) -> None:
     assert response.json()["error"]["param"] == "messages"
 
 
-def test_streaming_is_400(client: httpx.Client) -> None:
-    """Streaming requests are refused with a 400."""
-    response = chat(client, "text", stream=True)
-    assert response.status_code == 400
-    assert response.json()["error"]["param"] == "stream"
-
-
 def test_unknown_path_is_404(client: httpx.Client) -> None:
     """Paths outside the API get OpenAI's Invalid URL error."""
     response = client.post("/completions", json={})
@@ -435,6 +428,31 @@ def test_stop_interrupts_a_delayed_answer(server: ScriptedModelServer) -> None:
         (
             '{"models": {"demo": [{"raw": "x", "confidence": 0.5}]}}',
             r"model 'demo' turn 0: raw replaces the whole answer",
+        ),
+        (
+            '{"models": {"demo": [{"raw": "x", "cut_after": 1}]}}',
+            r"model 'demo' turn 0: raw is sent whole, never streamed",
+        ),
+        (
+            '{"models": {"demo": [{"content": "a", "cut_attempts": 2}]}}',
+            r"model 'demo' turn 0: cut_attempts needs cut_after",
+        ),
+        (
+            '{"models": {"demo": [{"content": "a", "chunk_delay": -1}]}}',
+            r"model 'demo' turn 0 chunk_delay: Input should be greater than or equal to 0",
+        ),
+        (
+            '{"models": {"demo": [{"content": "a", "chunk_chars": 0}]}}',
+            r"model 'demo' turn 0 chunk_chars: Input should be greater than or equal to 1",
+        ),
+        (
+            '{"models": {"demo": [{"content": "a", '
+            '"errors": [{"status": 200, "in_stream": true}]}]}}',
+            r"model 'demo' turn 0 errors\.0: an in_stream error below status 400 needs a body",
+        ),
+        (
+            '{"models": {"demo": [{"content": "a", "reject_stream": true, "cut_after": 1}]}}',
+            r"model 'demo' turn 0: reject_stream refuses every streaming request",
         ),
     ],
 )
@@ -706,13 +724,6 @@ def test_anthropic_version_header_is_required(client: httpx.Client) -> None:
     assert "anthropic-version" in error["message"]
 
 
-def test_anthropic_streaming_is_400(client: httpx.Client) -> None:
-    """Streaming Messages requests are refused with a 400."""
-    response = message(client, "text", stream=True)
-    assert response.status_code == 400
-    assert response.json()["error"]["type"] == "invalid_request_error"
-
-
 def test_anthropic_api_key_is_the_x_api_key_header() -> None:
     """With an api_key, a missing or wrong x-api-key is a 401 and the right one is a 200."""
     with (
@@ -806,3 +817,378 @@ def test_requests_record_their_protocol(server: ScriptedModelServer, client: htt
     assert anthropic.protocol == "anthropic"
     assert anthropic.body["system"] == "Be brief."
     assert anthropic.headers["anthropic-version"] == "2023-06-01"
+
+
+# Streaming (both protocols)
+
+
+STREAMING: dict[str, Any] = {
+    "models": {
+        "words": [
+            {
+                "content": "Hello there, streaming world.",
+                "usage": {"prompt_tokens": 10, "completion_tokens": 4, "cached_tokens": 6},
+            }
+        ],
+        "calls": [
+            {
+                "content": "Two at once.",
+                "tool_calls": [
+                    {"name": "read_file", "arguments": {"path": "a.md"}},
+                    {"name": "list_dir", "arguments": {"path": "src"}, "id": "call_mine"},
+                ],
+                "chunk_chars": 4,
+            }
+        ],
+        "paced": [{"content": "one two three four", "chunk_delay": 0.2}],
+        "cut": [{"content": "one two three four", "cut_after": 2, "cut_attempts": 2}],
+        "fails": [{"content": "one two", "errors": [{"status": 529, "in_stream": True}]}],
+        "garbled": [
+            {"content": "one two", "errors": [{"status": 200, "body": "{oops", "in_stream": True}]}
+        ],
+        "empty": [{"content": ""}],
+    }
+}
+
+
+def sse(text: str) -> list[tuple[str | None, str]]:
+    """A text/event-stream body as (event name, data) pairs."""
+    events = []
+    for frame in text.split("\n\n"):
+        if not frame.strip():
+            continue
+        name, data = None, []
+        for line in frame.split("\n"):
+            field, _, value = line.partition(": ")
+            if field == "event":
+                name = value
+            elif field == "data":
+                data.append(value)
+        events.append((name, "\n".join(data)))
+    return events
+
+
+@pytest.fixture
+def streaming() -> Iterator[httpx.Client]:
+    with (
+        ScriptedModelServer(STREAMING) as server,
+        httpx.Client(base_url=server.base_url, timeout=10) as http,
+    ):
+        yield http
+
+
+def chunks(response: httpx.Response) -> list[dict[str, Any]]:
+    """The JSON chunks of an OpenAI stream, checking it ends with [DONE]."""
+    assert response.status_code == 200
+    assert response.headers["content-type"] == "text/event-stream; charset=utf-8"
+    assert response.headers["transfer-encoding"] == "chunked"
+    events = sse(response.text)
+    assert events[-1] == (None, "[DONE]")
+    return [json.loads(data) for _, data in events[:-1]]
+
+
+def test_openai_stream_sends_text_in_chunks_and_usage_last(streaming: httpx.Client) -> None:
+    """A streamed text turn: a role delta, the text a word per chunk, a finish_reason chunk, a
+    usage chunk without choices (include_usage), then [DONE]; every chunk names the completion."""
+    response = chat(streaming, "words", stream=True, stream_options={"include_usage": True})
+    received = chunks(response)
+    assert {c["object"] for c in received} == {"chat.completion.chunk"}
+    assert len({c["id"] for c in received}) == 1
+    assert {c["model"] for c in received} == {"words"}
+    first, *texts, finish, usage = received
+    assert first["choices"][0]["delta"] == {"role": "assistant", "content": ""}
+    pieces = [c["choices"][0]["delta"]["content"] for c in texts]
+    assert pieces == ["Hello", " there,", " streaming", " world."]
+    assert finish["choices"][0]["delta"] == {}
+    assert finish["choices"][0]["finish_reason"] == "stop"
+    assert all(c["usage"] is None for c in received[:-1])
+    assert usage["choices"] == []
+    assert usage["usage"]["prompt_tokens_details"] == {"cached_tokens": 6}
+    assert usage["usage"]["total_tokens"] == 14
+
+
+def test_openai_stream_without_include_usage_has_no_usage(streaming: httpx.Client) -> None:
+    """Without stream_options.include_usage no chunk carries usage, as OpenAI does."""
+    received = chunks(chat(streaming, "words", stream=True))
+    assert all("usage" not in c for c in received)
+    assert received[-1]["choices"][0]["finish_reason"] == "stop"
+
+
+def test_stream_options_without_stream_is_400(streaming: httpx.Client) -> None:
+    """stream_options on a request that does not stream is refused, as OpenAI refuses it."""
+    response = chat(streaming, "words", stream_options={"include_usage": True})
+    assert response.status_code == 400
+    assert response.json()["error"]["param"] == "stream_options"
+
+
+def test_openai_stream_sends_tool_calls_by_index_then_argument_fragments(
+    streaming: httpx.Client,
+) -> None:
+    """Each tool call: a delta with its index, id, name and empty arguments, then its arguments
+    in chunk_chars fragments; the finish reason is tool_calls."""
+    received = chunks(chat(streaming, "calls", stream=True))
+    deltas = [c["choices"][0]["delta"] for c in received]
+    text = "".join(d.get("content") or "" for d in deltas)
+    assert text == "Two at once."
+    assert [d["content"] for d in deltas if d.get("content")] == ["Two ", "at o", "nce."]
+    calls = [call for d in deltas for call in d.get("tool_calls", [])]
+    heads = [call for call in calls if "id" in call]
+    assert heads == [
+        {
+            "index": 0,
+            "id": "call_t0_0",
+            "type": "function",
+            "function": {"name": "read_file", "arguments": ""},
+        },
+        {
+            "index": 1,
+            "id": "call_mine",
+            "type": "function",
+            "function": {"name": "list_dir", "arguments": ""},
+        },
+    ]
+    for index, arguments in enumerate([{"path": "a.md"}, {"path": "src"}]):
+        fragments = [c["function"]["arguments"] for c in calls if c["index"] == index]
+        assert all(len(f) <= 4 for f in fragments)
+        assert json.loads("".join(fragments)) == arguments
+    assert received[-1]["choices"][0]["finish_reason"] == "tool_calls"
+
+
+def test_openai_stream_spreads_logprobs_over_the_text(client: httpx.Client) -> None:
+    """Streamed with logprobs, the chunks' entries together are the non-streaming ones."""
+    whole = chat(client, "confident", logprobs=True).json()["choices"][0]["logprobs"]["content"]
+    received = chunks(chat(client, "confident", logprobs=True, stream=True))
+    streamed = [
+        entry
+        for c in received
+        for entry in ((c["choices"][0].get("logprobs") or {}).get("content") or [])
+    ]
+    assert streamed == whole
+
+
+def test_anthropic_stream_sends_the_message_as_events(streaming: httpx.Client) -> None:
+    """message_start (no content, input usage), ping, a text block and a tool_use block with
+    their deltas, message_delta with the stop reason and output tokens, message_stop."""
+    response = message(streaming, "calls", stream=True)
+    assert response.status_code == 200
+    assert response.headers["content-type"] == "text/event-stream; charset=utf-8"
+    events = sse(response.text)
+    for name, data in events:
+        assert json.loads(data)["type"] == name  # the event name repeats the data's type
+    names = [name for name, _ in events]
+    assert names[:2] == ["message_start", "ping"]
+    assert names[-2:] == ["message_delta", "message_stop"]
+    data = [json.loads(d) for _, d in events]
+    start = data[0]["message"]
+    assert (start["content"], start["stop_reason"], start["model"]) == ([], None, "calls")
+    blocks: dict[int, dict[str, Any]] = {}
+    for item in data:
+        if item["type"] == "content_block_start":
+            blocks[item["index"]] = dict(item["content_block"], parts=[])
+        elif item["type"] == "content_block_delta":
+            delta = item["delta"]
+            blocks[item["index"]]["parts"].append(delta.get("text", delta.get("partial_json")))
+    assert blocks[0]["type"] == "text"
+    assert "".join(blocks[0]["parts"]) == "Two at once."
+    assert [b["name"] for b in blocks.values() if b["type"] == "tool_use"] == [
+        "read_file",
+        "list_dir",
+    ]
+    assert blocks[2]["id"] == "call_mine"
+    assert json.loads("".join(blocks[1]["parts"])) == {"path": "a.md"}
+    assert data[-2]["delta"]["stop_reason"] == "tool_use"
+    assert data[-2]["usage"]["output_tokens"] > 0
+
+
+def test_a_stream_assembles_into_the_whole_answer(streaming: httpx.Client) -> None:
+    """Anthropic's streamed usage, blocks and stop reason are the non-streaming message's."""
+    whole = message(streaming, "words").json()
+    data = [json.loads(d) for _, d in sse(message(streaming, "words", stream=True).text)]
+    usage = data[0]["message"]["usage"] | data[-2]["usage"]
+    assert usage == whole["usage"]
+    assert usage["cache_read_input_tokens"] == 6
+    text = "".join(d["delta"]["text"] for d in data if d["type"] == "content_block_delta")
+    assert [{"type": "text", "text": text}] == whole["content"]
+    assert data[-2]["delta"]["stop_reason"] == whole["stop_reason"]
+
+
+def test_a_turn_without_text_streams_no_text_block(streaming: httpx.Client) -> None:
+    """Empty content: OpenAI's role delta says "" and no content chunk follows; Anthropic sends
+    no text block, as its non-streaming message has none."""
+    received = chunks(chat(streaming, "empty", stream=True))
+    assert [c["choices"][0]["delta"] for c in received] == [
+        {"role": "assistant", "content": ""},
+        {},
+    ]
+    names = [name for name, _ in sse(message(streaming, "empty", stream=True).text)]
+    assert "content_block_start" not in names
+
+
+def read_events(http: httpx.Client, path: str, **body: Any) -> tuple[list[str], Exception | None]:
+    """The data lines of a stream as they arrive, and the error that ended it, if any."""
+    lines: list[str] = []
+    headers = ANTHROPIC_HEADERS if path == "/messages" else {}
+    body.setdefault("messages", anthropic_conversation() if headers else conversation())
+    body.setdefault("max_tokens", 100)
+    try:
+        with http.stream("POST", path, json={"stream": True, **body}, headers=headers) as response:
+            lines.extend(line for line in response.iter_lines() if line.startswith("data: "))
+    except httpx.HTTPError as exc:
+        return lines, exc
+    return lines, None
+
+
+@pytest.mark.parametrize("path", ["/chat/completions", "/messages"])
+def test_cut_after_hangs_up_mid_stream_then_a_retry_gets_it_whole(
+    streaming: httpx.Client, path: str
+) -> None:
+    """cut_after 2: the first cut_attempts (2) attempts end after two content chunks with an
+    incomplete chunked body; the next attempt gets the whole stream."""
+    text = "data: [DONE]" if path == "/chat/completions" else 'data: {"type": "message_stop"}'
+    for _ in range(2):
+        lines, error = read_events(streaming, path, model="cut")
+        assert isinstance(error, httpx.RemoteProtocolError)
+        assert sum('"one' in line or '" two' in line for line in lines) == 2
+        assert not any('" three' in line for line in lines)
+    lines, error = read_events(streaming, path, model="cut")
+    assert error is None
+    assert lines[-1] == text
+    assert any('" four' in line for line in lines)
+
+
+def test_a_cut_without_enough_content_stops_before_the_last_event() -> None:
+    """With fewer content chunks than cut_after, the stream stops just before [DONE]."""
+    with (
+        ScriptedModelServer({"models": {"m": [{"content": "hi", "cut_after": 10}]}}) as server,
+        httpx.Client(base_url=server.base_url, timeout=10) as http,
+    ):
+        lines, error = read_events(http, "/chat/completions", model="m")
+        assert isinstance(error, httpx.RemoteProtocolError)
+        assert lines[-1] != "data: [DONE]"
+        assert json.loads(lines[-1].removeprefix("data: "))["choices"][0]["finish_reason"] == (
+            "stop"
+        )
+        assert chat(http, "m").status_code == 200  # not streaming: answered whole
+
+
+def test_an_in_stream_error_comes_after_the_first_chunk(streaming: httpx.Client) -> None:
+    """An in_stream error answers 200, sends the first content chunk, then the protocol's error
+    event and ends the stream; the next attempt succeeds; a non-streaming request would have got
+    the status."""
+    response = chat(streaming, "fails", stream=True)
+    assert response.status_code == 200
+    events = sse(response.text)
+    assert json.loads(events[1][1])["choices"][0]["delta"] == {"content": "one"}
+    assert json.loads(events[-1][1]) == {
+        "error": {
+            "message": "The server had an error.",
+            "type": "server_error",
+            "param": None,
+            "code": None,
+        }
+    }
+    assert chunks(chat(streaming, "fails", stream=True))[-1]["choices"][0]["finish_reason"]
+
+    response = message(streaming, "fails", stream=True)
+    assert response.status_code == 200
+    name, data = sse(response.text)[-1]
+    assert name == "error"
+    assert json.loads(data) == {
+        "type": "error",
+        "error": {"type": "overloaded_error", "message": "Overloaded"},
+    }
+    assert message(streaming, "fails").status_code == 200
+    assert message(streaming, "fails", messages=anthropic_conversation("other")).status_code == 529
+
+
+def test_an_in_stream_error_body_is_sent_verbatim(streaming: httpx.Client) -> None:
+    """An in_stream error's string body is the event's data as it is: a malformed event."""
+    assert sse(chat(streaming, "garbled", stream=True).text)[-1] == (None, "{oops")
+
+
+def test_chunk_delay_paces_the_stream_and_each_chunk_is_readable_at_once(
+    streaming: httpx.Client,
+) -> None:
+    """With chunk_delay, events arrive one by one as they are sent: the first is read while
+    the rest are still to come."""
+    arrivals: list[float] = []
+    started = time.monotonic()
+    body = {"model": "paced", "messages": conversation(), "stream": True}
+    with streaming.stream("POST", "/chat/completions", json=body) as response:
+        for line in response.iter_lines():
+            if line.startswith("data: "):
+                arrivals.append(time.monotonic() - started)
+    assert len(arrivals) == 7  # role, four words, finish, [DONE]
+    assert arrivals[-1] >= 6 * 0.2
+    assert arrivals[0] < arrivals[-1] - 0.6  # read long before the stream ended
+
+
+# Servers that cannot stream
+
+OPENAI_REFUSAL = {
+    "error": {
+        "message": "Unrecognized request argument supplied: stream_options",
+        "type": "invalid_request_error",
+        "param": "stream_options",
+        "code": None,
+    }
+}
+
+
+def test_a_server_without_streaming_refuses_streaming_requests_with_a_400() -> None:
+    """streaming=False: a streaming request gets the 400 of an unknown argument (OpenAI names
+    stream_options when it is sent, else stream; Anthropic says stream is an extra input); the
+    same request without stream is answered; every request is recorded."""
+    with (
+        ScriptedModelServer(STREAMING, streaming=False) as server,
+        httpx.Client(base_url=server.base_url, timeout=10) as http,
+    ):
+        refused = chat(http, "words", stream=True, stream_options={"include_usage": True})
+        assert refused.status_code == 400
+        assert refused.json() == OPENAI_REFUSAL
+        assert chat(http, "words", stream=True).json()["error"]["param"] == "stream"
+        assert chat(http, "words").json()["choices"][0]["message"]["content"] == (
+            "Hello there, streaming world."
+        )
+        refused = message(http, "words", stream=True)
+        assert refused.status_code == 400
+        assert refused.json() == {
+            "type": "error",
+            "error": {
+                "type": "invalid_request_error",
+                "message": "stream: Extra inputs are not permitted",
+            },
+        }
+        assert message(http, "words").status_code == 200
+        assert [r.body.get("stream") for r in server.requests_for("words")] == [
+            True,
+            True,
+            None,
+            True,
+            None,
+        ]
+
+
+@pytest.mark.parametrize("path", ["/chat/completions", "/messages"])
+def test_a_turn_that_rejects_streaming_counts_no_attempt_for_the_refusal(path: str) -> None:
+    """reject_stream: the streaming request is refused before the turn is played, so the first
+    request without stream still gets the turn's first scripted error, and the next the turn;
+    another model on the same server streams."""
+    script = {
+        "models": {
+            "plain": [{"content": "Whole.", "reject_stream": True, "errors": [{"status": 500}]}],
+            "streams": [{"content": "Streamed."}],
+        }
+    }
+    with (
+        ScriptedModelServer(script) as server,
+        httpx.Client(base_url=server.base_url, timeout=10) as http,
+    ):
+        send = chat if path == "/chat/completions" else message
+        assert send(http, "plain", stream=True).status_code == 400
+        assert send(http, "plain").status_code == 500
+        assert send(http, "plain", stream=True).status_code == 400
+        assert send(http, "plain").status_code == 200
+        streamed = send(http, "streams", stream=True)
+        assert streamed.status_code == 200
+        assert streamed.headers["content-type"] == "text/event-stream; charset=utf-8"

@@ -15,11 +15,38 @@ Which turn answers a request is decided by the request alone: the number of assi
 ``messages``. Retries and concurrent conversations therefore get the same answer; past the end of a
 script the last turn repeats. A model added with ``add_model(..., order="arrival")`` instead takes
 its turns in the order requests arrive (each answered request the next turn), for runs whose
-conversation is compacted on the way and so cannot count its own turns. A turn may fail its first attempts (``errors``), answer late
-(``delay``), or send a raw body (``raw``) to simulate a broken provider; a failing attempt may
-echo the request's API key back (``echo_key``), as a misconfigured proxy does, so tests can check
-it is redacted. A turn's ``confidence`` becomes OpenAI log-probabilities when the request asks for
-them (Anthropic has none).
+conversation is compacted on the way and so cannot count its own turns. A turn may fail its first
+attempts (``errors``), answer late (``delay``), or send a raw body (``raw``) to simulate a broken
+provider; a failing attempt may echo the request's API key back (``echo_key``), as a
+misconfigured proxy does, so tests can check it is redacted. A turn's ``confidence`` becomes
+OpenAI log-probabilities when the request asks for them (Anthropic has none).
+
+A request with ``"stream": true`` is answered with server-sent events, in the protocol's own
+shape, over ``Transfer-Encoding: chunked``: OpenAI ``chat.completion.chunk`` events (a role delta,
+the text in several content deltas, each tool call as a delta naming its index, id and name and
+then its arguments in fragments, a last delta with ``finish_reason``; with
+``stream_options.include_usage`` a chunk with empty ``choices`` and the ``usage``; then
+``data: [DONE]``), or Anthropic's ``message_start``, ``content_block_start`` / ``_delta``
+(``text_delta``, ``input_json_delta``) / ``_stop``, ``message_delta`` (stop reason, usage) and
+``message_stop``. The streamed reply assembles into exactly the non-streaming one. A turn's
+``chunk_delay`` paces the chunks, ``chunk_chars`` sizes them (one word each by default), and
+``cut_after`` hangs up mid-stream on the attempts after its ``errors`` (``cut_attempts`` of them):
+a stream cut short, which the next attempt survives. A scripted error marked ``in_stream`` comes
+as an error event inside a 200 stream (after the first content chunk) instead of an error status.
+
+A server that cannot stream is simulated too: with ``ScriptedModelServer(..., streaming=False)``
+(``--no-streaming`` on the command line) every streaming request, and with a turn's
+``reject_stream`` the streaming requests that turn answers, get the 400 a real server sends for
+an argument it does not know. OpenAI's names the first one: ``stream_options`` when the request
+has it, else ``stream``::
+
+    {"error": {"message": "Unrecognized request argument supplied: stream_options",
+               "type": "invalid_request_error", "param": "stream_options", "code": null}}
+
+Anthropic's is ``{"type": "error", "error": {"type": "invalid_request_error", "message":
+"stream: Extra inputs are not permitted"}}``. The same request without ``stream`` is answered as
+usual; the refusal is no attempt of the turn (its ``errors`` and ``cut_after`` count the
+requests it answers), and the refused request is recorded like any other.
 
 Run it on its own with ``python -m treadle.scripted_model --script treadle/demo_script.json``.
 """
@@ -130,6 +157,18 @@ class TurnError(Frozen):
     appended to the error's message: ``error.message`` of the protocol's default body or of a
     ``body`` that has one, or the end of a string ``body``; ``(key: ...)``, forms separated by
     ``", "``. A request without a key gets no echo."""
+    in_stream: bool = False
+    """On a streaming request: answer 200 and send the turn's first chunks, then this error as an
+    event of the stream (OpenAI: a ``data: {"error": ...}`` chunk; Anthropic: ``event: error``),
+    then end the stream. Its data is ``body`` when given (a string verbatim, so a test can send a
+    malformed event), else the protocol's error body for ``status``. A non-streaming request gets
+    the error status as usual."""
+
+    @model_validator(mode="after")
+    def _in_stream_error_says_what(self) -> Self:
+        if self.in_stream and self.status < 400 and self.body is None:
+            raise ValueError("an in_stream error below status 400 needs a body (its event data)")
+        return self
 
 
 class TurnUsage(Frozen):
@@ -159,6 +198,9 @@ class Turn(Frozen):
     """Native tool calls (finish_reason "tool_calls"), made in parallel when more than one."""
     usage: TurnUsage | None = None
     """Reported usage; by default estimated at four characters per token."""
+    on_rejection: str | None = None
+    """When a human rejects one of this turn's tool calls, the next request is answered with
+    this text (a final answer) instead of the next turn; ``{reason}`` becomes the human's reason."""
     delay: float = Field(default=0.0, ge=0)
     """Seconds to wait before answering (every attempt, errors included)."""
     errors: list[TurnError] = Field(default_factory=list)
@@ -169,18 +211,47 @@ class Turn(Frozen):
     """Status for ``raw`` (default 200)."""
     confidence: float | None = Field(default=None, gt=0, le=1)
     """OpenAI only: with ``"logprobs": true`` in the request, every token's logprob is its log."""
+    chunk_delay: float = Field(default=0.0, ge=0)
+    """Streaming only: seconds between two chunks of the stream."""
+    chunk_chars: int | None = Field(default=None, ge=1)
+    """Streaming only: characters of text (or of a tool call's arguments) per chunk; by default
+    one word per chunk, with the whitespace before it."""
+    cut_after: int | None = Field(default=None, ge=0)
+    """Streaming only: on the ``cut_attempts`` attempts after the turn's ``errors``, close the
+    connection after this many content chunks (text or tool call fragments), without ending the
+    stream; with fewer content chunks than that, just before the stream's last event. Later
+    attempts get the whole stream. Attempts count as for ``errors``."""
+    cut_attempts: int = Field(default=1, ge=1)
+    """How many attempts ``cut_after`` cuts short."""
+    reject_stream: bool = False
+    """Refuse a streaming request for this turn with the 400 of a server that cannot stream
+    (see the module docstring); a request without ``stream`` gets the turn as usual."""
 
     @model_validator(mode="after")
     def _one_kind_of_answer(self) -> Self:
+        if "cut_attempts" in self.model_fields_set and self.cut_after is None:
+            raise ValueError("cut_attempts needs cut_after")
         if self.raw is not None:
             if self.content is not None or self.tool_calls or self.confidence is not None:
                 raise ValueError(
                     "raw replaces the whole answer; give it without content/tool_calls/confidence"
                 )
+            if self.cut_after is not None or self.chunk_chars is not None or self.chunk_delay:
+                raise ValueError(
+                    "raw is sent whole, never streamed; give it without "
+                    "cut_after/chunk_chars/chunk_delay"
+                )
         elif self.raw_status is not None:
             raise ValueError("raw_status needs raw")
         elif self.content is None and not self.tool_calls:
             raise ValueError("a turn needs content, tool_calls or raw")
+        if self.reject_stream and (
+            self.cut_after is not None or self.chunk_chars is not None or self.chunk_delay
+        ):
+            raise ValueError(
+                "reject_stream refuses every streaming request; give it without "
+                "cut_after/chunk_chars/chunk_delay"
+            )
         return self
 
 
@@ -339,6 +410,46 @@ class _Reply:
     headers: tuple[tuple[str, str], ...] = ()
 
 
+@dataclass(frozen=True)
+class _Event:
+    """One server-sent event of a streamed answer, framed for the wire."""
+
+    frame: bytes
+    content: bool = False
+    """It carries text or a tool call fragment (what ``cut_after`` counts)."""
+
+
+@dataclass(frozen=True)
+class _Stream:
+    """A 200 answer sent as server-sent events, one HTTP chunk each."""
+
+    events: tuple[bytes, ...]
+    delay: float = 0.0
+    """Seconds between two events."""
+    cut: bool = False
+    """Hang up after the events, without the chunked body's last chunk."""
+
+
+def _sse(data: Any, event: str | None = None) -> bytes:
+    """One server-sent event: ``data`` as JSON (a string verbatim, one data line per line)."""
+    text = data if isinstance(data, str) else json.dumps(data)
+    head = f"event: {event}\n" if event else ""
+    return (head + "".join(f"data: {line}\n" for line in text.split("\n")) + "\n").encode()
+
+
+def _pieces(text: str, size: int | None) -> list[str]:
+    """``text`` in the pieces a stream sends: ``size`` characters each, or one word each (with
+    the whitespace before it). They join back into ``text``; no text, no pieces."""
+    if size is not None:
+        return [text[i : i + size] for i in range(0, len(text), size)]
+    return re.findall(r"\s*\S+|\s+", text)
+
+
+def _spread(items: list[Any], parts: int) -> list[list[Any]]:
+    """``items`` in ``parts`` consecutive runs, as even as can be (each may be empty)."""
+    return [items[i * len(items) // parts : (i + 1) * len(items) // parts] for i in range(parts)]
+
+
 def _json_reply(status: int, payload: Any, headers: Iterable[tuple[str, str]] = ()) -> _Reply:
     return _Reply(status, json.dumps(payload).encode(), tuple(headers))
 
@@ -452,26 +563,58 @@ class _Handler(BaseHTTPRequestHandler):
         length = int(self.headers.get("Content-Length") or 0)
         return self.rfile.read(length) if length > 0 else b""
 
-    def _respond(self, reply: _Reply | None) -> None:
+    def _respond(self, reply: _Reply | _Stream | None) -> None:
         if reply is None:  # the server is stopping mid-delay: hang up without an answer
             self.close_connection = True
             return
+        if isinstance(reply, _Stream):
+            self._stream(reply)
+            return
         try:
-            self.send_response(reply.status)
-            extra = {name.lower() for name, _ in reply.headers}
-            if "content-type" not in extra:
-                self.send_header("Content-Type", _JSON)
-            request_id = f"req_{uuid.uuid4().hex}"
-            for name in ("x-request-id", "request-id"):  # OpenAI's and Anthropic's names
-                if name not in extra:
-                    self.send_header(name, request_id)
-            for name, value in reply.headers:
-                self.send_header(name, value)
+            self._send_head(reply.status, reply.headers)
             self.send_header("Content-Length", str(len(reply.body)))
             self.end_headers()
             self.wfile.write(reply.body)
         except OSError:
             self.close_connection = True  # the client hung up (e.g. a worker killed mid-call)
+
+    def _send_head(self, status: int, headers: Iterable[tuple[str, str]]) -> None:
+        self.send_response(status)
+        extra = {name.lower() for name, _ in headers}
+        if "content-type" not in extra:
+            self.send_header("Content-Type", _JSON)
+        request_id = f"req_{uuid.uuid4().hex}"
+        for name in ("x-request-id", "request-id"):  # OpenAI's and Anthropic's names
+            if name not in extra:
+                self.send_header(name, request_id)
+        for name, value in headers:
+            self.send_header(name, value)
+
+    def _stream(self, reply: _Stream) -> None:
+        """Each event as one HTTP chunk, written as soon as it is due (the socket is unbuffered
+        and Nagle is off, so the client reads it at once)."""
+        try:
+            self._send_head(
+                200,
+                (
+                    ("Content-Type", "text/event-stream; charset=utf-8"),
+                    ("Cache-Control", "no-cache"),
+                ),
+            )
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            for index, frame in enumerate(reply.events):
+                if index and reply.delay and self.server.stopping.wait(reply.delay):
+                    self.close_connection = True  # stopping: hang up mid-stream
+                    return
+                self.wfile.write(b"%X\r\n%b\r\n" % (len(frame), frame))
+            if reply.cut:
+                # No last chunk: the client sees the body end early (an incomplete chunked read).
+                self.close_connection = True
+                return
+            self.wfile.write(b"0\r\n\r\n")
+        except OSError:
+            self.close_connection = True
 
 
 class ScriptedModelServer:
@@ -485,11 +628,14 @@ class ScriptedModelServer:
         port: int = 0,
         api_key: str | None = None,
         verbose: bool = False,
+        streaming: bool = True,
     ) -> None:
         self.host = host
         self.port = port
         self.api_key = api_key
         self.verbose = verbose
+        self.streaming = streaming
+        """``False``: refuse every streaming request, as a server that cannot stream does."""
         self._lock = threading.Lock()
         self._models: dict[str, list[Turn]] = {}
         self._served: dict[str, int] = {}
@@ -590,7 +736,9 @@ class ScriptedModelServer:
 
     # Request handling (called on handler threads)
 
-    def _handle(self, method: str, path: str, headers: dict[str, str], raw: bytes) -> _Reply | None:
+    def _handle(
+        self, method: str, path: str, headers: dict[str, str], raw: bytes
+    ) -> _Reply | _Stream | None:
         # Only Anthropic clients send anthropic-version, so it picks the shape of shared answers.
         anthropic = "anthropic-version" in headers
         if method == "GET" and path == "/v1/models":
@@ -669,7 +817,7 @@ class ScriptedModelServer:
                 self._requests.append(record)
         return body
 
-    def _chat_completions(self, headers: dict[str, str], raw: bytes) -> _Reply | None:
+    def _chat_completions(self, headers: dict[str, str], raw: bytes) -> _Reply | _Stream | None:
         body = self._record("openai", headers, raw)
         if (denied := self._check_auth(headers)) is not None:
             return denied
@@ -696,15 +844,17 @@ class ScriptedModelServer:
                     param="messages",
                 ),
             )
-        if body.get("stream") is True:
+        streaming = body.get("stream") is True
+        options = body.get("stream_options")
+        if options is not None and not streaming:
             return _json_reply(
                 400,
                 _openai_error(
-                    "Streaming is not supported by the scripted model server.",
-                    code="unsupported_value",
-                    param="stream",
+                    "The 'stream_options' parameter is only allowed when 'stream' is enabled.",
+                    param="stream_options",
                 ),
             )
+        include_usage = isinstance(options, dict) and options.get("include_usage") is True
         with self._lock:
             turns = self._models.get(model)
         if turns is None:
@@ -720,11 +870,22 @@ class ScriptedModelServer:
             model,
             sum(1 for m in messages if isinstance(m, dict) and m.get("role") == "assistant"),
         )
+        if streaming and self._refuses_stream(turns, index):
+            param = "stream_options" if "stream_options" in body else "stream"
+            return _json_reply(
+                400,
+                _openai_error(f"Unrecognized request argument supplied: {param}", param=param),
+            )
         first_user = next(
             (m.get("content") for m in messages if isinstance(m, dict) and m.get("role") == "user"),
             None,
         )
         conversation = json.dumps(first_user, sort_keys=True)
+        turns = _after_rejection(turns, index, messages)
+
+        def chunks(turn: Turn) -> list[_Event]:
+            return _completion_chunks(_completion(model, index, turn, body), turn, include_usage)
+
         return self._play(
             "openai",
             headers,
@@ -733,9 +894,10 @@ class ScriptedModelServer:
             index,
             conversation,
             lambda turn: _json_reply(200, _completion(model, index, turn, body)),
+            chunks if streaming else None,
         )
 
-    def _messages(self, headers: dict[str, str], raw: bytes) -> _Reply | None:
+    def _messages(self, headers: dict[str, str], raw: bytes) -> _Reply | _Stream | None:
         body = self._record("anthropic", headers, raw)
         if (denied := self._check_anthropic_auth(headers)) is not None:
             return denied
@@ -745,10 +907,6 @@ class ScriptedModelServer:
             return _anthropic_error(400, "The request body is not a valid JSON object.")
         if (problem := _anthropic_request_problem(body)) is not None:
             return _anthropic_error(400, problem)
-        if body.get("stream") is True:
-            return _anthropic_error(
-                400, "stream: streaming is not supported by the scripted model server"
-            )
         model: str = body["model"]
         with self._lock:
             turns = self._models.get(model)
@@ -758,6 +916,9 @@ class ScriptedModelServer:
         messages: list[dict[str, Any]] = body["messages"]
         index = self._turn_index(model, sum(1 for m in messages if m["role"] == "assistant"))
         position = min(index, len(turns) - 1)
+        if body.get("stream") is True and self._refuses_stream(turns, index):
+            return _anthropic_error(400, "stream: Extra inputs are not permitted")
+        turns = _after_rejection(turns, index, messages)
         return self._play(
             "anthropic",
             headers,
@@ -766,6 +927,11 @@ class ScriptedModelServer:
             index,
             _anthropic_conversation(messages),
             lambda turn: _anthropic_reply(model, index, position, turn, body),
+            (
+                (lambda turn: _message_events(model, index, position, turn, body))
+                if body.get("stream") is True
+                else None
+            ),
         )
 
     def _play(
@@ -777,20 +943,46 @@ class ScriptedModelServer:
         index: int,
         conversation: str,
         answer: Callable[[Turn], _Reply],
-    ) -> _Reply | None:
-        """Answer with turn `index` after its delay: a scripted error, its raw body or `answer`."""
+        stream: Callable[[Turn], list[_Event] | _Reply] | None = None,
+    ) -> _Reply | _Stream | None:
+        """Answer with turn `index` after its delay: a scripted error, its raw body or `answer`;
+        a streaming request (`stream` given) gets the events `stream` makes instead, cut short or
+        ending in an error event on the attempts the turn says."""
         turn = turns[min(index, len(turns) - 1)]
         attempt = self._next_attempt(api, model, conversation, index)
         if turn.delay and self._stopping(turn.delay):
             return None
         if attempt < len(turn.errors):
-            return _error_reply(turn.errors[attempt], api, headers)
+            error = turn.errors[attempt]
+            if stream is None or not error.in_stream:
+                return _error_reply(error, api, headers)
+            events = [] if turn.raw is not None else stream(turn)
+            if isinstance(events, _Reply):
+                return events
+            frames = [event.frame for event in _cut(events, 1)]
+            return _Stream((*frames, _error_event(error, api, headers)), turn.chunk_delay)
+        cut = attempt < len(turn.errors) + turn.cut_attempts
+        if stream is not None and turn.cut_after is not None and cut:
+            events = stream(turn)
+            if isinstance(events, _Reply):
+                return events
+            frames = [event.frame for event in _cut(events, turn.cut_after)]
+            return _Stream(tuple(frames), turn.chunk_delay, cut=True)
         with self._lock:
             if model in self._served:
                 self._served[model] = index + 1
         if turn.raw is not None:
             return _Reply(turn.raw_status or 200, turn.raw.encode())
-        return answer(turn)
+        if stream is None:
+            return answer(turn)
+        events = stream(turn)
+        if isinstance(events, _Reply):
+            return events
+        return _Stream(tuple(event.frame for event in events), turn.chunk_delay)
+
+    def _refuses_stream(self, turns: list[Turn], index: int) -> bool:
+        """A streaming request for turn ``index`` gets a server's refusal to stream."""
+        return not self.streaming or turns[min(index, len(turns) - 1)].reject_stream
 
     def _turn_index(self, model: str, assistant_messages: int) -> int:
         with self._lock:
@@ -811,7 +1003,8 @@ class ScriptedModelServer:
         return httpd.stopping.wait(delay)
 
 
-def _error_reply(error: TurnError, api: _Api, headers: Mapping[str, str]) -> _Reply:
+def _error_content(error: TurnError, api: _Api, headers: Mapping[str, str]) -> Any:
+    """What a scripted error says: its body or the protocol's, with any key echo."""
     content: Any = error.body
     if content is None:
         content = (
@@ -824,8 +1017,31 @@ def _error_reply(error: TurnError, api: _Api, headers: Mapping[str, str]) -> _Re
         content = _with_echo(
             content, " (key: " + ", ".join(echoed_key(key, f) for f in error.echo_key) + ")"
         )
+    return content
+
+
+def _error_reply(error: TurnError, api: _Api, headers: Mapping[str, str]) -> _Reply:
+    content = _error_content(error, api, headers)
     body = content.encode() if isinstance(content, str) else json.dumps(content).encode()
     return _Reply(error.status, body, tuple(error.headers.items()))
+
+
+def _error_event(error: TurnError, api: _Api, headers: Mapping[str, str]) -> bytes:
+    """A scripted error as an event inside a stream: Anthropic names it ``error``; OpenAI sends
+    the error object as a chunk's data."""
+    return _sse(_error_content(error, api, headers), "error" if api == "anthropic" else None)
+
+
+def _cut(events: list[_Event], contents: int) -> list[_Event]:
+    """The events before the content event after the first ``contents`` ones; with no such
+    event, every event but the last (the stream's end)."""
+    seen = 0
+    for position, event in enumerate(events):
+        if event.content:
+            if seen == contents:
+                return events[:position]
+            seen += 1
+    return events[:-1]
 
 
 def _request_key(api: _Api, headers: Mapping[str, str]) -> str:
@@ -917,6 +1133,78 @@ def _logprobs(turn: Turn, confidence: float) -> dict[str, Any]:
             for token in tokens
         ]
     }
+
+
+def _completion_chunks(completion: dict[str, Any], turn: Turn, include_usage: bool) -> list[_Event]:
+    """``completion`` as OpenAI streams it: a role delta, the text in pieces, each tool call as
+    a delta with its index, id and name and then its arguments in pieces, a delta with the
+    finish reason, the usage (when asked for) in a chunk without choices, and ``[DONE]``.
+    Log-probabilities, when there are any, are spread over the text chunks in order."""
+    (choice,) = completion["choices"]
+    message = choice["message"]
+    head = {
+        "id": completion["id"],
+        "object": "chat.completion.chunk",
+        "created": completion["created"],
+        "model": completion["model"],
+        "system_fingerprint": completion["system_fingerprint"],
+    }
+
+    def chunk(
+        delta: dict[str, Any],
+        *,
+        finish: str | None = None,
+        logprobs: list[Any] | None = None,
+        content: bool = False,
+    ) -> _Event:
+        body = head | {
+            "choices": [
+                {
+                    "index": 0,
+                    "delta": delta,
+                    "logprobs": None
+                    if logprobs is None
+                    else {"content": logprobs, "refusal": None},
+                    "finish_reason": finish,
+                }
+            ]
+        }
+        if include_usage:
+            body["usage"] = None  # as OpenAI does: every chunk but the last has a null usage
+        return _Event(_sse(body), content)
+
+    texts = _pieces(message["content"] or "", turn.chunk_chars)
+    entries: list[Any] | None = choice["logprobs"]["content"] if choice["logprobs"] else None
+    shares: list[list[Any] | None] = (
+        list(_spread(entries, len(texts))) if entries is not None and texts else [None] * len(texts)
+    )
+    role = {"role": "assistant", "content": None if message["content"] is None else ""}
+    events = [chunk(role, logprobs=entries if entries is not None and not texts else None)]
+    events += [
+        chunk({"content": text}, logprobs=share, content=True)
+        for text, share in zip(texts, shares, strict=True)
+    ]
+    for position, call in enumerate(message.get("tool_calls", [])):
+        function = call["function"]
+        first = {
+            "index": position,
+            "id": call["id"],
+            "type": "function",
+            "function": {"name": function["name"], "arguments": ""},
+        }
+        events.append(chunk({"tool_calls": [first]}, content=True))
+        events += [
+            chunk(
+                {"tool_calls": [{"index": position, "function": {"arguments": piece}}]},
+                content=True,
+            )
+            for piece in _pieces(function["arguments"], turn.chunk_chars)
+        ]
+    events.append(chunk({}, finish=choice["finish_reason"]))
+    if include_usage:
+        events.append(_Event(_sse(head | {"choices": [], "usage": completion["usage"]})))
+    events.append(_Event(_sse("[DONE]")))
+    return events
 
 
 def _anthropic_request_problem(body: dict[str, Any]) -> str | None:
@@ -1026,6 +1314,67 @@ def _anthropic_conversation(messages: list[dict[str, Any]]) -> str:
 def _anthropic_reply(
     model: str, index: int, position: int, turn: Turn, request: dict[str, Any]
 ) -> _Reply:
+    message = _anthropic_message(model, index, position, turn, request)
+    return message if isinstance(message, _Reply) else _json_reply(200, message)
+
+
+def _message_events(
+    model: str, index: int, position: int, turn: Turn, request: dict[str, Any]
+) -> list[_Event] | _Reply:
+    """The message as Anthropic streams it: ``message_start`` (no content yet; usage with the
+    input counts), a ``ping``, each block as ``content_block_start``, its ``text_delta`` or
+    ``input_json_delta`` pieces and ``content_block_stop``, then ``message_delta`` (stop reason,
+    output tokens) and ``message_stop``."""
+    message = _anthropic_message(model, index, position, turn, request)
+    if isinstance(message, _Reply):
+        return message
+
+    def event(kind: str, data: dict[str, Any], *, content: bool = False) -> _Event:
+        return _Event(_sse({"type": kind} | data, kind), content)
+
+    usage = message["usage"]
+    start = message | {
+        "content": [],
+        "stop_reason": None,
+        # As Anthropic does: a first count here, the final one in message_delta.
+        "usage": usage | {"output_tokens": min(1, usage["output_tokens"])},
+    }
+    events = [event("message_start", {"message": start}), event("ping", {})]
+    for number, block in enumerate(message["content"]):
+        if block["type"] == "text":
+            opening = {"type": "text", "text": ""}
+            kind, field, text = "text_delta", "text", block["text"]
+        else:
+            opening = block | {"input": {}}
+            kind, field, text = "input_json_delta", "partial_json", json.dumps(block["input"])
+        events.append(
+            event(
+                "content_block_start",
+                {"index": number, "content_block": opening},
+                content=block["type"] != "text",
+            )
+        )
+        events += [
+            event(
+                "content_block_delta",
+                {"index": number, "delta": {"type": kind, field: piece}},
+                content=True,
+            )
+            for piece in _pieces(text, turn.chunk_chars)
+        ]
+        events.append(event("content_block_stop", {"index": number}))
+    stop = {"stop_reason": message["stop_reason"], "stop_sequence": None}
+    events.append(
+        event("message_delta", {"delta": stop, "usage": {"output_tokens": usage["output_tokens"]}})
+    )
+    events.append(event("message_stop", {}))
+    return events
+
+
+def _anthropic_message(
+    model: str, index: int, position: int, turn: Turn, request: dict[str, Any]
+) -> dict[str, Any] | _Reply:
+    """The turn as a Messages API message, or a 500 when the turn cannot be one."""
     content: list[dict[str, Any]] = []
     if turn.content:
         content.append({"type": "text", "text": turn.content})
@@ -1075,7 +1424,45 @@ def _anthropic_reply(
             "cache_read_input_tokens": cached,
         },
     }
-    return _json_reply(200, message)
+    return message
+
+
+REJECTED = "ERROR: a human rejected this call: "
+"""How a rejected call's result reads (``workflows/agent/approvals.py``): ``on_rejection`` looks
+for it."""
+
+
+def _after_rejection(turns: list[Turn], index: int, messages: list[Any]) -> list[Turn]:
+    """``turns`` with turn ``index`` replaced by the previous turn's ``on_rejection`` answer when
+    the request's latest tool results hold a human's rejection; else ``turns`` unchanged."""
+    previous = turns[min(index - 1, len(turns) - 1)] if index > 0 else None
+    if previous is None or previous.on_rejection is None:
+        return turns
+    reason = _rejection(messages)
+    if reason is None:
+        return turns
+    position = min(index, len(turns) - 1)
+    answer = Turn(content=previous.on_rejection.replace("{reason}", reason))
+    return [*turns[:position], answer, *turns[position + 1 :]]
+
+
+def _rejection(messages: list[Any]) -> str | None:
+    """The reason in a rejected call's result after the last assistant message: an OpenAI
+    ``tool`` message or an Anthropic ``tool_result`` block whose text starts with `REJECTED`."""
+    for message in reversed(messages):
+        if not isinstance(message, dict) or message.get("role") == "assistant":
+            return None
+        content = message.get("content")
+        if message.get("role") == "tool":
+            texts = [content]
+        elif isinstance(content, list):
+            texts = [b.get("content") for b in content if isinstance(b, dict)]
+        else:
+            texts = []
+        for text in texts:
+            if isinstance(text, str) and text.startswith(REJECTED):
+                return text.removeprefix(REJECTED)
+    return None
 
 
 def _json_object(arguments: dict[str, Any] | str) -> dict[str, Any] | None:
@@ -1100,6 +1487,12 @@ def main(argv: list[str] | None = None) -> int:
         "--api-key", default=None, help="require this key (bearer token or x-api-key)"
     )
     parser.add_argument("--verbose", action="store_true", help="log each request to stderr")
+    parser.add_argument(
+        "--no-streaming",
+        dest="streaming",
+        action="store_false",
+        help="refuse streaming requests with HTTP 400, as a server that cannot stream does",
+    )
     args = parser.parse_args(argv)
 
     try:
@@ -1108,7 +1501,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     server = ScriptedModelServer(
-        script, host=args.host, port=args.port, api_key=args.api_key, verbose=args.verbose
+        script,
+        host=args.host,
+        port=args.port,
+        api_key=args.api_key,
+        verbose=args.verbose,
+        streaming=args.streaming,
     )
     try:
         server.start()

@@ -11,10 +11,27 @@ another provider's key) and carries no lone surrogate (see ``payload``); its cau
 as Temporal records a failure's causes (messages and all) in the history and the worker logs
 them. A ``Retry-After`` is honoured up to the attempt's retry policy ``maximum_interval``
 (``http_errors.retry_after_cap``).
+
+A request with ``stream`` set asks the provider to stream (``streaming``): the reply is read as
+it is generated, its text published on the run's live stream in a bounded number of batches
+(``tokens``), and it is assembled into the same ``ModelResponse`` the non-streaming call
+returns. A stream cut short, or one holding a malformed event, fails the attempt retryably; an
+error event inside it is classified like the HTTP error it names. A server that answers a
+streaming request with a plain JSON body is read as if it had not been asked to stream.
+
+A server that refuses streaming (a 400 or 422 naming ``stream`` or ``stream_options``, see
+``http_errors.streaming_refusal``) is asked again at once, in the same attempt, without them:
+the same body otherwise, and at most once. This is no retry of a failure Temporal should see
+(the second request is a different one, and the only one that can succeed); its outcome, success
+or error, is the attempt's. When it succeeds the endpoint (its URL and model) is remembered as
+one that does not stream, for as long as this worker runs: later calls to it do not stream, and
+``model.stream.unsupported`` is logged once.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -29,6 +46,13 @@ from activities.errors import ModelConfigError, ModelError, ModelResponseError
 from activities.heartbeat import heartbeating
 from activities.model import anthropic_messages, http_errors, openai_chat
 from activities.model.payload import well_formed
+from activities.model.streaming import (
+    ErrorEvent,
+    StreamAssembler,
+    TextCallback,
+    sse_events,
+)
+from activities.model.tokens import publishing
 from activities.store.blobs import BlobCorrupt
 from activities.store.conversation import ConversationStore
 from workflows.agent.models import ModelRequest, ModelResponse
@@ -43,6 +67,7 @@ class WireProtocol(Protocol):
     def build_body(self, request: ModelRequest, model_name: str) -> dict[str, Any]: ...
     def parse_response(self, payload: Any, provider: str) -> ModelResponse: ...
     def error_message(self, payload: Any) -> str | None: ...
+    def stream_assembler(self, provider: str, on_text: TextCallback | None) -> StreamAssembler: ...
 
 
 PROTOCOLS: Mapping[str, WireProtocol] = MappingProxyType(
@@ -110,6 +135,8 @@ class ModelActivities:
         self._client = client
         self._redact = http_errors.Redactor(settings.api_keys())
         self._store = store
+        self._unstreamable: set[tuple[str, str]] = set()
+        """Endpoints (URL, model name) found to refuse streaming; called without it."""
 
     @activity.defn(name="call_model")
     async def call_model(self, request: ModelRequest) -> ModelResponse:
@@ -117,9 +144,12 @@ class ModelActivities:
         info = activity.info()
         start_to_close = info.start_to_close_timeout or timedelta(minutes=5)
         try:
-            async with heartbeating():
+            # Heartbeats go on for as long as the call, however long its stream.
+            async with heartbeating(), publishing(request) as on_text:
                 whole = await self._whole(request)
-                result = await self.complete(whole, read_timeout=start_to_close.total_seconds())
+                result = await self.complete(
+                    whole, read_timeout=start_to_close.total_seconds(), on_text=on_text
+                )
                 if self._store is not None:
                     # What this call sent is stored once; the next call sends only what is new.
                     head = await self._store.extend(request.conversation, request.messages)
@@ -175,8 +205,18 @@ class ModelActivities:
             next_retry_delay=delay,
         )
 
-    async def complete(self, request: ModelRequest, *, read_timeout: float) -> ModelResponse:
-        """One model call over HTTP, errors classified. Usable without Temporal."""
+    async def complete(
+        self,
+        request: ModelRequest,
+        *,
+        read_timeout: float,
+        on_text: TextCallback | None = None,
+    ) -> ModelResponse:
+        """One model call over HTTP, errors classified. Usable without Temporal.
+
+        When ``request.stream`` is set, the provider streams and ``on_text`` is called with each
+        piece of the reply's text as it arrives (the pieces join into ``content``); an endpoint
+        that refuses streaming is asked without it, and ``on_text`` is not called."""
         try:
             spec, name = resolve(request.model)
         except ModelStringError as exc:
@@ -192,13 +232,29 @@ class ModelActivities:
         protocol = PROTOCOLS[spec.protocol]
         url = endpoint.base_url.rstrip("/") + protocol.path()
         timeout = httpx.Timeout(connect=10.0, read=read_timeout, write=30.0, pool=30.0)
+        headers = protocol.headers(endpoint.api_key)
+        streams = request.stream and (url, name) not in self._unstreamable
+        refusal: str | None = None
         try:
-            response = await self._client.post(
-                url,
-                json=protocol.build_body(request, name),
-                headers=protocol.headers(endpoint.api_key),
-                timeout=timeout,
-            )
+            if streams:
+                async with self._client.stream(
+                    "POST",
+                    url,
+                    json=protocol.build_body(request, name),
+                    headers=headers,
+                    timeout=timeout,
+                ) as response:
+                    if response.is_success and _is_event_stream(response):
+                        return await self._read_stream(response, protocol, spec.name, on_text)
+                    await response.aread()  # an error, or a server that does not stream
+                refusal = http_errors.streaming_refusal(
+                    response, protocol.error_message, self._redact
+                )
+            if not streams or refusal is not None:
+                plain = request.model_copy(update={"stream": False}) if request.stream else request
+                response = await self._client.post(
+                    url, json=protocol.build_body(plain, name), headers=headers, timeout=timeout
+                )
         except httpx.TransportError as exc:  # timeouts included
             raise http_errors.connection_error(exc, spec.name, url, self._redact) from exc
         except httpx.DecodingError as exc:  # a body its Content-Encoding does not describe
@@ -208,8 +264,68 @@ class ModelActivities:
                 f"{spec.base_url_env} is not a usable URL for {spec.name}: {exc}"
             ) from exc
         http_errors.raise_for_status(response, spec.name, protocol.error_message, self._redact)
+        if refusal is not None:
+            self._streaming_refused(url, name, request.model, refusal)
         try:
             payload = response.json()
         except (ValueError, RecursionError) as exc:  # RecursionError: nested too deeply
             raise ModelResponseError(f"{spec.name} response is not valid JSON") from exc
         return protocol.parse_response(payload, spec.name)
+
+    def _streaming_refused(self, url: str, name: str, model: str, refusal: str) -> None:
+        """Remember that the endpoint refused to stream what it answered whole; say so once."""
+        if (url, name) in self._unstreamable:
+            return  # a call that was streaming as another learnt it
+        self._unstreamable.add((url, name))
+        activity.logger.warning(
+            "model.stream.unsupported",
+            extra={
+                "model": model,
+                "url": self._redact(http_errors.safe_url(url)),
+                "refusal": refusal,
+            },
+        )
+
+    async def _read_stream(
+        self,
+        response: httpx.Response,
+        protocol: WireProtocol,
+        provider: str,
+        on_text: TextCallback | None,
+    ) -> ModelResponse:
+        """The events of a 200 stream, assembled; every way it can break, a ``ModelError``."""
+        assembler = protocol.stream_assembler(provider, on_text)
+        async with contextlib.aclosing(sse_events(response.aiter_lines())) as events:
+            try:
+                async for event in events:
+                    assembler.feed(event)
+                    if assembler.done:
+                        break
+            except httpx.TransportError as exc:  # cut mid-way, or a read timed out
+                raise http_errors.stream_cut(exc, provider, self._redact) from exc
+            except httpx.DecodingError as exc:
+                raise ModelResponseError(f"{provider} stream cannot be decoded") from exc
+            except ErrorEvent as event:
+                raise http_errors.stream_error(
+                    event.payload, event.data, provider, protocol.error_message, self._redact
+                ) from None
+            if not assembler.done:
+                raise http_errors.stream_ended(provider, assembler.end)
+            # Nothing after the last event matters, but a body read to its end leaves the
+            # connection to the pool for the next call; a server that lingers is not waited for.
+            with contextlib.suppress(TimeoutError, httpx.HTTPError, ErrorEvent):
+                async with asyncio.timeout(DRAIN_SECONDS):
+                    async for _ in events:
+                        pass
+        return assembler.result()
+
+
+DRAIN_SECONDS = 1.0
+"""How long the rest of a stream's body is read after its last event."""
+
+
+def _is_event_stream(response: httpx.Response) -> bool:
+    """The body is a stream of events. Only a JSON body is not: some compatible servers ignore
+    ``stream`` and answer whole, and a stream sent under another type is still a stream."""
+    kind = response.headers.get("content-type", "").partition(";")[0].strip().lower()
+    return not (kind == "application/json" or kind.endswith("+json"))

@@ -7,15 +7,30 @@ back as ``tool_result`` blocks inside a *user* message (several results, and any
 them, share one user message so roles keep alternating). Error bodies keep the message in
 ``error.message``; the HTTP failures themselves are handled for every protocol by
 ``http_errors``.
+
+Streaming (``"stream": true``) sends ``message_start`` (the message without content, usage with
+the input counts), each content block as ``content_block_start``, its ``content_block_delta``s
+(``text_delta`` text, ``input_json_delta`` fragments of a tool call's input) and
+``content_block_stop``, then ``message_delta`` (stop reason, final usage) and ``message_stop``;
+``ping`` at any time, ``error`` when the provider fails mid-stream. ``EventAssembler`` puts the
+events back together into the message the non-streaming call returns.
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass, field
 from typing import Any
 
 from activities.errors import ModelResponseError
-from activities.model.payload import parse_checked, token_count
+from activities.model.payload import parse_checked, rejoined, token_count
+from activities.model.streaming import (
+    ErrorEvent,
+    ServerSentEvent,
+    StreamedText,
+    TextCallback,
+    event_json,
+)
 from workflows.agent.catalogue import TOOLS
 from workflows.agent.models import ChatMessage, ModelRequest, ModelResponse, TokenUsage, ToolCall
 
@@ -100,6 +115,8 @@ def build_body(request: ModelRequest, model_name: str) -> dict[str, Any]:
         body["tools"] = tools
     if request.temperature is not None:
         body["temperature"] = min(request.temperature, 1.0)  # Anthropic's range is 0..1
+    if request.stream:
+        body["stream"] = True
     return body
 
 
@@ -165,3 +182,137 @@ def _parse(payload: dict[str, Any], provider: str) -> ModelResponse:
         finish_reason=stop_reason if isinstance(stop_reason, str) else None,
         model=model if isinstance(model, str) else None,
     )
+
+
+def stream_assembler(provider: str, on_text: TextCallback | None) -> EventAssembler:
+    return EventAssembler(provider, on_text)
+
+
+@dataclass
+class _Block:
+    """One content block as its events arrive."""
+
+    start: dict[str, Any]
+    """The block as ``content_block_start`` gave it."""
+    text: StreamedText | None = None
+    """A text block's text."""
+    json: list[str] = field(default_factory=list)
+    """Fragments of a tool call's input (JSON text)."""
+
+
+class EventAssembler:
+    """Message stream events put back together into a message."""
+
+    end = "event: message_stop"
+
+    def __init__(self, provider: str, on_text: TextCallback | None = None) -> None:
+        self.provider = provider
+        self.done = False
+        self._on_text = on_text
+        self._message: dict[str, Any] | None = None
+        self._blocks: dict[int, _Block] = {}
+        self._usage: dict[str, Any] = {}
+        self._stop_reason: Any = None
+
+    def feed(self, event: ServerSentEvent) -> None:
+        if self.done:
+            return
+        data = event_json(event, self.provider)
+        if not isinstance(data, dict):
+            raise ModelResponseError(f"{self.provider} stream event is not a JSON object")
+        kind = data.get("type", event.event)
+        if kind == "error":
+            raise ErrorEvent(data, event.data)
+        if kind == "message_start":
+            message = data.get("message")
+            if not isinstance(message, dict):
+                raise ModelResponseError(f"{self.provider} stream message_start has no message")
+            self._message = message
+            usage = message.get("usage")
+            self._usage = dict(usage) if isinstance(usage, dict) else {}
+        elif kind == "content_block_start":
+            block = data.get("content_block")
+            if not isinstance(block, dict):
+                raise ModelResponseError(f"{self.provider} stream content block is not an object")
+            text = None
+            if block.get("type") == "text":
+                text = StreamedText(self._on_text)
+                text.add(str(block.get("text") or ""))
+            self._blocks[self._index(data)] = _Block(block, text)
+        elif kind == "content_block_delta":
+            self._delta(self._block(data), data.get("delta"))
+        elif kind == "content_block_stop":
+            text = self._block(data).text
+            if text is not None:
+                text.close()
+        elif kind == "message_delta":
+            delta = data.get("delta")
+            if isinstance(delta, dict) and delta.get("stop_reason") is not None:
+                self._stop_reason = delta["stop_reason"]
+            usage = data.get("usage")
+            if isinstance(usage, dict):  # counts so far: the later ones replace the earlier
+                self._usage.update((k, v) for k, v in usage.items() if v is not None)
+        elif kind == "message_stop":
+            self.done = True
+        # ping, and event types added later: nothing the loop needs
+
+    def _index(self, data: dict[str, Any]) -> int:
+        index = data.get("index")
+        if not isinstance(index, int) or isinstance(index, bool):
+            raise ModelResponseError(f"{self.provider} stream {data.get('type')} has no index")
+        return index
+
+    def _block(self, data: dict[str, Any]) -> _Block:
+        block = self._blocks.get(self._index(data))
+        if block is None:
+            raise ModelResponseError(
+                f"{self.provider} stream {data.get('type')} names a block that never started"
+            )
+        return block
+
+    def _delta(self, block: _Block, delta: Any) -> None:
+        if not isinstance(delta, dict):
+            raise ModelResponseError(f"{self.provider} stream content delta is not an object")
+        kind = delta.get("type")
+        if kind == "text_delta" and block.text is not None:
+            text = delta.get("text")
+            if not isinstance(text, str):
+                raise ModelResponseError(f"{self.provider} stream text_delta has no text")
+            block.text.add(text)
+        elif kind == "input_json_delta":
+            fragment = delta.get("partial_json")
+            if not isinstance(fragment, str):
+                raise ModelResponseError(f"{self.provider} stream input_json_delta has no JSON")
+            block.json.append(fragment)
+        # thinking, signature and citation deltas carry nothing the loop needs
+
+    def result(self) -> ModelResponse:
+        if self._message is None:
+            raise ModelResponseError(f"{self.provider} stream has no message_start")
+        content: list[dict[str, Any]] = []
+        for index in sorted(self._blocks):
+            block = self._blocks[index]
+            item = dict(block.start)
+            if block.text is not None:
+                block.text.close()
+                item["text"] = block.text.text
+            elif block.json and "".join(block.json).strip():
+                item["input"] = self._input("".join(block.json))
+            content.append(item)
+        stop_reason = self._stop_reason
+        if stop_reason is None:
+            stop_reason = self._message.get("stop_reason")
+        payload = self._message | {
+            "content": content,
+            "usage": self._usage,
+            "stop_reason": stop_reason,
+        }
+        return parse_response(payload, self.provider)
+
+    def _input(self, text: str) -> Any:
+        try:
+            return json.loads(rejoined(text))
+        except (ValueError, RecursionError):
+            raise ModelResponseError(
+                f"{self.provider} response tool_use input is not valid JSON"
+            ) from None

@@ -18,6 +18,25 @@ whole (in any case, across the same separators). By shape: anything that looks l
 A ``Retry-After`` longer than the retry policy allows is cut to the policy's maximum interval
 (``retry_after_cap``): the policy is what the run's author chose, and a provider asking for an
 hour must not park a run for an hour.
+
+A streaming call can also fail after its 200: the stream is cut or ends before its last event
+(``stream_cut``, ``stream_ended``: a ``ModelConnectionError``, retried), or the provider sends an
+error event (``stream_error``): that error is classified as the HTTP error it names, by its
+``type`` or ``code`` (``ERROR_STATUS``: ``overloaded_error`` is a 529, ``rate_limit_exceeded``
+a 429, ``invalid_request_error`` a 400...), so an overloaded or rate-limited provider is retried
+and a request it refuses is not; an error it does not name is taken for a server error (500).
+
+Some compatible servers refuse streaming itself: ``stream``, or the ``stream_options`` OpenAI
+streaming sends, is an argument they do not know (Azure's older API versions, FastAPI servers
+that forbid extra fields), or a model they serve cannot stream (OpenAI's o1 at first). The
+activity then asks again without streaming (``activity``); ``streaming_refusal`` is what decides
+it, narrowly: a 400 or 422 (``STREAM_REFUSAL_STATUS``; how a request is refused for its
+arguments, never for being too many, too late or unauthorised) whose error, keys redacted,
+names the stream (the word ``stream`` at the start of a word, ``stream_options`` and
+``streaming`` included, ``upstream`` not), in its text or as the OpenAI error's ``param``. Every
+other failure of a streaming request is reported as it is, without a second request. A 404 is
+not a refusal: the same URL takes the request with or without ``stream``, so a 404 is a missing
+route or model, which dropping the stream cannot find.
 """
 
 from __future__ import annotations
@@ -26,6 +45,7 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime, timedelta
 from email.utils import parsedate_to_datetime
+from types import MappingProxyType
 from typing import Any
 
 import httpx
@@ -35,10 +55,12 @@ from activities.errors import ModelConnectionError, ModelHTTPError
 from activities.model.payload import well_formed
 
 __all__ = [
+    "ERROR_STATUS",
     "FRAGMENT_KEY_LENGTH",
     "MAX_RETRY_AFTER",
     "MIN_FRAGMENT",
     "REDACTED",
+    "STREAM_REFUSAL_STATUS",
     "ErrorMessage",
     "Redactor",
     "connection_error",
@@ -47,6 +69,10 @@ __all__ = [
     "retry_after_cap",
     "retry_after_seconds",
     "safe_url",
+    "stream_cut",
+    "stream_ended",
+    "stream_error",
+    "streaming_refusal",
 ]
 
 MAX_PROVIDER_TEXT = 500
@@ -64,6 +90,38 @@ FRAGMENT_KEY_LENGTH = 16
 """Keys at least this long are redacted in fragments of ``MIN_FRAGMENT``; shorter ones whole."""
 _SEPARATORS = frozenset(" \t\r\n\f\v'\"`\\")
 """Characters a proxy may put between the pieces of a key it quotes; skipped when matching."""
+
+ERROR_STATUS: Mapping[str, int] = MappingProxyType(
+    {
+        # Anthropic's error types
+        "invalid_request_error": 400,
+        "authentication_error": 401,
+        "permission_error": 403,
+        "not_found_error": 404,
+        "request_too_large": 413,
+        "rate_limit_error": 429,
+        "api_error": 500,
+        "timeout_error": 504,
+        "overloaded_error": 529,
+        # OpenAI's error codes and types (invalid_request_error is shared)
+        "invalid_api_key": 401,
+        "model_not_found": 404,
+        "context_length_exceeded": 400,
+        "rate_limit_exceeded": 429,
+        "insufficient_quota": 429,
+        "requests": 429,
+        "tokens": 429,
+        "server_error": 500,
+        "internal_error": 500,
+        "service_unavailable": 503,
+        "overloaded": 503,
+        "timeout": 408,
+    }
+)
+"""The HTTP status an error event inside a stream stands for, by its ``code`` or ``type``."""
+
+STREAM_REFUSAL_STATUS = frozenset({400, 422})
+"""Statuses a server refuses a streaming request's arguments with (``streaming_refusal``)."""
 
 ErrorMessage = Callable[[Any], str | None]
 """A protocol's reader of an error body (decoded JSON): the provider's message, if it has one."""
@@ -217,3 +275,80 @@ def connection_error(
         return ModelConnectionError(f"{provider} timed out: {type(exc).__name__}")
     text = f"{provider} unreachable at {safe_url(url)}: {exc}"
     return ModelConnectionError(_fit(text, redactor or Redactor()))
+
+
+def stream_cut(
+    exc: httpx.TransportError, provider: str, redactor: Redactor | None = None
+) -> ModelConnectionError:
+    """The stream broke off after its 200: the connection closed or timed out mid-way."""
+    if isinstance(exc, httpx.TimeoutException):
+        return ModelConnectionError(f"{provider} stream timed out mid-way: {type(exc).__name__}")
+    text = f"{provider} stream was cut mid-way: {exc or type(exc).__name__}"
+    return ModelConnectionError(_fit(text, redactor or Redactor()))
+
+
+def stream_ended(provider: str, end: str) -> ModelConnectionError:
+    """The stream's body ended before its last event (``end``): a reply cut short."""
+    return ModelConnectionError(f"{provider} stream ended before {end}: the reply is cut short")
+
+
+def _error_status(payload: Any) -> tuple[int, str | None]:
+    """The status an error event stands for, and the name that says so (``None``: unnamed)."""
+    error = payload.get("error") if isinstance(payload, dict) else None
+    if isinstance(error, dict):
+        for key in ("status", "code"):
+            value = error.get(key)
+            if isinstance(value, int) and not isinstance(value, bool) and 400 <= value <= 599:
+                return value, str(value)
+        for key in ("code", "type"):
+            value = error.get(key)
+            if isinstance(value, str) and value in ERROR_STATUS:
+                return ERROR_STATUS[value], value
+    return 500, None
+
+
+def stream_error(
+    payload: Any,
+    data: str,
+    provider: str,
+    error_message: ErrorMessage,
+    redactor: Redactor | None = None,
+) -> ModelHTTPError:
+    """An error event inside a stream (decoded ``payload``, raw ``data``), as the HTTP error it
+    names: same retryability, the provider's words, no key."""
+    status, name = _error_status(payload)
+    message = error_message(payload)
+    text = _fit(
+        (data.strip() if message is None else message)[:MAX_SCANNED_TEXT], redactor or Redactor()
+    )
+    kind = f"{name}, as HTTP {status}" if name else f"unnamed, taken as HTTP {status}"
+    return ModelHTTPError(f"{provider} stream failed ({kind}): {text}", status=status)
+
+
+_NAMES_STREAM = re.compile(r"\bstream", re.IGNORECASE)
+_STREAM_PARAMS = frozenset({"stream", "stream_options"})
+
+
+def streaming_refusal(
+    response: httpx.Response, error_message: ErrorMessage, redactor: Redactor | None = None
+) -> str | None:
+    """The provider's words (keys redacted) when ``response``, the answer to a streaming
+    request, refuses the streaming itself (see the module docstring); else ``None``."""
+    if response.status_code not in STREAM_REFUSAL_STATUS:
+        return None
+    # Matched on the redacted text, as reported: an echoed key must not decide anything.
+    text = _fit(_provider_text(response, error_message), redactor or Redactor())
+    if _NAMES_STREAM.search(text) or _error_param(response) in _STREAM_PARAMS:
+        return text
+    return None
+
+
+def _error_param(response: httpx.Response) -> str | None:
+    """The ``param`` an OpenAI-style error body names, if it names one."""
+    try:
+        payload = response.json()
+    except (ValueError, RecursionError):
+        return None
+    error = payload.get("error") if isinstance(payload, dict) else None
+    param = error.get("param") if isinstance(error, dict) else None
+    return param if isinstance(param, str) else None

@@ -4,16 +4,31 @@ Covers OpenAI itself and every compatible endpoint (Ollama, vLLM, llama.cpp's se
 OpenRouter, and Treadle's scripted model server). Pure translation: builds the request body,
 parses the response body, and says where an error body keeps the provider's message (the HTTP
 failures themselves are handled for every protocol by ``http_errors``).
+
+Streaming (``"stream": true``, with ``stream_options.include_usage`` so the last chunk carries
+the usage) sends ``chat.completion.chunk`` events ending in ``data: [DONE]``: the text in
+``delta.content`` pieces, each tool call as ``delta.tool_calls`` entries keyed by ``index`` (its
+id and name first, then its arguments in fragments), ``finish_reason`` in a late chunk, and
+log-probabilities per chunk. ``ChunkAssembler`` puts them back together into the body the
+non-streaming call returns, so confidence works when streaming too.
 """
 
 from __future__ import annotations
 
 import json
 import math
+from dataclasses import dataclass
 from typing import Any
 
 from activities.errors import ModelResponseError
-from activities.model.payload import parse_checked, token_count
+from activities.model.payload import parse_checked, rejoined, token_count
+from activities.model.streaming import (
+    ErrorEvent,
+    ServerSentEvent,
+    StreamedText,
+    TextCallback,
+    event_json,
+)
 from workflows.agent.catalogue import TOOLS
 from workflows.agent.models import ChatMessage, ModelRequest, ModelResponse, TokenUsage, ToolCall
 
@@ -75,6 +90,9 @@ def build_body(request: ModelRequest, model_name: str) -> dict[str, Any]:
         body["max_tokens"] = request.max_tokens
     if request.logprobs:
         body["logprobs"] = True
+    if request.stream:
+        body["stream"] = True
+        body["stream_options"] = {"include_usage": True}
     return body
 
 
@@ -177,3 +195,135 @@ def _parse(payload: dict[str, Any], provider: str) -> ModelResponse:
         model=model if isinstance(model, str) else None,
         confidence=_confidence(choices[0]),
     )
+
+
+def stream_assembler(provider: str, on_text: TextCallback | None) -> ChunkAssembler:
+    return ChunkAssembler(provider, on_text)
+
+
+@dataclass
+class _Call:
+    """One tool call as its deltas arrive."""
+
+    id: str | None = None
+    name: str | None = None
+    pieces: list[str] | None = None
+    """Fragments of the arguments' text; ``None`` until one arrives."""
+    whole: Any = None
+    """Arguments sent as an object, as some compatible servers do."""
+
+    def body(self) -> dict[str, Any]:
+        arguments = self.whole
+        if self.pieces is not None:
+            arguments = rejoined("".join(self.pieces))
+        return {"id": self.id, "function": {"name": self.name, "arguments": arguments}}
+
+
+class ChunkAssembler:
+    """Chat-completion chunks put back together into a chat completion (its first choice)."""
+
+    end = "data: [DONE]"
+
+    def __init__(self, provider: str, on_text: TextCallback | None = None) -> None:
+        self.provider = provider
+        self.done = False
+        self._text = StreamedText(on_text)
+        self._has_content = False
+        """Some delta carried ``content`` as text (perhaps empty): the content is not null."""
+        self._has_choice = False
+        self._calls: dict[int, _Call] = {}
+        self._finish_reason: Any = None
+        self._model: Any = None
+        self._usage: Any = None
+        self._logprobs: list[Any] | None = None
+
+    def feed(self, event: ServerSentEvent) -> None:
+        if self.done:
+            return
+        if event.data.strip() == "[DONE]":
+            self.done = True
+            return
+        chunk = event_json(event, self.provider)
+        if not isinstance(chunk, dict):
+            raise ModelResponseError(f"{self.provider} stream chunk is not a JSON object")
+        if chunk.get("error") is not None:
+            raise ErrorEvent(chunk, event.data)
+        if isinstance(chunk.get("model"), str):
+            self._model = chunk["model"]
+        if isinstance(chunk.get("usage"), dict):  # the last chunk's; the others' are null
+            self._usage = chunk["usage"]
+        choices = chunk.get("choices")
+        if choices is None:
+            return
+        if not isinstance(choices, list):
+            raise ModelResponseError(f"{self.provider} stream chunk choices is not a list")
+        for choice in choices:
+            if not isinstance(choice, dict):
+                raise ModelResponseError(f"{self.provider} stream chunk choice is not an object")
+            if choice.get("index", 0) != 0:
+                continue  # only the first choice is read, as without streaming
+            self._has_choice = True
+            self._delta(choice.get("delta"))
+            if choice.get("finish_reason") is not None:
+                self._finish_reason = choice["finish_reason"]
+            logprobs = choice.get("logprobs")
+            if isinstance(logprobs, dict) and isinstance(logprobs.get("content"), list):
+                if self._logprobs is None:
+                    self._logprobs = []
+                self._logprobs.extend(logprobs["content"])
+
+    def _delta(self, delta: Any) -> None:
+        if delta is None:
+            return
+        if not isinstance(delta, dict):
+            raise ModelResponseError(f"{self.provider} stream chunk delta is not an object")
+        content = delta.get("content")
+        if isinstance(content, str):
+            self._has_content = True
+            self._text.add(content)
+        elif content is not None:
+            raise ModelResponseError(f"{self.provider} response content is not text")
+        calls = delta.get("tool_calls")
+        if calls is None:
+            return
+        if not isinstance(calls, list):
+            raise ModelResponseError(f"{self.provider} response tool_calls is not a list")
+        for position, raw in enumerate(calls):
+            if not isinstance(raw, dict):
+                raise ModelResponseError(f"{self.provider} stream tool call delta is malformed")
+            index = raw.get("index", position)
+            if not isinstance(index, int) or isinstance(index, bool):
+                raise ModelResponseError(f"{self.provider} stream tool call delta has no index")
+            call = self._calls.setdefault(index, _Call())
+            # The id and the name come once, whole; a server repeating them is not doubled.
+            if call.id is None and isinstance(raw.get("id"), str) and raw["id"]:
+                call.id = raw["id"]
+            function = raw.get("function")
+            if function is None:
+                continue
+            if not isinstance(function, dict):
+                raise ModelResponseError(f"{self.provider} stream tool call delta is malformed")
+            if call.name is None and isinstance(function.get("name"), str) and function["name"]:
+                call.name = function["name"]
+            arguments = function.get("arguments")
+            if isinstance(arguments, str):
+                if call.pieces is None:
+                    call.pieces = []
+                call.pieces.append(arguments)
+            elif arguments is not None:
+                call.whole = arguments
+
+    def result(self) -> ModelResponse:
+        self._text.close()
+        message: dict[str, Any] = {"content": self._text.text if self._has_content else None}
+        if self._calls:
+            message["tool_calls"] = [self._calls[i].body() for i in sorted(self._calls)]
+        choice: dict[str, Any] = {"message": message, "finish_reason": self._finish_reason}
+        if self._logprobs is not None:
+            choice["logprobs"] = {"content": self._logprobs}
+        payload = {
+            "choices": [choice] if self._has_choice else [],
+            "model": self._model,
+            "usage": self._usage,
+        }
+        return parse_response(payload, self.provider)

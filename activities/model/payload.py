@@ -7,7 +7,8 @@ failure message), so the attempt would fail on the way out, every time. Every st
 module returns, and every message the activity raises, goes through here first; each lone
 surrogate becomes U+FFFD. (A surrogate *escaped* inside JSON text, as OpenAI's tool-call
 arguments are, is valid text and stays as it is: the workflow checks arguments when it decodes
-them.)
+them.) Text that arrives in pieces, as a stream sends it, is joined first (``rejoined``): a
+surrogate pair split between two pieces is one character, as it is in a body decoded whole.
 
 Token counts as integers a run can add up and price: a count that is not a whole number from 0 to
 ``MAX_TOKEN_COUNT`` breaks the protocol (``ModelResponseError``); a missing or ``null`` one is 0.
@@ -25,6 +26,7 @@ from workflows.agent.models import ModelResponse
 __all__ = [
     "MAX_TOKEN_COUNT",
     "REPLACEMENT",
+    "rejoined",
     "token_count",
     "well_formed",
     "well_formed_json",
@@ -45,6 +47,15 @@ def well_formed(text: str) -> str:
     if text.isascii():
         return text
     return _SURROGATE.sub(REPLACEMENT, text)
+
+
+def rejoined(text: str) -> str:
+    """``text`` built from pieces decoded apart, made valid: a surrogate pair split between two
+    pieces becomes its one character again (as ``json`` decodes a pair that arrives whole), and
+    every other surrogate U+FFFD, as ``well_formed`` does."""
+    if text.isascii():
+        return text
+    return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
 
 
 def well_formed_json(value: Any) -> Any:

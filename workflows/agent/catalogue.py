@@ -12,7 +12,7 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field, ValidationError
 from pydantic_core import PydanticSerializationError
@@ -67,6 +67,19 @@ class StartPhaseArgs(ToolArgs):
     number: int | None = Field(None, ge=1, description="Phase number; default: the next one.")
     total_phases: int | None = Field(
         None, ge=1, le=1000, description="How many phases the whole task has, if known."
+    )
+
+
+class AskClientArgs(ToolArgs):
+    kind: Literal["file_read", "environment", "question"] = Field(
+        description="file_read: a file on the user's machine; environment: an environment "
+        "variable there; question: anything else only the user can tell."
+    )
+    what: str = Field(
+        min_length=1,
+        max_length=2_000,
+        description="The file path (relative to the user's working directory), the variable "
+        "name, or the question.",
     )
 
 
@@ -143,6 +156,16 @@ TOOLS: Mapping[str, ToolSpec] = MappingProxyType(
                 StartPhaseArgs,
                 mutating=False,
                 target=lambda args: f"phase {args.number or 'next'}",
+                in_workflow=True,
+            ),
+            ToolSpec(
+                "ask_client",
+                "Ask the user's client for something only it has: a file on the user's machine, "
+                "an environment variable there, or an answer only the user knows. The run waits "
+                "for the answer, which comes back as this call's result.",
+                AskClientArgs,
+                mutating=False,
+                target=lambda args: f"{args.kind} {args.what}",
                 in_workflow=True,
             ),
         )

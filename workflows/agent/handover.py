@@ -3,8 +3,12 @@ workflow id, so its history stays bounded however long it lives."""
 
 from __future__ import annotations
 
-from temporalio import workflow
+from typing import NoReturn
 
+from temporalio import workflow
+from temporalio.contrib.workflow_streams import WorkflowStream
+
+from workflows.agent.events import CARRIED_BYTES, EVENTS_CARRIED
 from workflows.agent.state import AgentRun
 
 CARRIED_TRACE_ENTRIES = 500
@@ -14,22 +18,34 @@ MAX_CARRIED_MEMORY_BYTES = 1_000_000
 well under Temporal's 2 MB payload limit."""
 
 
-async def continue_as_new_if_due(run: AgentRun) -> None:
-    """At a safe point (no activity or approval pending), hand the whole run to a fresh run of
-    the same workflow id when Temporal suggests it or ``continue_as_new_after_events`` is
-    reached. Handlers finish first, so no signal or update is lost in the hand-over."""
+def due(run: AgentRun) -> str | None:
+    """Why the run should continue as new now (Temporal suggests it, or
+    ``continue_as_new_after_events`` is reached), or ``None``."""
     info, limit = workflow.info(), run.input.config.continue_as_new_after_events
     length = info.get_current_history_length()
     if not info.is_continue_as_new_suggested() and (limit is None or length < limit):
-        return
-    await workflow.wait_condition(workflow.all_handlers_finished)
-    run.record(
-        run.state,
-        "ContinuedAsNew",
-        f"after {length} events, {info.get_current_history_size() // 1024} KiB of history",
-        workflow.now(),
-    )
+        return None
+    return f"after {length} events, {info.get_current_history_size() // 1024} KiB of history"
+
+
+async def continue_as_new(run: AgentRun, stream: WorkflowStream) -> NoReturn:
+    """Hand the whole run, and the live stream's tail with its offsets, to a fresh run of the
+    same workflow id. The stream releases its pollers and every handler finishes first, so no
+    signal or update is lost in the hand-over. Call at a safe point: no activity or approval
+    pending."""
+    log = stream.get_state()
+    keep, size = 0, 0
+    for item in reversed(log.log[-EVENTS_CARRIED:]):
+        size += len(item.data) + len(item.topic)
+        if size > CARRIED_BYTES:
+            break
+        keep += 1
+    stream.truncate(log.base_offset + len(log.log) - keep)
     carried = run.carried(CARRIED_TRACE_ENTRIES, MAX_CARRIED_MEMORY_BYTES)
-    workflow.continue_as_new(
-        run.input.model_copy(update={"resume": carried.model_dump(mode="json")})
+    await stream.continue_as_new(
+        lambda state: [
+            run.input.model_copy(
+                update={"resume": carried.model_dump(mode="json"), "stream": state}
+            )
+        ]
     )

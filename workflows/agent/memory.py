@@ -89,7 +89,9 @@ OWNERSHIP: dict[str, Ownership] = {
     "confidence_score": _own({S.PLANNING}),
     "assistant_text": _own({S.PLANNING}, {S.OBSERVING, S.REFLECTING}),
     "current_tool_calls": _own({S.PLANNING, S.WAITING_FOR_HUMAN}, {S.OBSERVING}),
-    "observations": _own({S.ACTING, S.PARALLEL_ACTING, S.WAITING_FOR_HUMAN}, {S.OBSERVING}),
+    "observations": _own(
+        {S.ACTING, S.PARALLEL_ACTING, S.WAITING_FOR_HUMAN, S.WAITING_FOR_CLIENT}, {S.OBSERVING}
+    ),
     "pending_approvals": _own({S.PLANNING, S.WAITING_FOR_HUMAN}, {S.OBSERVING}),
     "history": _own(
         {

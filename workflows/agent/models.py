@@ -13,8 +13,10 @@ from datetime import datetime
 from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
+from temporalio.contrib.workflow_streams import WorkflowStreamState
 
 from workflows.agent.catalogue import TOOLS
+from workflows.agent.events import ClientQuery
 from workflows.agent.progress import ProgressConfig, ProgressSummary
 from workflows.agent.providers import ModelStringError, resolve
 from workflows.agent.state_machine import State
@@ -128,6 +130,17 @@ class AgentConfig(Frozen):
     """Continue as new once the run's history has this many events (at a safe point: between
     steps, or while a thread waits). Temporal's own suggestion (4,096 events or 4 MB) applies
     always; this lowers the bound."""
+    stream_tokens: bool = True
+    """Ask the provider to stream its reply, so watchers see the text as it is generated. The
+    text reaches the run's stream in at most 6 batches per attempt and 10 per call (each one
+    signal: at most 40 history events); a call under half a second adds none."""
+    client_queries: bool = True
+    """Loom's server query: the ``ask_client`` tool is offered, and a final answer that asks
+    for something only the client has ("I need to read src/main.rs") waits for the client."""
+    client_query_timeout_seconds: float = Field(600, gt=0, le=7 * 24 * 3600)
+    """How long a client query waits for its answer; then the model sees an ``ERROR:``."""
+    client_query_max_answer_chars: int = Field(100_000, ge=100, le=1_000_000)
+    """Longer answers are refused by the update's validator (they would sit in history)."""
     search_attributes: bool = True
     """Keep AgentState / AgentStep / AgentModel current. Turn off only where they cannot be
     registered (the time-skipping test server): upserting an unknown one fails the run's task."""
@@ -179,6 +192,8 @@ class AgentInput(Frozen):
     resume: dict[str, Any] | None = None
     """A whole run to continue (an ``AgentRun`` as JSON): set by continue-as-new, and by
     ``starter.py import``. Left out when a run starts fresh."""
+    stream: WorkflowStreamState | None = None
+    """The live stream's tail and offsets, handed over by continue-as-new."""
 
     @field_validator("model")
     @classmethod
@@ -310,6 +325,10 @@ class AgentStatus(Frozen):
     """A thread's user messages waiting to be answered."""
     run_in_chain: int = 1
     """Which run of its continue-as-new chain answers (the workflow id stays the same)."""
+    client_query: ClientQuery | None = None
+    """Loom's server query waiting for the client (``WaitingForClient``)."""
+    stream_offset: int = 0
+    """Where the run's live stream ends now: ``watch --from`` this to see only what follows."""
 
 
 class AgentResult(Frozen):
@@ -477,6 +496,10 @@ class ModelRequest(Frozen):
     max_tokens: int | None = None
     logprobs: bool = False
     """Ask for token log-probabilities (for the confidence check), where the protocol has them."""
+    stream: bool = False
+    """Stream the reply from the provider and publish its text on the run's ``tokens`` topic."""
+    step: int = 0
+    """The run's step, named by the published ``TokenDelta``s."""
 
 
 class ModelResponse(Frozen):

@@ -4,12 +4,19 @@ tracker. The workflow runs the activity and moves the state; these say what to d
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from workflows.agent import reflection
-from workflows.agent.catalogue import TOOLS, ToolArgs, estimate_prompt_tokens
+from workflows.agent.catalogue import (
+    TOOLS,
+    ToolArgs,
+    ToolArgumentsError,
+    estimate_prompt_tokens,
+    parse_arguments,
+)
 from workflows.agent.models import (
     AgentConfig,
     ModelRequest,
@@ -23,6 +30,7 @@ from workflows.agent.models import (
 from workflows.agent.progress import ProgressTracker
 from workflows.agent.state import AgentRun
 from workflows.agent.state_machine import Event, State
+from workflows.agent.status import short_target
 
 MAX_MODEL_INPUT_BYTES = 1_500_000
 """Temporal fails a payload over 2 MB: a request this large stops the run with a clear error.
@@ -39,6 +47,15 @@ class CannotCall:
     reason: str
 
 
+def call_target(tool: str, arguments: str | Mapping[str, Any]) -> str:
+    """The file or command a call acts on, shortened for a line; ``""`` if it cannot be told."""
+    try:
+        args = parse_arguments(tool, arguments)
+    except ToolArgumentsError:
+        return ""
+    return short_target(TOOLS[tool].target(args))
+
+
 def offered_tools(config: AgentConfig) -> tuple[str, ...]:
     """The catalogue less blacklisted tools, and less ``run_command`` unless the run allows it."""
     return tuple(
@@ -46,6 +63,7 @@ def offered_tools(config: AgentConfig) -> tuple[str, ...]:
         for name in TOOLS
         if name not in config.blacklisted_tools
         and (name != "run_command" or config.allow_run_command)
+        and (name != "ask_client" or config.client_queries)
     )
 
 

@@ -17,6 +17,7 @@ from pydantic import Field
 
 from workflows.agent import providers, reflection
 from workflows.agent.catalogue import StartPhaseArgs
+from workflows.agent.events import ClientAnswer, ClientQuery
 from workflows.agent.memory import AgentMemory
 from workflows.agent.models import AgentInput, PendingApproval, TokenUsage, TraceEntry
 from workflows.agent.progress import ProgressTracker
@@ -54,6 +55,15 @@ class AgentRun(Mutable):
     """Why Reflecting runs next: ``low confidence`` or the reflection interval."""
     confidence_unavailable_noted: bool = False
     """The endpoint returned no log-probabilities, and the trace already says so."""
+
+    client_query: ClientQuery | None = None
+    """Loom's server query waiting for the client's answer (``WaitingForClient``)."""
+    client_answer: ClientAnswer | None = None
+    """The accepted answer to ``client_query``, until the call's observation is made of it."""
+    client_queries_asked: int = 0
+    """Numbers the queries of the run: ``q1``, ``q2``..."""
+    client_query_parallel: bool = False
+    """The query was asked in ParallelActing: the step's other calls go on concurrently."""
 
     inbox: list[str] = Field(default_factory=list)
     """A thread's user messages not yet answered, in the order they arrived."""

@@ -22,6 +22,8 @@ class State(enum.StrEnum):
     ACTING = "Acting"
     PARALLEL_ACTING = "ParallelActing"
     WAITING_FOR_HUMAN = "WaitingForHuman"
+    WAITING_FOR_CLIENT = "WaitingForClient"
+    """Loom's server query: the model asked for something only the client has."""
     OBSERVING = "Observing"
     POST_TOOLS_HOOK = "PostToolsHook"
     REFLECTING = "Reflecting"
@@ -67,6 +69,13 @@ class Event(enum.StrEnum):
     HUMAN_REJECTED = "HumanRejected"
     HUMAN_GUIDED = "HumanGuided"
     HUMAN_HALTED = "HumanHalted"
+    # Loom's server query: asked in Acting (the ask_client tool, or a call detection made from
+    # the model's text), answered or timed out, then Acting goes on with the other calls.
+    CLIENT_QUERY = "ClientQuery"
+    CLIENT_QUERY_DONE = "ClientQueryDone"
+    """The query has its result: the answer, the client's refusal, or the timeout."""
+    CLIENT_QUERY_DONE_PARALLEL = "ClientQueryDoneParallel"
+    """The same, back to running the step's other calls concurrently."""
     # Acting outcomes
     TOOL_SUCCESS = "ToolSuccess"
     TOOL_FAILURE = "ToolFailure"
@@ -117,6 +126,11 @@ TRANSITIONS: Mapping[tuple[State, Event], State] = MappingProxyType(
         # ... or for guidance on a stuck run (recovery strategy ask_human).
         (S.WAITING_FOR_HUMAN, E.HUMAN_GUIDED): S.PLANNING,
         (S.WAITING_FOR_HUMAN, E.HUMAN_HALTED): S.HALTED,
+        # Client queries: a durable wait with a timeout, whose result is the call's observation.
+        (S.ACTING, E.CLIENT_QUERY): S.WAITING_FOR_CLIENT,
+        (S.PARALLEL_ACTING, E.CLIENT_QUERY): S.WAITING_FOR_CLIENT,
+        (S.WAITING_FOR_CLIENT, E.CLIENT_QUERY_DONE): S.ACTING,
+        (S.WAITING_FOR_CLIENT, E.CLIENT_QUERY_DONE_PARALLEL): S.PARALLEL_ACTING,
         # Acting: tool failures are data, so both outcomes go to Observing.
         (S.ACTING, E.TOOL_SUCCESS): S.OBSERVING,
         (S.ACTING, E.TOOL_FAILURE): S.OBSERVING,

@@ -49,7 +49,7 @@ def run_cost(run: AgentRun) -> float | None:
     return cost(run.memory.usage_by_model, run.input.config.prices)
 
 
-def status(run: AgentRun, now: datetime) -> AgentStatus:
+def status(run: AgentRun, now: datetime, stream_offset: int = 0) -> AgentStatus:
     """The ``state`` query: state, step, pending approvals, usage, progress, last event."""
     m, config = run.memory, run.input.config
     return AgentStatus(
@@ -71,6 +71,8 @@ def status(run: AgentRun, now: datetime) -> AgentStatus:
         thread=run.input.thread,
         queued_messages=len(run.inbox),
         run_in_chain=run.runs,
+        client_query=run.client_query,
+        stream_offset=stream_offset,
     )
 
 
@@ -93,6 +95,9 @@ def details(run: AgentRun, now: datetime) -> str:
     if waiting:
         lines.append("**Waiting for approval:**")
         lines.extend(f"- `{p.call_id}` {p.tool} {json.dumps(p.arguments)[:120]}" for p in waiting)
+    if run.client_query is not None:
+        q = run.client_query
+        lines.append(f"**Waiting for the client:** `{q.id}` {q.kind} {cut(q.what, 120)}")
     if m.pending_guidance:
         lines.append(f"**Stuck, waiting for guidance:** {m.pending_guidance}")
     elif run.stuck_reason:

@@ -4,13 +4,14 @@ and a thread in Loom's JSON shape, exported and rebuilt."""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from datetime import datetime
 
 from pydantic_core import PydanticSerializationError
 from temporalio import workflow
 from temporalio.exceptions import ApplicationError
 
-from workflows.agent import handover, status
+from workflows.agent import status
 from workflows.agent.models import (
     AgentInput,
     LoomAgentState,
@@ -43,12 +44,13 @@ def check_message(run: AgentRun, message: UserMessage) -> None:
         raise _refuse("the message contains text that is not valid Unicode") from None
 
 
-async def wait_for_user(run: AgentRun) -> Event:
+async def wait_for_user(run: AgentRun, hand_over_if_due: Callable[[], Awaitable[None]]) -> Event:
     """WaitingForUserInput (Loom): a thread between turns waits durably for its user's next
-    message (a timer for the idle timeout, no polling), then starts the next turn."""
+    message (a timer for the idle timeout, no polling), then starts the next turn. Waiting is
+    a safe point to continue as new (``hand_over_if_due``)."""
     m = run.memory
     if not run.inbox and not run.closing:
-        await handover.continue_as_new_if_due(run)
+        await hand_over_if_due()
         if run.idle_since is None:
             run.idle_since = workflow.now()
         workflow.set_current_details(status.details(run, workflow.now()))
@@ -93,6 +95,7 @@ LOOM_KIND: dict[State, str] = {
     State.ACTING: "executing_tools",
     State.PARALLEL_ACTING: "executing_tools",
     State.WAITING_FOR_HUMAN: "executing_tools",
+    State.WAITING_FOR_CLIENT: "executing_tools",
     State.POST_TOOLS_HOOK: "post_tools_hook",
     State.ERROR: "error",
     State.HALTED: "error",

@@ -15,16 +15,20 @@ conversation lives in workflow state; activities receive only what one call need
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from pydantic import ValidationError
 from temporalio import workflow
 from temporalio.common import RawValue, SearchAttributeUpdate
+from temporalio.contrib.workflow_streams import WorkflowStream
 from temporalio.exceptions import ActivityError, ApplicationError, is_cancelled_exception
 
 from workflows.agent import (
     approvals,
+    client_queries,
+    events,
     handover,
     options,
     planning,
@@ -35,7 +39,15 @@ from workflows.agent import (
 )
 from workflows.agent import search_attributes as sa
 from workflows.agent.approvals import Refused
-from workflows.agent.catalogue import TOOLS, StartPhaseArgs, ToolArgumentsError, parse_arguments
+from workflows.agent.catalogue import (
+    TOOLS,
+    AskClientArgs,
+    StartPhaseArgs,
+    ToolArgumentsError,
+    parse_arguments,
+)
+from workflows.agent.client_queries import AnswerRefused
+from workflows.agent.events import AgentEvent, ClientAnswer, ClientQuery, EventKind
 from workflows.agent.models import (
     AgentInput,
     AgentResult,
@@ -69,6 +81,10 @@ with workflow.unsafe.imports_passed_through():
 SIGNALS = ("approve", "reject", "modify", "guide")
 """The signals a run understands; any other name is refused in the trace."""
 
+CLIENT_QUERIES = "client-queries"
+"""``workflow.patched`` id: a final answer asking the client, and the ``ask_client`` tool, wait
+for the client (before, the answer ended the run and the tool was unknown)."""
+
 CARRY_CONTENT_HASHES = "carry-content-hashes"
 """``workflow.patched`` id: tool results' content hashes reach the progress tracker."""
 
@@ -86,6 +102,10 @@ class AgentWorkflow:
             self._run = AgentRun.begin(input, workflow.now())
         else:
             self._run = AgentRun.model_validate(input.resume)
+        # The live stream (its own signal, update and queries); its tail and offsets come
+        # along on continue-as-new. Publishing from the workflow adds no history event.
+        self._stream = WorkflowStream(prior_state=input.stream)
+        self._events = self._stream.topic(events.EVENTS_TOPIC, type=AgentEvent)
 
     # ----------------------------------------------------------------------------------------
     # The engine
@@ -99,6 +119,7 @@ class AgentWorkflow:
             State.ACTING: self._act,
             State.PARALLEL_ACTING: self._act,
             State.WAITING_FOR_HUMAN: self._wait_for_human,
+            State.WAITING_FOR_CLIENT: self._wait_for_client,
             State.OBSERVING: self._observe,
             State.POST_TOOLS_HOOK: self._post_tools_hook,
             State.REFLECTING: self._reflect,
@@ -110,6 +131,7 @@ class AgentWorkflow:
             self._start()
         else:
             self._record(run.state, "Resumed", f"run {run.runs} of this workflow id")
+            self._emit("state", f"resumed: run {run.runs} of this workflow id")
             self._show()
         try:
             while not run.state.is_terminal:
@@ -139,6 +161,7 @@ class AgentWorkflow:
                 # A bug (InvalidTransition, OwnershipViolation): the run fails, and its search
                 # attribute must not keep claiming it is alive in its last state.
                 self._record(run.state, "RunFailed", str(exc))
+                self._emit("error", f"run failed: {exc}")
                 self._upsert([sa.AGENT_STATE.value_set(State.ERROR.value)])
             raise
         outcome = {State.DONE: RunStatus.DONE, State.HALTED: RunStatus.HALTED}
@@ -155,11 +178,13 @@ class AgentWorkflow:
     def _start(self) -> None:
         run, config = self._run, self._run.input.config
         self._upsert([sa.AGENT_MODEL.value_set(run.model)])
+        self._emit("started", cut(run.input.task, 2_000))
         self._fire(Event.START, f"task: {cut(run.input.task, 200)}")
         if config.phases:
             total = len(config.phases)
             run.tracker.start_phase(1, config.phases[0], workflow.now(), total=total)
             self._record(State.PLANNING, "PhaseStarted", f"phase 1 of {total}: {config.phases[0]}")
+            self._emit("phase", f"phase 1 of {total}: {config.phases[0]}")
 
     def _fire(self, event: Event, data: str = "") -> None:
         """Apply one transition, record it, and publish it to the Web UI and visibility."""
@@ -178,7 +203,56 @@ class AgentWorkflow:
         self._upsert(
             [sa.AGENT_STATE.value_set(after.value), sa.AGENT_STEP.value_set(run.memory.step)]
         )
+        self._emit("state", f"{move} · {data}" if data else move)
+        if after.is_terminal:
+            m = run.memory
+            if after is not State.DONE and m.error:
+                self._emit("error", m.error)
+            self._emit("ended", m.error or m.final_answer or after.value)
         self._show()
+
+    def _emit(self, kind: EventKind, text: str = "", **fields: Any) -> None:
+        """Publish one event on the run's live stream (see ``events``)."""
+        run = self._run
+        # Bounded, so the stream (kept in memory, its tail carried across continue-as-new)
+        # stays small whatever the model writes: the whole text is in status and the trace.
+        self._events.publish(
+            events.bounded(
+                AgentEvent(
+                    kind=kind,
+                    step=run.memory.step,
+                    state=run.state.value,
+                    at=workflow.now(),
+                    text=text,
+                    run=run.runs,
+                    **fields,
+                )
+            )
+        )
+        # Keep the newest items only (the activity's token batches count too); offsets go on.
+        end = self._stream_end()
+        if end > events.EVENTS_KEPT:
+            self._stream.truncate(end - events.EVENTS_KEPT)
+
+    def _stream_end(self) -> int:
+        """The stream's next offset, from its own offset query (what a watcher would see)."""
+        handler = workflow.get_query_handler(events.OFFSET_QUERY)
+        if handler is None:
+            raise ApplicationError(
+                f"the workflow stream registered no {events.OFFSET_QUERY} query",
+                non_retryable=True,
+            )
+        return int(handler())
+
+    async def _hand_over_if_due(self) -> None:
+        """At a safe point, continue as new when it is due (see ``handover``)."""
+        why = handover.due(self._run)
+        if why is None:
+            return
+        await workflow.wait_condition(workflow.all_handlers_finished)
+        self._record(self._run.state, "ContinuedAsNew", why)
+        self._emit("continued", why)
+        await handover.continue_as_new(self._run, self._stream)
 
     def _upsert(self, updates: list[SearchAttributeUpdate[Any]]) -> None:
         if self._run.input.config.search_attributes:
@@ -196,7 +270,7 @@ class AgentWorkflow:
 
     async def _plan(self) -> Event:
         run, m, config = self._run, self._run.memory, self._run.input.config
-        await handover.continue_as_new_if_due(self._run)
+        await self._hand_over_if_due()
         if m.step - m.turn_start_step >= config.max_steps:
             m.error = (
                 f"max steps reached: the model gave no final answer within {config.max_steps} steps"
@@ -207,6 +281,7 @@ class AgentWorkflow:
         if isinstance(request, planning.CannotCall):
             m.error = request.reason
             return request.event
+        request = request.model_copy(update={"stream": config.stream_tokens, "step": m.step})
         try:
             response: ModelResponse = await workflow.execute_activity_method(
                 ModelActivities.call_model,
@@ -227,11 +302,30 @@ class AgentWorkflow:
             m.conversation_sent = request.conversation_messages + len(request.messages)
             m.conversation_turns = len(m.history)
         self._record(State.PLANNING, "ModelResponse", planning.describe_response(response))
+        self._emit(
+            "model",
+            response.content or "",
+            tool_calls=tuple(
+                f"{c.name} {planning.call_target(c.name, c.arguments)}".strip()
+                for c in response.tool_calls
+            ),
+            prompt_tokens=m.usage.prompt_tokens,
+            completion_tokens=m.usage.completion_tokens,
+            total_tokens=m.usage.total_tokens,
+        )
         if planning.confidence_is_low(run, response, workflow.now()):
             return Event.LOW_CONFIDENCE
         if response.tool_calls:
             return self._plan_tools(response)
         answer = (response.content or "").strip()
+        asked = self._detect_client_query(answer)
+        if asked is not None:
+            # Loom's QueryDetectionStrategy: the reply asks for something only the client has.
+            # It becomes an ask_client call, so the answer is its result in the conversation;
+            # approvals and the step's checks apply to it as to the model's own calls.
+            call = client_queries.detected_call(*asked, step=m.step)
+            self._record(State.PLANNING, "ClientQueryDetected", f"{asked[0]}: {cut(asked[1], 200)}")
+            return self._plan_tools(response.model_copy(update={"tool_calls": (call,)}))
         too_short = planning.answer_feedback(answer, config.min_answer_length)
         if too_short is not None:
             self._feedback(Turn(step=m.step, assistant_text=answer, note=too_short))
@@ -239,7 +333,19 @@ class AgentWorkflow:
         m.final_answer = answer
         # The answer is part of the conversation: a thread's next turn sees it in context.
         m.history = (*m.history, Turn(step=m.step, assistant_text=answer))
+        self._emit("answer", answer)
         return Event.TURN_ANSWERED if run.input.thread else Event.LLM_FINAL_ANSWER
+
+    def _detect_client_query(self, answer: str) -> tuple[client_queries.Kind, str] | None:
+        """A final answer that asks the client for something, where the run offers ask_client.
+        Histories recorded before client queries existed replay their answers unchanged."""
+        config = self._run.input.config
+        if client_queries.ASK_CLIENT not in planning.offered_tools(config):
+            return None
+        asked = client_queries.detect(answer)
+        if asked is None or not workflow.patched(CLIENT_QUERIES):
+            return None
+        return asked
 
     def _plan_tools(self, response: ModelResponse) -> Event:
         m, config = self._run.memory, self._run.input.config
@@ -326,7 +432,7 @@ class AgentWorkflow:
         )
 
     async def _wait_for_user(self) -> Event:
-        return await threads.wait_for_user(self._run)
+        return await threads.wait_for_user(self._run, self._hand_over_if_due)
 
     async def _wait_for_human(self) -> Event:
         run, m = self._run, self._run.memory
@@ -334,6 +440,16 @@ class AgentWorkflow:
             return await self._wait_for_guidance()
         waiting = ", ".join(f"{p.call_id} ({p.tool})" for p in m.pending_approvals)
         self._record(State.WAITING_FOR_HUMAN, "AwaitingApproval", waiting)
+        workflow_id = workflow.info().workflow_id
+        for p in run.waiting_approvals():
+            self._emit(
+                "approval_needed",
+                f"{p.tool} {planning.call_target(p.tool, p.arguments)}".strip(),
+                tool=p.tool,
+                call_id=p.call_id,
+                arguments=p.arguments,
+                commands=events.approval_commands(workflow_id, p.call_id),
+            )
         self._show()
         # Durable: this wait survives worker restarts and lasts as long as it must.
         await workflow.wait_condition(lambda: approvals.all_decided(m))
@@ -343,15 +459,31 @@ class AgentWorkflow:
         """A stuck run asks a human: continue with guidance for the model, or halt."""
         run, m = self._run, self._run.memory
         self._record(State.WAITING_FOR_HUMAN, "AwaitingGuidance", m.pending_guidance or "")
+        self._emit(
+            "guidance_needed",
+            m.pending_guidance or "",
+            commands=events.guidance_commands(workflow.info().workflow_id),
+        )
         self._show()
         await workflow.wait_condition(lambda: m.human_guidance is not None)
         return approvals.follow_guidance(run)
 
     async def _act(self) -> Event:
-        """Run every call not yet observed: concurrently in ParallelActing, else in order."""
+        """Run every call not yet observed: concurrently in ParallelActing, else in order.
+        An ``ask_client`` call goes first: the run waits for the client (WaitingForClient),
+        then comes back here for the others."""
         m = self._run.memory
         done = {o.call.id for o in m.observations}
         todo = [c for c in m.current_tool_calls if c.id not in done]
+        asks = [c for c in todo if c.name == client_queries.ASK_CLIENT]
+        # Runs recorded before client queries existed called no such tool (it was unknown).
+        if asks and workflow.patched(CLIENT_QUERIES):
+            for call in asks:
+                outcome = self._ask_client(call)
+                if outcome is None:
+                    return Event.CLIENT_QUERY
+                m.observations = (*m.observations, outcome)
+            todo = [c for c in todo if c.name != client_queries.ASK_CLIENT]
         if self._run.state is State.PARALLEL_ACTING:
             outcomes = list(await asyncio.gather(*(self._run_call(c) for c in todo)))
         else:
@@ -361,15 +493,124 @@ class AgentWorkflow:
             return Event.TOOL_SUCCESS
         return Event.TOOL_FAILURE
 
-    async def _run_call(self, call: ToolCall) -> ToolOutcome:
+    def _ask_client(self, call: ToolCall) -> ToolOutcome | None:
+        """Open a client query for an ``ask_client`` call (``None``: wait for it), or the call's
+        outcome when it cannot be asked: bad arguments, or a run that does not offer the tool."""
         run, config = self._run, self._run.input.config
+        error: str | None = None
         try:
             args = parse_arguments(call.name, call.arguments)
         except ToolArgumentsError as exc:
+            error = f"ERROR: {exc}"
+        else:
+            if client_queries.ASK_CLIENT not in planning.offered_tools(config):
+                error = "ERROR: ask_client is not offered in this run (client_queries is off)"
+        if error is not None or not isinstance(args, AskClientArgs):
+            error = error or "ERROR: ask_client arguments did not parse"
+            self._emit("tool_finished", error, tool=call.name, call_id=call.id, ok=False)
+            return ToolOutcome(call=call, observation=error, success=False)
+        run.client_queries_asked += 1
+        run.client_query_parallel = run.state is State.PARALLEL_ACTING
+        run.client_query = client_queries.new_query(
+            call,
+            args.kind,
+            args.what,
+            number=run.client_queries_asked,
+            step=run.memory.step,
+            now=workflow.now(),
+            timeout_seconds=config.client_query_timeout_seconds,
+            detected=call.id == client_queries.detected_id(run.memory.step),
+        )
+        run.client_answer = None
+        return None
+
+    async def _wait_for_client(self) -> Event:
+        """WaitingForClient: durably, until the client answers or the timeout passes; either
+        way the ``ask_client`` call gets its observation and Acting goes on."""
+        run, m, config = self._run, self._run.memory, self._run.input.config
+        query = run.client_query
+        if query is None:  # cannot happen: Acting opened it
+            raise ApplicationError("WaitingForClient without a query", non_retryable=True)
+        self._record(
+            State.WAITING_FOR_CLIENT,
+            "AwaitingClient",
+            f"{query.id} {query.kind}: {cut(query.what, 200)}",
+        )
+        self._emit(
+            "client_query",
+            f"{query.kind}: {cut(query.what, 200)}",
+            query=query,
+            call_id=query.call_id,
+            commands=events.answer_commands(workflow.info().workflow_id, query),
+        )
+        self._show()
+        timeout = config.client_query_timeout_seconds
+        waited = (workflow.now() - query.asked_at).total_seconds()
+        # A timeout is not an error here: the model is told, and the run goes on.
+        with contextlib.suppress(TimeoutError):
+            await workflow.wait_condition(
+                lambda: run.client_answer is not None,
+                timeout=max(timeout - waited, 0.001),
+                timeout_summary=f"client query {query.id}",
+            )
+        answer = run.client_answer
+        calls = [c for c in m.current_tool_calls if c.id == query.call_id]
+        if not calls:  # cannot happen: the query was opened for one of these calls
+            raise ApplicationError(f"no call {query.call_id} for {query.id}", non_retryable=True)
+        call = calls[0]
+        if answer is None:
+            self._record(State.WAITING_FOR_CLIENT, "ClientQueryTimedOut", f"{query.id}")
+        observation = client_queries.observation(query, answer, timeout)
+        ok = answer is not None and answer.declined is None
+        m.observations = (
+            *m.observations,
+            ToolOutcome(
+                call=call, observation=cut(observation, config.max_observation_chars), success=ok
+            ),
+        )
+        parallel = run.client_query_parallel
+        run.client_query = None
+        run.client_answer = None
+        run.client_query_parallel = False
+        self._emit(
+            "client_answered",
+            observation if not ok else f"{query.kind}: {len(observation)} characters",
+            query=query,
+            call_id=query.call_id,
+            ok=ok,
+        )
+        return Event.CLIENT_QUERY_DONE_PARALLEL if parallel else Event.CLIENT_QUERY_DONE
+
+    async def _run_call(self, call: ToolCall) -> ToolOutcome:
+        run = self._run
+        try:
+            args = parse_arguments(call.name, call.arguments)
+        except ToolArgumentsError as exc:
+            self._emit("tool_finished", f"ERROR: {exc}", tool=call.name, call_id=call.id, ok=False)
             return ToolOutcome(call=call, observation=f"ERROR: {exc}", success=False)
         if isinstance(args, StartPhaseArgs):
             return recovery.start_phase_call(run, call, args, workflow.now())
+        if isinstance(args, AskClientArgs):
+            # Only replaying a run recorded before client queries (``_act`` asks the others):
+            # the tool did not exist then, and no activity ran for it.
+            return ToolOutcome(
+                call=call, observation=f"ERROR: unknown tool {call.name!r}", success=False
+            )
         target = status.short_target(TOOLS[call.name].target(args))
+        self._emit("tool_started", call.name, tool=call.name, call_id=call.id, target=target)
+        outcome = await self._run_activity(call, args, target)
+        self._emit(
+            "tool_finished",
+            cut(outcome.observation, 200),
+            tool=call.name,
+            call_id=call.id,
+            target=target,
+            ok=outcome.success,
+        )
+        return outcome
+
+    async def _run_activity(self, call: ToolCall, args: Any, target: str) -> ToolOutcome:
+        run, config = self._run, self._run.input.config
         try:
             result: ToolResult = await workflow.execute_activity_method(
                 ToolActivities.run_tool,
@@ -429,11 +670,13 @@ class AgentWorkflow:
         if stuck:
             run.stuck_reason = stuck
             self._record(State.OBSERVING, "Stuck", stuck)
+            self._emit("stuck", stuck)
             workflow.logger.warning("agent.stuck", extra={"reason": stuck, "step": m.step})
             return Event.STUCK
         if run.tracker.should_report():
             progress = run.tracker.summary(workflow.now(), run.started_at)
             self._record(run.state, "Progress", progress.describe())
+            self._emit("progress", progress.describe())
             workflow.logger.info("agent.progress", extra=progress.model_dump(mode="json"))
         if run.pending_phase is not None:
             return Event.PHASE_COMPLETE
@@ -454,10 +697,18 @@ class AgentWorkflow:
         return Event.NEEDS_REFLECTION if self._run.reflection_due() else Event.HOOK_DONE
 
     async def _recover(self) -> Event:
-        return recovery.recover(self._run)
+        event = recovery.recover(self._run)
+        history = self._run.memory.history
+        if event is Event.RECOVERED and history and history[-1].note:
+            self._emit("hint", history[-1].note)
+        return event
 
     async def _phase_transition(self) -> Event:
-        return recovery.phase_transition(self._run, workflow.now())
+        event = recovery.phase_transition(self._run, workflow.now())
+        last = self._run.trace[-1] if self._run.trace else None
+        if last is not None and last.event == "PhaseStarted":
+            self._emit("phase", last.data)
+        return event
 
     # ----------------------------------------------------------------------------------------
     # Human approval: the doors. The checks are in ``approvals``; a refused signal is recorded
@@ -525,17 +776,26 @@ class AgentWorkflow:
 
     def _refused(self, signal: str, why: Refused) -> None:
         self._record(self._run.state, "SignalRefused", f"{signal[:100]}: {why}")
+        self._emit("refused", f"{signal[:100]}: {why}")
         workflow.logger.warning("agent.signal.refused", extra={"signal": signal, "why": str(why)})
 
     def _apply(self, action: str, checked: approvals.Checked) -> PendingApproval:
         decided = approvals.apply_decision(self._run.memory, checked)
         self._record(self._run.state, "SignalReceived", f"{action} {decided.call_id}")
+        self._emit(
+            "decided",
+            f"{action} {decided.call_id}" + (f": {decided.reason}" if decided.reason else ""),
+            tool=decided.tool,
+            call_id=decided.call_id,
+            arguments=decided.arguments,
+        )
         self._show()
         return decided
 
     def _apply_guide(self, signal: GuideSignal) -> None:
         self._run.memory.human_guidance = signal
         self._record(self._run.state, "SignalReceived", "guide: halt" if signal.halt else "guide")
+        self._emit("decided", "guide: halt" if signal.halt else "guide")
 
     # ----------------------------------------------------------------------------------------
     # Threads: the user's next message, and closing. Validators refuse before any history.
@@ -553,6 +813,7 @@ class AgentWorkflow:
             f"{'queued at ' + str(len(run.inbox)) if queued else 'received'}: "
             f"{cut(message.text, 200)}",
         )
+        self._emit("message", cut(message.text, 2_000))
         return SendReceipt(queued=queued, position=len(run.inbox), state=run.state)
 
     @send.validator
@@ -566,11 +827,45 @@ class AgentWorkflow:
         self._record(
             self._run.state, "CloseRequested", f"{len(self._run.inbox)} message(s) to answer first"
         )
-        return status.status(self._run, workflow.now())
+        return status.status(self._run, workflow.now(), self._stream_end())
 
     @close.validator
     def _validate_close(self) -> None:
         threads.check_close(self._run)
+
+    # ----------------------------------------------------------------------------------------
+    # Client queries (Loom's server query): the client's answer. The validator refuses before
+    # any history.
+    # ----------------------------------------------------------------------------------------
+
+    @workflow.update
+    def answer_query(self, answer: ClientAnswer) -> ClientQuery:
+        """``{"query_id": "q1", "kind": "file_read", "content": "..."}`` (or ``"declined"``):
+        the answer to the pending client query; returns the query it answered."""
+        run = self._run
+        query = run.client_query
+        if query is None or run.client_answer is not None:
+            # Two answers validated in one activation: the first one counts.
+            raise ApplicationError("the query was already answered", type="AnswerRefused")
+        run.client_answer = answer
+        self._record(
+            run.state,
+            "ClientAnswerReceived",
+            f"{query.id}: " + ("declined" if answer.declined is not None else "answered"),
+        )
+        return query
+
+    @answer_query.validator
+    def _validate_answer_query(self, answer: ClientAnswer) -> None:
+        run = self._run
+        try:
+            client_queries.check_answer(
+                run.client_query if run.client_answer is None else None,
+                answer,
+                run.input.config.client_query_max_answer_chars,
+            )
+        except AnswerRefused as exc:
+            raise ApplicationError(str(exc), type="AnswerRefused", non_retryable=True) from None
 
     # ----------------------------------------------------------------------------------------
     # Queries
@@ -579,7 +874,7 @@ class AgentWorkflow:
     @workflow.query
     def state(self) -> AgentStatus:
         """Where the run is: state, step, pending approvals, token usage, last event."""
-        return status.status(self._run, workflow.now())
+        return status.status(self._run, workflow.now(), self._stream_end())
 
     @workflow.query
     def export(self) -> ThreadExport:

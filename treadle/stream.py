@@ -1,0 +1,280 @@
+"""Read a run's live stream from any Python program: `watch_events`.
+
+    async for item in watch_events(client, "agent-1234", from_offset=0):
+        if isinstance(item.value, AgentEvent):
+            print(item.offset, item.value.kind, item.value.text)
+
+Every agent run and thread hosts a ``WorkflowStream`` with two topics (``events``: `AgentEvent`,
+published by the workflow; ``tokens``: `TokenDelta`, published by the model activity while a
+provider streams). `watch_events` reads both, in order, and ends once the run is over.
+
+It reads with the stream's *query*, never with ``WorkflowStreamClient.subscribe``: subscribe
+long-polls with updates, and every poll writes the items it returns into the run's history
+again, so a watched run would grow its history per step several-fold. A query adds nothing to
+the history, however long and however many clients watch; the price is a short cooldown between
+polls (``cooldown``) instead of a push.
+
+- The workflow id is used without a run id, so the reader follows continue-as-new: offsets are
+  global across the chain (the stream's tail is carried over).
+- The stream keeps its newest items only (``events.EVENTS_KEPT``); an offset older than that is
+  read from the oldest one kept, and ``on_notice`` hears of the gap, once per gap.
+- No worker (the query times out or fails): ``on_notice`` hears "waiting for a worker" once, and
+  the reader keeps trying until one answers again. "From now" cannot be known without a worker;
+  then the run is shown from its start.
+- The run finished: the items still unread are read, then the iteration ends.
+- Encrypted runs: the query's answer is decrypted by the client's codec; the items inside were
+  made by the payload converter alone (the stream runs the codec on its envelopes only), so
+  they decode with ``client.data_converter.payload_converter``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+from collections.abc import AsyncGenerator, Callable
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, Literal
+
+from google.protobuf.message import DecodeError
+from pydantic import ValidationError
+from temporalio.api.common.v1 import Payload
+from temporalio.client import (
+    Client,
+    WorkflowExecutionStatus,
+    WorkflowHandle,
+    WorkflowQueryFailedError,
+    WorkflowQueryRejectedError,
+)
+from temporalio.contrib.workflow_streams import PollInput, PollResult
+from temporalio.converter import PayloadConverter
+from temporalio.exceptions import TemporalError
+from temporalio.service import RPCError, RPCStatusCode
+
+from workflows.agent.events import (
+    EVENTS_TOPIC,
+    OFFSET_QUERY,
+    POLL_QUERY,
+    TOKENS_TOPIC,
+    AgentEvent,
+    TokenDelta,
+)
+
+__all__ = [
+    "POLL_QUERY",
+    "StreamItem",
+    "StreamNotice",
+    "StreamUnavailable",
+    "read_items",
+    "stream_end",
+    "watch_events",
+]
+
+COOLDOWN = 0.25
+"""Seconds between polls once the reader has caught up (none while ``more_ready``)."""
+QUERY_TIMEOUT = timedelta(seconds=5)
+"""How long one poll may take; a run with no worker does not answer at all."""
+RETRY_SECONDS = 1.0
+"""Between polls while no worker answers."""
+CLOSED_CHECK_SECONDS = 1.0
+"""How often a caught-up reader asks the server whether the run has closed (``describe``,
+answered by the server alone, no worker, no history)."""
+
+_OPEN = (WorkflowExecutionStatus.RUNNING, WorkflowExecutionStatus.CONTINUED_AS_NEW)
+
+
+@dataclass(frozen=True)
+class StreamItem:
+    """One item of the stream: its global offset, its topic, and its decoded value."""
+
+    offset: int
+    topic: Literal["events", "tokens"]
+    value: AgentEvent | TokenDelta
+
+
+@dataclass(frozen=True)
+class StreamNotice:
+    """Something a watcher should know that is not an item.
+
+    ``waiting``: the run did not answer (no worker, or its worker is busy or failing);
+    ``resumed``: it answers again; ``gap``: items between ``offset`` and ``resumed_at`` are no
+    longer kept; ``skipped``: an item at ``offset`` could not be decoded (another publisher's, or
+    a newer version's) and was left out; ``unread``: the run closed and its last items could not
+    be read (no worker to answer for it).
+    """
+
+    kind: Literal["waiting", "resumed", "gap", "skipped", "unread"]
+    text: str
+    offset: int = 0
+    resumed_at: int = 0
+
+
+class StreamUnavailable(Exception):
+    """The run cannot be watched: no such workflow, or it hosts no stream (a run started
+    before streams existed)."""
+
+
+async def stream_end(handle: WorkflowHandle[Any, Any]) -> int:
+    """The offset just past the stream's last item: where "from now" starts."""
+    try:
+        end: int = await handle.query(OFFSET_QUERY, result_type=int, rpc_timeout=QUERY_TIMEOUT)
+    except WorkflowQueryFailedError as exc:
+        if _no_stream(exc):
+            raise _unavailable(handle.id, exc) from exc
+        raise
+    except RPCError as exc:
+        if exc.status is RPCStatusCode.NOT_FOUND:
+            raise StreamUnavailable(f"no run with id {handle.id!r}") from exc
+        raise
+    return end
+
+
+async def read_items(client: Client, workflow_id: str, *, from_offset: int = 0) -> list[StreamItem]:
+    """What the stream keeps now from ``from_offset``, in one read (no waiting for more):
+    for scripts and tests that want a snapshot rather than a watch. Items that cannot be read
+    are left out."""
+    handle: WorkflowHandle[Any, Any] = client.get_workflow_handle(workflow_id)
+    converter = client.data_converter.payload_converter
+    items: list[StreamItem] = []
+    offset = max(0, from_offset)
+    while True:
+        result = await handle.query(
+            POLL_QUERY,
+            PollInput(topics=[EVENTS_TOPIC, TOKENS_TOPIC], from_offset=offset),
+            result_type=PollResult,
+            rpc_timeout=QUERY_TIMEOUT,
+        )
+        decoded = (_decode(converter, w.topic, w.data, w.offset) for w in result.items)
+        items.extend(item for item in decoded if item is not None)
+        offset = max(offset, result.next_offset)
+        if not result.more_ready:
+            return items
+
+
+async def watch_events(
+    client: Client,
+    workflow_id: str,
+    *,
+    from_offset: int | None = 0,
+    on_notice: Callable[[StreamNotice], None] | None = None,
+    cooldown: float = COOLDOWN,
+) -> AsyncGenerator[StreamItem, None]:
+    """The run's items from ``from_offset`` (``None``: from now) until the run is over.
+
+    Ends after the ``ended`` event, or once the workflow has closed and what was left is read.
+    Raises `StreamUnavailable` when there is no such run or it has no stream; waits (with a
+    ``waiting`` notice) while no worker answers.
+    """
+    handle: WorkflowHandle[Any, Any] = client.get_workflow_handle(workflow_id)
+    notify = on_notice or (lambda _notice: None)
+    converter = client.data_converter.payload_converter
+    offset = None if from_offset is None else max(0, from_offset)
+    waiting = False
+    closed = False
+    next_closed_check = 0.0
+    loop = asyncio.get_running_loop()
+    while True:
+        try:
+            if offset is None:
+                offset = await stream_end(handle)
+            result = await handle.query(
+                POLL_QUERY,
+                PollInput(topics=[EVENTS_TOPIC, TOKENS_TOPIC], from_offset=offset),
+                result_type=PollResult,
+                rpc_timeout=QUERY_TIMEOUT,
+            )
+        except (WorkflowQueryFailedError, WorkflowQueryRejectedError, RPCError) as exc:
+            if isinstance(exc, RPCError) and exc.status is RPCStatusCode.NOT_FOUND:
+                raise StreamUnavailable(f"no run with id {workflow_id!r}") from exc
+            if isinstance(exc, WorkflowQueryFailedError) and _no_stream(exc):
+                raise _unavailable(workflow_id, exc) from exc
+            if closed or await _closed(handle):
+                notify(StreamNotice("unread", "the run has ended; no worker read its last items"))
+                return
+            if not waiting:
+                waiting = True
+                text = f"waiting for a worker ({_why(exc)})"
+                if offset is None:
+                    # "Now" is unknown until a worker answers, and by then it may have moved on:
+                    # show what the run publishes from its start instead of missing it.
+                    offset = 0
+                    text += "; the run will be shown from its start"
+                notify(StreamNotice("waiting", text))
+            await asyncio.sleep(RETRY_SECONDS)
+            continue
+        if waiting:
+            waiting = False
+            notify(StreamNotice("resumed", "a worker answers again"))
+        if result.items and result.items[0].offset > offset:
+            first = result.items[0].offset
+            notify(
+                StreamNotice(
+                    "gap",
+                    f"items {offset}-{first - 1} are no longer kept; reading from {first}",
+                    offset=offset,
+                    resumed_at=first,
+                )
+            )
+        ended = False
+        for wire in result.items:
+            item = _decode(converter, wire.topic, wire.data, wire.offset)
+            if item is None:
+                notify(
+                    StreamNotice("skipped", f"item {wire.offset} could not be read", wire.offset)
+                )
+                continue
+            yield item
+            if isinstance(item.value, AgentEvent) and item.value.kind == "ended":
+                ended = True
+        offset = max(offset, result.next_offset)
+        if ended or (closed and not result.more_ready):
+            return
+        if result.more_ready:
+            continue
+        if not result.items and loop.time() >= next_closed_check:
+            next_closed_check = loop.time() + CLOSED_CHECK_SECONDS
+            # Closed: one more poll reads what was published before the end, then stop.
+            closed = await _closed(handle)
+            if closed:
+                continue
+        await asyncio.sleep(cooldown)
+
+
+def _decode(converter: PayloadConverter, topic: str, data: str, offset: int) -> StreamItem | None:
+    try:
+        payload = Payload.FromString(base64.b64decode(data))
+        if topic == EVENTS_TOPIC:
+            event = converter.from_payload(payload, AgentEvent)
+            return StreamItem(offset, "events", event) if isinstance(event, AgentEvent) else None
+        if topic == TOKENS_TOPIC:
+            delta = converter.from_payload(payload, TokenDelta)
+            return StreamItem(offset, "tokens", delta) if isinstance(delta, TokenDelta) else None
+    except (ValueError, TypeError, ValidationError, TemporalError, DecodeError):
+        return None
+    return None
+
+
+async def _closed(handle: WorkflowHandle[Any, Any]) -> bool:
+    try:
+        description = await handle.describe(rpc_timeout=QUERY_TIMEOUT)
+    except RPCError:
+        return False
+    return description.status is not None and description.status not in _OPEN
+
+
+def _no_stream(exc: WorkflowQueryFailedError) -> bool:
+    return POLL_QUERY in exc.message or OFFSET_QUERY in exc.message
+
+
+def _unavailable(workflow_id: str, exc: WorkflowQueryFailedError) -> StreamUnavailable:
+    return StreamUnavailable(
+        f"run {workflow_id!r} publishes no live stream (its worker runs an older Treadle)"
+    )
+
+
+def _why(exc: Exception) -> str:
+    if isinstance(exc, RPCError):
+        if exc.status is RPCStatusCode.DEADLINE_EXCEEDED:
+            return f"no answer within {QUERY_TIMEOUT.total_seconds():g} s"
+        return exc.message
+    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
