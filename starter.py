@@ -1,12 +1,14 @@
 """Treadle's command line: start agent runs, answer their approvals, inspect them.
 
-    python starter.py run "Summarise README.md" --model openai:gpt-4o --wait
+    python starter.py run "Summarise README.md" --model openai:gpt-4o --wait [--interactive]
     python starter.py run TASK --workspace DIR [--create-workspace]   # DIR must exist unless asked
     python starter.py status ID [--json]        python starter.py trace ID [--json]
     python starter.py approve ID [--call CALL_ID]
     python starter.py reject ID [--call CALL_ID] --reason TEXT
     python starter.py modify ID [--call CALL_ID] --args JSON
     python starter.py guide ID (--guidance TEXT | --halt [--reason TEXT])
+    python starter.py watch ID [--from-start | --from N] [--json] [--interactive]  # live
+    python starter.py answer ID QUERY_ID TEXT | --decline REASON   # a run's client query
     python starter.py chat [--id ID] [FIRST MESSAGE]     # a thread: type, see the answer, again
     python starter.py send ID TEXT [--wait]     python starter.py close ID
     python starter.py export ID > thread.json   python starter.py import thread.json
@@ -14,7 +16,7 @@
     python starter.py monitors create SLUG --cron EXPR|--interval MIN, list, show, checkin ...
     python starter.py serve [--host 127.0.0.1] [--port PORT]   # HTTP pings + event stream
     python starter.py codec-server [--port 8888] [--origin URL]  # decrypts for the Web UI
-    python starter.py demo                      # everything, end to end, no API key
+    python starter.py demo [--manual] [--keep]  # everything, end to end, no API key
 
 Connection: TEMPORAL_ADDRESS / TEMPORAL_NAMESPACE / temporal.toml profiles, or --address.
 Encryption: TREADLE_ENCRYPTION_KEYS="keyid:base64key[,oldid:base64key]" (the same as the workers').
@@ -39,7 +41,6 @@ import yaml
 from pydantic import ValidationError
 from temporalio.client import (
     Client,
-    WorkflowFailureError,
     WorkflowHandle,
     WorkflowUpdateFailedError,
 )
@@ -48,7 +49,9 @@ from temporalio.exceptions import TemporalError, WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from treadle.cli import codec_server as cli_codec_server
+from treadle.cli import demo as cli_demo
 from treadle.cli import jobs as cli_jobs
+from treadle.cli import live as cli_live
 from treadle.cli import monitors as cli_monitors
 from treadle.cli import threads as cli_threads
 from treadle.cli.exits import UsageError, run_and_exit
@@ -64,12 +67,10 @@ from workflows.agent.models import (
     AgentInput,
     AgentResult,
     AgentStatus,
-    ApproveSignal,
     Decision,
     RunStatus,
     Trace,
 )
-from workflows.agent.state_machine import State
 from workflows.agent.workflow import AgentWorkflow
 from workflows.base import describe_errors
 
@@ -131,6 +132,9 @@ def _format_status(status: AgentStatus) -> str:
     for pending in status.pending_approvals:
         args_text = json.dumps(pending.arguments)[:200]
         lines.append(f"waiting:  {pending.call_id}  {pending.tool}  {args_text}")
+    if status.client_query is not None:
+        q = status.client_query
+        lines.append(f"client:   {q.id}  {q.kind}  {q.what[:200]}  (answer_query)")
     if status.final_answer:
         lines.append(f"answer:   {status.final_answer}")
     if status.error:
@@ -152,15 +156,6 @@ def _format_trace(trace: Trace) -> str:
             )
         )
     return table(rows, strip="none")
-
-
-async def _result(handle: WorkflowHandle[Any, Any]) -> AgentResult:
-    try:
-        result: AgentResult = await handle.result()
-    except WorkflowFailureError as exc:
-        cause = exc.cause
-        return AgentResult(status=RunStatus.ERROR, error=getattr(cause, "message", str(cause)))
-    return result
 
 
 def _format_result(result: AgentResult) -> str:
@@ -244,9 +239,13 @@ async def cmd_run(client: Client, args: argparse.Namespace, planned: PlannedRun)
     if not args.wait:
         print(json.dumps({"workflow_id": handle.id}) if args.json else handle.id)
         return 0
-    result = await _result(handle)
+    # The live view (nothing but the answers it sends with --json), then the result.
+    shown = await cli_live.show_run(client, handle, args)
+    result = await cli_live.outcome(handle)
     if args.json:
         _print_json(result)
+    elif shown:  # the answer or the error is on screen already
+        print(f"{handle.id}: {_format_result(result).splitlines()[0]}")
     else:
         print(f"{handle.id}: {_format_result(result)}")
     return 0 if result.status is RunStatus.DONE else 1
@@ -325,120 +324,13 @@ async def cmd_decide(client: Client, args: argparse.Namespace) -> int:
     return 0
 
 
-DEMO_TASK = (
-    "Look at the workspace, write a short project note to notes.md, then check it and "
-    "summarise what you did."
-)
-
-
-async def _wait_for_state(
-    handle: WorkflowHandle[Any, Any], wanted: set[State], timeout: float = 60
-) -> AgentStatus:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while True:
-        status = await handle.query(AgentWorkflow.state, rpc_timeout=QUERY_TIMEOUT)
-        if status.state in wanted:
-            return status
-        if asyncio.get_running_loop().time() > deadline:
-            reached = sorted(state.value for state in wanted)
-            raise UsageError(f"run {handle.id} did not reach {reached} within {timeout}s")
-        await asyncio.sleep(0.25)
-
-
 async def cmd_demo(args: argparse.Namespace) -> int:
-    """Dev server, worker, scripted model and one run with an approval, in one process."""
-    # Imported here: only the demo needs the server and worker machinery.
-    from activities.model.activity import ProviderSettings, http_client
-    from treadle.connection import ensure_search_attributes
-    from treadle.devserver import DevServer, load_config
-    from treadle.scripted_model import DEMO_SCRIPT, ScriptedModelServer, load_script
-    from worker import build_worker
-    from workflows.agent import search_attributes
+    """The demo lives in treadle/cli/demo.py; it gets what only the entry points have."""
+    from worker import build_worker  # only the demo runs a worker inside starter.py
 
-    config = load_config(Path(args.dev_config))
-    script = load_script(DEMO_SCRIPT)
-    async with DevServer.ensure(config) as server:
-        how = "started" if server.started else "found running"
-        print(f"1. Temporal dev server {how} at {server.address}; Web UI {server.ui_url}")
-        client = await connect(address=server.address, namespace=server.namespace, local_dev=True)
-        await ensure_search_attributes(client, server.namespace, search_attributes.REQUIRED)
-        with ScriptedModelServer(script) as model_server:
-            print(f"2. Scripted model server (OpenAI protocol) at {model_server.base_url}")
-            suffix = uuid.uuid4().hex[:8]
-            task_queue = f"treadle-demo-{suffix}"
-            settings = ProviderSettings.from_env({"OPENAI_BASE_URL": model_server.base_url})
-            async with (
-                http_client() as http,
-                build_worker(client, task_queue=task_queue, settings=settings, http=http),
-            ):
-                print(f"3. Worker polling task queue {task_queue}")
-                workflow_id = f"demo-{suffix}"
-                workspace = HERE / "workspaces" / workflow_id
-                workspace.mkdir(parents=True, exist_ok=True)
-                agent_input = AgentInput(
-                    task=DEMO_TASK,
-                    model="openai:demo",
-                    workspace=str(workspace),
-                    config=AgentConfig(require_approval=("write_file",)),
-                )
-                handle = await client.start_workflow(
-                    AgentWorkflow.run,
-                    agent_input,
-                    id=workflow_id,
-                    task_queue=task_queue,
-                    static_summary=DEMO_TASK,
-                )
-                link = f"{server.ui_url}/namespaces/{server.namespace}/workflows/{workflow_id}"
-                print(f"4. Agent run {workflow_id} started\n   {link}")
-                status = await _wait_for_state(
-                    handle, {State.WAITING_FOR_HUMAN, State.DONE, State.ERROR}
-                )
-                if status.pending_approvals:
-                    pending = status.pending_approvals[0]
-                    body = json.dumps({"call_id": pending.call_id})
-                    print(
-                        f"5. Paused for approval: {pending.tool} "
-                        f"{json.dumps(pending.arguments)[:100]}\n"
-                        f"   python starter.py approve {workflow_id}\n"
-                        f"   temporal workflow signal --address {server.address} "
-                        f"--workflow-id {workflow_id} --name approve --input '{body}'"
-                    )
-                    if args.manual:
-                        print("   waiting for you to approve, reject or modify...")
-                        await _wait_for_state(
-                            handle,
-                            {
-                                State.ACTING,
-                                State.OBSERVING,
-                                State.PLANNING,
-                                State.DONE,
-                                State.ERROR,
-                            },
-                            86_400,
-                        )
-                    else:
-                        await asyncio.sleep(1)
-                        await handle.signal(
-                            AgentWorkflow.approve, ApproveSignal(call_id=pending.call_id)
-                        )
-                        print("   approved by the demo (use --manual to decide yourself)")
-                result = await _result(handle)
-                trace = await handle.query(AgentWorkflow.trace, rpc_timeout=QUERY_TIMEOUT)
-                print("6. Trace:")
-                print(_format_trace(trace))
-                print(f"7. Result: {_format_result(result)}")
-                notes = workspace / "notes.md"
-                if notes.exists():
-                    print(f"   {notes.relative_to(HERE)}:\n" + notes.read_text().rstrip())
-                print(f"   Web UI: {link}")
-        if server.started and sys.stdin.isatty():
-            await asyncio.to_thread(input, "Press Enter to stop the dev server... ")
-        elif server.started:
-            print(
-                "   (the dev server stops now; `python worker.py --dev-server` brings it back "
-                "with this run, kept in its SQLite file)"
-            )
-    return 0 if result.status is RunStatus.DONE else 1
+    return await cli_demo.cmd_demo(
+        args, build_worker=build_worker, format_trace=_format_trace, format_result=_format_result
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -477,8 +369,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     run.add_argument("--allow-commands", action="store_true", help="enable run_command")
     run.add_argument("--task-type", default="default")
     run.add_argument("--id", help="workflow id (default: agent-<random>)")
-    run.add_argument("--wait", action="store_true", help="wait for the result")
-    run.add_argument("--json", action="store_true", help="print JSON")
+    run.add_argument("--wait", action="store_true", help="show the run live until its result")
+    run.add_argument("--json", action="store_true", help="print JSON (only the result)")
+    cli_live.add_client_options(run)
 
     for name in ("approve", "reject", "modify"):
         p = sub.add_parser(name, help=f"{name} a pending tool call")
@@ -503,11 +396,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     cli_jobs.register(sub)
     cli_monitors.register(sub)
     cli_threads.register(sub)
+    cli_live.register(sub)
     cli_codec_server.register(sub)
 
-    demo = sub.add_parser("demo", help="dev server + worker + scripted model + one run")
-    demo.add_argument("--manual", action="store_true", help="wait for you to approve")
-    demo.add_argument("--dev-config", default=str(HERE / "temporal-dev.yaml"))
+    cli_demo.register(sub)
     return parser.parse_args(argv)
 
 

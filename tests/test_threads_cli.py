@@ -11,7 +11,9 @@ from pathlib import Path
 
 from tests.conftest import Harness
 from tests.processes import ROOT, clean_env, run_cli
-from workflows.agent.models import AgentResult, AgentStatus, RunStatus, ThreadExport
+from treadle.cli import shell
+from workflows.agent.events import approval_commands
+from workflows.agent.models import AgentResult, AgentStatus, Decision, RunStatus, ThreadExport
 from workflows.agent.state_machine import State
 from workflows.agent.workflow import AgentWorkflow
 
@@ -46,7 +48,8 @@ async def test_chat_answers_each_line_then_leaves_the_thread_waiting(harness: Ha
     assert done.returncode == 0, done.stderr
     assert "agent> hello!" in done.stdout
     assert "agent> it is 4" in done.stdout
-    assert f"python starter.py chat --id {thread_id}" in done.stdout
+    # Spelt to run in a fresh shell: the virtualenv's interpreter by path, not a bare python.
+    assert f"{shell.starter('chat', '--id', thread_id)}" in done.stdout, done.stdout
     status: AgentStatus = await harness.client.get_workflow_handle(thread_id).query(
         AgentWorkflow.state
     )
@@ -137,3 +140,48 @@ async def test_send_to_a_closed_thread_is_refused(harness: Harness) -> None:
     done = await run_cli(*harness.cli_args(), "send", thread_id, "anyone?")
     assert done.returncode == 2
     assert f"error: the thread {thread_id} has ended (completed)" in done.stderr
+
+
+async def test_send_wait_prints_the_approval_commands_a_run_publishes(harness: Harness) -> None:
+    """send --wait on a turn that waits for approval prints the same commands a watcher shows
+    (approve, reject, modify and the stock CLI's signal), spelt for a fresh shell; approved, it
+    prints the answer."""
+    write = {"name": "write_file", "arguments": {"path": "notes.md", "content": "hi"}}
+    model = harness.script({"content": "hello!"}, {"tool_calls": [write]}, {"content": "written"})
+    thread_id = _thread_id(harness)
+    started = await _chat(
+        harness, "--model", model, "--workspace", str(harness.workspace), "--id", thread_id,
+        "--require-approval", "write_file", "hi", stdin="",
+    )  # fmt: skip
+    assert started.returncode == 0, started.stderr
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, str(ROOT / "starter.py"), *harness.cli_args(), "send", thread_id,
+        "write it", "--wait", cwd=ROOT, env=clean_env(),
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    assert process.stderr is not None
+    try:
+        head = await asyncio.wait_for(process.stderr.readline(), 60)
+        assert head.decode().startswith("waiting for approval: write_file ")
+        status: AgentStatus = await harness.client.get_workflow_handle(thread_id).query(
+            AgentWorkflow.state
+        )
+        [pending] = status.pending_approvals
+        lines = [
+            (await asyncio.wait_for(process.stderr.readline(), 10)).decode().rstrip("\n")
+            for _ in approval_commands(thread_id, pending.call_id)
+        ]
+        assert lines == [
+            f"  {shell.runnable(command)}"
+            for command in approval_commands(thread_id, pending.call_id)
+        ]
+        await harness.client.get_workflow_handle(thread_id).execute_update(
+            AgentWorkflow.decide, Decision(action="approve", call_id=pending.call_id)
+        )
+        out, err = await asyncio.wait_for(process.communicate(), 60)
+    finally:
+        if process.returncode is None:
+            process.kill()
+    assert process.returncode == 0, err
+    assert out.decode().strip() == "written"
+    await run_cli(*harness.cli_args(), "close", thread_id)

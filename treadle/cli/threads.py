@@ -2,6 +2,7 @@
 for its user between turns.
 
     python starter.py chat [--id ID] [--model P:M] [--workspace DIR] [FIRST MESSAGE]
+                           [--allow-reads] [--env NAME]... [--no-answer | --decline-queries]
     python starter.py send ID "next message" [--wait] [--json]
     python starter.py close ID
     python starter.py export ID > thread.json
@@ -28,10 +29,13 @@ from temporalio.service import RPCError, RPCStatusCode
 from activities.errors import TreadleError
 from activities.store.blobs import FileBlobStore
 from activities.store.conversation import ConversationStore
+from treadle.cli import live, shell
 from treadle.cli.exits import UsageError
 from treadle.cli.workspaces import make_workspace, resolve_workspace
 from treadle.codec import Keyring, KeyringSealer
 from treadle.connection import store_directory
+from treadle.stream import StreamUnavailable
+from workflows.agent.events import AgentEvent, approval_commands
 from workflows.agent.models import (
     TASK_QUEUE,
     AgentConfig,
@@ -61,6 +65,8 @@ def register(subparsers: Any) -> None:
     chat.add_argument("--create-workspace", action="store_true", help="create --workspace")
     chat.add_argument("--require-approval", metavar="TOOL,...", help="tools that need approval")
     chat.add_argument("--config", metavar="FILE", help="AgentConfig fields as JSON")
+    # On a terminal chat asks about approvals itself; piped, it prints the commands.
+    live.add_client_options(chat, interactive=False)
     chat.set_defaults(handler=cmd_chat)
 
     send = subparsers.add_parser("send", help="send a thread its next message")
@@ -95,31 +101,42 @@ async def cmd_chat(client: Client, args: argparse.Namespace) -> int:
     thread_id = args.id or f"thread-{uuid.uuid4().hex[:12]}"
     handle = client.get_workflow_handle(thread_id)
     existing = await _status_or_none(handle)
+    offset: int | None = 0
     if existing is None:
         first = args.message or _ask()
         if first is None:
             return 0
         handle = await _start(client, args, thread_id, first)
-        print(f"thread {thread_id} (continue with: python starter.py chat --id {thread_id})")
+        print(f"thread {thread_id} (continue with: {shell.starter('chat', '--id', thread_id)})")
         answered = 0
     else:
         if not existing.thread:
             raise UsageError(f"{thread_id!r} is a single-task run, not a thread")
         answered = await _answers(handle)
+        offset = existing.stream_offset
         if args.message:
             await _send(handle, args.message)
         elif existing.state is State.WAITING_FOR_USER_INPUT:
             answered -= 1  # nothing new to wait for: show the last answer and ask
+    view = live.TerminalView(speaker="agent> ", show_messages=False, show_started=False)
+    live.warn_secret_env(args, view)
+    # On a terminal the user is there to ask (approvals, consent, questions); piped lines are
+    # the conversation's messages, never answers to a prompt.
+    responder = live.responder_for(handle, view, args, can_ask=sys.stdin.isatty())
+    responder.interactive = sys.stdin.isatty()
     while True:
-        status = await _wait_for_answer(handle, answered)
+        status, offset, shown = await _follow_turn(
+            client, handle, answered, offset, view, responder
+        )
         answered += 1
         if status.state is not State.WAITING_FOR_USER_INPUT:
             print(f"[{status.state.value}] {status.error or status.final_answer or ''}".rstrip())
             return 0 if status.state is State.DONE else 1
-        print(f"agent> {status.final_answer}")
+        if not shown:
+            print(f"agent> {status.final_answer}")
         text = _ask()
         if text is None or text in EXIT_WORDS:
-            print(f"(the thread waits; continue with: python starter.py chat --id {thread_id})")
+            print(f"(the thread waits; continue with: {shell.starter('chat', '--id', thread_id)})")
             return 0
         if text == "/close":
             await handle.execute_update(AgentWorkflow.close)
@@ -287,24 +304,68 @@ async def _answers(handle: WorkflowHandle[Any, Any]) -> int:
     return sum(1 for e in trace.entries if e.event == "TurnAnswered")
 
 
+async def _follow_turn(
+    client: Client,
+    handle: WorkflowHandle[Any, Any],
+    answered: int,
+    offset: int | None,
+    view: live.TerminalView,
+    responder: live.Responder,
+) -> tuple[AgentStatus, int | None, bool]:
+    """Show the turn live until the thread has answered one more turn (or ended); returns its
+    status, the stream offset to go on from, and whether the answer was shown."""
+    status = await _turn_over(handle, answered)
+    if status is not None:
+        return status, offset, False
+
+    async def over(event: AgentEvent) -> bool:
+        nonlocal status
+        if event.kind in ("answer", "ended"):
+            status = await _turn_over(handle, answered)
+        return status is not None
+
+    view.answer_shown = False
+    try:
+        offset = await live.follow(
+            client, handle.id, view, responder, from_offset=offset, until=over
+        )
+    except StreamUnavailable:
+        return await _wait_for_answer(handle, answered), None, False
+    if status is None:  # the stream ended without the answer in sight
+        status = await _wait_for_answer(handle, answered)
+    return status, offset, view.answer_shown
+
+
+async def _turn_over(handle: WorkflowHandle[Any, Any], answered: int) -> AgentStatus | None:
+    """The thread's status once it has answered more than ``answered`` turns, or ended."""
+    count = await _answers(handle)
+    status: AgentStatus = await handle.query(AgentWorkflow.state, rpc_timeout=QUERY_TIMEOUT)
+    return status if _over(status, count, answered) else None
+
+
+def _over(status: AgentStatus, count: int, answered: int) -> bool:
+    if status.state.is_terminal:
+        return True
+    return count > answered and status.state is State.WAITING_FOR_USER_INPUT
+
+
 async def _wait_for_answer(handle: WorkflowHandle[Any, Any], answered: int) -> AgentStatus:
-    """Poll until the thread has answered one more turn (or ended), showing approvals."""
+    """Poll until the thread has answered one more turn (or ended), showing approvals (for a
+    thread whose worker publishes no live stream)."""
     shown: set[str] = set()
     while True:
         count = await _answers(handle)
         status: AgentStatus = await handle.query(AgentWorkflow.state, rpc_timeout=QUERY_TIMEOUT)
-        if status.state.is_terminal:
-            return status
-        if count > answered and status.state is State.WAITING_FOR_USER_INPUT:
+        if _over(status, count, answered):
             return status
         for pending in status.pending_approvals:
             if pending.call_id not in shown:
                 shown.add(pending.call_id)
+                commands = approval_commands(handle.id, pending.call_id)
                 print(
-                    f"waiting for approval: {pending.tool} {json.dumps(pending.arguments)[:200]}\n"
-                    f"  python starter.py approve {handle.id} --call {pending.call_id}\n"
-                    f"  python starter.py reject {handle.id} --call {pending.call_id} "
-                    '--reason "..."',
+                    f"waiting for approval: {pending.tool} {json.dumps(pending.arguments)[:200]}",
+                    *(f"  {shell.runnable(command)}" for command in commands),
+                    sep="\n",
                     file=sys.stderr,
                 )
         await asyncio.sleep(POLL_SECONDS)

@@ -1,0 +1,103 @@
+"""``treadle.stream.watch_events`` on a small workflow that hosts a stream and is told what to
+publish: offsets that are no longer kept (a gap, noted once), "from now", an item that is not
+an event (skipped), and a run that closes without an ``ended`` event (read to its end)."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from datetime import UTC, datetime
+
+from temporalio import workflow
+from temporalio.client import Client
+from temporalio.contrib.workflow_streams import WorkflowStream
+from temporalio.worker import UnsandboxedWorkflowRunner, Worker
+
+from treadle.stream import StreamItem, StreamNotice, stream_end, watch_events
+from workflows.agent.events import EVENTS_TOPIC, AgentEvent
+
+AT = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+@workflow.defn(sandboxed=False)
+class PublishingWorkflow:
+    """Publishes what its signals say; ends on ``finish``."""
+
+    @workflow.init
+    def __init__(self) -> None:
+        self.stream = WorkflowStream()
+        self.done = False
+
+    @workflow.run
+    async def run(self) -> None:
+        await workflow.wait_condition(lambda: self.done)
+
+    @workflow.signal
+    def publish(self, texts: list[str]) -> None:
+        topic = self.stream.topic(EVENTS_TOPIC)
+        for text in texts:
+            if text == "not an event":
+                topic.publish({"something": "else"})
+            else:
+                topic.publish(AgentEvent(kind="message", step=0, state="Idle", at=AT, text=text))
+
+    @workflow.signal
+    def keep_from(self, offset: int) -> None:
+        self.stream.truncate(offset)
+
+    @workflow.signal
+    def finish(self) -> None:
+        self.done = True
+
+
+async def collect(
+    client: Client, workflow_id: str, from_offset: int | None, notices: list[StreamNotice]
+) -> list[StreamItem]:
+    return [
+        item
+        async for item in watch_events(
+            client, workflow_id, from_offset=from_offset, on_notice=notices.append, cooldown=0.05
+        )
+    ]
+
+
+def texts(items: list[StreamItem]) -> list[tuple[int, str]]:
+    return [(i.offset, i.value.text) for i in items if isinstance(i.value, AgentEvent)]
+
+
+async def test_gaps_from_now_skipped_items_and_a_run_that_closes(client: Client) -> None:
+    """A reader behind the kept items hears of the gap once and reads on from the oldest kept;
+    "from now" starts at the end; a foreign item is skipped with a notice; a run that closes
+    without an ``ended`` event is read to its last item, then the iteration ends."""
+    queue = f"stream-{uuid.uuid4().hex[:8]}"
+    async with Worker(
+        client,
+        task_queue=queue,
+        workflows=[PublishingWorkflow],
+        workflow_runner=UnsandboxedWorkflowRunner(),
+    ):
+        handle = await client.start_workflow(
+            PublishingWorkflow.run, id=f"stream-{uuid.uuid4().hex[:8]}", task_queue=queue
+        )
+        await handle.signal(PublishingWorkflow.publish, [f"e{i}" for i in range(10)])
+        await handle.signal(PublishingWorkflow.keep_from, 6)
+        assert await stream_end(handle) == 10
+
+        notices: list[StreamNotice] = []
+        reader = asyncio.create_task(collect(client, handle.id, 2, notices))
+        now: list[StreamNotice] = []
+        from_now = asyncio.create_task(collect(client, handle.id, None, now))
+        await asyncio.sleep(1)
+        await handle.signal(PublishingWorkflow.publish, ["e10", "not an event", "e12"])
+        await asyncio.sleep(1)
+        await handle.signal(PublishingWorkflow.finish)
+        read = await asyncio.wait_for(reader, 30)
+        read_now = await asyncio.wait_for(from_now, 30)
+
+    assert texts(read) == [(6, "e6"), (7, "e7"), (8, "e8"), (9, "e9"), (10, "e10"), (12, "e12")]
+    assert [(n.kind, n.offset, n.resumed_at) for n in notices] == [
+        ("gap", 2, 6),
+        ("skipped", 11, 0),
+    ]
+    assert texts(read_now) == [(10, "e10"), (12, "e12")]
+    assert [n.kind for n in now] == ["skipped"]

