@@ -1,7 +1,7 @@
 """History that stays small: bytes of Temporal history per agent step, with and without the
 conversation store, whatever the size of the context.
 
-    python bench/history.py [--steps 40] [--calls 100] [--long-steps 10000]
+    python bench/history.py [--steps 40] [--calls 100] [--long-steps 10000] [--stream-steps 4]
 
 Everything runs against a fresh dev server, a real worker and the scripted model server (real
 HTTP). Printed, all measured in this one run:
@@ -11,7 +11,9 @@ HTTP). Printed, all measured in this one run:
    whole conversation);
 2. a 100-model-call conversation of ~200k tokens: total history, with and without the store;
 3. a long productive run through continue-as-new: steps, runs in the chain, the largest single
-   run's history, and the store's bytes (which grow with the conversation, not its square).
+   run's history, and the store's bytes (which grow with the conversation, not its square);
+4. what live token streaming costs: history per step when each reply (1.5 KB of text and a
+   tool call) is generated over ~9 s, streamed to the run's stream and not.
 
 Nothing is asserted; the README quotes the table.
 """
@@ -178,11 +180,62 @@ async def _measure(
                 if store:
                     stored = _blob_bytes(root) / 1024 / 1024
                     rows.append(("store after both", label, f"{stored:.2f} MiB"))
+        if args.stream_steps:
+            rows.extend(await _streamed(args, tmp, client, settings, http, models))
         if args.long_steps:
             rows.append(await _long_run(args, tmp, client, settings, http, models))
     width = max(len(r[0]) for r in rows)
     for what, label, value in rows:
         print(f"{what:<{width}}  {label:<13}  {value}")
+
+
+async def _streamed(
+    args: argparse.Namespace,
+    tmp: Path,
+    client: Client,
+    settings: ProviderSettings,
+    http: Any,
+    models: ScriptedModelServer,
+) -> list[tuple[str, str, str]]:
+    """Slow replies, streamed (token batches are signals) and not, with the store."""
+    queue = f"bench-stream-{uuid.uuid4().hex[:6]}"
+    rows = []
+    async with build_worker(
+        client, task_queue=queue, settings=settings, http=http, store=FileBlobStore(tmp / "s")
+    ):
+        ws = tmp / "ws-stream"
+        ws.mkdir()
+        (ws / "f0.txt").write_text("0" * 2_000)
+        reply = "word " * 298  # ~1,500 characters, one word per chunk
+        turns: list[dict[str, Any]] = [
+            {
+                # Each reply its own, or the stuck detector sees the model repeat itself.
+                "content": f"Step {i}: {reply}",
+                "tool_calls": [{"name": "read_file", "arguments": {"path": "f0.txt"}}],
+                "chunk_delay": 0.03,
+            }
+            for i in range(args.stream_steps)
+        ]
+        turns.append({"content": "done"})
+        for stream in (True, False):
+            name = f"stream-{uuid.uuid4().hex[:6]}"
+            models.add_model(name, turns)
+            start = time.perf_counter()
+            handle, _ = await _run(
+                client, queue, f"openai:{name}", ws, args.stream_steps, stream_tokens=stream
+            )
+            seconds = (time.perf_counter() - start) / (args.stream_steps + 1)
+            events, size_bytes = await _history(client, handle.id)
+            per_step = size_bytes / (args.stream_steps + 1) / 1024
+            rows.append(
+                (
+                    "history per step, replies of 1.5 KB",
+                    "streamed" if stream else "not streamed",
+                    f"{per_step:.1f} KiB ({events / (args.stream_steps + 1):.1f} events), "
+                    f"{seconds:.1f} s per step",
+                )
+            )
+    return rows
 
 
 async def _long_run(
@@ -222,6 +275,9 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=100, help="model calls of the conversation")
     parser.add_argument(
         "--long-steps", type=int, default=10_000, help="steps of the long run (0: skip)"
+    )
+    parser.add_argument(
+        "--stream-steps", type=int, default=4, help="steps of the streamed runs (0: skip)"
     )
     asyncio.run(bench(parser.parse_args()))
 
