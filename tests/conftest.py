@@ -10,6 +10,7 @@ import asyncio
 import os
 import shutil
 import socket
+import subprocess
 import tempfile
 import uuid
 from collections.abc import AsyncIterator, Iterator, Mapping
@@ -28,7 +29,7 @@ from temporalio.worker import Replayer, Worker
 from activities.model.activity import ProviderSettings, http_client
 from activities.store.blobs import BlobStore, FileBlobStore
 from treadle.connection import connect, data_converter
-from treadle.devserver import DevServer, DevServerConfig, default_search_dirs
+from treadle.devserver import DevServer, DevServerConfig, default_search_dirs, find_temporal_binary
 from treadle.scripted_model import ScriptedModelServer
 from worker import WORKFLOWS, build_worker, workflow_runner
 from workflows.agent import search_attributes
@@ -124,6 +125,17 @@ class Harness:
             "--task-queue",
             self.task_queue,
         ]
+
+    async def temporal(self, *arguments: str) -> subprocess.CompletedProcess[str]:
+        """The stock ``temporal`` CLI against this harness's server, as a user would type it."""
+        address = ["--address", self.client.service_client.config.target_host]
+        return await asyncio.to_thread(
+            subprocess.run,
+            [find_temporal_binary(), *arguments, *address],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
 
     def requests(self, model: str) -> list[dict[str, Any]]:
         """Bodies the model endpoint received for this model, in arrival order."""

@@ -5,9 +5,7 @@ on Loom's examples and by properties."""
 
 from __future__ import annotations
 
-import asyncio
 import json
-import subprocess
 import uuid
 from pathlib import Path
 from typing import Any
@@ -21,7 +19,6 @@ from temporalio.testing import WorkflowEnvironment
 from activities.model.activity import http_client
 from tests.conftest import Harness, keep_history, replayer, scripted_worker, tool_messages
 from tests.stream_support import events
-from treadle.devserver import find_temporal_binary
 from treadle.scripted_model import ScriptedModelServer
 from workflows.agent.catalogue import AskClientArgs, parse_arguments
 from workflows.agent.client_queries import MAX_DETECTED_TEXT, detect, detected_call
@@ -298,26 +295,11 @@ async def test_the_stock_cli_answers_a_query(harness: Harness) -> None:
     model = harness.script({"tool_calls": [ask]}, {"content": "main it is"})
     handle = await harness.start(model)
     query = await waiting_query(harness, handle)
-    done = await asyncio.to_thread(
-        subprocess.run,
-        [
-            find_temporal_binary(),
-            "workflow",
-            "update",
-            "execute",
-            "--address",
-            harness.client.service_client.config.target_host,
-            "--workflow-id",
-            handle.id,
-            "--name",
-            "answer_query",
-            "--input",
-            json.dumps({"query_id": query.id, "kind": "question", "content": "main"}),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
+    body = json.dumps({"query_id": query.id, "kind": "question", "content": "main"})
+    done = await harness.temporal(
+        "workflow", "update", "execute", "--workflow-id", handle.id,
+        "--name", "answer_query", "--input", body,
+    )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert (await handle.result()).answer == "main it is"
     [tool] = tool_messages(harness.requests(model)[1])

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
 import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -19,7 +18,6 @@ from temporalio.testing import WorkflowEnvironment
 
 from activities.model.activity import http_client
 from tests.conftest import Harness, keep_history, replayer, scripted_worker
-from treadle.devserver import find_temporal_binary
 from treadle.scripted_model import ScriptedModelServer
 from workflows.agent.models import (
     AgentConfig,
@@ -186,26 +184,10 @@ async def test_the_stock_cli_sends_a_message(harness: Harness) -> None:
     model = harness.script({"content": "first"}, {"content": "second"})
     handle = await start_thread(harness, model)
     await answered(harness, handle, 1)
-    done = await asyncio.to_thread(
-        subprocess.run,
-        [
-            find_temporal_binary(),
-            "workflow",
-            "update",
-            "execute",
-            "--address",
-            harness.client.service_client.config.target_host,
-            "--workflow-id",
-            handle.id,
-            "--name",
-            "send",
-            "--input",
-            json.dumps({"text": "again"}),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
+    done = await harness.temporal(
+        "workflow", "update", "execute", "--workflow-id", handle.id,
+        "--name", "send", "--input", json.dumps({"text": "again"}),
+    )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert "queued" in done.stdout, done.stdout
     status = await answered(harness, handle, 2)
