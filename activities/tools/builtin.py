@@ -31,7 +31,6 @@ import signal
 import stat
 import subprocess
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +41,9 @@ from activities.heartbeat import heartbeating
 from activities.store.conversation import ConversationStore
 from activities.tools import processes
 from activities.tools.confinement import Confinement, check_arguments, detect, sandboxed_argv
+from activities.tools.custom import Tool, ToolContext
+from activities.tools.output import ToolOutput
+from activities.tools.registry import CUSTOM_TOOLS
 from activities.tools.workspace import is_inside, relative, resolve, workspace_root
 from workflows.agent.catalogue import (
     EditFileArgs,
@@ -105,25 +107,6 @@ _EXPECTED_ERRNOS: Mapping[int, str] = {
     errno.EROFS: "read-only file system",
     errno.ENOSPC: "no space left on device",
 }
-
-
-@dataclass(frozen=True)
-class ToolOutput:
-    """What a tool produced, before the output cap.
-
-    ``success=False`` is a failure whose output is still worth showing (a command's exit code
-    and log); failures with only a message raise ``ToolError`` instead.
-    """
-
-    text: str
-    success: bool = True
-    mutated_paths: tuple[str, ...] = ()
-    content_hashes: tuple[tuple[str, str], ...] = ()
-    """(path, sha256 of the new content) per written file, so progress tracking can tell a
-    real change from the same content written again."""
-    omitted_chars: int = 0
-    """Output dropped before ``text`` was built; for a command's flood of output this counts
-    undecoded bytes, which equals characters for ASCII."""
 
 
 def content_hash(data: bytes) -> str:
@@ -643,7 +626,11 @@ async def execute_tool(
     try:
         args = parse_arguments(tool, arguments)
         await asyncio.to_thread(_ensure_workspace, workspace)
-        output = await _dispatch(workspace, args, policy, confinement)
+        custom = CUSTOM_BY_NAME.get(tool)
+        if custom is not None:
+            output = await _run_custom(custom, workspace, args, policy)
+        else:
+            output = await _dispatch(workspace, args, policy, confinement)
     except (ToolError, ToolArgumentsError) as exc:
         return ToolResult(success=False, output=f"ERROR: {cap_output(str(exc), limit)}")
     text = cap_output(output.text, limit, output.omitted_chars)
@@ -655,6 +642,17 @@ async def execute_tool(
         mutated_paths=output.mutated_paths,
         content_hashes=dict(output.content_hashes),
     )
+
+
+CUSTOM_BY_NAME: Mapping[str, Tool[Any]] = {tool.name: tool for tool in CUSTOM_TOOLS}
+
+
+async def _run_custom(
+    tool: Tool[Any], workspace: Path, args: ToolArgs, policy: ToolPolicy
+) -> ToolOutput:
+    """One of your own tools; a plain string result is its output."""
+    result = await tool.run(args, ToolContext(workspace=workspace, policy=policy))
+    return ToolOutput(text=result) if isinstance(result, str) else result
 
 
 def _ensure_workspace(workspace: Path) -> None:

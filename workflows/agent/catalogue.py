@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -16,12 +17,15 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationError
 from pydantic_core import PydanticSerializationError
+from temporalio import workflow
 
-from workflows.base import Frozen, describe_errors
+from workflows.agent.tool_args import ToolArgs as ToolArgs  # re-exported: the tools use it
+from workflows.base import describe_errors
 
-
-class ToolArgs(Frozen):
-    """Base of every argument schema: unknown keys are an error, not silently dropped."""
+with workflow.unsafe.imports_passed_through():
+    # Your own tools: their argument models and facts are read here, their functions run only
+    # in the tool activity. Imported once per worker, not per run.
+    from activities.tools.registry import CUSTOM_TOOLS
 
 
 class ReadFileArgs(ToolArgs):
@@ -94,6 +98,12 @@ class ToolSpec:
     """The file or command a call acts on, for activity summaries and progress tracking."""
     in_workflow: bool = False
     """Changes only the run's own state, so the workflow handles it: no activity, no I/O."""
+    needs_approval: bool = False
+    """Every call waits for a human, whatever the run's ``require_approval`` says."""
+    timeout_seconds: float | None = None
+    """Start-to-close timeout of one call, instead of the run's ``tool_timeout_seconds``."""
+    custom: bool = False
+    """One of your own tools (``activities/tools/registry.py``)."""
 
     def json_schema(self) -> dict[str, Any]:
         return self.args.model_json_schema()
@@ -171,6 +181,36 @@ TOOLS: Mapping[str, ToolSpec] = MappingProxyType(
         )
     }
 )
+BUILT_IN = tuple(TOOLS)
+"""The built-in tools' names, in the order they are offered."""
+
+_TOOL_NAME = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
+
+
+def _custom_specs() -> dict[str, ToolSpec]:
+    specs: dict[str, ToolSpec] = {}
+    for tool in CUSTOM_TOOLS:
+        # A bad registration is a programming error: the worker must not start with it.
+        if not _TOOL_NAME.match(tool.name):
+            raise ValueError(f"tool name {tool.name!r} does not match {_TOOL_NAME.pattern}")
+        if tool.name in TOOLS or tool.name in specs:
+            raise ValueError(f"tool name {tool.name!r} is registered twice")
+        if not issubclass(tool.args, ToolArgs):
+            raise ValueError(f"tool {tool.name!r}: args must subclass ToolArgs")
+        specs[tool.name] = ToolSpec(
+            tool.name,
+            tool.description,
+            tool.args,
+            mutating=tool.mutating,
+            target=tool.target,
+            needs_approval=tool.needs_approval,
+            timeout_seconds=tool.timeout_seconds,
+            custom=True,
+        )
+    return specs
+
+
+TOOLS = MappingProxyType({**TOOLS, **_custom_specs()})
 
 
 class ToolArgumentsError(ValueError):

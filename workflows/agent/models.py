@@ -64,6 +64,9 @@ class AgentConfig(Frozen):
     """Tools whose calls wait for a human ``approve`` / ``reject`` / ``modify`` signal."""
     blacklisted_tools: tuple[str, ...] = ()
     """Tools the model may not call; a call becomes an ``ERROR:`` observation."""
+    tools: tuple[str, ...] | None = None
+    """The tools this run offers the model, by name (built-in and your own); default: all of
+    them. ``run_command`` still needs ``allow_run_command``."""
     parallel_tools: bool = True
     """Run several tool calls from one model response concurrently."""
     max_tool_calls_per_step: int = Field(64, ge=1, le=1000)
@@ -157,16 +160,20 @@ class AgentConfig(Frozen):
     def _reflection_model(cls, value: str | None) -> str | None:
         return None if value is None else _check_model(value)
 
-    @field_validator("require_approval", "blacklisted_tools", "command_allowlist", mode="before")
+    @field_validator(
+        "require_approval", "blacklisted_tools", "command_allowlist", "tools", mode="before"
+    )
     @classmethod
     def _split_csv(cls, value: Any) -> Any:
         if isinstance(value, str):
             return tuple(part.strip() for part in value.split(",") if part.strip())
         return value
 
-    @field_validator("require_approval", "blacklisted_tools")
+    @field_validator("require_approval", "blacklisted_tools", "tools")
     @classmethod
-    def _known_tools(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+    def _known_tools(cls, value: tuple[str, ...] | None) -> tuple[str, ...] | None:
+        if value is None:
+            return None
         unknown = sorted(set(value) - set(TOOLS))
         if unknown:
             raise ValueError(

@@ -47,10 +47,12 @@ def summary_call(config: AgentConfig, summary: str) -> workflow.ActivityConfig:
     )
 
 
-def tool_call(config: AgentConfig, summary: str, *, command: bool) -> workflow.ActivityConfig:
+def tool_call(
+    config: AgentConfig, summary: str, *, command: bool, tool_timeout: float | None = None
+) -> workflow.ActivityConfig:
     """One tool call. Only ``run_command`` runs long enough to heartbeat: file tools finish in
     milliseconds and would trip a heartbeat timeout they never feed."""
-    timeout = config.tool_timeout_seconds
+    timeout = config.tool_timeout_seconds if tool_timeout is None else tool_timeout
     if command:
         timeout = max(timeout, config.command_timeout_seconds + COMMAND_TIMEOUT_GRACE_SECONDS)
     options = workflow.ActivityConfig(

@@ -47,6 +47,13 @@ class CannotCall:
     reason: str
 
 
+def approval_required(config: AgentConfig) -> frozenset[str]:
+    """Tools whose calls wait for a human in this run: the run's ``require_approval`` and every
+    tool that declares ``needs_approval``."""
+    declared = {name for name, spec in TOOLS.items() if spec.needs_approval}
+    return frozenset(config.require_approval) | declared
+
+
 def call_target(tool: str, arguments: str | Mapping[str, Any]) -> str:
     """The file or command a call acts on, shortened for a line; ``""`` if it cannot be told."""
     try:
@@ -57,11 +64,15 @@ def call_target(tool: str, arguments: str | Mapping[str, Any]) -> str:
 
 
 def offered_tools(config: AgentConfig) -> tuple[str, ...]:
-    """The catalogue less blacklisted tools, and less ``run_command`` unless the run allows it."""
+    """The run's choice of tools (``config.tools``, or the whole catalogue) less blacklisted
+    ones, less ``run_command`` unless the run allows it, less ``ask_client`` without client
+    queries."""
+    chosen = TOOLS if config.tools is None else config.tools
     return tuple(
         name
         for name in TOOLS
-        if name not in config.blacklisted_tools
+        if name in chosen
+        and name not in config.blacklisted_tools
         and (name != "run_command" or config.allow_run_command)
         and (name != "ask_client" or config.client_queries)
     )

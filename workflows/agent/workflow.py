@@ -362,7 +362,9 @@ class AgentWorkflow:
             return Event.TOOL_BLACKLISTED
         m.assistant_text = response.content
         m.current_tool_calls = calls
-        waiting = approvals.approvals_needed(calls, config.require_approval, m.step, workflow.now())
+        waiting = approvals.approvals_needed(
+            calls, planning.approval_required(config), m.step, workflow.now()
+        )
         if waiting:
             m.pending_approvals = waiting
             return Event.HUMAN_APPROVAL_REQUIRED
@@ -619,6 +621,7 @@ class AgentWorkflow:
                     config,
                     f"step {run.memory.step} · {call.name} {target}",
                     command=call.name == "run_command",
+                    tool_timeout=TOOLS[call.name].timeout_seconds,
                 ),
             )
         except ActivityError as exc:

@@ -1,0 +1,90 @@
+"""Your own tools: an argument model, an async function, and a few declared facts.
+
+A tool is one module::
+
+    class GitDiffArgs(ToolArgs):
+        path: str = Field(".", description="File or directory to diff, relative to the workspace.")
+
+    async def git_diff(args: GitDiffArgs, context: ToolContext) -> ToolOutput:
+        ...
+
+    TOOL = Tool(
+        name="git_diff",
+        description="Show uncommitted changes in the workspace's git repository.",
+        args=GitDiffArgs,
+        run=git_diff,
+        target=lambda args: args.path,
+    )
+
+and one line in ``activities/tools/registry.py``. The argument model's field descriptions become
+the JSON Schema the model sees; the workflow validates every call against it before anything
+runs, so a bad call is an ``ERROR:`` observation. Custom tools get what the built-in ones get:
+approval (``needs_approval``, or the run's ``require_approval``), the blacklist, the run's choice
+of tools (``AgentConfig.tools``), parallel execution, progress tracking by ``target`` and
+``mutating``, summaries in the Web UI, the trace and the live stream.
+
+The function runs inside the ``run_tool`` activity, on the worker: it may do I/O. It returns a
+``ToolOutput`` (or a plain string), and raises ``ToolError`` for a failure the model should read
+("no such branch"); anything else is a bug, which Temporal retries. Long outputs are capped and
+stored like the built-in tools' outputs.
+
+This module is imported inside the workflow sandbox (passed through, via the catalogue): keep
+tool modules' top-level imports light, and do the I/O inside the functions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+from activities.errors import ToolError
+from activities.tools.output import ToolOutput
+from activities.tools.workspace import resolve
+from workflows.agent.tool_args import ToolArgs
+
+if TYPE_CHECKING:
+    # Only a type here: the catalogue imports this module (through the registry) while the
+    # models module is still importing the catalogue.
+    from workflows.agent.models import ToolPolicy
+
+__all__ = ["Tool", "ToolArgs", "ToolContext", "ToolError", "ToolOutput"]
+
+A = TypeVar("A", bound=ToolArgs)
+
+
+@dataclass(frozen=True)
+class ToolContext:
+    """What a tool function may use: its run's workspace (every path confined to it) and the
+    run's tool policy (output cap, command timeout)."""
+
+    workspace: Path
+    policy: ToolPolicy
+
+    def path(self, relative: str) -> Path:
+        """``relative`` resolved inside the workspace; ``ToolError`` if it leads out."""
+        return resolve(self.workspace, relative)
+
+
+def _no_target(args: Any) -> str:
+    return ""
+
+
+@dataclass(frozen=True)
+class Tool(Generic[A]):
+    """A tool the model can call: its schema, its function and its facts."""
+
+    name: str
+    """What the model calls it: ``^[a-z][a-z0-9_]{0,63}$``, unique among all tools."""
+    description: str
+    args: type[A]
+    run: Callable[[A, ToolContext], Awaitable[ToolOutput | str]]
+    mutating: bool = False
+    """A successful call may change files: progress tracking counts it, the post-tools hook runs."""
+    needs_approval: bool = False
+    """Every call waits for a human, in every run (runs add more with ``require_approval``)."""
+    timeout_seconds: float | None = None
+    """Start-to-close timeout of one call; default: the run's ``tool_timeout_seconds``."""
+    target: Callable[[A], str] = field(default=_no_target)
+    """The file or thing a call acts on, for summaries, the trace and progress tracking."""
