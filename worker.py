@@ -33,6 +33,7 @@ from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from activities import jobs as job_activities
+from activities.hooks import HookActivities
 from activities.model.activity import ModelActivities, ProviderSettings, http_client
 from activities.store.blobs import BlobStore, FileBlobStore
 from activities.store.conversation import ConversationStore
@@ -83,6 +84,8 @@ PASSTHROUGH_MODULES = (
     "workflows.agent.threads",
     "workflows.agent.handover",
     "workflows.agent.events",
+    "workflows.agent.hooks",
+    "workflows.agent.tool_args",
     "workflows.agent.client_queries",
     "workflows.agent.progress",
     "workflows.agent.providers",
@@ -130,6 +133,7 @@ def build_worker(
         activities=[
             models.call_model,
             tools.run_tool,
+            HookActivities().run_hook,
             *job_activities.ACTIVITIES,
         ],
         workflow_runner=workflow_runner(),

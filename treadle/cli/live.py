@@ -333,6 +333,8 @@ def event_text(event: AgentEvent, *, show_messages: bool = True) -> Text | None:
         lines.append((f"! refused: {short(event.text, 300)}", "red"))
     elif kind == "error":
         lines.append((f"✗ error: {short(event.text, 500)}", "bold red"))
+    elif kind == "hook":
+        lines.append((f"⚙ hook {short(event.text, 200)}", "dim" if event.ok else "yellow"))
     elif kind == "continued":
         lines.append((f"… continued as new ({short(event.text)})", "dim"))
     elif kind == "ended":

@@ -71,6 +71,7 @@ EventKind = Literal[
     "answer",
     "error",
     "continued",
+    "hook",
     "ended",
 ]
 """``started`` the run began (task); ``state`` a transition (``text`` is "A -> B · why");

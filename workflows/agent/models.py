@@ -17,6 +17,7 @@ from temporalio.contrib.workflow_streams import WorkflowStreamState
 
 from workflows.agent.catalogue import TOOLS
 from workflows.agent.events import ClientQuery
+from workflows.agent.hooks import check_hook_names, parse_author
 from workflows.agent.progress import ProgressConfig, ProgressSummary
 from workflows.agent.providers import ModelStringError, resolve
 from workflows.agent.state_machine import State
@@ -64,6 +65,13 @@ class AgentConfig(Frozen):
     """Tools whose calls wait for a human ``approve`` / ``reject`` / ``modify`` signal."""
     blacklisted_tools: tuple[str, ...] = ()
     """Tools the model may not call; a call becomes an ``ERROR:`` observation."""
+    hooks: tuple[str, ...] = ()
+    """Post-tools hooks (Loom), run in this order after a step whose tools changed files:
+    ``git_commit`` commits the change in a workspace that is a git repository. A failing hook
+    is a trace line; the loop goes on."""
+    commit_author: str | None = None
+    """``"Name <email>"`` of the ``git_commit`` hook's commits (default
+    ``Treadle <treadle@localhost>``)."""
     tools: tuple[str, ...] | None = None
     """The tools this run offers the model, by name (built-in and your own); default: all of
     them. ``run_command`` still needs ``allow_run_command``."""
@@ -147,6 +155,20 @@ class AgentConfig(Frozen):
     search_attributes: bool = True
     """Keep AgentState / AgentStep / AgentModel current. Turn off only where they cannot be
     registered (the time-skipping test server): upserting an unknown one fails the run's task."""
+
+    @field_validator("hooks", mode="before")
+    @classmethod
+    def _hooks(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            value = tuple(part.strip() for part in value.split(",") if part.strip())
+        return check_hook_names(value) if isinstance(value, list | tuple) else value
+
+    @field_validator("commit_author")
+    @classmethod
+    def _commit_author(cls, value: str | None) -> str | None:
+        if value is not None:
+            parse_author(value)
+        return value
 
     @field_validator("models")
     @classmethod

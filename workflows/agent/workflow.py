@@ -30,6 +30,7 @@ from workflows.agent import (
     client_queries,
     events,
     handover,
+    hooks,
     options,
     planning,
     recovery,
@@ -48,6 +49,7 @@ from workflows.agent.catalogue import (
 )
 from workflows.agent.client_queries import AnswerRefused
 from workflows.agent.events import AgentEvent, ClientAnswer, ClientQuery, EventKind
+from workflows.agent.hooks import HookRequest, HookResult
 from workflows.agent.models import (
     AgentInput,
     AgentResult,
@@ -75,6 +77,7 @@ from workflows.base import failure_message
 with workflow.unsafe.imports_passed_through():
     # Activity classes are referenced by method (names by object, not string). Their modules
     # load the HTTP client library, which must not be re-imported in the sandbox every run.
+    from activities.hooks import HookActivities
     from activities.model.activity import ModelActivities
     from activities.tools.builtin import ToolActivities
 
@@ -688,16 +691,52 @@ class AgentWorkflow:
         return Event.NEEDS_REFLECTION if self._run.reflection_due() else Event.CONTINUE
 
     async def _post_tools_hook(self) -> Event:
-        """Loom's post-tools hook: infrastructure work after mutating tools (none built in yet)."""
-        history = self._run.memory.history
+        """Loom's post-tools hook: each hook of the config, in order, after a step whose tools
+        changed files (``git_commit`` commits them). A failed hook is a trace line."""
+        run, config = self._run, self._run.input.config
+        history = run.memory.history
         last = history[-1] if history else None
-        changed = sorted({p for o in (last.outcomes if last else ()) for p in o.mutated_paths})
-        self._record(
-            State.POST_TOOLS_HOOK,
-            "HookRun",
-            f"changed: {', '.join(changed) if changed else '(by command)'}",
+        outcomes = [o for o in (last.outcomes if last else ()) if o.success]
+        changed = sorted({p for o in outcomes for p in o.mutated_paths})
+        if not config.hooks:
+            self._record(
+                State.POST_TOOLS_HOOK,
+                "HookRun",
+                f"changed: {', '.join(changed) if changed else '(by command)'}",
+            )
+        for name in config.hooks:
+            result = await self._run_hook(name, last.step if last else run.memory.step, outcomes)
+            self._record(State.POST_TOOLS_HOOK, "HookRun", hooks.describe(result))
+            self._emit("hook", hooks.describe(result), tool=name, ok=result.outcome != "failed")
+        return Event.NEEDS_REFLECTION if run.reflection_due() else Event.HOOK_DONE
+
+    async def _run_hook(self, name: str, step: int, outcomes: list[ToolOutcome]) -> HookResult:
+        config, info = self._run.input.config, workflow.info()
+        mutating = [o for o in outcomes if o.call.name in TOOLS and TOOLS[o.call.name].mutating]
+        request = HookRequest(
+            hook=name,
+            workspace=self._run.input.workspace,
+            step=step,
+            tools=tuple(dict.fromkeys(o.call.name for o in mutating)),
+            files=tuple(sorted({p for o in mutating for p in o.mutated_paths})),
+            commit_author=config.commit_author,
+            workflow_id=info.workflow_id,
+            run_id=info.run_id,
         )
-        return Event.NEEDS_REFLECTION if self._run.reflection_due() else Event.HOOK_DONE
+        try:
+            result: HookResult = await workflow.execute_activity_method(
+                HookActivities.run_hook,
+                request,
+                **hooks.hook_call(
+                    f"step {step} · hook {name}",
+                    heartbeat_timeout_seconds=config.heartbeat_timeout_seconds,
+                ),
+            )
+        except ActivityError as exc:
+            if is_cancelled_exception(exc):
+                raise
+            return HookResult.failure(name, failure_message(exc))
+        return result
 
     async def _recover(self) -> Event:
         event = recovery.recover(self._run)
