@@ -3,11 +3,13 @@
     python worker.py                 # connect to the configured server (TEMPORAL_ADDRESS, profiles)
     python worker.py --dev-server    # start the dev server from temporal-dev.yaml if none answers
     python worker.py --sync-jobs     # also create/update the built-in jobs' Temporal Schedules
+    python worker.py --mcp-config mcp.toml   # offer these MCP servers' tools (docs/mcp.md)
 
 Model settings (``OPENAI_BASE_URL``, ``OPENAI_API_KEY``, ``OLLAMA_BASE_URL``) are read here, from
 this process's environment, and stay here. With ``TREADLE_ENCRYPTION_KEYS`` set every payload the
 worker writes to Temporal is encrypted (see treadle/codec.py); starters need the same keys.
-A malformed --address or key setting is refused before anything starts (exit code 2).
+A malformed --address or key setting, or an MCP config file (``--mcp-config`` /
+``TREADLE_MCP_CONFIG``) that cannot be used, is refused before anything starts (exit code 2).
 
 SIGTERM / Ctrl-C shut down gracefully: in-flight activities get ``--graceful-shutdown`` seconds to
 finish, then are handed back to Temporal so another worker resumes them at once.
@@ -34,6 +36,7 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxR
 
 from activities import jobs as job_activities
 from activities.hooks import HookActivities
+from activities.mcp import McpActivities, McpConfig, McpConfigError, load_mcp_config
 from activities.model.activity import ModelActivities, ProviderSettings, http_client
 from activities.store.blobs import BlobStore, FileBlobStore
 from activities.store.conversation import ConversationStore
@@ -59,6 +62,7 @@ from workflows.monitors import workflow as monitor_workflows
 HERE = Path(__file__).resolve().parent
 DEFAULT_DEV_CONFIG = HERE / "temporal-dev.yaml"
 DEFAULT_STORE = HERE / ".temporal" / "store"
+MCP_CONFIG_ENV = "TREADLE_MCP_CONFIG"
 
 log = logging.getLogger("treadle.worker")
 
@@ -117,15 +121,24 @@ def build_worker(
     max_concurrent_activities: int = 100,
     store: BlobStore | None = None,
     confinement: Confinement = Confinement.AUTO,
+    mcp: McpActivities | None = None,
 ) -> Worker:
     """The one place that decides what a Treadle worker runs and how.
 
     ``store`` keeps conversation content once, so model calls carry references instead of the
     whole conversation (without one, every call carries it all: history grows quadratically).
+    ``mcp`` holds the worker's MCP servers and their sessions (its owner closes it after the
+    worker stops); without one the MCP activities are still registered, with no servers, so a
+    run that lists MCP tools learns there are none instead of waiting for an activity no worker
+    has.
     """
     conversations = ConversationStore(store) if store is not None else None
     models = ModelActivities(settings, http, conversations)
     tools = ToolActivities(confinement=confinement, store=conversations)
+    if mcp is None:
+        mcp = McpActivities(McpConfig())
+    elif mcp.store is None:
+        mcp.store = conversations  # long MCP outputs are stored like every tool's
     return Worker(
         client,
         task_queue=task_queue,
@@ -134,6 +147,8 @@ def build_worker(
             models.call_model,
             tools.run_tool,
             HookActivities().run_hook,
+            mcp.list_mcp_tools,
+            mcp.call_mcp_tool,
             *job_activities.ACTIVITIES,
         ],
         workflow_runner=workflow_runner(),
@@ -162,7 +177,7 @@ async def server_address(
         yield server.address, server.namespace, True
 
 
-async def run(args: argparse.Namespace) -> int:
+async def run(args: argparse.Namespace, mcp_config: McpConfig | None = None) -> int:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
@@ -186,7 +201,9 @@ async def run(args: argparse.Namespace) -> int:
                 why = f" ({outcome.error})" if outcome.error else ""
                 print(f"Job schedule {outcome.schedule_id}: {outcome.action}{why}", flush=True)
         settings = ProviderSettings.from_env(os.environ)
-        async with http_client() as http:
+        mcp = McpActivities(mcp_config, environ=os.environ)
+        # Exited after the worker: its MCP servers stop once no activity can use them.
+        async with http_client() as http, mcp:
             worker = build_worker(
                 client,
                 task_queue=args.task_queue,
@@ -195,6 +212,7 @@ async def run(args: argparse.Namespace) -> int:
                 graceful_shutdown=timedelta(seconds=args.graceful_shutdown),
                 store=blob_store(args.store, os.environ),
                 confinement=Confinement(args.command_confinement),
+                mcp=mcp,
             )
             async with worker:
                 print(
@@ -250,6 +268,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         default=Confinement.AUTO.value,
         help="run_command under bubblewrap: auto (when it works here), bwrap (required), off",
     )
+    parser.add_argument(
+        "--mcp-config",
+        default=os.environ.get(MCP_CONFIG_ENV) or None,
+        metavar="FILE",
+        help="TOML file of the MCP servers whose tools this worker offers (see docs/mcp.md; "
+        f"default from {MCP_CONFIG_ENV} when set; none: no MCP tools)",
+    )
     parser.add_argument("--log-level", default="INFO")
     return parser.parse_args(argv)
 
@@ -270,8 +295,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         # Before the dev server: a bad setting must not leave anything started behind it.
         check_settings(address=args.address, environ=os.environ)
-        return asyncio.run(run(args))
-    except (DevServerError, TemporalConnectionError, EncryptionError) as exc:
+        mcp_config = load_mcp_config(Path(args.mcp_config), os.environ) if args.mcp_config else None
+        return asyncio.run(run(args, mcp_config))
+    except (DevServerError, TemporalConnectionError, EncryptionError, McpConfigError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
 

@@ -70,6 +70,7 @@ __all__ = [
     "read_file",
     "run_command",
     "search_files",
+    "store_long_output",
     "write_file",
 ]
 
@@ -716,24 +717,32 @@ class ToolActivities:
             request.call.id,
             result.success,
         )
-        if self.store is not None and len(result.output) > STORE_OUTPUT_OVER_CHARS:
-            # The whole output goes to the conversation store, written once; history carries
-            # a preview and the key, so a 50 KB output costs a step no more than a 2 KB one.
-            key = await self.store.put_text(result.output)
-            return result.model_copy(
-                update={
-                    "output": preview(result.output),
-                    "output_ref": key,
-                    "output_chars": len(result.output),
-                }
-            )
-        return result
+        return await store_long_output(self.store, result)
 
 
 STORE_OUTPUT_OVER_CHARS = 1_000
 """Outputs longer than this are stored; the workflow keeps a preview (head and tail)."""
 PREVIEW_HEAD_CHARS = 300
 PREVIEW_TAIL_CHARS = 200
+
+
+async def store_long_output(store: ConversationStore | None, result: ToolResult) -> ToolResult:
+    """``result`` with an output over ``STORE_OUTPUT_OVER_CHARS`` moved to the store (shared by
+    every tool activity: built-in, your own, MCP).
+
+    The whole output goes to the conversation store, written once; history carries a preview
+    and the key, so a 50 KB output costs a step no more than a 2 KB one.
+    """
+    if store is None or len(result.output) <= STORE_OUTPUT_OVER_CHARS:
+        return result
+    key = await store.put_text(result.output)
+    return result.model_copy(
+        update={
+            "output": preview(result.output),
+            "output_ref": key,
+            "output_chars": len(result.output),
+        }
+    )
 
 
 def preview(text: str) -> str:

@@ -1,0 +1,105 @@
+"""The names the model sees for MCP tools, and the pure MCP messages (workflows/agent/mcp.py)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from pydantic import ValidationError
+
+import activities.mcp
+import workflows.agent.mcp
+from workflows.agent.mcp import (
+    TOOL_NAME,
+    McpCallRequest,
+    McpToolInfo,
+    McpToolList,
+    check_server_name,
+    is_mcp_name,
+    namespaced_name,
+    unique_names,
+)
+
+
+def test_a_plain_name_is_prefixed_and_otherwise_unchanged() -> None:
+    """mcp__<server>__<tool> when the tool's name already fits OpenAI's rule."""
+    assert namespaced_name("github", "create_issue") == "mcp__github__create_issue"
+    assert is_mcp_name("mcp__github__create_issue")
+    assert not is_mcp_name("read_file")
+
+
+@pytest.mark.parametrize(
+    "tool",
+    [
+        "files.read",
+        "a/b c",
+        "ünïcødé",
+        "x" * 128,
+        "get_the_weather_forecast_for_a_city_by_its_name_and_country_code",
+    ],
+)
+def test_every_name_fits_openai_and_keeps_its_origin_apart(tool: str) -> None:
+    """Sanitised or cut names match ^[a-zA-Z0-9_-]{1,64}$ and carry a hash of the original."""
+    name = namespaced_name("srv", tool)
+    assert TOOL_NAME.match(name), name
+    assert name.startswith("mcp__srv__")
+    assert name != namespaced_name("srv", tool + "2")
+    assert name != namespaced_name("other", tool)
+
+
+def test_names_that_sanitise_alike_stay_different() -> None:
+    """'a.b' and 'a/b' both sanitise to 'a_b', and to 'a_b' itself: three different names."""
+    names = unique_names([("s", "a.b"), ("s", "a/b"), ("s", "a_b")])
+    assert len(set(names.values())) == 3
+    assert names[("s", "a_b")] == "mcp__s__a_b"
+
+
+def test_unique_names_resolves_a_collision_deterministically() -> None:
+    """A name already taken (a forced collision) gets a different hash; repeated pairs keep one."""
+    first = namespaced_name("s", "x" * 100)
+    names = unique_names([("s", "x" * 100), ("s", "x" * 100)])
+    assert names == {("s", "x" * 100): first}
+
+
+@pytest.mark.parametrize("bad", ["", "Upper", "a b", "a__b", "x" * 33, "dots.no"])
+def test_server_names_that_cannot_namespace_are_refused(bad: str) -> None:
+    """Server names are 1-32 of [a-z0-9_-] without '__' (which separates the parts)."""
+    with pytest.raises(ValueError, match="is not a server name"):
+        check_server_name(bad)
+
+
+def test_tool_list_refuses_duplicate_names_and_finds_by_name() -> None:
+    """A listing holds each model-facing name once; find() maps a name back to server and tool."""
+    info = McpToolInfo(name="mcp__s__t", server="s", tool="t")
+    listing = McpToolList(tools=(info,), listed_at=datetime.now(UTC))
+    assert listing.find("mcp__s__t") == info
+    assert listing.find("mcp__s__u") is None
+    assert listing.servers() == ("s",)
+    with pytest.raises(ValidationError, match="duplicate tool name"):
+        McpToolList(tools=(info, info), listed_at=datetime.now(UTC))
+
+
+def test_attempt_timeout_covers_connecting_the_call_and_a_grace() -> None:
+    """The workflow's start-to-close timeout outlasts the activity's own timeouts."""
+    info = McpToolInfo(
+        name="mcp__s__t", server="s", tool="t", timeout_seconds=30, connect_timeout_seconds=5
+    )
+    assert info.attempt_timeout() == timedelta(seconds=45)
+    assert info.attempt_timeout(100) == timedelta(seconds=115)
+
+
+def test_call_request_is_small_typed_data() -> None:
+    """A call request round-trips through JSON as the data converter sends it."""
+    request = McpCallRequest(server="s", tool="t", arguments={"a": [1, 2]}, call_id="c1", step=3)
+    assert McpCallRequest.model_validate_json(request.model_dump_json()) == request
+    with pytest.raises(ValidationError):
+        McpCallRequest(server="s", tool="t", call_id="")
+
+
+def test_public_names_are_exported() -> None:
+    """Both MCP modules' ``__all__`` lists names that exist, and only the activity class and the
+    config are public on the activity side."""
+    for module in (activities.mcp, workflows.agent.mcp):
+        missing = [name for name in module.__all__ if not hasattr(module, name)]
+        assert missing == [], module.__name__
+    assert "McpActivities" in activities.mcp.__all__

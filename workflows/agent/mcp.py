@@ -1,0 +1,202 @@
+"""MCP tools as the workflow sees them: typed messages of the two MCP activities, and the rule
+that names an MCP tool for the model.
+
+``list_mcp_tools(McpListRequest) -> McpToolList`` tells a run which tools the worker's MCP
+servers offer; ``call_mcp_tool(McpCallRequest) -> ToolResult`` runs one of them. Both live in
+``activities/mcp``. This module is pure data (no I/O, no clock), so the workflow sandbox may
+import it.
+
+**Names.** The model sees an MCP tool as ``mcp__<server>__<tool>``. OpenAI accepts tool names
+matching ``^[a-zA-Z0-9_-]{1,64}$``, and an MCP tool name may hold other characters (``.``,
+``/``) and be up to 128 long, so ``namespaced_name`` makes every name fit:
+
+1. every character of the tool name outside ``[a-zA-Z0-9_-]`` becomes ``_``;
+2. when that changed the name, or the result is longer than 64 characters, the name is cut to
+   55 characters and ``_`` plus 8 hex digits of ``sha256("<server>/<tool>")`` is appended, so
+   two tools that sanitise or cut to the same text still get different names.
+
+Names that needed no change stay as they are (``mcp__github__create_issue``). A server name is
+``[a-z0-9_-]``, at most 32 characters and never contains ``__``, so the first ``__`` after the
+prefix always ends it; the workflow never parses names, though: ``McpToolList.find`` maps a
+name back to its ``McpToolInfo`` (server and original tool name).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Iterable
+from datetime import datetime, timedelta
+from typing import Any
+
+from pydantic import Field, field_validator
+
+from workflows.base import Frozen
+
+__all__ = [
+    "CALL_GRACE_SECONDS",
+    "MCP_PREFIX",
+    "TOOL_NAME",
+    "McpCallRequest",
+    "McpListRequest",
+    "McpToolInfo",
+    "McpToolList",
+    "check_server_name",
+    "is_mcp_name",
+    "namespaced_name",
+    "unique_names",
+]
+
+MCP_PREFIX = "mcp__"
+"""Every MCP tool's name starts with this; no built-in or custom tool's does."""
+MAX_TOOL_NAME_CHARS = 64
+"""The longest tool name OpenAI's API accepts."""
+TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
+"""What OpenAI's API accepts as a tool name; every ``namespaced_name`` matches it."""
+SERVER_NAME = re.compile(r"^[a-z0-9_-]{1,32}$")
+"""A configured server's name (and ``__`` is refused besides: it separates the parts)."""
+MAX_DESCRIPTION_CHARS = 2_000
+"""A tool description longer than this is cut: it travels with every model call."""
+CALL_GRACE_SECONDS = 10.0
+"""Added to connect and call timeouts for an attempt's start-to-close timeout: time to start a
+server, translate its answer and store a long output, so the activity's own timeouts (which say
+what happened) fire before Temporal's (which only say that time ran out)."""
+
+_HASH_CHARS = 8
+_UNSAFE = re.compile(r"[^a-zA-Z0-9_-]")
+
+
+def check_server_name(name: str) -> str:
+    """``name`` when it can namespace tools; ``ValueError`` saying why not otherwise."""
+    if not SERVER_NAME.match(name):
+        raise ValueError(
+            f"{name!r} is not a server name: use 1-32 of a-z, 0-9, '_' and '-' (it prefixes "
+            "the tool names the model sees)"
+        )
+    if "__" in name:
+        raise ValueError(f"{name!r} is not a server name: '__' separates the parts of tool names")
+    return name
+
+
+def namespaced_name(server: str, tool: str) -> str:
+    """The name the model sees for ``tool`` of ``server`` (the rule is in the module docstring)."""
+    clean = _UNSAFE.sub("_", tool)
+    name = f"{MCP_PREFIX}{server}__{clean}"
+    if clean == tool and len(name) <= MAX_TOOL_NAME_CHARS:
+        return name
+    digest = hashlib.sha256(f"{server}/{tool}".encode()).hexdigest()[:_HASH_CHARS]
+    return f"{name[: MAX_TOOL_NAME_CHARS - _HASH_CHARS - 1]}_{digest}"
+
+
+def is_mcp_name(name: str) -> bool:
+    """Whether a tool name the model used names an MCP tool."""
+    return name.startswith(MCP_PREFIX)
+
+
+class McpToolInfo(Frozen):
+    """One tool an MCP server offers, as listed by ``list_mcp_tools``."""
+
+    name: str = Field(pattern=TOOL_NAME.pattern)
+    """What the model sees and calls: ``mcp__<server>__<tool>`` (see ``namespaced_name``)."""
+    server: str
+    """The configured server's name."""
+    tool: str
+    """The tool's own name on its server: what ``McpCallRequest.tool`` carries."""
+    description: str = ""
+    """The server's description (or title), cut to ``MAX_DESCRIPTION_CHARS``."""
+    input_schema: dict[str, Any] = Field(
+        default_factory=lambda: {"type": "object", "properties": {}}
+    )
+    """The JSON Schema of the arguments, as the server declared it (an object schema)."""
+    mutating: bool = True
+    """``False`` only when the server marks the tool read-only (``readOnlyHint``): a tool
+    without annotations may change anything, so it counts as mutating."""
+    needs_approval: bool = True
+    """A hint from the server's annotations: mutating and not marked non-destructive
+    (``destructiveHint: false``). Annotations come from the server, so the run's own approval
+    policy decides; this is what to do when it names nothing."""
+    timeout_seconds: float = Field(60.0, gt=0)
+    """How long one call may take on the server (the server's ``timeout_seconds``)."""
+    connect_timeout_seconds: float = Field(10.0, gt=0)
+    """How long starting or reaching the server may take (its ``list_timeout_seconds``)."""
+
+    def attempt_timeout(self, timeout_seconds: float | None = None) -> timedelta:
+        """The start-to-close timeout for one ``call_mcp_tool`` attempt: connecting, the
+        call (``timeout_seconds`` when the request overrides the server's) and a grace."""
+        call = self.timeout_seconds if timeout_seconds is None else timeout_seconds
+        return timedelta(seconds=self.connect_timeout_seconds + call + CALL_GRACE_SECONDS)
+
+
+class McpToolList(Frozen):
+    """What ``list_mcp_tools`` answers: the tools of the servers that answered, and why the
+    others did not."""
+
+    tools: tuple[McpToolInfo, ...] = ()
+    unavailable: dict[str, str] = Field(default_factory=dict)
+    """server name -> why its tools are missing (not configured, down, too slow...)."""
+    listed_at: datetime
+    """When the oldest of these listings was made (the worker caches listings)."""
+
+    @field_validator("tools")
+    @classmethod
+    def _unique_names(cls, tools: tuple[McpToolInfo, ...]) -> tuple[McpToolInfo, ...]:
+        names = [tool.name for tool in tools]
+        duplicates = sorted({name for name in names if names.count(name) > 1})
+        if duplicates:
+            raise ValueError(f"duplicate tool name(s): {', '.join(duplicates)}")
+        return tools
+
+    def find(self, name: str) -> McpToolInfo | None:
+        """The tool the model calls ``name``, if one of these servers offers it."""
+        return next((tool for tool in self.tools if tool.name == name), None)
+
+    def names(self) -> tuple[str, ...]:
+        return tuple(tool.name for tool in self.tools)
+
+    def servers(self) -> tuple[str, ...]:
+        """The servers that answered, in listing order."""
+        return tuple(dict.fromkeys(tool.server for tool in self.tools))
+
+
+class McpListRequest(Frozen):
+    """Input of ``list_mcp_tools``."""
+
+    servers: tuple[str, ...] = ()
+    """The servers to list, by configured name; empty: every server the worker has."""
+    refresh: bool = False
+    """Ask the servers again instead of answering from the worker's cache."""
+
+
+class McpCallRequest(Frozen):
+    """Input of ``call_mcp_tool``: one call the workflow has decided to run."""
+
+    server: str = Field(min_length=1, max_length=32)
+    tool: str = Field(min_length=1, max_length=256)
+    """The tool's own name on the server (``McpToolInfo.tool``), not the namespaced one."""
+    arguments: dict[str, Any] = Field(default_factory=dict)
+    """The model's arguments, already parsed from JSON; the server checks them against its
+    schema (a refusal comes back as ``success=False``)."""
+    call_id: str = Field(min_length=1, max_length=200)
+    step: int = Field(0, ge=0)
+    timeout_seconds: float | None = Field(None, gt=0, le=24 * 3600)
+    """Overrides the server's ``timeout_seconds`` for this call."""
+    max_output_chars: int = Field(12_000, ge=100)
+    """The run's ``ToolPolicy.max_output_chars``: longer text is cut, as for built-in tools."""
+
+
+def unique_names(pairs: Iterable[tuple[str, str]]) -> dict[tuple[str, str], str]:
+    """``namespaced_name`` for each (server, tool), with a counter mixed into the hash in the
+    (astronomically unlikely) case that two hashes collide, so every name is unique."""
+    taken: dict[str, tuple[str, str]] = {}
+    result: dict[tuple[str, str], str] = {}
+    for server, tool in pairs:
+        if (server, tool) in result:
+            continue
+        name, attempt = namespaced_name(server, tool), 0
+        while name in taken:
+            attempt += 1
+            digest = hashlib.sha256(f"{server}/{tool}#{attempt}".encode()).hexdigest()
+            name = f"{name[: MAX_TOOL_NAME_CHARS - _HASH_CHARS - 1]}_{digest[:_HASH_CHARS]}"
+        taken[name] = (server, tool)
+        result[(server, tool)] = name
+    return result
