@@ -33,7 +33,14 @@ from treadle.devserver import DevServer, DevServerConfig, default_search_dirs, f
 from treadle.scripted_model import ScriptedModelServer
 from worker import WORKFLOWS, build_worker, workflow_runner
 from workflows.agent import search_attributes
-from workflows.agent.models import AgentConfig, AgentInput, AgentStatus, TraceEntry
+from workflows.agent.models import (
+    AgentConfig,
+    AgentInput,
+    AgentResult,
+    AgentStatus,
+    Trace,
+    TraceEntry,
+)
 from workflows.agent.workflow import AgentWorkflow
 
 HISTORIES = Path(__file__).parent / "histories"
@@ -185,6 +192,43 @@ class Harness:
             if asyncio.get_running_loop().time() > deadline:
                 raise AssertionError(f"{len(found)} {event} entries, expected {count}")
             await asyncio.sleep(0.05)
+
+
+async def run_to_end_on_time_skipping(
+    env: WorkflowEnvironment,
+    models: ScriptedModelServer,
+    workspace: Path,
+    turns: list[Mapping[str, Any]],
+    *,
+    task: str = "Do the task.",
+    thread: bool = False,
+    **config: Any,
+) -> tuple[str, AgentResult, Trace]:
+    """A run on the time-skipping server (its timers skipped) with a scripted model of its
+    own, to its end: the model's name, the result and the trace."""
+    suffix = uuid.uuid4().hex[:8]
+    name = f"ts-{suffix}"
+    models.add_model(name, turns)
+    async with (
+        http_client() as http,
+        scripted_worker(env.client, f"ts-{suffix}", models, http),
+    ):
+        handle = await env.client.start_workflow(
+            AgentWorkflow.run,
+            AgentInput(
+                task=task,
+                model=f"openai:{name}",
+                workspace=str(workspace),
+                thread=thread,
+                # The time-skipping server registers no search attributes.
+                config=AgentConfig.model_validate({**config, "search_attributes": False}),
+            ),
+            id=f"ts-{suffix}",
+            task_queue=f"ts-{suffix}",
+        )
+        result: AgentResult = await handle.result()
+        trace: Trace = await handle.query(AgentWorkflow.trace)
+    return name, result, trace
 
 
 def tool_messages(body: Mapping[str, Any]) -> list[dict[str, Any]]:

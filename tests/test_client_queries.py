@@ -6,7 +6,6 @@ on Loom's examples and by properties."""
 from __future__ import annotations
 
 import json
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -16,14 +15,19 @@ from hypothesis import strategies as st
 from temporalio.client import WorkflowHandle, WorkflowUpdateFailedError
 from temporalio.testing import WorkflowEnvironment
 
-from activities.model.activity import http_client
-from tests.conftest import Harness, keep_history, replayer, scripted_worker, tool_messages
+from tests.conftest import (
+    Harness,
+    keep_history,
+    replayer,
+    run_to_end_on_time_skipping,
+    tool_messages,
+)
 from tests.stream_support import events
 from treadle.scripted_model import ScriptedModelServer
 from workflows.agent.catalogue import AskClientArgs, parse_arguments
 from workflows.agent.client_queries import MAX_DETECTED_TEXT, detect, detected_call
 from workflows.agent.events import ClientAnswer, ClientQuery
-from workflows.agent.models import AgentConfig, AgentInput, AgentResult, AgentStatus, RunStatus
+from workflows.agent.models import AgentResult, AgentStatus, RunStatus
 from workflows.agent.workflow import AgentWorkflow
 
 ASK_FILE = {"name": "ask_client", "arguments": {"kind": "file_read", "what": "src/main.rs"}}
@@ -311,26 +315,14 @@ async def test_an_unanswered_query_times_out_into_an_error_observation(
 ) -> None:
     """Nobody answers: after the timeout (a durable timer, skipped here) the model is told,
     and the run goes on to its answer instead of failing."""
-    task_queue = f"cq-{uuid.uuid4().hex[:8]}"
-    name = f"cq-{uuid.uuid4().hex[:8]}"
-    model_server.add_model(name, [{"tool_calls": [ASK_FILE]}, {"content": "no file, so I guessed"}])
-    async with (
-        http_client() as http,
-        scripted_worker(time_skipping.client, task_queue, model_server, http),
-    ):
-        handle = await time_skipping.client.start_workflow(
-            AgentWorkflow.run,
-            AgentInput(
-                task="What does main.rs do?",
-                model=f"openai:{name}",
-                workspace=str(tmp_path),
-                config=AgentConfig(client_query_timeout_seconds=3600, search_attributes=False),
-            ),
-            id=f"cq-{uuid.uuid4().hex[:8]}",
-            task_queue=task_queue,
-        )
-        result: AgentResult = await handle.result()
-        trace = await handle.query(AgentWorkflow.trace)
+    name, result, trace = await run_to_end_on_time_skipping(
+        time_skipping,
+        model_server,
+        tmp_path,
+        [{"tool_calls": [ASK_FILE]}, {"content": "no file, so I guessed"}],
+        task="What does main.rs do?",
+        client_query_timeout_seconds=3600,
+    )
     assert (result.status, result.answer) == (RunStatus.DONE, "no file, so I guessed")
     [tool] = tool_messages(model_server.requests_for(name)[1].body)
     assert tool["content"] == (

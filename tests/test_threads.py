@@ -16,8 +16,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowHandle, WorkflowUpdateFailedError
 from temporalio.testing import WorkflowEnvironment
 
-from activities.model.activity import http_client
-from tests.conftest import Harness, keep_history, replayer, scripted_worker
+from tests.conftest import Harness, keep_history, replayer, run_to_end_on_time_skipping
 from treadle.scripted_model import ScriptedModelServer
 from workflows.agent.models import (
     AgentConfig,
@@ -230,27 +229,15 @@ async def test_an_idle_thread_ends_after_its_timeout(
     time_skipping: WorkflowEnvironment, model_server: ScriptedModelServer, tmp_path: Path
 ) -> None:
     """No message for the idle timeout (a durable timer, skipped here): the thread ends Done."""
-    task_queue = f"idle-{uuid.uuid4().hex[:8]}"
-    name = f"idle-{uuid.uuid4().hex[:8]}"
-    model_server.add_model(name, [{"content": "hi"}])
-    async with (
-        http_client() as http,
-        scripted_worker(time_skipping.client, task_queue, model_server, http),
-    ):
-        handle = await time_skipping.client.start_workflow(
-            AgentWorkflow.run,
-            AgentInput(
-                task="hello",
-                model=f"openai:{name}",
-                workspace=str(tmp_path),
-                thread=True,
-                config=AgentConfig(thread_idle_timeout_seconds=3600, search_attributes=False),
-            ),
-            id=f"idle-{uuid.uuid4().hex[:8]}",
-            task_queue=task_queue,
-        )
-        result: AgentResult = await handle.result()
-        trace = await handle.query(AgentWorkflow.trace)
+    _, result, trace = await run_to_end_on_time_skipping(
+        time_skipping,
+        model_server,
+        tmp_path,
+        [{"content": "hi"}],
+        task="hello",
+        thread=True,
+        thread_idle_timeout_seconds=3600,
+    )
     assert (result.status, result.answer) == (RunStatus.DONE, "hi")
     assert [e.data for e in trace.entries if e.event == "IdleTimeout"] == [
         "no message for 3600s",
