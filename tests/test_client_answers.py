@@ -231,7 +231,7 @@ def test_allow_reads_alone_never_sends_a_secret_looking_file(tree: Path) -> None
     """``read_reply`` declines a secret-looking file, asked by name, by an absolute path or
     through a harmless-looking link, saying why and how it could be sent; with the user's
     consent at a prompt (``secret_ok``) it is read."""
-    (tree / ".env").write_text("OPENAI_API_KEY=sk-live-123\n")
+    (tree / ".env").write_text("OPENAI_API_KEY=canary-123\n")
     (tree / "settings.txt").symlink_to(tree / ".env")
     policy = ClientPolicy(root=tree, allow_reads=True)
     for requested in (".env", str(tree / ".env"), "settings.txt", "./src/../.env"):
@@ -239,7 +239,7 @@ def test_allow_reads_alone_never_sends_a_secret_looking_file(tree: Path) -> None
         assert isinstance(reply, Declined), requested
         assert "looks like a secret (it matches .env)" in reply.reason
         assert "consents at a terminal" in reply.reason and "--allow-reads" in reply.reason
-    assert read_reply(policy, ".env", secret_ok=True) == Shared("OPENAI_API_KEY=sk-live-123\n")
+    assert read_reply(policy, ".env", secret_ok=True) == Shared("OPENAI_API_KEY=canary-123\n")
     assert secret_path(tree, "notes.md") is None
     assert secret_path(tree, "../outside/secret.txt") is None  # refused by confine instead
 
@@ -286,7 +286,7 @@ def test_secret_values_are_the_long_values_of_secret_names() -> None:
 def test_a_file_that_embeds_an_exported_key_is_sent_redacted(tree: Path) -> None:
     """The key's value is replaced wherever it is, before the file is cut, so no part of it is
     sent either."""
-    key = "sk-proj-0123456789"
+    key = "canary-0123456789"  # long enough to be redacted; no key-shaped text in the repo
     (tree / "setup.sh").write_text(f"export OPENAI_API_KEY={key}\necho {key}\n")
     policy = ClientPolicy(root=tree, allow_reads=True)
     reply = read_reply(policy, "setup.sh", redacting=secret_values({"OPENAI_API_KEY": key}))

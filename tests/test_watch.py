@@ -471,7 +471,8 @@ async def test_a_secret_looking_file_is_declined_even_with_allow_reads(
 ) -> None:
     """--allow-reads sends ordinary files, never a ``.env`` (declined, saying why and how it
     could be sent); the value of the client's exported key is redacted from what is sent."""
-    key = "sk-live-do-not-leak-0123"
+    # A canary made at run time: no key-shaped text sits in the repository.
+    key = f"canary-{uuid.uuid4().hex}"
     (tmp_path / ".env").write_text(f"OPENAI_API_KEY={key}\n")
     (tmp_path / "deploy.sh").write_text(f"curl -H 'Authorization: Bearer {key}' ...\n")
     model = harness.script(
