@@ -2,6 +2,7 @@
 
     python starter.py run "Summarise README.md" --model openai:gpt-4o --wait [--interactive]
     python starter.py run TASK --workspace DIR [--create-workspace]   # DIR must exist unless asked
+    python starter.py run TASK --mcp-servers files,search   # offer the worker's MCP servers' tools
     python starter.py status ID [--json]        python starter.py trace ID [--json]
     python starter.py approve ID [--call CALL_ID]
     python starter.py reject ID [--call CALL_ID] --reason TEXT
@@ -208,6 +209,8 @@ def build_input(args: argparse.Namespace) -> PlannedRun:
         config["token_budget"] = args.token_budget
     if args.allow_commands:
         config["allow_run_command"] = True
+    if args.mcp_servers:
+        config["mcp_servers"] = args.mcp_servers
     workspace, create = resolve_workspace(args.workspace, args.id, create=args.create_workspace)
     try:
         agent_input = AgentInput(
@@ -367,6 +370,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--config", metavar="FILE", help="AgentConfig fields as JSON or YAML (flags override)"
     )
     run.add_argument("--allow-commands", action="store_true", help="enable run_command")
+    run.add_argument(
+        "--mcp-servers",
+        metavar="NAME,...",
+        help="offer the tools of these MCP servers of the worker ('*': all it has)",
+    )
     run.add_argument("--task-type", default="default")
     run.add_argument("--id", help="workflow id (default: agent-<random>)")
     run.add_argument("--wait", action="store_true", help="show the run live until its result")

@@ -89,6 +89,7 @@ PASSTHROUGH_MODULES = (
     "workflows.agent.handover",
     "workflows.agent.events",
     "workflows.agent.hooks",
+    "workflows.agent.mcp",  # MCP tool names and messages, shared with the MCP activities
     "workflows.agent.tool_args",
     "workflows.agent.client_queries",
     "workflows.agent.progress",

@@ -26,6 +26,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Replayer, Worker
 
+from activities.mcp import McpActivities
 from activities.model.activity import ProviderSettings, http_client
 from activities.store.blobs import BlobStore, FileBlobStore
 from treadle.connection import connect, data_converter
@@ -261,6 +262,7 @@ def scripted_worker(
     models: ScriptedModelServer,
     http: Any,
     store: BlobStore | Literal["default"] | None = "default",
+    mcp: McpActivities | None = None,
 ) -> Worker:
     return build_worker(
         client,
@@ -270,6 +272,7 @@ def scripted_worker(
         ),
         http=http,
         store=FileBlobStore(TEST_STORE) if store == "default" else store,
+        mcp=mcp,
     )
 
 

@@ -2,21 +2,27 @@
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from pydantic import ValidationError
 
 import activities.mcp
 import workflows.agent.mcp
 from workflows.agent.mcp import (
     TOOL_NAME,
+    McpArgumentsError,
     McpCallRequest,
     McpToolInfo,
     McpToolList,
+    call_target,
     check_server_name,
     is_mcp_name,
     namespaced_name,
+    parse_arguments,
     unique_names,
 )
 
@@ -103,3 +109,39 @@ def test_public_names_are_exported() -> None:
         missing = [name for name in module.__all__ if not hasattr(module, name)]
         assert missing == [], module.__name__
     assert "McpActivities" in activities.mcp.__all__
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.one_of(
+        st.text(max_size=300),
+        st.recursive(
+            st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20),
+            lambda inner: (
+                st.lists(inner, max_size=4)
+                | st.dictionaries(st.text(max_size=8), inner, max_size=4)
+            ),
+            max_leaves=12,
+        ).map(json.dumps),
+    )
+)
+def test_model_arguments_for_mcp_tools_parse_or_are_refused_with_a_reason(text: str) -> None:
+    """Whatever the model sends as an MCP call's arguments: a JSON object, or the one error
+    the workflow turns into an ``ERROR:`` observation; a target is always a string."""
+    try:
+        value = parse_arguments("mcp__s__t", text)
+    except McpArgumentsError as exc:
+        assert "mcp__s__t" in str(exc)
+    else:
+        assert isinstance(value, dict)
+    assert isinstance(call_target(text), str)
+
+
+def test_oversized_and_deeply_nested_arguments_are_refused() -> None:
+    with pytest.raises(McpArgumentsError, match="at most"):
+        parse_arguments("mcp__s__t", json.dumps({"x": "y" * 200_000}))
+    with pytest.raises(McpArgumentsError, match="not valid JSON"):
+        parse_arguments("mcp__s__t", "[" * 40_000 + "]" * 40_000)
+    assert call_target('{"path": "a.md", "text": "x"}') == "a.md"
+    assert call_target('{"b": 1, "a": 2}') == '{"a":2,"b":1}'
+    assert call_target("{}") == "" and call_target("nope") == ""

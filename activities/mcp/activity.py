@@ -35,6 +35,7 @@ from workflows.agent.mcp import (
     McpToolList,
     namespaced_name,
     unique_names,
+    vanished,
 )
 from workflows.agent.models import ToolResult
 
@@ -229,7 +230,7 @@ class McpActivities:
             if isinstance(answer, str) or answer.is_error:
                 refusal = answer if isinstance(answer, str) else result_text(answer)
                 if await self._vanished(server, request.tool):
-                    refusal = f"tool {request.tool} is no longer offered by server {server.name}"
+                    refusal = vanished(server.name, request.tool)
                 return _error(refusal, request)
         text = cap_output(result_text(answer), request.max_output_chars)
         digest = hashlib.sha256(text.encode()).hexdigest()[:16]

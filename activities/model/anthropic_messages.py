@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from activities.errors import ModelResponseError
-from activities.model.payload import parse_checked, rejoined, token_count
+from activities.model.payload import offered_schemas, parse_checked, rejoined, token_count
 from activities.model.streaming import (
     ErrorEvent,
     ServerSentEvent,
@@ -31,7 +31,6 @@ from activities.model.streaming import (
     TextCallback,
     event_json,
 )
-from workflows.agent.catalogue import TOOLS
 from workflows.agent.models import ChatMessage, ModelRequest, ModelResponse, TokenUsage, ToolCall
 
 API_VERSION = "2023-06-01"
@@ -103,13 +102,8 @@ def build_body(request: ModelRequest, model_name: str) -> dict[str, Any]:
     if system:
         body["system"] = system
     tools = [
-        {
-            "name": TOOLS[name].name,
-            "description": TOOLS[name].description,
-            "input_schema": TOOLS[name].json_schema(),
-        }
-        for name in request.tools
-        if name in TOOLS
+        {"name": name, "description": description, "input_schema": schema}
+        for name, description, schema in offered_schemas(request)
     ]
     if tools:
         body["tools"] = tools

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from activities.errors import ModelResponseError
-from activities.model.payload import parse_checked, rejoined, token_count
+from activities.model.payload import offered_schemas, parse_checked, rejoined, token_count
 from activities.model.streaming import (
     ErrorEvent,
     ServerSentEvent,
@@ -29,7 +29,6 @@ from activities.model.streaming import (
     TextCallback,
     event_json,
 )
-from workflows.agent.catalogue import TOOLS
 from workflows.agent.models import ChatMessage, ModelRequest, ModelResponse, TokenUsage, ToolCall
 
 
@@ -44,19 +43,14 @@ def headers(api_key: str | None) -> dict[str, str]:
     return result
 
 
-def tool_definitions(names: tuple[str, ...]) -> list[dict[str, Any]]:
-    """JSON-Schema tool definitions for the named catalogue tools."""
+def tool_definitions(request: ModelRequest) -> list[dict[str, Any]]:
+    """JSON-Schema tool definitions: the named catalogue tools, then the request's others."""
     return [
         {
             "type": "function",
-            "function": {
-                "name": TOOLS[name].name,
-                "description": TOOLS[name].description,
-                "parameters": TOOLS[name].json_schema(),
-            },
+            "function": {"name": name, "description": description, "parameters": schema},
         }
-        for name in names
-        if name in TOOLS
+        for name, description, schema in offered_schemas(request)
     ]
 
 
@@ -81,7 +75,7 @@ def build_body(request: ModelRequest, model_name: str) -> dict[str, Any]:
         "model": model_name,
         "messages": [_message(m) for m in request.messages],
     }
-    tools = tool_definitions(request.tools)
+    tools = tool_definitions(request)
     if tools:
         body["tools"] = tools
     if request.temperature is not None:

@@ -21,7 +21,8 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from activities.errors import ModelResponseError
-from workflows.agent.models import ModelResponse
+from workflows.agent.catalogue import TOOLS
+from workflows.agent.models import ModelRequest, ModelResponse
 
 __all__ = [
     "MAX_TOKEN_COUNT",
@@ -102,3 +103,19 @@ def parse_checked(
         return parse(well_formed_json(payload), provider)
     except RecursionError:
         raise ModelResponseError(f"{provider} response is nested too deeply") from None
+
+
+def offered_schemas(request: ModelRequest) -> list[tuple[str, str, dict[str, Any]]]:
+    """(name, description, JSON Schema) of every tool the request offers: the catalogue's by
+    name, then those it carries with their schemas (MCP tools), a name offered once."""
+    offered = [
+        (TOOLS[name].name, TOOLS[name].description, TOOLS[name].json_schema())
+        for name in request.tools
+        if name in TOOLS
+    ]
+    seen = {name for name, _, _ in offered}
+    for schema in request.tool_schemas:
+        if schema.name not in seen:
+            seen.add(schema.name)
+            offered.append((schema.name, schema.description, schema.parameters))
+    return offered

@@ -11,6 +11,7 @@ Everything here is pure: checks raise ``Refused`` (the workflow records it in th
 
 from __future__ import annotations
 
+import json
 from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime
@@ -20,6 +21,7 @@ from pydantic import ValidationError
 from pydantic_core import PydanticSerializationError
 from temporalio.exceptions import ApplicationError
 
+from workflows.agent import mcp
 from workflows.agent.catalogue import ToolArgumentsError, parse_arguments
 from workflows.agent.memory import AgentMemory
 from workflows.agent.models import (
@@ -69,14 +71,14 @@ def approvals_needed(
         if call.name not in require_approval:
             continue
         try:
-            args = parse_arguments(call.name, call.arguments)
-        except ToolArgumentsError:
+            arguments = _arguments(call.name, call.arguments)
+        except (ToolArgumentsError, mcp.McpArgumentsError):
             continue  # invalid calls never run, so nobody needs to approve them
         approvals.append(
             PendingApproval(
                 call_id=call.id,
                 tool=call.name,
-                arguments=args.model_dump(),
+                arguments=arguments,
                 step=step,
                 requested_at=now,
             )
@@ -99,6 +101,17 @@ def check_decision(run: AgentRun, action: str, body: Any) -> Checked:
         return Checked(pending, {"decision": ApprovalDecision.APPROVED})
     if isinstance(signal, RejectSignal):
         return Checked(pending, {"decision": ApprovalDecision.REJECTED, "reason": signal.reason})
+    if mcp.is_mcp_name(pending.tool):
+        # The server checks its own schema when the call runs; a refusal is its observation.
+        try:
+            arguments = mcp.parse_arguments(pending.tool, signal.arguments)
+        except mcp.McpArgumentsError as exc:
+            raise Refused(str(exc)) from None
+        return Checked(
+            pending,
+            {"decision": ApprovalDecision.MODIFIED, "arguments": arguments},
+            new_arguments=json.dumps(arguments, separators=(",", ":")),
+        )
     try:
         args = parse_arguments(pending.tool, signal.arguments)
     except ToolArgumentsError as exc:
@@ -108,6 +121,14 @@ def check_decision(run: AgentRun, action: str, body: Any) -> Checked:
         {"decision": ApprovalDecision.MODIFIED, "arguments": args.model_dump()},
         new_arguments=args.model_dump_json(),
     )
+
+
+def _arguments(tool: str, arguments: str) -> dict[str, Any]:
+    """A call's arguments as a human sees them to decide: schema-checked for catalogue tools,
+    a JSON object for MCP tools (their server checks the schema)."""
+    if mcp.is_mcp_name(tool):
+        return mcp.parse_arguments(tool, arguments)
+    return parse_arguments(tool, arguments).model_dump()
 
 
 def apply_decision(memory: AgentMemory, checked: Checked) -> PendingApproval:

@@ -72,6 +72,7 @@ EventKind = Literal[
     "error",
     "continued",
     "hook",
+    "mcp_tools",
     "ended",
 ]
 """``started`` the run began (task); ``state`` a transition (``text`` is "A -> B · why");
@@ -83,7 +84,8 @@ recovery hint; ``phase`` a phase started; ``progress`` Nexora's periodic report;
 thread's user message arrived; ``client_query``/``client_answered`` Loom's server query;
 ``refused`` a signal or update that was not understood; ``answer`` the model's final answer of
 a run or of a thread's turn; ``error`` the run's error; ``continued`` the run handed over to the
-next of its chain; ``ended`` the run is over (``state`` is terminal)."""
+next of its chain; ``hook`` a post-tools hook ran; ``mcp_tools`` the run's MCP tools were listed
+(``ok`` false: a server is unavailable); ``ended`` the run is over (``state`` is terminal)."""
 
 
 class ClientQuery(Frozen):

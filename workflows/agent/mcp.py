@@ -24,6 +24,7 @@ name back to its ``McpToolInfo`` (server and original tool name).
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from collections.abc import Iterable
 from datetime import datetime, timedelta
@@ -34,17 +35,22 @@ from pydantic import Field, field_validator
 from workflows.base import Frozen
 
 __all__ = [
+    "ALL_SERVERS",
     "CALL_GRACE_SECONDS",
     "MCP_PREFIX",
     "TOOL_NAME",
+    "McpArgumentsError",
     "McpCallRequest",
     "McpListRequest",
     "McpToolInfo",
     "McpToolList",
+    "call_target",
     "check_server_name",
     "is_mcp_name",
     "namespaced_name",
+    "parse_arguments",
     "unique_names",
+    "vanished",
 ]
 
 MCP_PREFIX = "mcp__"
@@ -61,6 +67,14 @@ CALL_GRACE_SECONDS = 10.0
 """Added to connect and call timeouts for an attempt's start-to-close timeout: time to start a
 server, translate its answer and store a long output, so the activity's own timeouts (which say
 what happened) fire before Temporal's (which only say that time ran out)."""
+
+ALL_SERVERS = "*"
+"""In ``AgentConfig.mcp_servers``: every server the worker has."""
+MAX_ARGUMENTS_CHARS = 100_000
+"""An MCP call's arguments longer than this (as JSON) are refused before anything runs: they
+would sit in history twice (the model's call and the activity's input)."""
+TARGET_KEYS = ("path", "file", "filename", "url", "uri", "command", "query", "name", "id")
+"""Argument names whose string value says what an MCP call acts on (first match wins)."""
 
 _HASH_CHARS = 8
 _UNSAFE = re.compile(r"[^a-zA-Z0-9_-]")
@@ -91,6 +105,61 @@ def namespaced_name(server: str, tool: str) -> str:
 def is_mcp_name(name: str) -> bool:
     """Whether a tool name the model used names an MCP tool."""
     return name.startswith(MCP_PREFIX)
+
+
+class McpArgumentsError(ValueError):
+    """An MCP call's arguments are not a JSON object (the model reads why, as an ``ERROR:``)."""
+
+
+def parse_arguments(name: str, arguments: str | dict[str, Any]) -> dict[str, Any]:
+    """The model's arguments for MCP tool ``name`` as a JSON object, or ``McpArgumentsError``.
+
+    Only the shape is checked here: the server checks its own schema and a refusal comes back
+    as the call's ``ERROR:`` observation (the workflow does not carry a JSON Schema validator).
+    """
+    if isinstance(arguments, dict):
+        value: Any = arguments
+        size = len(json.dumps(arguments, default=str))
+    else:
+        size = len(arguments)
+        if size > MAX_ARGUMENTS_CHARS:
+            raise McpArgumentsError(
+                f"arguments for {name} are {size} characters; at most {MAX_ARGUMENTS_CHARS}"
+            )
+        try:
+            value = json.loads(arguments or "{}")
+        except (ValueError, RecursionError) as exc:
+            raise McpArgumentsError(f"arguments for {name} are not valid JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise McpArgumentsError(
+            f"arguments for {name} must be a JSON object, not {type(value).__name__}"
+        )
+    if size > MAX_ARGUMENTS_CHARS:
+        raise McpArgumentsError(
+            f"arguments for {name} are {size} characters; at most {MAX_ARGUMENTS_CHARS}"
+        )
+    return value
+
+
+def call_target(arguments: str | dict[str, Any]) -> str:
+    """What an MCP call acts on, for progress tracking and one-line summaries: the first string
+    among ``TARGET_KEYS``, else the arguments as compact JSON (so the same call repeated is the
+    same target); ``""`` when they do not parse."""
+    try:
+        args = parse_arguments("", arguments)
+    except McpArgumentsError:
+        return ""
+    for key in TARGET_KEYS:
+        value = args.get(key)
+        if isinstance(value, str) and value:
+            return value
+    return json.dumps(args, sort_keys=True, separators=(",", ":"), default=str) if args else ""
+
+
+def vanished(server: str, tool: str) -> str:
+    """The text of a call to a tool its server no longer offers (without ``ERROR: ``); the
+    activity answers it and the workflow then stops offering the tool."""
+    return f"tool {tool} is no longer offered by server {server}"
 
 
 class McpToolInfo(Frozen):
@@ -156,6 +225,19 @@ class McpToolList(Frozen):
     def servers(self) -> tuple[str, ...]:
         """The servers that answered, in listing order."""
         return tuple(dict.fromkeys(tool.server for tool in self.tools))
+
+    def without(self, name: str) -> McpToolList:
+        """This list less the tool the model calls ``name`` (it vanished from its server)."""
+        return self.model_copy(update={"tools": tuple(t for t in self.tools if t.name != name)})
+
+    def describe(self) -> str:
+        """One trace line: how many tools from which servers, and which servers are missing."""
+        servers = ", ".join(self.servers()) or "no server"
+        line = f"{len(self.tools)} MCP tool(s) from {servers}"
+        if self.unavailable:
+            missing = "; ".join(f"{name}: {why}" for name, why in self.unavailable.items())
+            line += f"; unavailable: {missing}"
+        return line
 
 
 class McpListRequest(Frozen):

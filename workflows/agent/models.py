@@ -18,6 +18,7 @@ from temporalio.contrib.workflow_streams import WorkflowStreamState
 from workflows.agent.catalogue import TOOLS
 from workflows.agent.events import ClientQuery
 from workflows.agent.hooks import check_hook_names, parse_author
+from workflows.agent.mcp import ALL_SERVERS, TOOL_NAME, check_server_name, is_mcp_name
 from workflows.agent.progress import ProgressConfig, ProgressSummary
 from workflows.agent.providers import ModelStringError, resolve
 from workflows.agent.state_machine import State
@@ -74,7 +75,16 @@ class AgentConfig(Frozen):
     ``Treadle <treadle@localhost>``)."""
     tools: tuple[str, ...] | None = None
     """The tools this run offers the model, by name (built-in and your own); default: all of
-    them. ``run_command`` still needs ``allow_run_command``."""
+    them. ``run_command`` still needs ``allow_run_command``. MCP tools (``mcp__<server>__<tool>``)
+    are known only once listed: a name no server offers is a trace line, not an error."""
+    mcp_servers: tuple[str, ...] = ()
+    """The worker's MCP servers whose tools this run offers (``"*"``: all it has). Listed once,
+    before the first model call; a server that is down is a trace line and its tools are
+    missing. ``tools`` and ``blacklisted_tools`` narrow the choice by namespaced name."""
+    mcp_approval: Literal["hints", "all", "listed"] = "hints"
+    """Which MCP calls wait for a human: ``hints`` those the server does not mark read-only or
+    non-destructive, plus ``require_approval``; ``all`` every one; ``listed`` only those
+    ``require_approval`` names (the server's hints are ignored)."""
     parallel_tools: bool = True
     """Run several tool calls from one model response concurrently."""
     max_tool_calls_per_step: int = Field(64, ge=1, le=1000)
@@ -183,7 +193,12 @@ class AgentConfig(Frozen):
         return None if value is None else _check_model(value)
 
     @field_validator(
-        "require_approval", "blacklisted_tools", "command_allowlist", "tools", mode="before"
+        "require_approval",
+        "blacklisted_tools",
+        "command_allowlist",
+        "tools",
+        "mcp_servers",
+        mode="before",
     )
     @classmethod
     def _split_csv(cls, value: Any) -> Any:
@@ -196,12 +211,42 @@ class AgentConfig(Frozen):
     def _known_tools(cls, value: tuple[str, ...] | None) -> tuple[str, ...] | None:
         if value is None:
             return None
-        unknown = sorted(set(value) - set(TOOLS))
+        # An MCP tool is known only when the run lists its server: its name's shape is checked.
+        unknown = sorted(
+            name
+            for name in set(value) - set(TOOLS)
+            if not (is_mcp_name(name) and TOOL_NAME.match(name))
+        )
         if unknown:
             raise ValueError(
-                f"unknown tool name(s): {', '.join(unknown)} (known: {', '.join(sorted(TOOLS))})"
+                f"unknown tool name(s): {', '.join(unknown)} (known: {', '.join(sorted(TOOLS))}"
+                ", and mcp__<server>__<tool>)"
             )
         return value
+
+    @field_validator("mcp_servers")
+    @classmethod
+    def _mcp_servers(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for name in value:
+            if name != ALL_SERVERS:
+                check_server_name(name)
+        if ALL_SERVERS in value and len(value) > 1:
+            raise ValueError(f"{ALL_SERVERS!r} (every server) cannot be mixed with server names")
+        return tuple(dict.fromkeys(value))
+
+    @model_validator(mode="after")
+    def _mcp_tools_need_their_server(self) -> AgentConfig:
+        """``tools`` / ``require_approval`` naming an MCP tool of a server the run does not list
+        could never take effect: a config error, not a silent no-op."""
+        named = {*(self.tools or ()), *self.require_approval}
+        for name in sorted(n for n in named if is_mcp_name(n)):
+            server = name.removeprefix("mcp__").split("__", 1)[0]
+            if ALL_SERVERS not in self.mcp_servers and server not in self.mcp_servers:
+                raise ValueError(
+                    f"{name} is a tool of MCP server {server!r}, which mcp_servers does not list "
+                    f"(mcp_servers: {', '.join(self.mcp_servers) or 'none'})"
+                )
+        return self
 
 
 class AgentInput(Frozen):
@@ -510,8 +555,18 @@ class ChatMessage(Frozen):
     """Length of the full content when it is stored by reference (for token estimates)."""
 
 
+class ToolSchema(Frozen):
+    """A tool the catalogue does not hold (an MCP server's), as the model is shown it."""
+
+    name: str = Field(pattern=TOOL_NAME.pattern)
+    description: str = ""
+    parameters: dict[str, Any] = Field(default_factory=lambda: {"type": "object"})
+    """Its arguments' JSON Schema (an object schema)."""
+
+
 class ModelRequest(Frozen):
-    """Input of ``call_model``. Tools go by name; the activity builds their JSON schemas."""
+    """Input of ``call_model``. Catalogue tools go by name (the activity builds their JSON
+    schemas); others (MCP tools) come with theirs in ``tool_schemas``."""
 
     model: str
     messages: tuple[ChatMessage, ...]
@@ -521,6 +576,8 @@ class ModelRequest(Frozen):
     conversation_messages: int = 0
     """How many messages ``conversation`` holds, checked by the activity."""
     tools: tuple[str, ...] = ()
+    tool_schemas: tuple[ToolSchema, ...] = ()
+    """Offered tools outside the catalogue, after ``tools``, with their schemas."""
     temperature: float | None = None
     max_tokens: int | None = None
     logprobs: bool = False

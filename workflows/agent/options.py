@@ -67,3 +67,37 @@ def tool_call(
     if command:
         options["heartbeat_timeout"] = timedelta(seconds=config.heartbeat_timeout_seconds)
     return options
+
+
+def mcp_listing(config: AgentConfig, summary: str) -> workflow.ActivityConfig:
+    """Listing the run's MCP servers, once: the activity reports a server that is down instead
+    of failing, so its attempts are for a worker that dies; it heartbeats while servers start."""
+    return workflow.ActivityConfig(
+        summary=summary,
+        start_to_close_timeout=timedelta(minutes=5),
+        heartbeat_timeout=timedelta(seconds=config.heartbeat_timeout_seconds),
+        retry_policy=RetryPolicy(
+            initial_interval=timedelta(seconds=1),
+            maximum_interval=timedelta(seconds=10),
+            maximum_attempts=3,
+        ),
+    )
+
+
+def mcp_call(
+    config: AgentConfig, summary: str, attempt_timeout: timedelta
+) -> workflow.ActivityConfig:
+    """One MCP tool call: the server's own timeouts plus a grace bound an attempt (see
+    ``McpToolInfo.attempt_timeout``); it heartbeats while the server works, so a dead worker is
+    noticed in ``heartbeat_timeout_seconds``; a server that does not answer is retried like
+    any tool."""
+    return workflow.ActivityConfig(
+        summary=summary,
+        start_to_close_timeout=attempt_timeout,
+        heartbeat_timeout=timedelta(seconds=config.heartbeat_timeout_seconds),
+        retry_policy=RetryPolicy(
+            initial_interval=timedelta(seconds=1),
+            maximum_interval=timedelta(seconds=30),
+            maximum_attempts=config.tool_max_attempts,
+        ),
+    )

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from workflows.agent import reflection
+from workflows.agent import mcp, reflection
 from workflows.agent.catalogue import (
     TOOLS,
     ToolArgs,
@@ -17,6 +17,7 @@ from workflows.agent.catalogue import (
     estimate_prompt_tokens,
     parse_arguments,
 )
+from workflows.agent.mcp import McpToolInfo
 from workflows.agent.models import (
     AgentConfig,
     ModelRequest,
@@ -25,6 +26,7 @@ from workflows.agent.models import (
     ToolOutcome,
     ToolPolicy,
     ToolRequest,
+    ToolSchema,
     Turn,
 )
 from workflows.agent.progress import ProgressTracker
@@ -47,15 +49,27 @@ class CannotCall:
     reason: str
 
 
-def approval_required(config: AgentConfig) -> frozenset[str]:
-    """Tools whose calls wait for a human in this run: the run's ``require_approval`` and every
-    tool that declares ``needs_approval``."""
+def approval_required(
+    config: AgentConfig, mcp_tools: Collection[McpToolInfo] = ()
+) -> frozenset[str]:
+    """Tools whose calls wait for a human in this run: the run's ``require_approval``, every
+    tool that declares ``needs_approval``, and the MCP tools ``config.mcp_approval`` picks."""
     declared = {name for name, spec in TOOLS.items() if spec.needs_approval}
-    return frozenset(config.require_approval) | declared
+    policy = config.mcp_approval
+    hinted = {
+        tool.name
+        for tool in mcp_tools
+        if policy == "all" or (policy == "hints" and tool.needs_approval)
+    }
+    return frozenset(config.require_approval) | declared | hinted
 
 
 def call_target(tool: str, arguments: str | Mapping[str, Any]) -> str:
     """The file or command a call acts on, shortened for a line; ``""`` if it cannot be told."""
+    if mcp.is_mcp_name(tool):
+        return short_target(
+            mcp.call_target(dict(arguments) if isinstance(arguments, Mapping) else arguments)
+        )
     try:
         args = parse_arguments(tool, arguments)
     except ToolArgumentsError:
@@ -78,6 +92,29 @@ def offered_tools(config: AgentConfig) -> tuple[str, ...]:
     )
 
 
+def offered_mcp_tools(run: AgentRun) -> tuple[McpToolInfo, ...]:
+    """The listed MCP tools this run offers: all of them, or those ``config.tools`` names; less
+    blacklisted ones."""
+    config = run.input.config
+    if run.mcp is None:
+        return ()
+    return tuple(
+        tool
+        for tool in run.mcp.tools
+        if (config.tools is None or tool.name in config.tools)
+        and tool.name not in config.blacklisted_tools
+    )
+
+
+def mutates(run: AgentRun, name: str) -> bool:
+    """Whether a call of tool ``name`` may change things (files, a server's state)."""
+    spec = TOOLS.get(name)
+    if spec is not None:
+        return spec.mutating
+    listed = run.mcp.find(name) if run.mcp is not None else None
+    return listed.mutating if listed is not None else False
+
+
 def model_request(run: AgentRun) -> ModelRequest | CannotCall:
     """The next planning request, its completion capped by what is left of the token budget."""
     m, config = run.memory, run.input.config
@@ -96,6 +133,10 @@ def model_request(run: AgentRun) -> ModelRequest | CannotCall:
         conversation=head,
         conversation_messages=sent,
         tools=offered_tools(config),
+        tool_schemas=tuple(
+            ToolSchema(name=t.name, description=t.description, parameters=t.input_schema)
+            for t in offered_mcp_tools(run)
+        ),
         temperature=config.temperature,
         max_tokens=config.max_tokens,
         logprobs=config.confidence_threshold is not None,
@@ -110,7 +151,9 @@ def model_request(run: AgentRun) -> ModelRequest | CannotCall:
         )
     if config.token_budget is None:
         return request
-    estimate = estimate_prompt_tokens(m.build_messages(), request.tools)
+    estimate = estimate_prompt_tokens(m.build_messages(), request.tools) + sum(
+        len(schema.model_dump_json()) // 4 + 10 for schema in request.tool_schemas
+    )
     cap = config.token_budget - m.usage.total_tokens - estimate
     if cap < MIN_COMPLETION_TOKENS:
         return CannotCall(
@@ -224,8 +267,15 @@ def blacklist_feedback(
     )
 
 
-def track(tracker: ProgressTracker, outcome: ToolOutcome, test_commands: Collection[str]) -> None:
-    """Feed one observed call to Nexora's progress tracker."""
+def track(
+    tracker: ProgressTracker,
+    outcome: ToolOutcome,
+    test_commands: Collection[str],
+    *,
+    mutating: bool | None = None,
+) -> None:
+    """Feed one observed call to Nexora's progress tracker (``mutating``: what the run knows
+    of a tool outside the catalogue, an MCP server's)."""
     call, spec = outcome.call, TOOLS.get(outcome.call.name)
     if spec is not None and spec.in_workflow:
         return  # phase bookkeeping is not work
@@ -235,7 +285,7 @@ def track(tracker: ProgressTracker, outcome: ToolOutcome, test_commands: Collect
         target,
         success=outcome.success,
         error=None if outcome.success else outcome.observation,
-        mutating=spec.mutating if spec else False,
+        mutating=spec.mutating if spec else bool(mutating),
         content_hash=content_hash(outcome, target),
     )
     if call.name == "run_command" and any(t in target for t in test_commands):

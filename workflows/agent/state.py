@@ -18,6 +18,7 @@ from pydantic import Field
 from workflows.agent import providers, reflection
 from workflows.agent.catalogue import StartPhaseArgs
 from workflows.agent.events import ClientAnswer, ClientQuery
+from workflows.agent.mcp import McpToolList
 from workflows.agent.memory import AgentMemory
 from workflows.agent.models import AgentInput, PendingApproval, TokenUsage, TraceEntry
 from workflows.agent.progress import ProgressTracker
@@ -64,6 +65,10 @@ class AgentRun(Mutable):
     """Numbers the queries of the run: ``q1``, ``q2``..."""
     client_query_parallel: bool = False
     """The query was asked in ParallelActing: the step's other calls go on concurrently."""
+
+    mcp: McpToolList | None = None
+    """The MCP tools of ``config.mcp_servers``, listed before the run's first model call and
+    carried across continue-as-new; a tool that vanished from its server is dropped."""
 
     inbox: list[str] = Field(default_factory=list)
     """A thread's user messages not yet answered, in the order they arrived."""

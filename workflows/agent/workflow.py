@@ -31,6 +31,7 @@ from workflows.agent import (
     events,
     handover,
     hooks,
+    mcp,
     options,
     planning,
     recovery,
@@ -50,6 +51,7 @@ from workflows.agent.catalogue import (
 from workflows.agent.client_queries import AnswerRefused
 from workflows.agent.events import AgentEvent, ClientAnswer, ClientQuery, EventKind
 from workflows.agent.hooks import HookRequest, HookResult
+from workflows.agent.mcp import McpCallRequest, McpListRequest, McpToolList
 from workflows.agent.models import (
     AgentInput,
     AgentResult,
@@ -78,6 +80,7 @@ with workflow.unsafe.imports_passed_through():
     # Activity classes are referenced by method (names by object, not string). Their modules
     # load the HTTP client library, which must not be re-imported in the sandbox every run.
     from activities.hooks import HookActivities
+    from activities.mcp import McpActivities
     from activities.model.activity import ModelActivities
     from activities.tools.builtin import ToolActivities
 
@@ -279,6 +282,8 @@ class AgentWorkflow:
                 f"max steps reached: the model gave no final answer within {config.max_steps} steps"
             )
             return Event.MAX_STEPS
+        if config.mcp_servers and run.mcp is None:
+            await self._list_mcp_tools()
         m.step += 1
         request = planning.model_request(run)
         if isinstance(request, planning.CannotCall):
@@ -339,6 +344,42 @@ class AgentWorkflow:
         self._emit("answer", answer)
         return Event.TURN_ANSWERED if run.input.thread else Event.LLM_FINAL_ANSWER
 
+    async def _list_mcp_tools(self) -> None:
+        """List the tools of the run's MCP servers, once (the list is carried across
+        continue-as-new). A server that is down is a trace line; the run goes on without it."""
+        run, config = self._run, self._run.input.config
+        servers = () if mcp.ALL_SERVERS in config.mcp_servers else config.mcp_servers
+        try:
+            listed: McpToolList = await workflow.execute_activity_method(
+                McpActivities.list_mcp_tools,
+                McpListRequest(servers=servers),
+                **options.mcp_listing(config, f"list MCP tools of {', '.join(config.mcp_servers)}"),
+            )
+        except ActivityError as exc:
+            if is_cancelled_exception(exc):
+                raise
+            why = f"could not be listed: {failure_message(exc)}"
+            listed = McpToolList(
+                unavailable={name: why for name in servers or (mcp.ALL_SERVERS,)},
+                listed_at=workflow.now(),
+            )
+        run.mcp = listed
+        self._record(run.state, "McpToolsListed", listed.describe())
+        missing = sorted(
+            name
+            for name in config.tools or ()
+            if mcp.is_mcp_name(name) and listed.find(name) is None
+        )
+        if missing:
+            self._record(
+                run.state, "McpToolsMissing", f"not offered by any server: {', '.join(missing)}"
+            )
+        self._emit("mcp_tools", listed.describe(), ok=not listed.unavailable)
+        if listed.unavailable:
+            workflow.logger.warning(
+                "agent.mcp_unavailable", extra={"unavailable": dict(listed.unavailable)}
+            )
+
     def _detect_client_query(self, answer: str) -> tuple[client_queries.Kind, str] | None:
         """A final answer that asks the client for something, where the run offers ask_client.
         Histories recorded before client queries existed replay their answers unchanged."""
@@ -366,7 +407,10 @@ class AgentWorkflow:
         m.assistant_text = response.content
         m.current_tool_calls = calls
         waiting = approvals.approvals_needed(
-            calls, planning.approval_required(config), m.step, workflow.now()
+            calls,
+            planning.approval_required(config, planning.offered_mcp_tools(self._run)),
+            m.step,
+            workflow.now(),
         )
         if waiting:
             m.pending_approvals = waiting
@@ -588,6 +632,8 @@ class AgentWorkflow:
 
     async def _run_call(self, call: ToolCall) -> ToolOutcome:
         run = self._run
+        if mcp.is_mcp_name(call.name):
+            return await self._run_mcp_call(call)
         try:
             args = parse_arguments(call.name, call.arguments)
         except ToolArgumentsError as exc:
@@ -647,6 +693,77 @@ class AgentWorkflow:
             content_hashes=result.content_hashes if workflow.patched(CARRY_CONTENT_HASHES) else {},
         )
 
+    async def _run_mcp_call(self, call: ToolCall) -> ToolOutcome:
+        """One call of an MCP server's tool: the ``call_mcp_tool`` activity. A tool the run
+        does not offer, arguments that are not a JSON object, a server that never answered:
+        each is the call's ``ERROR:`` observation. A tool its server no longer offers is
+        dropped from the run's list, so the model is not offered it again."""
+        run, config = self._run, self._run.input.config
+        info = next((t for t in planning.offered_mcp_tools(run) if t.name == call.name), None)
+        target = status.short_target(mcp.call_target(call.arguments))
+        error: str | None = None
+        arguments: dict[str, Any] = {}
+        if info is None:
+            unavailable = run.mcp.unavailable if run.mcp is not None else {}
+            error = f"ERROR: tool {call.name} is not offered in this run" + (
+                f" (MCP servers unavailable: {', '.join(unavailable)})" if unavailable else ""
+            )
+        else:
+            try:
+                arguments = mcp.parse_arguments(call.name, call.arguments)
+            except mcp.McpArgumentsError as exc:
+                error = f"ERROR: {exc}"
+        if error is not None or info is None:
+            error = error or f"ERROR: tool {call.name} is not offered in this run"
+            self._emit("tool_finished", error, tool=call.name, call_id=call.id, ok=False)
+            return ToolOutcome(call=call, observation=error, success=False)
+        self._emit("tool_started", call.name, tool=call.name, call_id=call.id, target=target)
+        request = McpCallRequest(
+            server=info.server,
+            tool=info.tool,
+            arguments=arguments,
+            call_id=call.id,
+            step=run.memory.step,
+            max_output_chars=config.max_observation_chars,
+        )
+        try:
+            result: ToolResult = await workflow.execute_activity_method(
+                McpActivities.call_mcp_tool,
+                request,
+                **options.mcp_call(
+                    config,
+                    f"step {run.memory.step} · {call.name} {target}".strip(),
+                    info.attempt_timeout(),
+                ),
+            )
+        except ActivityError as exc:
+            if is_cancelled_exception(exc):
+                raise
+            result = ToolResult(
+                success=False, output=f"ERROR: {call.name} failed: {failure_message(exc)}"
+            )
+        if not result.success and result.output == f"ERROR: {mcp.vanished(info.server, info.tool)}":
+            if run.mcp is not None:
+                run.mcp = run.mcp.without(call.name)
+            self._record(run.state, "McpToolVanished", f"{call.name}: {result.output}")
+        outcome = ToolOutcome(
+            call=call,
+            observation=cut(result.output, config.max_observation_chars),
+            success=result.success,
+            observation_ref=result.output_ref,
+            observation_chars=result.output_chars,
+            content_hashes=result.content_hashes,
+        )
+        self._emit(
+            "tool_finished",
+            cut(outcome.observation, 200),
+            tool=call.name,
+            call_id=call.id,
+            target=target,
+            ok=outcome.success,
+        )
+        return outcome
+
     async def _observe(self) -> Event:
         """Commit the results to history, then run Nexora's progress check on them."""
         run, m = self._run, self._run.memory
@@ -658,7 +775,12 @@ class AgentWorkflow:
                 "ToolObserved",
                 f"{o.call.name} {'ok' if o.success else 'failed'}: {cut(o.observation, 200)}",
             )
-            planning.track(run.tracker, o, run.input.config.test_commands)
+            planning.track(
+                run.tracker,
+                o,
+                run.input.config.test_commands,
+                mutating=planning.mutates(run, o.call.name),
+            )
         repeated = run.tracker.record_message(m.assistant_text or "")
         m.history = (
             *m.history,
@@ -669,7 +791,7 @@ class AgentWorkflow:
         m.pending_approvals = ()
         m.assistant_text = None
         run.last_step_mutated = any(
-            o.success and o.call.name in TOOLS and TOOLS[o.call.name].mutating for o in outcomes
+            o.success and planning.mutates(run, o.call.name) for o in outcomes
         )
 
         stuck = run.tracker.check() or repeated
@@ -712,7 +834,7 @@ class AgentWorkflow:
 
     async def _run_hook(self, name: str, step: int, outcomes: list[ToolOutcome]) -> HookResult:
         config, info = self._run.input.config, workflow.info()
-        mutating = [o for o in outcomes if o.call.name in TOOLS and TOOLS[o.call.name].mutating]
+        mutating = [o for o in outcomes if planning.mutates(self._run, o.call.name)]
         request = HookRequest(
             hook=name,
             workspace=self._run.input.workspace,
