@@ -1,0 +1,380 @@
+"""Scheduled agents (`starter.py schedule ...`) as an operator runs them: real processes against
+the dev server, the harness's worker running the scheduled runs with the scripted model, and
+every run's check-ins reaching the cron monitor created with the schedule."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import subprocess
+import uuid
+from collections.abc import AsyncIterator, Callable
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from temporalio.client import (
+    ScheduleIntervalSpec,
+    ScheduleOverlapPolicy,
+    WorkflowExecutionStatus,
+    WorkflowFailureError,
+)
+from temporalio.exceptions import ApplicationError
+from temporalio.service import RPCError, RPCStatusCode
+
+from tests.conftest import Harness, keep_history, replayer
+from tests.jobs_support import eventually
+from tests.monitor_support import until
+from tests.processes import run_cli
+from treadle import scheduled_agents
+from workflows.agent.models import AgentResult, AgentStatus, RunStatus
+from workflows.monitors.models import (
+    CheckIn,
+    CheckInSource,
+    CheckInStatus,
+    Health,
+    monitor_workflow_id,
+)
+from workflows.monitors.workflow import MonitorWorkflow
+from workflows.scheduled.models import ScheduledRunResult, agent_run_id, schedule_id
+
+WRITE = {"name": "write_file", "arguments": {"path": "notes.md", "content": "nightly notes"}}
+
+
+class Schedules:
+    """`starter.py schedule ...` against the harness's server and task queue."""
+
+    def __init__(self, harness: Harness) -> None:
+        self.harness = harness
+        self.client = harness.client
+        self.names: list[str] = []
+
+    def name(self) -> str:
+        name = f"sched-{uuid.uuid4().hex[:10]}"
+        self.names.append(name)
+        return name
+
+    async def __call__(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return await run_cli(*self.harness.cli_args(), "schedule", *args)
+
+    async def ok(self, *args: str) -> str:
+        done = await self(*args)
+        assert done.returncode == 0, (done.stdout, done.stderr)
+        return done.stdout
+
+    async def refused(self, *args: str) -> str:
+        """Exit code 2 and exactly one line on stderr; returns it."""
+        done = await self(*args)
+        assert done.returncode == 2, (done.stdout, done.stderr)
+        lines = done.stderr.strip().splitlines()
+        assert len(lines) == 1, done.stderr
+        assert lines[0].startswith("error: ")
+        return lines[0]
+
+    async def create(self, name: str, model: str, *options: str) -> str:
+        return await self.ok(
+            "create",
+            name,
+            "Write tonight's notes.",
+            "--model",
+            model,
+            "--workspace",
+            str(self.harness.workspace),
+            *options,
+        )
+
+    def monitor(self, name: str) -> Any:
+        return self.client.get_workflow_handle_for(MonitorWorkflow.run, monitor_workflow_id(name))
+
+    async def slot(self, name: str, count: int = 1) -> str:
+        """The workflow id of the schedule's ``count``-th started slot, once it has one."""
+
+        async def started() -> list[str]:
+            recent = (await self.client.get_schedule_handle(schedule_id(name)).describe()).info
+            return [a.action.workflow_id for a in recent.recent_actions]  # type: ignore[attr-defined]
+
+        ids = await eventually(lambda: _at_least(started, count))
+        return str(ids[count - 1])
+
+    async def agent_run(self, slot: str) -> Any:
+        """The slot's agent run, once the slot has started it."""
+        handle = self.client.get_workflow_handle(agent_run_id(slot))
+
+        async def started() -> bool:
+            try:
+                await handle.describe()
+            except RPCError:
+                return False
+            return True
+
+        await eventually(started)
+        return handle
+
+    async def replay_and_keep(self, workflow_id: str, name: str) -> None:
+        """Replay the slot's history through today's code; keep it for test_replay.py."""
+        history = await self.client.get_workflow_handle(workflow_id).fetch_history()
+        await replayer().replay_workflow(history)
+        keep_history(name, history)
+
+    async def cleanup(self) -> None:
+        for name in self.names:
+            with contextlib.suppress(RPCError):
+                await scheduled_agents.delete(self.client, name)
+
+
+async def _at_least(fetch: Callable[[], Any], count: int) -> Any:
+    found = await fetch()
+    return found if len(found) >= count else None
+
+
+@pytest.fixture
+async def schedules(harness: Harness) -> AsyncIterator[Schedules]:
+    s = Schedules(harness)
+    try:
+        yield s
+    finally:
+        await s.cleanup()
+
+
+def _done(view: Any) -> CheckIn | None:
+    """The newest check-in, when it is final (ok or error)."""
+    if not view.recent or view.recent[0].status is CheckInStatus.IN_PROGRESS:
+        return None
+    return view.recent[0]  # type: ignore[no-any-return]
+
+
+async def test_a_scheduled_agent_runs_and_its_check_ins_reach_its_monitor(
+    schedules: Schedules,
+) -> None:
+    """`schedule create` makes a Temporal Schedule (SKIP overlap, 5-minute catch-up window)
+    and a monitor with the same times; a fired slot runs the agent as a child run, checks in
+    in_progress then ok with the answer and the duration; creating it again changes nothing,
+    and creating it with other settings is refused."""
+    model = schedules.harness.script({"content": "Notes written."})
+    name = schedules.name()
+    created = await schedules.create(name, model, "--every", "1h", "--max-runtime", "30")
+    assert created.startswith(f"Created scheduled agent {name}: every 60 min\n")
+    assert (
+        f"schedule:  {schedule_id(name)} (overlap skip, catch-up window 5m, jitter 0s)" in created
+    )
+
+    described = await schedules.client.get_schedule_handle(schedule_id(name)).describe()
+    assert described.schedule.policy.overlap is ScheduleOverlapPolicy.SKIP
+    assert described.schedule.policy.catchup_window == timedelta(minutes=5)
+    assert described.schedule.spec.intervals == [ScheduleIntervalSpec(every=timedelta(hours=1))]
+    assert described.info.next_action_times
+    monitor = schedules.monitor(name)
+    view = await until(monitor, lambda v: v.health is Health.UNKNOWN)
+    assert (view.schedule_text, view.max_runtime_minutes) == ("every 60 min", 30)
+
+    again = await schedules.create(name, model, "--every", "1h", "--max-runtime", "30")
+    assert again.startswith(f"Unchanged: scheduled agent {name}")
+    other = await schedules.refused(
+        "create", name, "Another task.", "--every", "2h", "--workspace", "."
+    )
+    assert other == (
+        f"error: scheduled agent '{name}' already exists with other settings; "
+        f"delete it first (starter.py schedule delete {name})"
+    )
+
+    await schedules.ok("trigger", name)
+    view = await until(monitor, lambda v: _done(v) is not None)
+    (checkin,) = view.recent
+    assert (checkin.status, checkin.source, checkin.output) == (
+        CheckInStatus.OK,
+        CheckInSource.SDK,
+        "Notes written.",
+    )
+    # One record from in_progress to ok: the run checked in when it started.
+    assert checkin.started_at is not None and checkin.finished_at is not None
+    assert checkin.duration_seconds is not None and checkin.duration_seconds >= 0
+    assert (view.health, view.total_checkins, view.open_run) == (Health.HEALTHY, 1, None)
+
+    slot = await schedules.slot(name)
+    assert slot.startswith(f"{schedule_id(name)}-")
+    outcome = await schedules.client.get_workflow_handle(
+        slot, result_type=ScheduledRunResult
+    ).result()
+    assert (outcome.status, outcome.answer, outcome.agent_run_id) == (
+        RunStatus.DONE,
+        "Notes written.",
+        agent_run_id(slot),
+    )
+    agent: AgentResult = await schedules.client.get_workflow_handle(
+        agent_run_id(slot), result_type=AgentResult
+    ).result()
+    assert agent.answer == "Notes written."
+    await schedules.replay_and_keep(slot, "scheduled-agent-checked-in-ok")
+
+    listed = json.loads(await schedules.ok("list", "--json"))
+    (row,) = [r for r in listed if r["name"] == name]
+    assert (row["state"], row["health"], row["schedule"]) == ("active", "healthy", "every 60 min")
+
+
+async def test_a_run_waiting_for_approval_is_in_progress_and_the_next_slot_is_skipped(
+    schedules: Schedules,
+) -> None:
+    """While a scheduled run waits for approval its monitor shows it in progress and
+    `schedule show` prints its approval commands; a slot that comes meanwhile is skipped
+    (overlap skip); approving finishes the run, which checks in ok."""
+    model = schedules.harness.script({"tool_calls": [WRITE]}, {"content": "written"})
+    name = schedules.name()
+    await schedules.create(name, model, "--cron", "0 2 * * *", "--require-approval", "write_file")
+    await schedules.ok("trigger", name)
+    slot = await schedules.slot(name)
+    run_handle = await schedules.agent_run(slot)
+    status: AgentStatus = await schedules.harness.wait_for_state(run_handle, "WaitingForHuman")
+    (pending,) = status.pending_approvals
+
+    view = await until(schedules.monitor(name), lambda v: v.open_run is not None)
+    assert view.recent[0].status is CheckInStatus.IN_PROGRESS
+    assert view.recent[0].output == f"agent run {agent_run_id(slot)}: Write tonight's notes."
+
+    shown = await schedules.ok("show", name)
+    assert f"running: {agent_run_id(slot)} (WaitingForHuman, step 1)" in shown
+    assert "waiting for approval: write_file" in shown
+    approve = f"starter.py approve {agent_run_id(slot)} --call {pending.call_id}"
+    assert any(line.strip().endswith(approve) for line in shown.splitlines()), shown
+    assert "schedule:    cron '0 2 * * *' (UTC); overlap skip" in shown
+
+    await schedules.ok("trigger", name)
+    handle = schedules.client.get_schedule_handle(schedule_id(name))
+
+    async def skipped() -> bool:
+        return (await handle.describe()).info.num_actions_skipped_overlap == 1
+
+    await eventually(skipped)
+    info = (await handle.describe()).info
+    assert (info.num_actions, len(info.running_actions)) == (1, 1)
+
+    approved = await run_cli(
+        *schedules.harness.cli_args(), "approve", agent_run_id(slot), "--call", pending.call_id
+    )
+    assert approved.returncode == 0, approved.stderr
+    view = await until(schedules.monitor(name), lambda v: _done(v) is not None)
+    assert (view.recent[0].status, view.recent[0].output) == (CheckInStatus.OK, "written")
+    assert (schedules.harness.workspace / "notes.md").read_text() == "nightly notes"
+    await schedules.replay_and_keep(slot, "scheduled-agent-waited-for-approval")
+
+
+async def test_a_failing_run_marks_its_monitor_failing(schedules: Schedules) -> None:
+    """A run that ends in error checks in error with the reason: the monitor turns failing,
+    and the slot's workflow fails (red on the Schedules page) with the run's outcome."""
+    refused = {"status": 400, "body": {"error": {"message": "model not allowed"}}}
+    model = schedules.harness.script({"content": "never", "errors": [refused]})
+    name = schedules.name()
+    await schedules.create(name, model, "--every", "30m")
+    await schedules.ok("trigger", name)
+
+    view = await until(schedules.monitor(name), lambda v: _done(v) is not None)
+    checkin = view.recent[0]
+    assert checkin.status is CheckInStatus.ERROR
+    assert checkin.output is not None and "HTTP 400: model not allowed" in checkin.output
+    assert (view.health, view.consecutive_failures) == (Health.FAILING, 1)
+
+    slot = await schedules.slot(name)
+    with pytest.raises(WorkflowFailureError) as failed:
+        await schedules.client.get_workflow_handle(slot).result()
+    cause = failed.value.cause
+    assert isinstance(cause, ApplicationError) and cause.type == "ScheduledRunFailed"
+    outcome = ScheduledRunResult.model_validate(cause.details[0])
+    assert outcome.status is RunStatus.ERROR
+    await schedules.replay_and_keep(slot, "scheduled-agent-failed-run")
+
+    listed = json.loads(await schedules.ok("list", "--json"))
+    (row,) = [r for r in listed if r["name"] == name]
+    assert (row["health"], row["consecutive_failures"]) == ("failing", 1)
+
+
+async def test_pause_unpause_and_delete(schedules: Schedules) -> None:
+    """Pause stops the schedule (its monitor keeps watching), unpause starts it again, and
+    delete removes both the schedule and its monitor."""
+    model = schedules.harness.script({"content": "ok"})
+    name = schedules.name()
+    await schedules.create(name, model, "--cron", "30 2 * * *", "--timezone", "Europe/Berlin")
+    paused = await schedules.ok("pause", name, "--note", "holiday")
+    assert paused.startswith(f"Paused scheduled agent {name} (holiday). Its monitor keeps")
+    described = await schedules.client.get_schedule_handle(schedule_id(name)).describe()
+    assert (described.schedule.state.paused, described.schedule.state.note) == (True, "holiday")
+    shown = await schedules.ok("show", name)
+    assert "  state:       paused (holiday)" in shown
+    assert "  next runs:   -" in shown
+    view = await until(schedules.monitor(name), lambda v: v.next_expected is not None)
+    assert view.status.value == "active"  # still expecting runs: a paused schedule is missed
+
+    await schedules.ok("unpause", name)
+    described = await schedules.client.get_schedule_handle(schedule_id(name)).describe()
+    assert not described.schedule.state.paused
+    assert described.schedule.spec.time_zone_name == "Europe/Berlin"
+
+    assert (await schedules.ok("delete", name)).startswith(f"Deleted scheduled agent {name}")
+    with pytest.raises(RPCError) as missing:
+        await schedules.client.get_schedule_handle(schedule_id(name)).describe()
+    assert missing.value.status is RPCStatusCode.NOT_FOUND
+    monitor = await schedules.monitor(name).describe()
+    assert monitor.status is WorkflowExecutionStatus.COMPLETED
+    line = await schedules.refused("show", name)
+    assert line == f"error: no scheduled agent '{name}' in namespace default " + (
+        "(see: starter.py schedule list)"
+    )
+
+
+async def test_bad_input_is_refused_before_anything_is_created(schedules: Schedules) -> None:
+    """Bad cron, time zone, interval, durations or run config: one line, exit 2, and neither
+    a schedule nor a monitor exists afterwards."""
+    name = schedules.name()
+    config = schedules.harness.workspace / "config.yaml"
+    config.write_text("max_steps: 0\n")
+
+    async def refused(*options: str) -> str:
+        return await schedules.refused(
+            "create", name, "A task.", "--workspace", str(schedules.harness.workspace), *options
+        )
+
+    assert "cron expression '61 * * * *'" in await refused("--cron", "61 * * * *")
+    assert "has 3 field(s)" in await refused("--cron", "* * *")
+    assert "unknown time zone 'Moon/Base'" in await refused(
+        "--cron", "0 2 * * *", "--timezone", "Moon/Base"
+    )
+    assert "--timezone goes with --cron" in await refused("--every", "1h", "--timezone", "UTC")
+    assert "--every 90s: use whole minutes" in await refused("--every", "90s")
+    assert "duration 'soon' is not like 90s" in await refused("--every", "soon")
+    assert "--catchup-window 5s: at least 10s" in await refused(
+        "--every", "1h", "--catchup-window", "5s"
+    )
+    assert "jitter 10m must be shorter than the monitor's margin" in await refused(
+        "--every", "1h", "--jitter", "10m"
+    )
+    assert "invalid run: max_steps" in await refused("--every", "1h", "--config", str(config))
+    assert "invalid name 'Bad'" in await schedules.refused(
+        "create", "Bad", "A task.", "--every", "1h"
+    )
+    for command in ("show", "pause", "unpause", "trigger", "delete"):
+        line = await schedules.refused(command, name)
+        assert line.startswith(f"error: no scheduled agent '{name}'")
+
+    with pytest.raises(RPCError) as missing:
+        await schedules.client.get_schedule_handle(schedule_id(name)).describe()
+    assert missing.value.status is RPCStatusCode.NOT_FOUND
+    with pytest.raises(RPCError) as no_monitor:
+        await schedules.monitor(name).describe()
+    assert no_monitor.value.status is RPCStatusCode.NOT_FOUND
+
+
+async def test_a_name_taken_by_another_monitor_is_refused(schedules: Schedules) -> None:
+    """A cron monitor of the same name that watches something else is not taken over: the
+    create is refused and no schedule is left behind."""
+    name = schedules.name()
+    made = await run_cli(
+        *schedules.harness.cli_args(), "monitors", "create", name, "--interval", "60"
+    )
+    assert made.returncode == 0, made.stderr
+    try:
+        line = await schedules.refused(
+            "create", name, "A task.", "--every", "1h", "--workspace", "."
+        )
+        assert line.startswith(f"error: a cron monitor '{name}' already exists")
+        with pytest.raises(RPCError):
+            await schedules.client.get_schedule_handle(schedule_id(name)).describe()
+    finally:
+        await schedules.monitor(name).terminate("test over")
