@@ -21,6 +21,7 @@ from temporalio import workflow
 from temporalio.contrib.workflow_streams import WorkflowStream
 from temporalio.exceptions import ApplicationError
 
+from workflows import telemetry
 from workflows.base import describe_errors
 from workflows.monitors.ledger import MonitorLedger, Refused, new_state
 from workflows.monitors.models import (
@@ -167,6 +168,7 @@ class MonitorWorkflow:
     def _publish(self, events: list[MonitorEvent]) -> None:
         for event in events:
             self._events.publish(event)
+            telemetry.monitor_event(event.slug, event.type.value)  # replay-safe counters
             workflow.logger.info(
                 "monitor.event",
                 extra={"slug": event.slug, "type": event.type.value, "health": event.health.value},
