@@ -15,6 +15,7 @@
     python starter.py export ID > thread.json   python starter.py import thread.json
     python starter.py jobs list|history ID|trigger ID|pause ID|unpause ID|sync
     python starter.py monitors create SLUG --cron EXPR|--interval MIN, list, show, checkin ...
+    python starter.py schedule create NAME TASK --cron EXPR|--every 15m, list, show, trigger ...
     python starter.py serve [--host 127.0.0.1] [--port PORT]   # HTTP pings + event stream
     python starter.py codec-server [--port 8888] [--origin URL]  # decrypts for the Web UI
     python starter.py demo [--manual] [--keep]  # everything, end to end, no API key
@@ -54,6 +55,7 @@ from treadle.cli import demo as cli_demo
 from treadle.cli import jobs as cli_jobs
 from treadle.cli import live as cli_live
 from treadle.cli import monitors as cli_monitors
+from treadle.cli import schedules as cli_schedules
 from treadle.cli import threads as cli_threads
 from treadle.cli.exits import UsageError, run_and_exit
 from treadle.cli.tables import table
@@ -199,7 +201,8 @@ class PlannedRun:
     create_workspace: bool
 
 
-def build_input(args: argparse.Namespace) -> PlannedRun:
+def build_input(args: argparse.Namespace, workspace_id: str) -> PlannedRun:
+    """The run the run options describe; its default workspace is ``workspaces/<workspace_id>``."""
     config = _config_file(args.config)
     if args.require_approval:
         config["require_approval"] = args.require_approval
@@ -211,7 +214,9 @@ def build_input(args: argparse.Namespace) -> PlannedRun:
         config["allow_run_command"] = True
     if args.mcp_servers:
         config["mcp_servers"] = args.mcp_servers
-    workspace, create = resolve_workspace(args.workspace, args.id, create=args.create_workspace)
+    workspace, create = resolve_workspace(
+        args.workspace, workspace_id, create=args.create_workspace
+    )
     try:
         agent_input = AgentInput(
             task=args.task,
@@ -341,19 +346,8 @@ async def cmd_demo(args: argparse.Namespace) -> int:
 # --------------------------------------------------------------------------------------------
 
 
-def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        description="Treadle: durable AI agents on Temporal.",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog=__doc__.split("\n\n", 1)[1],
-    )
-    parser.add_argument("--address", help="Temporal address (default: TEMPORAL_ADDRESS / profile)")
-    parser.add_argument("--namespace", help="namespace (default: TEMPORAL_NAMESPACE / profile)")
-    parser.add_argument("--profile", help="temporal.toml profile (default: TEMPORAL_PROFILE)")
-    parser.add_argument("--task-queue", default=TASK_QUEUE, help=f"default: {TASK_QUEUE}")
-    sub = parser.add_subparsers(dest="command", required=True)
-
-    run = sub.add_parser("run", help="start an agent run")
+def add_run_options(run: argparse.ArgumentParser) -> None:
+    """TASK and the options that shape a run; `run` and `schedule create` both take them."""
     run.add_argument("task")
     run.add_argument("--model", default="openai:gpt-4o", help="provider:model")
     run.add_argument(
@@ -376,6 +370,22 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="offer the tools of these MCP servers of the worker ('*': all it has)",
     )
     run.add_argument("--task-type", default="default")
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description="Treadle: durable AI agents on Temporal.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=__doc__.split("\n\n", 1)[1],
+    )
+    parser.add_argument("--address", help="Temporal address (default: TEMPORAL_ADDRESS / profile)")
+    parser.add_argument("--namespace", help="namespace (default: TEMPORAL_NAMESPACE / profile)")
+    parser.add_argument("--profile", help="temporal.toml profile (default: TEMPORAL_PROFILE)")
+    parser.add_argument("--task-queue", default=TASK_QUEUE, help=f"default: {TASK_QUEUE}")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    run = sub.add_parser("run", help="start an agent run")
+    add_run_options(run)
     run.add_argument("--id", help="workflow id (default: agent-<random>)")
     run.add_argument("--wait", action="store_true", help="show the run live until its result")
     run.add_argument("--json", action="store_true", help="print JSON (only the result)")
@@ -403,6 +413,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
     cli_jobs.register(sub)
     cli_monitors.register(sub)
+    cli_schedules.register(sub, add_run_options=add_run_options, build_input=build_input)
     cli_threads.register(sub)
     cli_live.register(sub)
     cli_codec_server.register(sub)
@@ -418,11 +429,14 @@ async def run(args: argparse.Namespace) -> int:
     if standalone is not None:  # codec-server: no Temporal connection
         code: int = await standalone(args)
         return code
+    check = getattr(args, "check", None)
+    if check is not None:  # schedule create: bad input is refused before connecting
+        check(args)
     planned = None
     if args.command == "run":
         # Checked before connecting: a bad workspace or input starts nothing, server or not.
         args.id = args.id or f"agent-{uuid.uuid4().hex[:12]}"
-        planned = build_input(args)
+        planned = build_input(args, args.id)
     client = await connect(address=args.address, namespace=args.namespace, profile=args.profile)
     if planned is not None:
         return await cmd_run(client, args, planned)

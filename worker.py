@@ -58,6 +58,7 @@ from workflows.agent.models import TASK_QUEUE
 from workflows.agent.workflow import AgentWorkflow
 from workflows.jobs import workflow as job_workflows
 from workflows.monitors import workflow as monitor_workflows
+from workflows.scheduled import workflow as scheduled_workflows
 
 HERE = Path(__file__).resolve().parent
 DEFAULT_DEV_CONFIG = HERE / "temporal-dev.yaml"
@@ -70,6 +71,7 @@ WORKFLOWS: list[type[Any]] = [
     AgentWorkflow,
     *job_workflows.WORKFLOWS,
     *monitor_workflows.WORKFLOWS,
+    *scheduled_workflows.WORKFLOWS,
 ]
 
 # Pure, deterministic modules shared by workflow code and clients. Passing them through the
@@ -101,6 +103,7 @@ PASSTHROUGH_MODULES = (
     "workflows.agent.search_attributes",
     "workflows.monitors.models",  # monitor messages; loads workflows.cron (croniter, zoneinfo) too
     "workflows.jobs.models",  # job messages and ledger arithmetic; loads croniter (cron check)
+    "workflows.scheduled.models",  # scheduled agents' messages, shared with the CLI
 )
 
 
