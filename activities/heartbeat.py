@@ -1,7 +1,9 @@
 """Heartbeating for long activities, in one place.
 
 While an activity awaits something slow (a model's answer, a job's work, a command), a background
-task heartbeats at once and then at a third of the heartbeat timeout. That is how a dead worker is
+task heartbeats after ``FIRST_BEAT_SECONDS`` (or a third of the heartbeat timeout, if that is
+sooner) and then at a third of the heartbeat timeout: a call shorter than that sends none (most
+model calls and every file tool), which is time a step does not spend. That is how a dead worker is
 noticed after the heartbeat timeout instead of the whole start-to-close timeout, and how a
 cancellation reaches the activity at all. Outside an activity (a tool called directly, as tests
 do) nothing is sent.
@@ -17,6 +19,9 @@ from typing import Any
 from temporalio import activity
 
 MIN_INTERVAL_SECONDS = 0.5
+FIRST_BEAT_SECONDS = 1.0
+"""The first beat waits this long: the heartbeat timeout counts from the attempt's start, and a
+beat earlier than a third of it tells Temporal nothing it needs yet."""
 DEFAULT_INTERVAL_SECONDS = 5.0
 """Used when the activity has no heartbeat timeout (heartbeats then only carry cancellation)."""
 
@@ -45,6 +50,7 @@ async def heartbeating(
     interval = interval_seconds()
 
     async def beat() -> None:
+        await asyncio.sleep(min(interval, FIRST_BEAT_SECONDS))
         while True:
             activity.heartbeat(*details, *(() if progress is None else (progress(),)))
             await asyncio.sleep(interval)

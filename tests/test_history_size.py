@@ -148,3 +148,30 @@ async def test_a_missing_blob_is_a_clear_error_that_names_it(
     assert result.error is not None
     assert "conversation blob" in result.error and "is missing from the store at" in result.error
     assert str(root) in result.error
+
+
+async def test_a_step_costs_at_most_14_history_events(harness: Harness) -> None:
+    """A step (a model call and one tool call) is 12 events on the bare Temporal floor (two
+    activities, two workflow tasks); the run's visibility (AgentState, AgentStep) adds at most
+    two upserts, sent together before the run waits, never one per transition."""
+    writes = [
+        {"tool_calls": [{"name": "write_file", "arguments": {"path": "n.md", "content": str(i)}}]}
+        for i in range(10)
+    ]
+    short = harness.script(writes[0], {"content": "done"})
+    long = harness.script(*writes, {"content": "done"})
+    counts = []
+    for model in (short, long):
+        handle = await harness.start(model, max_steps=20)
+        assert (await handle.result()).status is RunStatus.DONE
+        history = await handle.fetch_history()
+        upserts = [
+            e
+            for e in history.events
+            if e.event_type == EventType.EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES
+        ]
+        counts.append((len(history.events), len(upserts)))
+    (short_events, short_upserts), (long_events, long_upserts) = counts
+    per_step = (long_events - short_events) / 9
+    assert per_step <= 14, counts
+    assert (long_upserts - short_upserts) / 9 <= 2, counts

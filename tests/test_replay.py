@@ -43,3 +43,28 @@ async def test_recorded_history_replays(path: Path) -> None:
     history = WorkflowHistory.from_json(workflow_id, text)
     result = await replayer().replay_workflow(history, raise_on_replay_failure=False)
     assert result.replay_failure is None, f"{path.name}: {result.replay_failure}"
+
+
+def test_the_corpus_holds_runs_from_before_each_versioned_change() -> None:
+    """Every ``workflow.patched`` change is guarded by histories recorded before it: runs
+    without its marker, which ``test_recorded_history_replays`` replays through the new code
+    (the old path). ``coalesced-search-attributes`` (one upsert before each wait instead of one
+    per transition) also needs old runs that upserted per transition."""
+    from workflows.agent.workflow import (
+        CARRY_CONTENT_HASHES,
+        CLIENT_QUERIES,
+        COALESCED_SEARCH_ATTRIBUTES,
+    )
+
+    texts = {p.stem: p.read_text() for p in RECORDED}
+    agent_runs = {name: t for name, t in texts.items() if '"AgentWorkflow"' in t}
+    for patch in (CARRY_CONTENT_HASHES, CLIENT_QUERIES, COALESCED_SEARCH_ATTRIBUTES):
+        before = [name for name, t in agent_runs.items() if patch not in t]
+        assert before, f"no recorded run from before {patch}"
+    per_transition = [
+        name
+        for name, t in agent_runs.items()
+        if COALESCED_SEARCH_ATTRIBUTES not in t
+        and t.count("EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES") >= 6
+    ]
+    assert per_transition, "no recorded run that upserted at every transition"

@@ -91,8 +91,15 @@ def test_the_workflow_class_keeps_nothing_but_the_run() -> None:
         and target.value.id == "self"
     }
     # The live stream is the SDK's object beside the run; continue-as-new carries it in
-    # ``AgentInput.stream``.
-    assert assigned == {"_run", "_stream", "_events"}
+    # ``AgentInput.stream``. Search-attribute changes wait within one workflow task only (sent
+    # before any wait, and before continue-as-new), and each run decides anew whether they wait.
+    assert assigned == {
+        "_run",
+        "_stream",
+        "_events",
+        "_pending_attributes",
+        "_coalesce_attributes",
+    }
 
 
 def test_a_state_outside_the_table_is_refused_by_the_model() -> None:

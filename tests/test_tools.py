@@ -628,9 +628,32 @@ async def test_heartbeat_interval_follows_the_heartbeat_timeout(workspace: Path)
     assert len(beats) >= 3
 
 
-async def test_a_failing_block_wins_over_a_failing_heartbeat() -> None:
+async def test_a_block_shorter_than_the_first_beat_sends_no_heartbeat() -> None:
+    """Most model calls and every file tool end before the first beat: they send none."""
+    beats: list[Any] = []
+    env = ActivityEnvironment()
+    env.on_heartbeat = lambda *details: beats.append(details)
+
+    async def short_block() -> None:
+        async with heartbeat.heartbeating("working"):
+            await asyncio.sleep(0.05)
+
+    async def long_block() -> None:
+        async with heartbeat.heartbeating("working"):
+            await asyncio.sleep(heartbeat.FIRST_BEAT_SECONDS + 0.3)
+
+    await env.run(short_block)
+    assert beats == []
+    await env.run(long_block)
+    assert beats == [("working",)]
+
+
+async def test_a_failing_block_wins_over_a_failing_heartbeat(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """heartbeating(): the block's own failure is what the activity raises, even when the
     heartbeats failed too; a heartbeat failure after a block that succeeded is raised."""
+    monkeypatch.setattr(heartbeat, "FIRST_BEAT_SECONDS", 0.0)
 
     def broken() -> str:
         raise RuntimeError("heartbeat failed")

@@ -7,6 +7,7 @@ the schemas to the model as JSON Schema) and by the tool activity (which runs th
 
 from __future__ import annotations
 
+import copy
 import functools
 import json
 import re
@@ -106,7 +107,13 @@ class ToolSpec:
     """One of your own tools (``activities/tools/registry.py``)."""
 
     def json_schema(self) -> dict[str, Any]:
-        return self.args.model_json_schema()
+        """The arguments' JSON Schema, built once per tool (every model request offers it)."""
+        return copy.deepcopy(_schema_of(self.args))
+
+
+@functools.cache
+def _schema_of(args: type[ToolArgs]) -> dict[str, Any]:
+    return args.model_json_schema()
 
 
 def _path(args: Any) -> str:

@@ -94,6 +94,26 @@ for the client (before, the answer ended the run and the tool was unknown)."""
 CARRY_CONTENT_HASHES = "carry-content-hashes"
 """``workflow.patched`` id: tool results' content hashes reach the progress tracker."""
 
+COALESCED_SEARCH_ATTRIBUTES = "coalesced-search-attributes"
+"""``workflow.patched`` id: search-attribute changes are sent once before the run waits, not
+at every transition (a step costs 2 upsert events instead of 4)."""
+
+WAITING_STATES = frozenset(
+    {
+        State.PLANNING,
+        State.ACTING,
+        State.PARALLEL_ACTING,
+        State.WAITING_FOR_HUMAN,
+        State.WAITING_FOR_CLIENT,
+        State.WAITING_FOR_USER_INPUT,
+        State.POST_TOOLS_HOOK,
+        State.REFLECTING,
+    }
+)
+"""States whose handler may wait (an activity, a signal, a timer): what the Web UI's list shows
+while the run is in one of them must be current, so pending search attributes go out first.
+The others (Observing, Recovering, PhaseTransition) pass within one workflow task."""
+
 
 # A ValidationError in workflow code means bad data (an input another client built without our
 # models, a corrupt body): fail the run with the message instead of retrying its task forever.
@@ -112,6 +132,9 @@ class AgentWorkflow:
         # along on continue-as-new. Publishing from the workflow adds no history event.
         self._stream = WorkflowStream(prior_state=input.stream)
         self._events = self._stream.topic(events.EVENTS_TOPIC, type=AgentEvent)
+        # Search-attribute changes waiting to be sent together (see ``_upsert``).
+        self._pending_attributes: dict[str, SearchAttributeUpdate[Any]] = {}
+        self._coalesce_attributes = False
 
     # ----------------------------------------------------------------------------------------
     # The engine
@@ -133,6 +156,10 @@ class AgentWorkflow:
             State.PHASE_TRANSITION: self._phase_transition,
         }
         run = self._run
+        # Runs recorded before coalescing upserted at every transition, and replay so.
+        self._coalesce_attributes = run.input.config.search_attributes and workflow.patched(
+            COALESCED_SEARCH_ATTRIBUTES
+        )
         if input.resume is None:
             self._start()
         else:
@@ -150,6 +177,11 @@ class AgentWorkflow:
                         non_retryable=True,
                     )
                 run.memory.enter(run.state)
+                if run.state in WAITING_STATES and (
+                    # Without hooks, the post-tools state passes within the workflow task.
+                    run.state is not State.POST_TOOLS_HOOK or run.input.config.hooks
+                ):
+                    self._send_attributes()
                 self._fire(await handler())
         except (workflow.ContinueAsNewError, GeneratorExit):
             # The hand-over to the next run of the chain, or the worker dropping this run from
@@ -169,7 +201,9 @@ class AgentWorkflow:
                 self._record(run.state, "RunFailed", str(exc))
                 self._emit("error", f"run failed: {exc}")
                 self._upsert([sa.AGENT_STATE.value_set(State.ERROR.value)])
+            self._send_attributes()
             raise
+        self._send_attributes()
         outcome = {State.DONE: RunStatus.DONE, State.HALTED: RunStatus.HALTED}
         m = run.memory
         return AgentResult(
@@ -258,11 +292,25 @@ class AgentWorkflow:
         await workflow.wait_condition(workflow.all_handlers_finished)
         self._record(self._run.state, "ContinuedAsNew", why)
         self._emit("continued", why)
+        self._send_attributes()
         await handover.continue_as_new(self._run, self._stream)
 
     def _upsert(self, updates: list[SearchAttributeUpdate[Any]]) -> None:
-        if self._run.input.config.search_attributes:
+        """Keep AgentState / AgentStep / AgentModel current: the changes wait in
+        ``_pending_attributes`` (the newest value of each wins) until the run is about to wait
+        or end: the transitions between two waits cost one upsert event, not one each."""
+        if not self._run.input.config.search_attributes:
+            return
+        if not self._coalesce_attributes:
             workflow.upsert_search_attributes(updates)
+            return
+        for update in updates:
+            self._pending_attributes[update.key.name] = update
+
+    def _send_attributes(self) -> None:
+        if self._pending_attributes:
+            workflow.upsert_search_attributes(list(self._pending_attributes.values()))
+            self._pending_attributes.clear()
 
     def _record(self, state: State, event: str, data: str) -> None:
         self._run.record(state, event, data, workflow.now())
