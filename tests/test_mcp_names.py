@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
+from pydantic_core import to_json
 
 import activities.mcp
 import workflows.agent.mcp
@@ -115,6 +116,7 @@ def test_public_names_are_exported() -> None:
 @given(
     st.one_of(
         st.text(max_size=300),
+        st.sampled_from(['{"t": "\\ud800"}', '{"t": "\\udfff x"}']),
         st.recursive(
             st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20),
             lambda inner: (
@@ -134,10 +136,15 @@ def test_model_arguments_for_mcp_tools_parse_or_are_refused_with_a_reason(text: 
         assert "mcp__s__t" in str(exc)
     else:
         assert isinstance(value, dict)
+        to_json(value)  # what parses can be sent as the activity's input
     assert isinstance(call_target(text), str)
 
 
 def test_oversized_and_deeply_nested_arguments_are_refused() -> None:
+    with pytest.raises(McpArgumentsError, match="cannot be sent"):
+        parse_arguments("mcp__s__t", '{"text": "\\ud800"}')  # a lone surrogate
+    with pytest.raises(McpArgumentsError, match="cannot be sent"):
+        parse_arguments("mcp__s__t", '{"a": ' + "[" * 400 + "]" * 400 + "}")
     with pytest.raises(McpArgumentsError, match="at most"):
         parse_arguments("mcp__s__t", json.dumps({"x": "y" * 200_000}))
     with pytest.raises(McpArgumentsError, match="not valid JSON"):

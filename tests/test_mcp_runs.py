@@ -205,6 +205,32 @@ async def test_blacklisted_and_unoffered_mcp_tools_are_error_observations(
         )
 
 
+async def test_arguments_that_parse_but_cannot_be_sent_are_error_observations(
+    mcp_harness: McpHarness,
+) -> None:
+    """A lone surrogate, nesting past the serialiser's depth, a call id no request accepts:
+    each is the call's ERROR and the run goes on (none may fail its workflow task)."""
+    deep = '{"text": ' + "[" * 400 + "]" * 400 + "}"
+    async with mcp_harness(stdio_entry("calc")) as h:
+        model = h.script(
+            {
+                "tool_calls": [
+                    {"name": "mcp__calc__echo", "arguments": '{"text": "\\ud800"}'},
+                    {"name": "mcp__calc__echo", "arguments": deep},
+                    {"id": "c" * 250, "name": "mcp__calc__echo", "arguments": {"text": "x"}},
+                ]
+            },
+            {"content": "survived"},
+        )
+        handle = await h.start(model, mcp_servers=["calc"], mcp_approval="listed")
+        result: AgentResult = await handle.result()
+        assert (result.status, result.answer) == (RunStatus.DONE, "survived")
+        observations = [m["content"] for m in tool_messages(h.requests(model)[1])]
+        assert observations[0].startswith("ERROR: arguments for mcp__calc__echo cannot be sent")
+        assert observations[1].startswith("ERROR: arguments for mcp__calc__echo cannot be sent")
+        assert observations[2].startswith("ERROR: mcp__calc__echo cannot be called: call_id")
+
+
 async def test_a_tool_that_vanishes_under_a_live_run_is_an_error_and_no_longer_offered(
     mcp_harness: McpHarness, tmp_path: Path
 ) -> None:

@@ -31,6 +31,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from pydantic import Field, field_validator
+from pydantic_core import PydanticSerializationError, to_json
 
 from workflows.base import Frozen
 
@@ -138,6 +139,12 @@ def parse_arguments(name: str, arguments: str | dict[str, Any]) -> dict[str, Any
         raise McpArgumentsError(
             f"arguments for {name} are {size} characters; at most {MAX_ARGUMENTS_CHARS}"
         )
+    try:
+        # What parses may still not encode again (a lone surrogate, nesting past the
+        # serialiser's depth): the activity's input must, or the workflow task fails.
+        to_json(value)
+    except (PydanticSerializationError, ValueError, RecursionError) as exc:
+        raise McpArgumentsError(f"arguments for {name} cannot be sent: {exc}") from None
     return value
 
 

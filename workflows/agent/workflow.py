@@ -74,7 +74,7 @@ from workflows.agent.progress import ProgressSummary
 from workflows.agent.state import AgentRun
 from workflows.agent.state_machine import Event, State, next_state
 from workflows.agent.status import cut
-from workflows.base import failure_message
+from workflows.base import describe_errors, failure_message
 
 with workflow.unsafe.imports_passed_through():
     # Activity classes are referenced by method (names by object, not string). Their modules
@@ -765,15 +765,22 @@ class AgentWorkflow:
             error = error or f"ERROR: tool {call.name} is not offered in this run"
             self._emit("tool_finished", error, tool=call.name, call_id=call.id, ok=False)
             return ToolOutcome(call=call, observation=error, success=False)
+        try:
+            request = McpCallRequest(
+                server=info.server,
+                tool=info.tool,
+                arguments=arguments,
+                call_id=call.id,
+                step=run.memory.step,
+                max_output_chars=config.max_observation_chars,
+            )
+        except ValidationError as exc:
+            # A provider's call id or a server's tool name out of bounds: the call's error,
+            # not the run's (a ValidationError would fail the run).
+            error = f"ERROR: {call.name} cannot be called: {describe_errors(exc)}"
+            self._emit("tool_finished", error, tool=call.name, call_id=call.id, ok=False)
+            return ToolOutcome(call=call, observation=error, success=False)
         self._emit("tool_started", call.name, tool=call.name, call_id=call.id, target=target)
-        request = McpCallRequest(
-            server=info.server,
-            tool=info.tool,
-            arguments=arguments,
-            call_id=call.id,
-            step=run.memory.step,
-            max_output_chars=config.max_observation_chars,
-        )
         try:
             result: ToolResult = await workflow.execute_activity_method(
                 McpActivities.call_mcp_tool,
