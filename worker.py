@@ -4,6 +4,7 @@
     python worker.py --dev-server    # start the dev server from temporal-dev.yaml if none answers
     python worker.py --sync-jobs     # also create/update the built-in jobs' Temporal Schedules
     python worker.py --mcp-config mcp.toml   # offer these MCP servers' tools (docs/mcp.md)
+    python worker.py --tools-only --task-queue ws-1  # the tools of runs with tool_task_queue=ws-1
 
 Model settings (``OPENAI_BASE_URL``, ``OPENAI_API_KEY``, ``OLLAMA_BASE_URL``) are read here, from
 this process's environment, and stay here. With ``TREADLE_ENCRYPTION_KEYS`` set every payload the
@@ -52,7 +53,9 @@ from treadle.connection import (
     ensure_search_attributes,
 )
 from treadle.devserver import DevServer, DevServerError, load_config
+from treadle.logs import LOG_FORMATS, configure_logging
 from treadle.schedules import sync_schedules
+from treadle.telemetry import TelemetrySettingsError, metrics_runtime, metrics_url
 from workflows.agent import search_attributes
 from workflows.agent.models import TASK_QUEUE
 from workflows.agent.workflow import AgentWorkflow
@@ -104,6 +107,7 @@ PASSTHROUGH_MODULES = (
     "workflows.monitors.models",  # monitor messages; loads workflows.cron (croniter, zoneinfo) too
     "workflows.jobs.models",  # job messages and ledger arithmetic; loads croniter (cron check)
     "workflows.scheduled.models",  # scheduled agents' messages, shared with the CLI
+    "workflows.telemetry",  # one table of runs' current steps, shared with the log formatter
 )
 
 
@@ -123,9 +127,11 @@ def build_worker(
     graceful_shutdown: timedelta = timedelta(seconds=10),
     sticky_timeout: timedelta = timedelta(seconds=10),
     max_concurrent_activities: int = 100,
+    max_cached_workflows: int = 1000,
     store: BlobStore | None = None,
     confinement: Confinement = Confinement.AUTO,
     mcp: McpActivities | None = None,
+    tools_only: bool = False,
 ) -> Worker:
     """The one place that decides what a Treadle worker runs and how.
 
@@ -134,7 +140,8 @@ def build_worker(
     ``mcp`` holds the worker's MCP servers and their sessions (its owner closes it after the
     worker stops); without one the MCP activities are still registered, with no servers, so a
     run that lists MCP tools learns there are none instead of waiting for an activity no worker
-    has.
+    has. ``tools_only`` makes the worker of a ``tool_task_queue``: the workspace's tools and the
+    post-tools hooks, nothing else (no workflows, no model calls, no MCP).
     """
     conversations = ConversationStore(store) if store is not None else None
     models = ModelActivities(settings, http, conversations)
@@ -143,6 +150,14 @@ def build_worker(
         mcp = McpActivities(McpConfig())
     elif mcp.store is None:
         mcp.store = conversations  # long MCP outputs are stored like every tool's
+    if tools_only:
+        return Worker(
+            client,
+            task_queue=task_queue,
+            activities=[tools.run_tool, HookActivities().run_hook],
+            max_concurrent_activities=max_concurrent_activities,
+            graceful_shutdown_timeout=graceful_shutdown,
+        )
     return Worker(
         client,
         task_queue=task_queue,
@@ -157,6 +172,7 @@ def build_worker(
         ],
         workflow_runner=workflow_runner(),
         max_concurrent_activities=max_concurrent_activities,
+        max_cached_workflows=max_cached_workflows,
         graceful_shutdown_timeout=graceful_shutdown,
         sticky_queue_schedule_to_start_timeout=sticky_timeout,
     )
@@ -187,6 +203,8 @@ async def run(args: argparse.Namespace, mcp_config: McpConfig | None = None) -> 
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
 
+    # Before the dev server and the client: the runtime's Prometheus endpoint must exist first.
+    runtime = metrics_runtime(args.metrics_port, args.metrics_host) if args.metrics_port else None
     async with server_address(args) as (address, namespace, local_dev):
         client = await connect(
             address=address,
@@ -194,11 +212,14 @@ async def run(args: argparse.Namespace, mcp_config: McpConfig | None = None) -> 
             profile=args.profile,
             local_dev=local_dev,
             store=args.store,  # External Storage shares the conversation store's directory
+            runtime=runtime,
         )
+        if args.metrics_port:
+            print(f"Metrics: {metrics_url(args.metrics_host, args.metrics_port)}", flush=True)
         added = await ensure_search_attributes(client, client.namespace, search_attributes.REQUIRED)
         if added:
             print(f"Registered search attributes: {', '.join(added)}", flush=True)
-        if args.sync_jobs:
+        if args.sync_jobs and not args.tools_only:
             for outcome in await sync_schedules(
                 client, args.task_queue, job_activities.builtin_jobs()
             ):
@@ -214,13 +235,17 @@ async def run(args: argparse.Namespace, mcp_config: McpConfig | None = None) -> 
                 settings=settings,
                 http=http,
                 graceful_shutdown=timedelta(seconds=args.graceful_shutdown),
+                sticky_timeout=timedelta(seconds=args.sticky_queue_timeout),
+                max_cached_workflows=args.max_cached_workflows,
                 store=blob_store(args.store, os.environ),
                 confinement=Confinement(args.command_confinement),
                 mcp=mcp,
+                tools_only=args.tools_only,
             )
             async with worker:
+                what = "tools-only worker" if args.tools_only else "Worker"
                 print(
-                    f"Worker polling task queue {args.task_queue!r} on "
+                    f"{what.capitalize()} polling task queue {args.task_queue!r} on "
                     f"{client.service_client.config.target_host} (namespace {client.namespace}); "
                     "Ctrl-C to stop",
                     flush=True,
@@ -258,6 +283,24 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="how long in-flight activities may run after SIGTERM before being handed back",
     )
     parser.add_argument(
+        "--sticky-queue-timeout",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="how long the server keeps a run's next workflow task for this worker (whose cache "
+        "holds the run) before any worker may take it; after a crash, the delay before another "
+        "worker picks up a run that was cached here (default: 10; 1 gets a killed worker's runs "
+        "moving within about 2 s, at the price of more replays when this worker is merely busy)",
+    )
+    parser.add_argument(
+        "--max-cached-workflows",
+        type=int,
+        default=1000,
+        metavar="N",
+        help="runs kept in memory between their workflow tasks; past this the least recently "
+        "used is evicted and replayed from its history when it next has work (default: 1000)",
+    )
+    parser.add_argument(
         "--store",
         default=os.environ.get(STORE_ENV) or str(DEFAULT_STORE),
         metavar="DIR",
@@ -279,7 +322,32 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="TOML file of the MCP servers whose tools this worker offers (see docs/mcp.md; "
         f"default from {MCP_CONFIG_ENV} when set; none: no MCP tools)",
     )
+    parser.add_argument(
+        "--tools-only",
+        action="store_true",
+        help="run only the workspace's tools and post-tools hooks, for runs whose config names "
+        "this --task-queue as tool_task_queue (on the machine that holds their workspaces)",
+    )
     parser.add_argument("--log-level", default="INFO")
+    parser.add_argument(
+        "--log-format",
+        choices=LOG_FORMATS,
+        default="text",
+        help="text lines, or JSON lines; either way with each line's fields (workflow_id, "
+        "run_id, step, ...)",
+    )
+    parser.add_argument(
+        "--metrics-port",
+        type=int,
+        metavar="PORT",
+        help="serve Prometheus metrics (Temporal's and Treadle's) at "
+        "http://--metrics-host:PORT/metrics (default: none)",
+    )
+    parser.add_argument(
+        "--metrics-host",
+        default="127.0.0.1",
+        help="address the metrics endpoint listens on (default: 127.0.0.1; 0.0.0.0 for all)",
+    )
     return parser.parse_args(argv)
 
 
@@ -293,15 +361,19 @@ def blob_store(where: str, environ: Mapping[str, str]) -> BlobStore | None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    logging.basicConfig(
-        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s"
-    )
+    configure_logging(args.log_level, args.log_format)
     try:
         # Before the dev server: a bad setting must not leave anything started behind it.
         check_settings(address=args.address, environ=os.environ)
         mcp_config = load_mcp_config(Path(args.mcp_config), os.environ) if args.mcp_config else None
         return asyncio.run(run(args, mcp_config))
-    except (DevServerError, TemporalConnectionError, EncryptionError, McpConfigError) as exc:
+    except (
+        DevServerError,
+        TemporalConnectionError,
+        EncryptionError,
+        McpConfigError,
+        TelemetrySettingsError,
+    ) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
 

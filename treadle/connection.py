@@ -50,11 +50,13 @@ from temporalio.converter import (
     ExternalStorage,
 )
 from temporalio.envconfig import ClientConfigProfile
+from temporalio.runtime import Runtime
 from temporalio.service import RPCError, RPCStatusCode
 
 from activities.store.blobs import FileBlobStore
 from activities.store.external import BlobStorageDriver
 from treadle.codec import EncryptionCodec, EncryptionSettingsError, Keyring, NoKeysCodec
+from treadle.telemetry import TelemetrySettingsError, TracingSettings, client_plugins
 
 __all__ = [
     "DEFAULT_ADDRESS",
@@ -138,6 +140,7 @@ async def connect(
     local_dev: bool = False,
     environ: Mapping[str, str] | None = None,
     store: str | Path | None = None,
+    runtime: Runtime | None = None,
 ) -> Client:
     """Connect to Temporal with envconfig settings, overridden by the explicit arguments.
 
@@ -145,9 +148,17 @@ async def connect(
     for a real cluster must not be sent to the embedded dev server. ``environ`` is where
     ``TREADLE_ENCRYPTION_KEYS`` is read (default: this process's environment); encryption applies
     to the dev server too. ``store`` is the External Storage directory (or ``"none"``); without
-    it ``TREADLE_STORE`` in ``environ`` decides, then :data:`DEFAULT_STORE`.
+    it ``TREADLE_STORE`` in ``environ`` decides, then :data:`DEFAULT_STORE`. The client (and
+    every worker built on it) is traced when ``environ`` sets up OpenTelemetry
+    (``treadle.telemetry``); ``runtime`` is a Temporal runtime of one's own (``worker.py
+    --metrics-port`` serves Prometheus metrics from one).
     """
-    converter = data_converter(os.environ if environ is None else environ, store)
+    environment = os.environ if environ is None else environ
+    converter = data_converter(environment, store)
+    try:
+        plugins = client_plugins(environment)
+    except TelemetrySettingsError as exc:
+        raise ConnectionSettingsError(str(exc)) from exc
     if local_dev:
         options: Mapping[str, Any] = {}
     else:
@@ -173,6 +184,8 @@ async def connect(
                 tls=options.get("tls"),
                 rpc_metadata=options.get("rpc_metadata") or {},
                 data_converter=converter,
+                plugins=plugins,
+                runtime=runtime,
             ),
             CONNECT_TIMEOUT.total_seconds(),
         )
@@ -251,6 +264,10 @@ def check_settings(*, address: str | None, environ: Mapping[str, str]) -> None:
     if address is not None:
         parse_address(address, "--address")
     data_converter(environ)
+    try:
+        TracingSettings.from_env(environ)
+    except TelemetrySettingsError as exc:
+        raise ConnectionSettingsError(str(exc)) from exc
 
 
 async def ensure_search_attributes(

@@ -22,6 +22,7 @@ from types import MappingProxyType
 from temporalio import activity
 from temporalio.exceptions import ApplicationError, FailureError
 
+from activities import telemetry
 from activities.heartbeat import heartbeating
 from activities.hooks.base import Hook, HookBusy, HookFailed
 from activities.hooks.git_commit import GitCommit
@@ -56,7 +57,9 @@ class HookActivities:
                 request.hook, f"this worker has no hook named {request.hook!r} (it has: {known})"
             )
         else:
-            result = await _run(hook, request)
+            with telemetry.hook_run(request.hook, request.step) as span:
+                result = await _run(hook, request)
+                span.finished(result.outcome != "failed")
         activity.logger.info(
             "hook.finished",
             extra={

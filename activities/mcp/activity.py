@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 
 from temporalio import activity
 
+from activities import telemetry
 from activities.heartbeat import heartbeating
 from activities.mcp.config import McpConfig, McpServerConfig
 from activities.mcp.errors import McpUnavailableError
@@ -187,7 +188,14 @@ class McpActivities:
         """Call one tool of one MCP server; what the server answers is the result, a server
         that does not answer fails the attempt (retryable)."""
         try:
-            result = await self.call(request)
+            with telemetry.tool_call(
+                f"{request.server}/{request.tool}",
+                request.call_id,
+                step=request.step,
+                **{"treadle.mcp.server": request.server},
+            ) as span:
+                result = await self.call(request)
+                span.finished(result.success)
         except McpUnavailableError as exc:
             activity.logger.warning(
                 "mcp.call_failed server=%s tool=%s call_id=%s reason=%s",

@@ -42,6 +42,7 @@ import httpx
 from temporalio import activity
 from temporalio.exceptions import ApplicationError, FailureError
 
+from activities import telemetry
 from activities.errors import ModelConfigError, ModelError, ModelResponseError
 from activities.heartbeat import heartbeating
 from activities.model import anthropic_messages, http_errors, openai_chat
@@ -141,12 +142,19 @@ class ModelActivities:
     @activity.defn(name="call_model")
     async def call_model(self, request: ModelRequest) -> ModelResponse:
         """Ask the model for its next move; one HTTP attempt per activity attempt."""
+        with telemetry.model_call(request) as call:  # its span, metrics and step for logs
+            result = await self._call_model(request)
+            call.finished(result)
+        return result
+
+    async def _call_model(self, request: ModelRequest) -> ModelResponse:
         info = activity.info()
         start_to_close = info.start_to_close_timeout or timedelta(minutes=5)
         try:
             # Heartbeats go on for as long as the call, however long its stream.
             async with heartbeating(), publishing(request) as on_text:
                 whole = await self._whole(request)
+                telemetry.record_input(whole.messages)  # only with content capture on
                 result = await self.complete(
                     whole, read_timeout=start_to_close.total_seconds(), on_text=on_text
                 )

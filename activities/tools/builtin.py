@@ -36,6 +36,7 @@ from typing import Any
 
 from temporalio import activity
 
+from activities import telemetry
 from activities.errors import ToolError
 from activities.heartbeat import heartbeating
 from activities.store.conversation import ConversationStore
@@ -57,6 +58,7 @@ from workflows.agent.catalogue import (
     parse_arguments,
 )
 from workflows.agent.models import ToolPolicy, ToolRequest, ToolResult
+from workflows.agent.planning import call_target
 
 __all__ = [
     "Confinement",
@@ -704,13 +706,17 @@ class ToolActivities:
     @activity.defn(name="run_tool")
     async def run_tool(self, request: ToolRequest) -> ToolResult:
         """Run one tool call confined to its workspace; failures come back as ``ERROR:`` data."""
-        result = await execute_tool(
-            Path(request.workspace),
-            request.call.name,
-            request.call.arguments,
-            request.policy,
-            confinement=self.confinement,
-        )
+        call = request.call
+        target = call_target(call.name, call.arguments)
+        with telemetry.tool_call(call.name, call.id, target) as span:
+            result = await execute_tool(
+                Path(request.workspace),
+                request.call.name,
+                request.call.arguments,
+                request.policy,
+                confinement=self.confinement,
+            )
+            span.finished(result.success)
         activity.logger.info(
             "tool.finished tool=%s call_id=%s success=%s",
             request.call.name,

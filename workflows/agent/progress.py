@@ -369,6 +369,18 @@ class ProgressTracker(BaseModel):
             or self.message_latch
         )
 
+    def stuck_kind(self) -> str:
+        """Which rule says the run is stuck, as a short name for metrics (few distinct values,
+        where ``check`` is a sentence): ``repeated_error``, ``oscillation``, ``no_progress`` or
+        ``repeated_message``."""
+        if self._repeated_error():
+            return "repeated_error"
+        if self._oscillation():
+            return "oscillation"
+        if self._no_progress():
+            return "no_progress"
+        return "repeated_message"
+
     def reset_after_recovery(self) -> None:
         """Start a fresh window after the model was told what repeats (keeps files and tests)."""
         self._end_error_run()

@@ -25,6 +25,7 @@ from temporalio.common import RawValue, SearchAttributeUpdate
 from temporalio.contrib.workflow_streams import WorkflowStream
 from temporalio.exceptions import ActivityError, ApplicationError, is_cancelled_exception
 
+from workflows import telemetry
 from workflows.agent import (
     approvals,
     client_queries,
@@ -333,6 +334,7 @@ class AgentWorkflow:
         if config.mcp_servers and run.mcp is None:
             await self._list_mcp_tools()
         m.step += 1
+        telemetry.step_started(m.step)
         request = planning.model_request(run)
         if isinstance(request, planning.CannotCall):
             m.error = request.reason
@@ -352,6 +354,7 @@ class AgentWorkflow:
             m.error = f"model call failed: {failure_message(exc)}"
             return Event.FATAL_ERROR
         run.spend(run.model, response.usage)
+        telemetry.model_spent(run.model, response.usage, config.prices)
         if response.conversation is not None:
             # The store now holds everything this call sent: the next call sends only the rest.
             m.conversation_head = response.conversation
@@ -506,6 +509,7 @@ class AgentWorkflow:
             )
             summary = (response.content or "").strip()
             run.spend(model, response.usage)
+            telemetry.model_spent(model, response.usage, config.prices)
             if not summary or response.tool_calls:
                 raise reflection.NoSummary("the summary reply was empty or called tools")
             how = "summarised by the model"
@@ -538,7 +542,9 @@ class AgentWorkflow:
         waiting = ", ".join(f"{p.call_id} ({p.tool})" for p in m.pending_approvals)
         self._record(State.WAITING_FOR_HUMAN, "AwaitingApproval", waiting)
         workflow_id = workflow.info().workflow_id
-        for p in run.waiting_approvals():
+        waiting_before = run.waiting_approvals()
+        for p in waiting_before:
+            telemetry.human_wait_started(p.tool)
             self._emit(
                 "approval_needed",
                 f"{p.tool} {planning.call_target(p.tool, p.arguments)}".strip(),
@@ -550,6 +556,10 @@ class AgentWorkflow:
         self._show()
         # Durable: this wait survives worker restarts and lasts as long as it must.
         await workflow.wait_condition(lambda: approvals.all_decided(m))
+        decided = {p.call_id: p.decision for p in m.pending_approvals}
+        for p in waiting_before:
+            outcome = decided.get(p.call_id)
+            telemetry.human_wait_ended(p.tool, outcome.value if outcome else "decided")
         return approvals.resolve(m, parallel=run.input.config.parallel_tools)
 
     async def _wait_for_guidance(self) -> Event:
@@ -562,7 +572,9 @@ class AgentWorkflow:
             commands=events.guidance_commands(workflow.info().workflow_id),
         )
         self._show()
+        telemetry.human_wait_started("guidance")
         await workflow.wait_condition(lambda: m.human_guidance is not None)
+        telemetry.human_wait_ended("guidance", "answered")
         return approvals.follow_guidance(run)
 
     async def _act(self) -> Event:
@@ -607,6 +619,7 @@ class AgentWorkflow:
             self._emit("tool_finished", error, tool=call.name, call_id=call.id, ok=False)
             return ToolOutcome(call=call, observation=error, success=False)
         run.client_queries_asked += 1
+        telemetry.client_query("asked")
         run.client_query_parallel = run.state is State.PARALLEL_ACTING
         run.client_query = client_queries.new_query(
             call,
@@ -651,6 +664,7 @@ class AgentWorkflow:
                 timeout_summary=f"client query {query.id}",
             )
         answer = run.client_answer
+        telemetry.client_query("answered" if answer is not None else "timed_out")
         calls = [c for c in m.current_tool_calls if c.id == query.call_id]
         if not calls:  # cannot happen: the query was opened for one of these calls
             raise ApplicationError(f"no call {query.call_id} for {query.id}", non_retryable=True)
@@ -855,6 +869,7 @@ class AgentWorkflow:
             self._record(State.OBSERVING, "Stuck", stuck)
             self._emit("stuck", stuck)
             workflow.logger.warning("agent.stuck", extra={"reason": stuck, "step": m.step})
+            telemetry.stuck(run.tracker.stuck_kind())
             return Event.STUCK
         if run.tracker.should_report():
             progress = run.tracker.summary(workflow.now(), run.started_at)
