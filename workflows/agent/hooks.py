@@ -144,14 +144,18 @@ def describe(result: HookResult) -> str:
 
 
 def hook_call(
-    summary: str, *, heartbeat_timeout_seconds: float, timeout_seconds: float = HOOK_TIMEOUT_SECONDS
+    summary: str,
+    *,
+    heartbeat_timeout_seconds: float,
+    timeout_seconds: float = HOOK_TIMEOUT_SECONDS,
+    task_queue: str | None = None,
 ) -> workflow.ActivityConfig:
     """Options of one ``run_hook`` call, for ``execute_activity_method(..., **options)``.
 
     It heartbeats, so a worker killed mid-hook is noticed after the heartbeat timeout and the
     next attempt (on another worker) finds the commit the first one may have made.
     """
-    return workflow.ActivityConfig(
+    options = workflow.ActivityConfig(
         summary=summary,
         start_to_close_timeout=timedelta(seconds=timeout_seconds),
         heartbeat_timeout=timedelta(seconds=heartbeat_timeout_seconds),
@@ -162,3 +166,6 @@ def hook_call(
             maximum_attempts=HOOK_MAX_ATTEMPTS,
         ),
     )
+    if task_queue:
+        options["task_queue"] = task_queue  # the hook works in the workspace, as tools do
+    return options

@@ -87,6 +87,11 @@ class AgentConfig(Frozen):
     ``require_approval`` names (the server's hints are ignored)."""
     parallel_tools: bool = True
     """Run several tool calls from one model response concurrently."""
+    tool_task_queue: str | None = Field(None, min_length=1, max_length=200, pattern=r"^\S+$")
+    """Run the workspace's tools (file tools, ``run_command``, your own) and the post-tools
+    hooks on this task queue: served by ``worker.py --tools-only --task-queue NAME`` on the
+    machine that holds the workspace, while model calls (and MCP calls) run on the run's own
+    queue, anywhere. Default: the run's queue."""
     max_tool_calls_per_step: int = Field(64, ge=1, le=1000)
     """A reply asking for more calls than this runs none of them; the model is told to ask for
     fewer. (Temporal allows a run at most 2,000 pending activities.)"""

@@ -66,6 +66,8 @@ def tool_call(
     )
     if command:
         options["heartbeat_timeout"] = timedelta(seconds=config.heartbeat_timeout_seconds)
+    if config.tool_task_queue:
+        options["task_queue"] = config.tool_task_queue
     return options
 
 

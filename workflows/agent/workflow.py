@@ -922,6 +922,7 @@ class AgentWorkflow:
                 **hooks.hook_call(
                     f"step {step} · hook {name}",
                     heartbeat_timeout_seconds=config.heartbeat_timeout_seconds,
+                    task_queue=config.tool_task_queue,
                 ),
             )
         except ActivityError as exc:
