@@ -1,0 +1,863 @@
+"""Treadle's benchmark suite: one command, a fresh dev server, one table.
+
+    .venv/bin/python bench/suite.py [--quick] [--rows step,recovery,replay,parked,throughput]
+                                    [--json FILE]
+
+Every figure is a ratio against a baseline measured in the same run, or a count (events, bytes,
+MB of RSS, seconds to recover). The baseline of a step is the bare Temporal floor
+(``bench/floor.py``): a minimal workflow looping a model call over HTTP and a file write
+against the same dev server and the same scripted model server, with no other logic. Rows:
+
+- ``step``: ms per step of one run at a time, Treadle (defaults, as ``worker.py`` runs them, and
+  without token streaming) against the floor; history events per step of both.
+- ``recovery``: a ``worker.py`` process killed with SIGKILL while a run is inside a model call,
+  and while a run waits for approval; seconds until a replacement ``worker.py`` has the retry
+  running, and until an approval sent after the kill moves the run on.
+- ``replay``: replaying a recorded run after a cache miss (temporalio's ``Replayer``), per step
+  and per run as long as continue-as-new lets a run grow, against a floor history of as many steps.
+- ``parked``: runs parked on approvals in one ``worker.py``: its RSS before and after, with the
+  default cache and with a cache too small to hold them (evicted, replayed on demand); a sample
+  approved in each must finish.
+- ``throughput``: steps/s with 1, 2 and 4 ``worker.py`` processes on one task queue, the ratio to
+  one, and the CPU the server, the workers and the machine spent, to show where the bottleneck is.
+
+Nothing is asserted: the machine is shared and noisy, so read the ratios. ``--quick`` runs small
+counts (the smoke test uses it); the full suite takes a few minutes on two cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from temporalio.api.enums.v1 import EventType  # noqa: E402
+from temporalio.client import Client, WorkflowHandle, WorkflowHistory  # noqa: E402
+from temporalio.worker import Replayer, Worker  # noqa: E402
+
+from activities.model.activity import ProviderSettings, http_client  # noqa: E402
+from activities.store.blobs import FileBlobStore  # noqa: E402
+from bench.floor import FloorActivities, FloorInput, FloorWorkflow  # noqa: E402
+from bench.local_server import dev_server_config  # noqa: E402
+from treadle.connection import connect  # noqa: E402
+from treadle.devserver import DevServer  # noqa: E402
+from treadle.scripted_model import ScriptedModelServer  # noqa: E402
+from worker import WORKFLOWS, build_worker, workflow_runner  # noqa: E402
+from workflows.agent.models import (  # noqa: E402
+    AgentConfig,
+    AgentInput,
+    AgentResult,
+    ApproveSignal,
+    RunStatus,
+)
+from workflows.agent.workflow import AgentWorkflow  # noqa: E402
+
+ROWS = ("step", "recovery", "replay", "parked", "throughput")
+SUGGESTED_EVENTS = 4096
+"""Temporal suggests continue-as-new at this many events: a run's history grows no further."""
+RECOVERY_HEARTBEAT_SECONDS = 1.0
+RECOVERY_STICKY_SECONDS = 1.0
+CPUS = os.cpu_count() or 1
+
+# ----------------------------------------------------------------------------------------------
+# The table
+# ----------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Row:
+    """One line of the table; ``values`` are its raw numbers for --json."""
+
+    row: str
+    measure: str
+    treadle: str
+    baseline: str = ""
+    ratio: str = ""
+    target: str = ""
+    met: str = ""
+    values: dict[str, float] = field(default_factory=dict)
+
+
+COLUMNS = ("row", "measure", "treadle", "baseline", "ratio", "target", "met")
+
+
+def render(rows: Sequence[Row]) -> str:
+    cells = [list(COLUMNS)] + [[str(getattr(r, c)) for c in COLUMNS] for r in rows]
+    widths = [max(len(line[i]) for line in cells) for i in range(len(COLUMNS))]
+    right = {2, 3, 4}
+    lines = []
+    for line in cells:
+        parts = [
+            cell.rjust(widths[i]) if i in right else cell.ljust(widths[i])
+            for i, cell in enumerate(line)
+        ]
+        lines.append("  ".join(parts).rstrip())
+    return "\n".join(lines)
+
+
+def verdict(ok: bool) -> str:
+    return "yes" if ok else "NO"
+
+
+# ----------------------------------------------------------------------------------------------
+# Processes: worker.py as a user runs it, and what /proc says about processes
+# ----------------------------------------------------------------------------------------------
+
+
+def rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU of one process so far (its children not included)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def machine_busy() -> tuple[float, float]:
+    """(busy, total) CPU seconds of the whole machine so far, from /proc/stat."""
+    parts = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = parts[3] + parts[4]  # idle + iowait
+    total = sum(parts[:8])
+    tick = os.sysconf("SC_CLK_TCK")
+    return (total - idle) / tick, total / tick
+
+
+class WorkerProcess:
+    """``worker.py`` in its own process, with flags as a user would pass them."""
+
+    def __init__(self, process: asyncio.subprocess.Process, log: Path, spawned: float) -> None:
+        self.process = process
+        self.log = log
+        self.spawned = spawned
+        self.ready = 0.0
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    @classmethod
+    async def start(cls, bench: Bench, task_queue: str, *flags: str) -> WorkerProcess:
+        log = bench.tmp / f"worker-{uuid.uuid4().hex[:6]}.log"
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith(("TEMPORAL_", "OTEL_", "TREADLE_"))
+        }
+        env["OPENAI_BASE_URL"] = bench.models.base_url
+        env["OPENAI_API_KEY"] = "bench"
+        with log.open("wb") as out:
+            spawned = time.time()
+            process = await asyncio.create_subprocess_exec(
+                sys.executable,
+                str(ROOT / "worker.py"),
+                "--address",
+                bench.address,
+                "--namespace",
+                "default",
+                "--task-queue",
+                task_queue,
+                "--store",
+                str(bench.store),
+                "--log-level",
+                "WARNING",
+                *flags,
+                cwd=ROOT,
+                env=env,
+                stdout=out,
+                stderr=asyncio.subprocess.STDOUT,
+            )
+        worker = cls(process, log, spawned)
+        bench.workers.append(worker)
+        deadline = time.monotonic() + 120
+        while "Worker polling" not in log.read_text(errors="replace"):
+            if process.returncode is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"worker.py did not start:\n{log.read_text(errors='replace')}")
+            await asyncio.sleep(0.02)
+        worker.ready = time.time()
+        return worker
+
+    def kill(self) -> float:
+        """SIGKILL: no graceful shutdown, the server is not told."""
+        self.process.send_signal(signal.SIGKILL)
+        return time.time()
+
+    async def stop(self) -> None:
+        if self.process.returncode is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                await asyncio.wait_for(self.process.wait(), 30)
+            except TimeoutError:
+                self.process.send_signal(signal.SIGKILL)
+                await self.process.wait()
+
+
+# ----------------------------------------------------------------------------------------------
+# Shared set-up and helpers
+# ----------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Bench:
+    quick: bool
+    tmp: Path
+    address: str
+    server_pid: int
+    client: Client
+    models: ScriptedModelServer
+    settings: ProviderSettings
+    store: Path
+    workers: list[WorkerProcess] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    shared: dict[str, float] = field(default_factory=dict)
+
+    def workspace(self, name: str) -> str:
+        path = self.tmp / "ws" / f"{name}-{uuid.uuid4().hex[:6]}"
+        path.mkdir(parents=True)
+        return str(path)
+
+
+def write_script(steps: int, *, delay: float = 0.0) -> list[dict[str, Any]]:
+    """``steps`` turns each writing one new file (the first after ``delay``), then an answer."""
+    turns: list[dict[str, Any]] = [
+        {
+            "tool_calls": [
+                {"name": "write_file", "arguments": {"path": f"f{i}.txt", "content": "x" * 200}}
+            ],
+            "usage": {"prompt_tokens": 500, "completion_tokens": 40},
+            **({"delay": delay} if delay and i == 0 else {}),
+        }
+        for i in range(steps)
+    ]
+    turns.append({"content": "done", "usage": {"prompt_tokens": 600, "completion_tokens": 5}})
+    return turns
+
+
+def new_id(prefix: str) -> str:
+    return f"bench-{prefix}-{uuid.uuid4().hex[:10]}"
+
+
+async def start_agent(
+    bench: Bench, task_queue: str, model: str, config: AgentConfig
+) -> WorkflowHandle[Any, AgentResult]:
+    return await bench.client.start_workflow(
+        AgentWorkflow.run,
+        AgentInput(
+            task="Write the files.",
+            model=f"openai:{model}",
+            workspace=bench.workspace("agent"),
+            config=config,
+        ),
+        id=new_id("agent"),
+        task_queue=task_queue,
+    )
+
+
+async def run_floor(bench: Bench, task_queue: str, steps: int) -> WorkflowHandle[Any, Any]:
+    """One floor run of ``steps`` tool steps and an answer, with a model of its own."""
+    name = f"floor-{uuid.uuid4().hex[:8]}"
+    bench.models.add_model(name, write_script(steps), order="arrival")
+    handle = await bench.client.start_workflow(
+        FloorWorkflow.run,
+        FloorInput(model=name, task="Write the files.", workspace=bench.workspace("floor")),
+        id=new_id("floor"),
+        task_queue=task_queue,
+    )
+    result = await handle.result()
+    if result.steps != steps + 1:
+        raise RuntimeError(f"the floor run took {result.steps} steps, not {steps + 1}")
+    return handle
+
+
+def floor_worker(bench: Bench, task_queue: str, http: Any) -> Worker:
+    activities = FloorActivities(bench.models.base_url, http)
+    return Worker(
+        bench.client,
+        task_queue=task_queue,
+        workflows=[FloorWorkflow],
+        activities=[activities.model_call, activities.write_file],
+    )
+
+
+def event_seconds(event: Any) -> float:
+    return float(event.event_time.ToMicroseconds()) / 1e6
+
+
+def model_schedules(history: WorkflowHistory) -> list[int]:
+    """Indexes of the model calls' ActivityTaskScheduled events (the first activity's type)."""
+    scheduled = [
+        i
+        for i, e in enumerate(history.events)
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+    ]
+    if not scheduled:
+        return []
+    model = history.events[scheduled[0]].activity_task_scheduled_event_attributes.activity_type
+    return [
+        i
+        for i in scheduled
+        if history.events[i].activity_task_scheduled_event_attributes.activity_type.name
+        == model.name
+    ]
+
+
+def events_per_step(history: WorkflowHistory) -> float:
+    """Events from one model call's scheduling to the next's, averaged: a step in steady state,
+    without the run's start and end."""
+    calls = model_schedules(history)
+    if len(calls) < 2:
+        return float(len(history.events))
+    return (calls[-1] - calls[0]) / (len(calls) - 1)
+
+
+async def wait_for(
+    check: Callable[[], Awaitable[bool]], timeout: float, what: str, every: float = 0.05
+) -> None:
+    deadline = time.monotonic() + timeout
+    while not await check():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"waited {timeout:.0f} s for {what}")
+        await asyncio.sleep(every)
+
+
+# ----------------------------------------------------------------------------------------------
+# 1. Orchestration cost per step
+# ----------------------------------------------------------------------------------------------
+
+
+async def row_step(bench: Bench) -> list[Row]:
+    steps = 5 if bench.quick else 20
+    runs = 2 if bench.quick else 5
+    model = f"step-{uuid.uuid4().hex[:6]}"
+    bench.models.add_model(model, write_script(steps))
+    tq, fq = f"bench-step-{uuid.uuid4().hex[:6]}", f"bench-floor-{uuid.uuid4().hex[:6]}"
+    variants = {
+        "defaults": AgentConfig(max_steps=steps + 5),
+        "no streaming": AgentConfig(max_steps=steps + 5, stream_tokens=False),
+    }
+    times: dict[str, list[float]] = {"floor": [], **{k: [] for k in variants}}
+    last: dict[str, WorkflowHandle[Any, Any]] = {}
+    async with (
+        http_client() as http,
+        build_worker(
+            bench.client,
+            task_queue=tq,
+            settings=bench.settings,
+            http=http,
+            store=FileBlobStore(bench.store),
+        ),
+        floor_worker(bench, fq, http),
+    ):
+        for i in range(runs + 1):  # the first round warms both up and is not counted
+            start = time.perf_counter()
+            last["floor"] = await run_floor(bench, fq, steps)
+            if i:
+                times["floor"].append(time.perf_counter() - start)
+            for name, config in variants.items():
+                start = time.perf_counter()
+                handle = await start_agent(bench, tq, model, config)
+                result = await handle.result()
+                if result.status is not RunStatus.DONE or result.steps != steps + 1:
+                    raise RuntimeError(f"treadle run ended {result.status} after {result.steps}")
+                if i:
+                    times[name].append(time.perf_counter() - start)
+                last[name] = handle
+    per_step = {k: statistics.median(v) / (steps + 1) * 1000 for k, v in times.items()}
+    events = {k: events_per_step(await h.fetch_history()) for k, h in last.items()}
+    bench.shared["events_per_step"] = events["defaults"]
+    how = f"1 run at a time, {steps + 1} steps, median of {runs}"
+    rows = []
+    for name in variants:
+        ratio = per_step[name] / per_step["floor"]
+        rows.append(
+            Row(
+                "step",
+                f"ms per step, treadle {name} ({how})",
+                f"{per_step[name]:.1f}",
+                f"{per_step['floor']:.1f}",
+                f"{ratio:.2f}x",
+                "<= 1.15x",
+                verdict(ratio <= 1.15),
+                {"treadle_ms": per_step[name], "floor_ms": per_step["floor"], "ratio": ratio},
+            )
+        )
+    for name in variants:
+        rows.append(
+            Row(
+                "step",
+                f"history events per step, treadle {name}",
+                f"{events[name]:.1f}",
+                f"{events['floor']:.1f}",
+                f"{events[name] / events['floor']:.2f}x",
+                "<= 14",
+                verdict(events[name] <= 14),
+                {"treadle_events": events[name], "floor_events": events["floor"]},
+            )
+        )
+    return rows
+
+
+# ----------------------------------------------------------------------------------------------
+# 2. Recovery after SIGKILL
+# ----------------------------------------------------------------------------------------------
+
+
+def first_after(history: WorkflowHistory, index: int, kind: int) -> Any:
+    for event in history.events[index + 1 :]:
+        if event.event_type == kind:
+            return event
+    raise RuntimeError(f"no event of type {kind} after event {index + 1}")
+
+
+async def recover_model_call(
+    bench: Bench, heartbeat: float, sticky: float
+) -> tuple[float, float, float, float]:
+    """Kill the worker inside a model call. Seconds: replacement start -> retry started, kill ->
+    retry started, the retry's completion -> the run's next workflow task, and the
+    replacement's own start-up."""
+    tq = f"bench-rec-{uuid.uuid4().hex[:6]}"
+    model = f"slow-{uuid.uuid4().hex[:6]}"
+    bench.models.add_model(model, write_script(1, delay=4.0))
+    flags = ("--sticky-queue-timeout", str(sticky))
+    first = await WorkerProcess.start(bench, tq, *flags)
+    config = AgentConfig(heartbeat_timeout_seconds=heartbeat, max_steps=5)
+    handle = await start_agent(bench, tq, model, config)
+
+    async def called() -> bool:
+        return len(bench.models.requests_for(model)) >= 1
+
+    await wait_for(called, 60, "the first model call")
+    await asyncio.sleep(0.5)  # well inside the call, after a heartbeat or two
+    killed = first.kill()
+    await first.process.wait()
+    replacement = await WorkerProcess.start(bench, tq, *flags)
+    result = await asyncio.wait_for(handle.result(), 120)
+    if result.status is not RunStatus.DONE:
+        raise RuntimeError(f"the killed run ended {result.status}: {result.error}")
+    history = await handle.fetch_history()
+    calls = model_schedules(history)
+    started = first_after(history, calls[0], EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED)
+    attempt = started.activity_task_started_event_attributes.attempt
+    if attempt < 2:
+        raise RuntimeError("the model call was not retried: the kill came too late")
+    retry_start = event_seconds(started)
+    completed = first_after(history, calls[0], EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED)
+    index = list(history.events).index(completed)
+    next_task = first_after(history, index, EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED)
+    await replacement.stop()
+    return (
+        retry_start - replacement.spawned,
+        retry_start - killed,
+        event_seconds(next_task) - event_seconds(completed),
+        replacement.ready - replacement.spawned,
+    )
+
+
+async def recover_approval(bench: Bench, sticky: float) -> float:
+    """Kill the worker holding a run parked on approval, start another, approve: seconds from
+    the signal to the approved tool's scheduling."""
+    tq = f"bench-rec-{uuid.uuid4().hex[:6]}"
+    model = f"appr-{uuid.uuid4().hex[:6]}"
+    bench.models.add_model(model, write_script(1))
+    flags = ("--sticky-queue-timeout", str(sticky))
+    first = await WorkerProcess.start(bench, tq, *flags)
+    config = AgentConfig(require_approval=("write_file",), max_steps=5)
+    handle = await start_agent(bench, tq, model, config)
+
+    async def parked() -> bool:
+        return (await handle.query(AgentWorkflow.state)).state.value == "WaitingForHuman"
+
+    await wait_for(parked, 60, "the run to wait for approval")
+    first.kill()
+    await first.process.wait()
+    replacement = await WorkerProcess.start(bench, tq, *flags)
+    await handle.signal(AgentWorkflow.approve, ApproveSignal())
+    result = await asyncio.wait_for(handle.result(), 120)
+    if result.status is not RunStatus.DONE:
+        raise RuntimeError(f"the approved run ended {result.status}: {result.error}")
+    history = await handle.fetch_history()
+    signalled = next(
+        i
+        for i, e in enumerate(history.events)
+        if e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED
+    )
+    tool = first_after(history, signalled, EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED)
+    await replacement.stop()
+    return event_seconds(tool) - event_seconds(history.events[signalled])
+
+
+async def row_recovery(bench: Bench) -> list[Row]:
+    tuned = (RECOVERY_HEARTBEAT_SECONDS, RECOVERY_STICKY_SECONDS)
+    settings = [("tuned", *tuned)]
+    if not bench.quick:
+        settings.append(("defaults", 15.0, 10.0))  # AgentConfig's and worker.py's defaults
+    rows = []
+    for label, heartbeat, sticky in settings:
+        how = f"heartbeat_timeout_seconds={heartbeat:g}, --sticky-queue-timeout {sticky:g}"
+        from_start, from_kill, moved_on, startup = await recover_model_call(
+            bench, heartbeat, sticky
+        )
+        approval = await recover_approval(bench, sticky)
+        rows += [
+            Row(
+                "recovery",
+                f"s, replacement start -> model call retried ({label}: {how})",
+                f"{from_start:.2f}",
+                target="<= 2 s",
+                met=verdict(from_start <= 2),
+                values={"seconds": from_start, "heartbeat": heartbeat, "sticky": sticky},
+            ),
+            Row(
+                "recovery",
+                f"s, SIGKILL -> model call retried ({label}; replacement up in {startup:.1f} s)",
+                f"{from_kill:.2f}",
+                values={"seconds": from_kill, "startup": startup},
+            ),
+            Row(
+                "recovery",
+                f"s, retried call done -> run's next workflow task ({label})",
+                f"{moved_on:.2f}",
+                values={"seconds": moved_on},
+            ),
+            Row(
+                "recovery",
+                f"s, approve signal after the kill -> tool scheduled ({label})",
+                f"{approval:.2f}",
+                target="<= 2 s",
+                met=verdict(approval <= 2),
+                values={"seconds": approval, "sticky": sticky},
+            ),
+        ]
+    return rows
+
+
+# ----------------------------------------------------------------------------------------------
+# 3. Replay after a cache miss
+# ----------------------------------------------------------------------------------------------
+
+
+async def time_replay(replayer: Replayer, history: WorkflowHistory, repeats: int) -> float:
+    await replayer.replay_workflow(history)  # warm: imports, the sandbox's first module copies
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        await replayer.replay_workflow(history)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+async def row_replay(bench: Bench) -> list[Row]:
+    steps = 10 if bench.quick else 300  # full: past Temporal's suggestion, so one run is full
+    tq, fq = f"bench-rep-{uuid.uuid4().hex[:6]}", f"bench-rfloor-{uuid.uuid4().hex[:6]}"
+    model = f"rep-{uuid.uuid4().hex[:6]}"
+    bench.models.add_model(model, write_script(steps))
+    async with (
+        http_client() as http,
+        build_worker(
+            bench.client,
+            task_queue=tq,
+            settings=bench.settings,
+            http=http,
+            store=FileBlobStore(bench.store),
+        ),
+        floor_worker(bench, fq, http),
+    ):
+        handle = await start_agent(bench, tq, model, AgentConfig(max_steps=steps + 5))
+        result = await handle.result()
+        if result.status is not RunStatus.DONE:
+            raise RuntimeError(f"the recorded run ended {result.status}: {result.error}")
+        histories = []
+        async for execution in bench.client.list_workflows(f"WorkflowId = '{handle.id}'"):
+            run = bench.client.get_workflow_handle(handle.id, run_id=execution.run_id)
+            histories.append(await run.fetch_history())
+        history = max(histories, key=lambda h: len(h.events))
+        run_steps = len(model_schedules(history))
+        floor = await run_floor(bench, fq, run_steps - 1)
+        floor_history = await floor.fetch_history()
+    repeats = 2 if bench.quick else 3
+    treadle = await time_replay(
+        Replayer(
+            workflows=WORKFLOWS,
+            data_converter=bench.client.data_converter,
+            workflow_runner=workflow_runner(),
+        ),
+        history,
+        repeats,
+    )
+    base = await time_replay(
+        Replayer(workflows=[FloorWorkflow], data_converter=bench.client.data_converter),
+        floor_history,
+        repeats,
+    )
+    per_step, floor_step = treadle / run_steps * 1000, base / run_steps * 1000
+    full_steps = SUGGESTED_EVENTS / max(events_per_step(history), 1)
+    full = per_step * full_steps / 1000
+    chain = f"{len(histories)} run(s) in the chain" if len(histories) > 1 else "1 run"
+    return [
+        Row(
+            "replay",
+            f"ms per step, replay of a {run_steps}-step run "
+            f"({len(history.events)} events; {chain})",
+            f"{per_step:.2f}",
+            f"{floor_step:.2f}",
+            f"{per_step / floor_step:.2f}x",
+            values={"treadle_ms": per_step, "floor_ms": floor_step, "steps": run_steps},
+        ),
+        Row(
+            "replay",
+            f"s, replay of that run (whole history, {len(history.events)} events)",
+            f"{treadle:.2f}",
+            f"{base:.2f}",
+            f"{treadle / base:.2f}x",
+            values={"treadle_s": treadle, "floor_s": base},
+        ),
+        Row(
+            "replay",
+            f"s, replay of a full run (~{full_steps:.0f} steps to {SUGGESTED_EVENTS} events)",
+            f"{full:.2f}",
+            target="<= 1 s",
+            met=verdict(full <= 1),
+            values={"seconds": full, "steps": full_steps},
+        ),
+    ]
+
+
+# ----------------------------------------------------------------------------------------------
+# 4. Parked runs
+# ----------------------------------------------------------------------------------------------
+
+
+async def park(bench: Bench, count: int, cache: int) -> tuple[float, float, int, int, float]:
+    """``count`` runs parked on approval in one worker.py with ``cache`` cached runs:
+    (RSS before MB, RSS after MB, sample approved, sample done, seconds to park them all)."""
+    tq = f"bench-park-{uuid.uuid4().hex[:6]}"
+    model = f"park-{uuid.uuid4().hex[:6]}"
+    bench.models.add_model(model, write_script(1))
+    worker = await WorkerProcess.start(bench, tq, "--max-cached-workflows", str(cache))
+    await asyncio.sleep(1.0)
+    before = rss_mb(worker.pid)
+    config = AgentConfig(require_approval=("write_file",), max_steps=5)
+    start = time.perf_counter()
+    handles: list[WorkflowHandle[Any, AgentResult]] = []
+    for first in range(0, count, 50):
+        handles += await asyncio.gather(
+            *(start_agent(bench, tq, model, config) for _ in range(first, min(count, first + 50)))
+        )
+    query = f"TaskQueue = '{tq}' AND AgentState = 'WaitingForHuman'"
+
+    async def all_parked() -> bool:
+        ended = await bench.client.count_workflows(
+            f"TaskQueue = '{tq}' AND ExecutionStatus != 'Running'"
+        )
+        if ended.count:
+            raise RuntimeError(f"{ended.count} parking run(s) ended early; see {worker.log}")
+        return (await bench.client.count_workflows(query)).count >= count
+
+    await wait_for(all_parked, 600, f"{count} runs to park", every=0.5)
+    parked_in = time.perf_counter() - start
+    await asyncio.sleep(2.0)  # let the last workflow tasks settle
+    after = rss_mb(worker.pid)
+    sample = handles[:: max(1, count // (5 if bench.quick else 20))]
+    for handle in sample:
+        await handle.signal(AgentWorkflow.approve, ApproveSignal())
+    results = await asyncio.wait_for(asyncio.gather(*(h.result() for h in sample)), 300)
+    done = sum(r.status is RunStatus.DONE for r in results)
+    await worker.stop()
+    return before, after, len(sample), done, parked_in
+
+
+async def row_parked(bench: Bench) -> list[Row]:
+    count = 50 if bench.quick else 1000
+    limited = 10 if bench.quick else 100
+    rows = []
+    for label, cache in (("default cache, 1000", 1000), (f"cache limited to {limited}", limited)):
+        before, after, sample, done, seconds = await park(bench, count, cache)
+        per_run = (after - before) / count * 1024
+        cached = min(count, cache)
+        target = "<= 300 MB" if count >= 1000 and cache >= count else ""
+        rows += [
+            Row(
+                "parked",
+                f"worker RSS MB, {count} runs parked ({label}; idle worker {before:.0f} MB)",
+                f"{after:.0f}",
+                f"{before:.0f}",
+                f"{after / before:.2f}x",
+                target,
+                verdict(after <= 300) if target else "",
+                {"rss_mb": after, "idle_mb": before, "runs": count, "cache": cache},
+            ),
+            Row(
+                "parked",
+                f"KiB per parked run ({label}; {cached} cached), parked in {seconds:.0f} s",
+                f"{per_run:.0f}",
+                values={"kib_per_run": per_run, "park_seconds": seconds},
+            ),
+            Row(
+                "parked",
+                f"sample approved after parking ({label}): finished / approved",
+                f"{done}/{sample}",
+                met=verdict(done == sample),
+                values={"done": done, "approved": sample},
+            ),
+        ]
+    return rows
+
+
+# ----------------------------------------------------------------------------------------------
+# 5. Throughput with N workers
+# ----------------------------------------------------------------------------------------------
+
+
+async def row_throughput(bench: Bench) -> list[Row]:
+    counts = (1, 2) if bench.quick else (1, 2, 4)
+    runs, steps = (8, 3) if bench.quick else (40, 5)
+    model = f"tput-{uuid.uuid4().hex[:6]}"
+    bench.models.add_model(model, write_script(steps))
+    rows = []
+    base = 0.0
+    for n in counts:
+        tq = f"bench-tput-{uuid.uuid4().hex[:6]}"
+        workers = [await WorkerProcess.start(bench, tq) for _ in range(n)]
+        warm = await start_agent(bench, tq, model, AgentConfig(max_steps=steps + 5))
+        await warm.result()
+        pids = [w.pid for w in workers]
+        server0, workers0 = cpu_seconds(bench.server_pid), sum(map(cpu_seconds, pids))
+        me0, (busy0, total0) = cpu_seconds(os.getpid()), machine_busy()
+        start = time.perf_counter()
+        handles = await asyncio.gather(
+            *(start_agent(bench, tq, model, AgentConfig(max_steps=steps + 5)) for _ in range(runs))
+        )
+        results = await asyncio.gather(*(h.result() for h in handles))
+        wall = time.perf_counter() - start
+        if any(r.status is not RunStatus.DONE for r in results):
+            raise RuntimeError("a throughput run did not finish")
+        server = (cpu_seconds(bench.server_pid) - server0) / wall / CPUS
+        worker_cpu = (sum(map(cpu_seconds, pids)) - workers0) / wall / CPUS
+        me = (cpu_seconds(os.getpid()) - me0) / wall / CPUS
+        busy1, total1 = machine_busy()
+        machine = (busy1 - busy0) / (total1 - total0)
+        for worker in workers:
+            await worker.stop()
+        rate = runs * (steps + 1) / wall
+        base = base or rate
+        rows.append(
+            Row(
+                "throughput",
+                f"steps/s, {n} worker.py ({runs} runs x {steps + 1} steps); CPU of {CPUS} cores: "
+                f"server {server:.0%}, workers {worker_cpu:.0%}, bench+model {me:.0%}, "
+                f"machine {machine:.0%}",
+                f"{rate:.1f}",
+                f"{base:.1f}",
+                f"{rate / base:.2f}x",
+                values={
+                    "workers": n,
+                    "steps_per_s": rate,
+                    "ratio": rate / base,
+                    "server_cpu": server,
+                    "workers_cpu": worker_cpu,
+                    "bench_cpu": me,
+                    "machine_busy": machine,
+                },
+            )
+        )
+    return rows
+
+
+# ----------------------------------------------------------------------------------------------
+# Main
+# ----------------------------------------------------------------------------------------------
+
+RUNNERS: dict[str, Callable[[Bench], Awaitable[list[Row]]]] = {
+    "step": row_step,
+    "recovery": row_recovery,
+    "replay": row_replay,
+    "parked": row_parked,
+    "throughput": row_throughput,
+}
+
+
+@contextlib.asynccontextmanager
+async def bench_setup(quick: bool, tmp: Path) -> AsyncIterator[Bench]:
+    async with DevServer.ensure(dev_server_config(tmp / "dev.sqlite")) as server:
+        if server.pid is None:
+            raise RuntimeError("the suite needs a dev server of its own")
+        with ScriptedModelServer() as models:
+            store = tmp / "store"
+            client = await connect(address=server.address, namespace="default", store=store)
+            bench = Bench(
+                quick=quick,
+                tmp=tmp,
+                address=server.address,
+                server_pid=server.pid,
+                client=client,
+                models=models,
+                settings=ProviderSettings.from_env({"OPENAI_BASE_URL": models.base_url}),
+                store=store,
+            )
+            try:
+                yield bench
+            finally:
+                for worker in bench.workers:
+                    if worker.process.returncode is None:
+                        worker.process.send_signal(signal.SIGKILL)
+                        await worker.process.wait()
+
+
+async def main_async(args: argparse.Namespace) -> list[Row]:
+    chosen = [r.strip() for r in args.rows.split(",") if r.strip()]
+    unknown = sorted(set(chosen) - set(ROWS))
+    if unknown:
+        raise SystemExit(f"unknown row(s): {', '.join(unknown)} (rows: {', '.join(ROWS)})")
+    rows: list[Row] = []
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="treadle-suite-") as tmp_dir:
+        async with bench_setup(args.quick, Path(tmp_dir)) as bench:
+            for name in ROWS:
+                if name in chosen:
+                    begun = time.perf_counter()
+                    rows += await RUNNERS[name](bench)
+                    print(f"[{name}: {time.perf_counter() - begun:.0f} s]", file=sys.stderr)
+    load = os.getloadavg()[0]
+    print(
+        f"Treadle benchmark suite{' (--quick)' if args.quick else ''}: fresh dev server, "
+        f"{CPUS} CPUs, load average {load:.1f} at the end, {time.perf_counter() - started:.0f} s"
+    )
+    print("baseline: the bare Temporal floor (bench/floor.py) or the row's own reference")
+    print(render(rows))
+    if args.json:
+        Path(args.json).write_text(
+            json.dumps(
+                {"quick": args.quick, "cpus": CPUS, "rows": [asdict(r) for r in rows]}, indent=2
+            )
+        )
+    return rows
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="small counts (a smoke test)")
+    parser.add_argument("--rows", default=",".join(ROWS), help=f"comma-separated: {ROWS}")
+    parser.add_argument("--json", metavar="FILE", help="also write the rows as JSON")
+    asyncio.run(main_async(parser.parse_args(argv)))
+
+
+if __name__ == "__main__":
+    main()
