@@ -233,7 +233,11 @@ async def test_a_run_waiting_for_approval_is_in_progress_and_the_next_slot_is_sk
     shown = await schedules.ok("show", name)
     assert f"running: {agent_run_id(slot)} (WaitingForHuman, step 1)" in shown
     assert "waiting for approval: write_file" in shown
-    approve = f"starter.py approve {agent_run_id(slot)} --call {pending.call_id}"
+    # The approval commands reach the server `show` was pointed at.
+    address = schedules.client.service_client.config.target_host
+    approve = (
+        f"starter.py --address {address} approve {agent_run_id(slot)} --call {pending.call_id}"
+    )
     assert any(line.strip().endswith(approve) for line in shown.splitlines()), shown
     assert "schedule:    cron '0 2 * * *' (UTC); overlap skip" in shown
 
@@ -378,3 +382,36 @@ async def test_a_name_taken_by_another_monitor_is_refused(schedules: Schedules) 
             await schedules.client.get_schedule_handle(schedule_id(name)).describe()
     finally:
         await schedules.monitor(name).terminate("test over")
+
+
+def test_printed_commands_keep_the_profile_and_the_server_they_were_given() -> None:
+    """`schedule show`'s approval commands and follow-ups reach the server the command did:
+    the profile is carried, and what was given beside it."""
+    import argparse
+    from types import SimpleNamespace
+
+    from treadle.cli import schedules, shell
+
+    client: Any = SimpleNamespace(namespace="prod-ns")
+    args = argparse.Namespace(
+        profile="prod", address=None, namespace=None, task_queue=schedules.TASK_QUEUE
+    )
+    assert schedules._connection_options(client, args) == ["--profile", "prod"]
+    approve = shell.runnable("python starter.py approve run-1 --call c1")
+    assert shell.connected(approve, ["--profile", "prod"]).endswith(
+        "starter.py --profile prod approve run-1 --call c1"
+    )
+    assert "--profile prod" in shell.starter(
+        "schedule", "show", "n", **schedules._where(client, args)
+    )
+    args = argparse.Namespace(
+        profile=None, address="10.0.0.5:7233", namespace=None, task_queue=schedules.TASK_QUEUE
+    )
+    assert schedules._connection_options(client, args) == [
+        "--address",
+        "10.0.0.5:7233",
+        "--namespace",
+        "prod-ns",
+    ]
+    # Not a starter.py command: left as it is.
+    assert shell.connected("temporal workflow list", ["--profile", "p"]) == "temporal workflow list"

@@ -344,6 +344,9 @@ async def delete(client: Client, name: str) -> bool:
         raise
     if description.status is not WorkflowExecutionStatus.RUNNING:
         return True
+    marker = await description.memo_value(MEMO_SCHEDULED_AGENT, None)
+    if not isinstance(marker, dict) or marker.get("schedule_id") != schedule_id(name):
+        return True  # a monitor of the same slug that someone made for something else: theirs
     try:
         await monitor.execute_update(
             MonitorWorkflow.delete,

@@ -343,7 +343,9 @@ async def cmd_show(client: Client, args: argparse.Namespace) -> int:
     deployed = await _deployed(client, args.name)
     view, running = await asyncio.gather(
         _view(client, deployed.schedule.name, ANSWER_TIMEOUT, 10),
-        asyncio.gather(*(_running(client, wid) for wid in deployed.running)),
+        asyncio.gather(
+            *(_running(client, wid, _connection_options(client, args)) for wid in deployed.running)
+        ),
     )
     if args.json:
         _print_json(
@@ -436,8 +438,9 @@ async def _view(client: Client, name: str, timeout: timedelta, recent: int) -> M
     return view
 
 
-async def _running(client: Client, workflow_id: str) -> RunningSlot:
-    """A running slot's agent run: its state, and the commands for its pending approvals."""
+async def _running(client: Client, workflow_id: str, connection: list[str]) -> RunningSlot:
+    """A running slot's agent run: its state, and the commands for its pending approvals
+    (with ``connection``'s options, so they reach the same server)."""
     run_id = agent_run_id(workflow_id)
     handle = client.get_workflow_handle(run_id)
     try:
@@ -448,7 +451,7 @@ async def _running(client: Client, workflow_id: str) -> RunningSlot:
         state = "starting" if exc.status is RPCStatusCode.NOT_FOUND else "?"
         return RunningSlot(workflow_id=workflow_id, agent_run_id=run_id, state=state)
     commands = tuple(
-        shell.runnable(command)
+        shell.connected(shell.runnable(command), connection)
         for pending in status.pending_approvals
         if pending.decision is None
         for command in approval_commands(run_id, pending.call_id)
@@ -537,12 +540,27 @@ def _monitor_settings(plan: AgentSchedule) -> str:
 
 
 def _where(client: Client, args: argparse.Namespace) -> dict[str, str | None]:
-    """Connection options for printed commands, so they reach the same server and queue."""
+    """Connection options for printed commands, so they reach the same server and queue: the
+    profile the command was given, and what was given beside it (or, without a profile, the
+    namespace it reached)."""
+    profile = getattr(args, "profile", None)
     return {
+        "profile": profile,
         "address": args.address,
-        "namespace": client.namespace,
+        "namespace": args.namespace if profile else client.namespace,
         "task_queue": None if args.task_queue == TASK_QUEUE else args.task_queue,
     }
+
+
+def _connection_options(client: Client, args: argparse.Namespace) -> list[str]:
+    """``_where`` as the options of a printed approval command (task queue aside)."""
+    where = _where(client, args)
+    options = ["--profile", where["profile"]] if where["profile"] else []
+    if where["address"]:
+        options += ["--address", where["address"]]
+    if where["namespace"] and where["namespace"] != "default":
+        options += ["--namespace", where["namespace"]]
+    return options
 
 
 def _time(value: datetime | None) -> str:

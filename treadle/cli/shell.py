@@ -74,10 +74,11 @@ def starter(
     address: str | None = None,
     namespace: str | None = None,
     task_queue: str | None = None,
+    profile: str | None = None,
 ) -> str:
     """``<python> starter.py [connection options] ARGUMENTS`` (the options go first, as the
-    parser wants them); ``task_queue`` is added when given."""
-    options = _connection(address, namespace)
+    parser wants them); ``profile`` and ``task_queue`` are added when given."""
+    options = (["--profile", profile] if profile else []) + _connection(address, namespace)
     if task_queue:
         options += ["--task-queue", task_queue]
     return _join(f"{python()} {shlex.quote(_display(ROOT / 'starter.py'))}", [*options, *arguments])
@@ -98,6 +99,16 @@ def temporal(*arguments: str, address: str | None = None, namespace: str | None 
     except DevServerError:
         binary = "temporal"  # not installed here; the stock name is the best advice left
     return _join(binary, [*arguments, *_connection(address, namespace)])
+
+
+def connected(command: str, options: list[str]) -> str:
+    """A ``starter.py`` command (as ``runnable`` spells it) with connection ``options`` put
+    where the parser wants them, right after ``starter.py``; other commands unchanged."""
+    script = f" {shlex.quote(_display(ROOT / 'starter.py'))} "
+    if not options or script not in command:
+        return command
+    before, _, after = command.partition(script)
+    return f"{before}{script}{' '.join(shlex.quote(o) for o in options)} {after}"
 
 
 def runnable(command: str) -> str:
