@@ -126,10 +126,16 @@ class FileBlobStore:
             raw = path.read_bytes()
         except FileNotFoundError:
             raise BlobMissing(key, self.describe()) from None
-        try:
-            data = self.sealer.open(raw) if self.sealer else raw
-        except Exception as exc:
-            raise BlobCorrupt(f"conversation blob {key} cannot be opened: {exc}") from exc
-        if key_of(data) != key:
-            raise BlobCorrupt(f"conversation blob {key} does not match its key")
-        return data
+        return open_blob(key, raw, self.sealer)
+
+
+def open_blob(key: str, raw: bytes, sealer: Sealer | None) -> bytes:
+    """The content of ``raw`` as stored under ``key``: unsealed, and checked against its key
+    (``BlobCorrupt`` otherwise). Every backend reads through here."""
+    try:
+        data = sealer.open(raw) if sealer else raw
+    except Exception as exc:
+        raise BlobCorrupt(f"conversation blob {key} cannot be opened: {exc}") from exc
+    if key_of(data) != key:
+        raise BlobCorrupt(f"conversation blob {key} does not match its key")
+    return data
