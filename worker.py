@@ -39,12 +39,12 @@ from activities import jobs as job_activities
 from activities.hooks import HookActivities
 from activities.mcp import McpActivities, McpConfig, McpConfigError, load_mcp_config
 from activities.model.activity import ModelActivities, ProviderSettings, http_client
-from activities.store.blobs import BlobStore, FileBlobStore
+from activities.store.blobs import BlobStore
 from activities.store.conversation import ConversationStore
 from activities.tools.builtin import ToolActivities
 from activities.tools.confinement import Confinement
 from treadle.cli.exits import run_and_exit
-from treadle.codec import EncryptionError, Keyring, KeyringSealer
+from treadle.codec import EncryptionError
 from treadle.connection import (
     STORE_ENV,
     TemporalConnectionError,
@@ -55,6 +55,7 @@ from treadle.connection import (
 from treadle.devserver import DevServer, DevServerError, load_config
 from treadle.logs import LOG_FORMATS, configure_logging
 from treadle.schedules import sync_schedules
+from treadle.stores import StoreSettingsError, check_store, open_blob_store, parse_store
 from treadle.telemetry import TelemetrySettingsError, metrics_runtime, metrics_url
 from workflows.agent import search_attributes
 from workflows.agent.models import TASK_QUEUE
@@ -303,11 +304,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--store",
         default=os.environ.get(STORE_ENV) or str(DEFAULT_STORE),
-        metavar="DIR",
+        metavar="DIR|s3://BUCKET/PREFIX",
         help="the conversation store: content written once, referenced by model calls "
         f"(default: {DEFAULT_STORE.relative_to(HERE)}, beside the dev server's data); "
-        "'none' to carry whole conversations and keep every payload inline "
-        f"(default from {STORE_ENV} when set)",
+        "'none' to carry whole conversations and keep every payload inline; "
+        "s3://BUCKET/PREFIX for an S3-compatible store shared by several machines (endpoint, "
+        "region and keys from AWS_ENDPOINT_URL, AWS_REGION, AWS_ACCESS_KEY_ID, "
+        f"AWS_SECRET_ACCESS_KEY; needs treadle[s3]) (default from {STORE_ENV} when set)",
     )
     parser.add_argument(
         "--command-confinement",
@@ -352,11 +355,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 
 def blob_store(where: str, environ: Mapping[str, str]) -> BlobStore | None:
-    """The worker's conversation store; encrypted at rest when TREADLE_ENCRYPTION_KEYS is set."""
-    if where == "none":
-        return None
-    keyring = Keyring.from_env(environ)
-    return FileBlobStore(Path(where), KeyringSealer(keyring) if keyring else None)
+    """The worker's conversation store (a directory, or S3 with the AWS_* environment);
+    encrypted at rest when TREADLE_ENCRYPTION_KEYS is set."""
+    return open_blob_store(parse_store(where), environ)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -365,6 +366,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         # Before the dev server: a bad setting must not leave anything started behind it.
         check_settings(address=args.address, environ=os.environ)
+        check_store(args.store, os.environ)  # an S3 bucket that does not answer: refused now
         mcp_config = load_mcp_config(Path(args.mcp_config), os.environ) if args.mcp_config else None
         return asyncio.run(run(args, mcp_config))
     except (
@@ -373,6 +375,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         EncryptionError,
         McpConfigError,
         TelemetrySettingsError,
+        StoreSettingsError,
     ) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -47,15 +47,13 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.converter import (
     DataConverter,
     DefaultFailureConverterWithEncodedAttributes,
-    ExternalStorage,
 )
 from temporalio.envconfig import ClientConfigProfile
 from temporalio.runtime import Runtime
 from temporalio.service import RPCError, RPCStatusCode
 
-from activities.store.blobs import FileBlobStore
-from activities.store.external import BlobStorageDriver
 from treadle.codec import EncryptionCodec, EncryptionSettingsError, Keyring, NoKeysCodec
+from treadle.stores import StoreLocation, StoreSettingsError, external_storage, parse_store
 from treadle.telemetry import TelemetrySettingsError, TracingSettings, client_plugins
 
 __all__ = [
@@ -75,7 +73,7 @@ __all__ = [
     "ensure_search_attributes",
     "parse_address",
     "search_attribute_type_name",
-    "store_directory",
+    "store_location",
 ]
 
 DEFAULT_ADDRESS = "127.0.0.1:7233"
@@ -85,7 +83,8 @@ DEFAULT_STORE = Path(__file__).resolve().parents[1] / ".temporal" / "store"
 """The blob store beside the dev server's data; the same directory as ``worker.py --store``."""
 
 STORE_ENV = "TREADLE_STORE"
-"""Where the blob store is (a directory), or ``none`` to keep every payload inline."""
+"""Where the blob store is (a directory or ``s3://BUCKET/PREFIX``, see ``treadle.stores``), or
+``none`` to keep every payload inline."""
 
 PAYLOAD_SIZE_THRESHOLD = 256 * 1024
 """Payloads of this many bytes or more (after encryption) are stored, not sent inline.
@@ -217,7 +216,7 @@ def parse_address(address: str, source: str = "Temporal address") -> tuple[str, 
 
 def data_converter(environ: Mapping[str, str], store: str | Path | None = None) -> DataConverter:
     """The pydantic converter, encrypting with the keys ``TREADLE_ENCRYPTION_KEYS`` names and
-    storing large payloads in the blob store (see :func:`store_directory`).
+    storing large payloads in the blob store (see :func:`store_location`).
 
     With encryption on, failures' messages and stack traces move into an encoded (so encrypted)
     attribute too: tool and provider errors can quote what a run works on. Without keys nothing
@@ -229,15 +228,10 @@ def data_converter(environ: Mapping[str, str], store: str | Path | None = None) 
         keyring = Keyring.from_env(environ)
     except EncryptionSettingsError as exc:
         raise ConnectionSettingsError(str(exc)) from exc
-    directory = store_directory(environ, store)
-    external = (
-        None
-        if directory is None
-        else ExternalStorage(
-            drivers=[BlobStorageDriver(FileBlobStore(directory))],
-            payload_size_threshold=PAYLOAD_SIZE_THRESHOLD,
-        )
-    )
+    try:
+        external = external_storage(store_location(environ, store), environ, PAYLOAD_SIZE_THRESHOLD)
+    except StoreSettingsError as exc:
+        raise ConnectionSettingsError(str(exc)) from exc
     if keyring is None:
         return dataclasses.replace(
             pydantic_data_converter, payload_codec=NoKeysCodec(), external_storage=external
@@ -250,13 +244,14 @@ def data_converter(environ: Mapping[str, str], store: str | Path | None = None) 
     )
 
 
-def store_directory(environ: Mapping[str, str], store: str | Path | None = None) -> Path | None:
-    """The External Storage directory: ``store``, else ``TREADLE_STORE``, else the default;
-    ``None`` when either says ``none`` (every payload inline, so one over 2 MB fails)."""
-    where = str(store) if store is not None else environ.get(STORE_ENV, "").strip()
-    if where == "none":
-        return None
-    return Path(where) if where else DEFAULT_STORE
+def store_location(
+    environ: Mapping[str, str], store: str | Path | None = None
+) -> StoreLocation | None:
+    """The store (a directory or an S3 bucket and prefix): ``store``, else ``TREADLE_STORE``,
+    else the default directory; ``None`` when either says ``none`` (every payload inline, so
+    one over 2 MB fails). ``StoreSettingsError`` for a malformed ``s3://`` URL."""
+    where = store if store is not None else environ.get(STORE_ENV, "").strip()
+    return parse_store(where) if where else DEFAULT_STORE
 
 
 def check_settings(*, address: str | None, environ: Mapping[str, str]) -> None:

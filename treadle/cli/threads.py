@@ -27,13 +27,12 @@ from temporalio.common import WorkflowIDReusePolicy
 from temporalio.service import RPCError, RPCStatusCode
 
 from activities.errors import TreadleError
-from activities.store.blobs import FileBlobStore
 from activities.store.conversation import ConversationStore
 from treadle.cli import live, shell
 from treadle.cli.exits import UsageError
 from treadle.cli.workspaces import make_workspace, resolve_workspace
-from treadle.codec import Keyring, KeyringSealer
-from treadle.connection import store_directory
+from treadle.connection import store_location
+from treadle.stores import open_blob_store
 from treadle.stream import StreamUnavailable
 from workflows.agent.events import AgentEvent, approval_commands
 from workflows.agent.models import (
@@ -189,11 +188,10 @@ async def _filled_in(exported: ThreadExport) -> ThreadExport:
     stored = [m for m in exported.conversation.messages if m.content_ref is not None]
     if not stored:
         return exported
-    where = store_directory(os.environ)
-    if where is None:
+    blobs = open_blob_store(store_location(os.environ), os.environ)
+    if blobs is None:
         raise UsageError("the thread stores long contents, but TREADLE_STORE is 'none'")
-    keyring = Keyring.from_env(os.environ)
-    store = ConversationStore(FileBlobStore(where, KeyringSealer(keyring) if keyring else None))
+    store = ConversationStore(blobs)
     try:
         messages = await store.resolve(exported.conversation.messages)
     except TreadleError as exc:
