@@ -112,14 +112,21 @@ async def test_a_paused_schedule_shows_as_a_missed_check_in(
     slot = await slots.fire(plan)
     outcome = await slot.result()
     assert (outcome.status, outcome.answer) == (RunStatus.DONE, "Notes written.")
-    ok = await until(slots.monitor(plan), lambda v: v.health is Health.HEALTHY)
-    assert [c.status for c in ok.recent] == [CheckInStatus.OK]
-    assert ok.next_expected is not None
+    # The OK check-in (the server may already be skipping towards the next slot's time, on a
+    # loaded machine, so the view may show the miss too).
+    ok = await until(
+        slots.monitor(plan), lambda v: CheckInStatus.OK in {c.status for c in v.recent}
+    )
+    [checked_in] = [c for c in ok.recent if c.status is CheckInStatus.OK]
+    assert checked_in.finished_at is not None
 
     await time_skipping.sleep(timedelta(minutes=70))
     missed = await until(slots.monitor(plan), lambda v: v.health is Health.MISSED)
     assert [c.status for c in missed.recent] == [CheckInStatus.MISSED, CheckInStatus.OK]
-    assert missed.recent[0].expected_at == ok.next_expected
+    expected = missed.recent[0].expected_at
+    # The run after the one that checked in, an hour later, never came.
+    assert expected is not None
+    assert timedelta(minutes=55) <= expected - checked_in.finished_at <= timedelta(minutes=65)
     assert missed.recent[0].output is not None
     assert missed.recent[0].output.startswith("missed: no check-in for the run expected at")
     await replayer().replay_workflow(await slot.fetch_history())
