@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import uuid
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from activities.model.activity import http_client
 from tests.conftest import scripted_worker
@@ -39,11 +41,14 @@ async def traced_run(
     workspace: Path,
     *,
     uncached: bool = False,
+    script: Sequence[Mapping[str, Any]] | None = None,
+    config: AgentConfig | None = None,
 ) -> tuple[str, list[ReceivedSpan]]:
-    """Run a scripted agent to its end on a worker of the traced client; its model name and
-    the spans of its trace."""
+    """Run a scripted agent to its end (``turns()`` unless ``script`` is given) on a worker of
+    the traced client, following any continue-as-new; its model name and the spans of the
+    trace its client's ``StartWorkflow`` span began."""
     name = f"traced-{uuid.uuid4().hex[:10]}"
-    models.add_model(name, turns())
+    models.add_model(name, script if script is not None else turns())
     task_queue = f"traced-{uuid.uuid4().hex[:10]}"
     workspace.mkdir(exist_ok=True)
     async with http_client() as http:
@@ -59,7 +64,7 @@ async def traced_run(
                     task="Look around.",
                     model=f"openai:{name}",
                     workspace=str(workspace),
-                    config=AgentConfig(),
+                    config=config or AgentConfig(),
                 ),
                 id=f"traced-{uuid.uuid4().hex[:12]}",
                 task_queue=task_queue,
@@ -157,3 +162,67 @@ async def test_replays_after_cache_eviction_export_no_span_twice(
     assert names[f"chat {name}"] == 2
     assert names["StartActivity:run_tool"] == 1
     assert names["execute_tool list_dir"] == 1
+
+
+@pytest.mark.parametrize("uncached", [False, True], ids=["cached", "uncached"])
+async def test_a_run_that_continues_as_new_stays_one_trace(
+    temporal_address: str, model_server: ScriptedModelServer, tmp_path: Path, uncached: bool
+) -> None:
+    """The run hands itself over (continue-as-new) after 20 history events: each later run's
+    RunWorkflow span is the child of the previous run's (the plugin puts the context in the
+    continue-as-new command's headers), so every run's model and tool calls are in the trace
+    the client started, and every span of the chain is exported once, its parent with it, also
+    when every workflow task replays the run from its start (no workflow cache)."""
+    listing = {"tool_calls": [{"name": "list_dir", "arguments": {"path": "."}}], "usage": USAGE}
+    script = [listing] * 5 + [{"content": "the workspace is empty", "usage": USAGE}]
+    observed = await observed_client(temporal_address)
+    name, spans = await traced_run(
+        observed,
+        model_server,
+        tmp_path / "workspace",
+        script=script,
+        config=AgentConfig(continue_as_new_after_events=20),
+        uncached=uncached,
+    )
+
+    root = one(spans, "StartWorkflow:AgentWorkflow")
+    workflow_id = root.attributes["temporalWorkflowID"]
+    # Looked for in everything the receiver got, not only in this trace: a span of the chain
+    # that went to a trace of its own would show here.
+    received = list(observed.receiver.spans)
+    of_chain = [s for s in received if s.attributes.get("temporalWorkflowID") == workflow_id]
+    chats = [s for s in received if s.name == f"chat {name}"]
+    attempts = {s.span_id for s in of_chain if s.name == "RunActivity:run_tool"}
+    tools = [s for s in received if s.name == "execute_tool list_dir" and s.parent_id in attempts]
+    assert len(chats) == 6
+    assert len(tools) == 5
+    assert {s.trace_id for s in of_chain + chats + tools} == {root.trace_id}
+
+    # One RunWorkflow span per run of the chain, each hanging from the one before it.
+    runs = [s for s in spans if s.name == "RunWorkflow:AgentWorkflow"]
+    assert len({s.attributes["temporalRunID"] for s in runs}) == len(runs) >= 2
+    by_parent = {s.parent_id: s for s in runs}
+    chain = [by_parent[root.span_id]]
+    while chain[-1].span_id in by_parent:
+        chain.append(by_parent[chain[-1].span_id])
+    assert len(chain) == len(runs)
+
+    # The later runs' activities hang from their own run's RunWorkflow span.
+    by_id = {s.span_id: s for s in spans}
+
+    def run_of(span: ReceivedSpan) -> ReceivedSpan:
+        while span.name != "RunWorkflow:AgentWorkflow":
+            span = by_id[span.parent_id]
+        return span
+
+    later = chain[1:]
+    assert any(run_of(c) in later for c in chats)
+    assert any(run_of(t) in later for t in tools)
+    for span in chats + tools:
+        attempt = by_id[span.parent_id]
+        assert attempt.attributes["temporalRunID"] == run_of(span).attributes["temporalRunID"]
+
+    # Exported once each, and no span's parent is missing (the RunWorkflow span of a run that
+    # continued as new is ended and exported like any other).
+    assert Counter(s.span_id for s in spans).most_common(1)[0][1] == 1
+    assert all(s.parent_id in by_id for s in spans if s is not root)
