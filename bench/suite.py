@@ -608,8 +608,11 @@ async def row_replay(bench: Bench) -> list[Row]:
         repeats,
     )
     per_step, floor_step = treadle / run_steps * 1000, base / run_steps * 1000
-    full_steps = SUGGESTED_EVENTS / max(events_per_step(history), 1)
+    step_events = max(events_per_step(history), 1)
+    full_steps = SUGGESTED_EVENTS / step_events
     full = per_step * full_steps / 1000
+    # The longest run whose replay takes a second: what continue_as_new_after_events should be.
+    second_steps = 1000 / per_step
     chain = f"{len(histories)} run(s) in the chain" if len(histories) > 1 else "1 run"
     return [
         Row(
@@ -636,6 +639,12 @@ async def row_replay(bench: Bench) -> list[Row]:
             target="<= 1 s",
             met=verdict(full <= 1),
             values={"seconds": full, "steps": full_steps},
+        ),
+        Row(
+            "replay",
+            "steps (events) a run may grow to for a 1 s replay: continue_as_new_after_events",
+            f"{second_steps:.0f} ({second_steps * step_events:.0f})",
+            values={"steps": second_steps, "events": second_steps * step_events},
         ),
     ]
 
@@ -763,7 +772,7 @@ async def row_throughput(bench: Bench) -> list[Row]:
                 "throughput",
                 f"steps/s, {n} worker.py ({runs} runs x {steps + 1} steps); CPU of {CPUS} cores: "
                 f"server {server:.0%}, workers {worker_cpu:.0%}, bench+model {me:.0%}, "
-                f"machine {machine:.0%}",
+                f"other processes {max(0.0, machine - server - worker_cpu - me):.0%}",
                 f"{rate:.1f}",
                 f"{base:.1f}",
                 f"{rate / base:.2f}x",

@@ -37,7 +37,7 @@ def test_quick_suite_prints_one_table_of_sane_counts(tmp_path: Path) -> None:
     header = next(i for i, line in enumerate(lines) if line.split()[:1] == ["row"])
     assert tuple(lines[header].split()) == HEADER
     table = [line.split()[0] for line in lines[header + 1 :]]
-    assert table == ["step"] * 4 + ["replay"] * 3
+    assert table == ["step"] * 4 + ["replay"] * 4
 
     rows = json.loads(out.read_text())["rows"]
     assert [r["row"] for r in rows] == table
