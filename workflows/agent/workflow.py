@@ -616,8 +616,7 @@ class AgentWorkflow:
                 error = "ERROR: ask_client is not offered in this run (client_queries is off)"
         if error is not None or not isinstance(args, AskClientArgs):
             error = error or "ERROR: ask_client arguments did not parse"
-            self._emit("tool_finished", error, tool=call.name, call_id=call.id, ok=False)
-            return ToolOutcome(call=call, observation=error, success=False)
+            return self._finished(ToolOutcome(call=call, observation=error, success=False))
         run.client_queries_asked += 1
         telemetry.client_query("asked")
         run.client_query_parallel = run.state is State.PARALLEL_ACTING
@@ -699,8 +698,9 @@ class AgentWorkflow:
         try:
             args = parse_arguments(call.name, call.arguments)
         except ToolArgumentsError as exc:
-            self._emit("tool_finished", f"ERROR: {exc}", tool=call.name, call_id=call.id, ok=False)
-            return ToolOutcome(call=call, observation=f"ERROR: {exc}", success=False)
+            return self._finished(
+                ToolOutcome(call=call, observation=f"ERROR: {exc}", success=False)
+            )
         if isinstance(args, StartPhaseArgs):
             return recovery.start_phase_call(run, call, args, workflow.now())
         if isinstance(args, AskClientArgs):
@@ -712,6 +712,11 @@ class AgentWorkflow:
         target = status.short_target(TOOLS[call.name].target(args))
         self._emit("tool_started", call.name, tool=call.name, call_id=call.id, target=target)
         outcome = await self._run_activity(call, args, target)
+        return self._finished(outcome, target)
+
+    def _finished(self, outcome: ToolOutcome, target: str | None = None) -> ToolOutcome:
+        """Publish a call's ``tool_finished`` event (its observation cut to a line's worth)."""
+        call = outcome.call
         self._emit(
             "tool_finished",
             cut(outcome.observation, 200),
@@ -777,8 +782,7 @@ class AgentWorkflow:
                 error = f"ERROR: {exc}"
         if error is not None or info is None:
             error = error or f"ERROR: tool {call.name} is not offered in this run"
-            self._emit("tool_finished", error, tool=call.name, call_id=call.id, ok=False)
-            return ToolOutcome(call=call, observation=error, success=False)
+            return self._finished(ToolOutcome(call=call, observation=error, success=False))
         try:
             request = McpCallRequest(
                 server=info.server,
@@ -792,8 +796,7 @@ class AgentWorkflow:
             # A provider's call id or a server's tool name out of bounds: the call's error,
             # not the run's (a ValidationError would fail the run).
             error = f"ERROR: {call.name} cannot be called: {describe_errors(exc)}"
-            self._emit("tool_finished", error, tool=call.name, call_id=call.id, ok=False)
-            return ToolOutcome(call=call, observation=error, success=False)
+            return self._finished(ToolOutcome(call=call, observation=error, success=False))
         self._emit("tool_started", call.name, tool=call.name, call_id=call.id, target=target)
         try:
             result: ToolResult = await workflow.execute_activity_method(
@@ -823,15 +826,7 @@ class AgentWorkflow:
             observation_chars=result.output_chars,
             content_hashes=result.content_hashes,
         )
-        self._emit(
-            "tool_finished",
-            cut(outcome.observation, 200),
-            tool=call.name,
-            call_id=call.id,
-            target=target,
-            ok=outcome.success,
-        )
-        return outcome
+        return self._finished(outcome, target)
 
     async def _observe(self) -> Event:
         """Commit the results to history, then run Nexora's progress check on them."""
