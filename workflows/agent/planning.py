@@ -26,13 +26,14 @@ from workflows.agent.models import (
     ToolOutcome,
     ToolPolicy,
     ToolRequest,
+    ToolResult,
     ToolSchema,
     Turn,
 )
 from workflows.agent.progress import ProgressTracker
 from workflows.agent.state import AgentRun
 from workflows.agent.state_machine import Event, State
-from workflows.agent.status import short_target
+from workflows.agent.status import cut, short_target
 
 MAX_MODEL_INPUT_BYTES = 1_500_000
 """Temporal fails a payload over 2 MB: a request this large stops the run with a clear error.
@@ -264,6 +265,20 @@ def blacklist_feedback(
             )
             for c in calls
         ),
+    )
+
+
+def observed(call: ToolCall, result: ToolResult, max_chars: int, *, hashes: bool) -> ToolOutcome:
+    """What a tool activity's result becomes in the run: the observation cut to ``max_chars``,
+    with its stored whole, changed paths and (when ``hashes``) content hashes."""
+    return ToolOutcome(
+        call=call,
+        observation=cut(result.output, max_chars),
+        success=result.success,
+        mutated_paths=result.mutated_paths,
+        observation_ref=result.output_ref,
+        observation_chars=result.output_chars,
+        content_hashes=result.content_hashes if hashes else {},
     )
 
 

@@ -107,13 +107,13 @@ WAITING_STATES = frozenset(
         State.WAITING_FOR_HUMAN,
         State.WAITING_FOR_CLIENT,
         State.WAITING_FOR_USER_INPUT,
-        State.POST_TOOLS_HOOK,
         State.REFLECTING,
     }
 )
 """States whose handler may wait (an activity, a signal, a timer): what the Web UI's list shows
 while the run is in one of them must be current, so pending search attributes go out first.
-The others (Observing, Recovering, PhaseTransition) pass within one workflow task."""
+PostToolsHook waits only when the run has hooks; the others (Observing, Recovering,
+PhaseTransition) pass within one workflow task."""
 
 
 # A ValidationError in workflow code means bad data (an input another client built without our
@@ -178,9 +178,8 @@ class AgentWorkflow:
                         non_retryable=True,
                     )
                 run.memory.enter(run.state)
-                if run.state in WAITING_STATES and (
-                    # Without hooks, the post-tools state passes within the workflow task.
-                    run.state is not State.POST_TOOLS_HOOK or run.input.config.hooks
+                if run.state in WAITING_STATES or (
+                    run.state is State.POST_TOOLS_HOOK and run.input.config.hooks
                 ):
                     self._send_attributes()
                 self._fire(await handler())
@@ -748,17 +747,10 @@ class AgentWorkflow:
                 observation=f"ERROR: {call.name} failed: {failure_message(exc)}",
                 success=False,
             )
-        return ToolOutcome(
-            call=call,
-            observation=cut(result.output, config.max_observation_chars),
-            success=result.success,
-            mutated_paths=result.mutated_paths,
-            observation_ref=result.output_ref,
-            observation_chars=result.output_chars,
-            # Progress tracking tells a real change from the same content written again by
-            # these hashes. Runs recorded before they were carried keep replaying without.
-            content_hashes=result.content_hashes if workflow.patched(CARRY_CONTENT_HASHES) else {},
-        )
+        # Progress tracking tells a real change from the same content written again by these
+        # hashes. Runs recorded before they were carried keep replaying without.
+        carried = workflow.patched(CARRY_CONTENT_HASHES)
+        return planning.observed(call, result, config.max_observation_chars, hashes=carried)
 
     async def _run_mcp_call(self, call: ToolCall) -> ToolOutcome:
         """One call of an MCP server's tool: the ``call_mcp_tool`` activity. A tool the run
@@ -818,14 +810,7 @@ class AgentWorkflow:
             if run.mcp is not None:
                 run.mcp = run.mcp.without(call.name)
             self._record(run.state, "McpToolVanished", f"{call.name}: {result.output}")
-        outcome = ToolOutcome(
-            call=call,
-            observation=cut(result.output, config.max_observation_chars),
-            success=result.success,
-            observation_ref=result.output_ref,
-            observation_chars=result.output_chars,
-            content_hashes=result.content_hashes,
-        )
+        outcome = planning.observed(call, result, config.max_observation_chars, hashes=True)
         return self._finished(outcome, target)
 
     async def _observe(self) -> Event:
