@@ -244,9 +244,9 @@ async def run(args: argparse.Namespace, mcp_config: McpConfig | None = None) -> 
                 tools_only=args.tools_only,
             )
             async with worker:
-                what = "tools-only worker" if args.tools_only else "Worker"
                 print(
-                    f"{what.capitalize()} polling task queue {args.task_queue!r} on "
+                    f"{'Tools-only worker' if args.tools_only else 'Worker'} polling task queue "
+                    f"{args.task_queue!r} on "
                     f"{client.service_client.config.target_host} (namespace {client.namespace}); "
                     "Ctrl-C to stop",
                     flush=True,

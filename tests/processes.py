@@ -78,7 +78,7 @@ async def start_worker(
             raise AssertionError("worker.py exited early:\n" + "\n".join(worker.output))
         line = raw.decode().rstrip()
         worker.output.append(line)
-        if line.startswith("Worker polling"):
+        if "orker polling task queue" in line:  # "Worker polling", "Tools-only worker polling"
             return worker
 
 

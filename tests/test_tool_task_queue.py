@@ -12,6 +12,7 @@ from temporalio.api.enums.v1 import EventType
 
 from activities.model.activity import ProviderSettings, http_client
 from tests.conftest import Harness
+from tests.processes import clean_env, start_worker
 from worker import build_worker
 from workflows.agent.models import AgentConfig, AgentResult, RunStatus
 
@@ -50,6 +51,25 @@ async def test_tools_run_on_their_own_queue_and_wait_for_its_worker(harness: Har
         if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
     }
     assert queues == {("call_model", harness.task_queue), ("run_tool", tool_queue)}
+
+
+async def test_worker_py_tools_only_serves_a_tool_queue(harness: Harness) -> None:
+    """The same, with the tools worker started as an operator would: worker.py --tools-only."""
+    tool_queue = f"tools-{uuid.uuid4().hex[:10]}"
+    model = harness.script(
+        {"tool_calls": [{"name": "write_file", "arguments": {"path": "b.md", "content": "ok"}}]},
+        {"content": "done"},
+    )
+    address = harness.client.service_client.config.target_host
+    worker = await start_worker(address, tool_queue, clean_env(), "--tools-only")
+    try:
+        handle = await harness.start(model, tool_task_queue=tool_queue)
+        result: AgentResult = await handle.result()
+    finally:
+        assert await worker.terminate() == 0
+    assert result.status is RunStatus.DONE
+    assert (harness.workspace / "b.md").read_text() == "ok"
+    assert any(line.startswith("Tools-only worker polling") for line in worker.output)
 
 
 def test_a_tool_task_queue_name_is_checked_when_the_run_is_started() -> None:

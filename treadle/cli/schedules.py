@@ -555,12 +555,7 @@ def _where(client: Client, args: argparse.Namespace) -> dict[str, str | None]:
 def _connection_options(client: Client, args: argparse.Namespace) -> list[str]:
     """``_where`` as the options of a printed approval command (task queue aside)."""
     where = _where(client, args)
-    options = ["--profile", where["profile"]] if where["profile"] else []
-    if where["address"]:
-        options += ["--address", where["address"]]
-    if where["namespace"] and where["namespace"] != "default":
-        options += ["--namespace", where["namespace"]]
-    return options
+    return shell.connection_options(where["address"], where["namespace"], where["profile"])
 
 
 def _time(value: datetime | None) -> str:

@@ -55,9 +55,12 @@ def python() -> str:
     return _program(Path(sys.executable))
 
 
-def _connection(address: str | None, namespace: str | None) -> list[str]:
-    """``--address`` / ``--namespace``, when a fresh shell's defaults would miss the server."""
-    options = []
+def connection_options(
+    address: str | None, namespace: str | None, profile: str | None = None
+) -> list[str]:
+    """``--profile`` when given, and ``--address`` / ``--namespace`` when a fresh shell's
+    defaults would miss the server."""
+    options = ["--profile", profile] if profile else []
     if address and address != DEFAULT_ADDRESS:
         options += ["--address", address]
     if namespace and namespace != "default":
@@ -78,7 +81,7 @@ def starter(
 ) -> str:
     """``<python> starter.py [connection options] ARGUMENTS`` (the options go first, as the
     parser wants them); ``profile`` and ``task_queue`` are added when given."""
-    options = (["--profile", profile] if profile else []) + _connection(address, namespace)
+    options = connection_options(address, namespace, profile)
     if task_queue:
         options += ["--task-queue", task_queue]
     return _join(f"{python()} {shlex.quote(_display(ROOT / 'starter.py'))}", [*options, *arguments])
@@ -98,7 +101,7 @@ def temporal(*arguments: str, address: str | None = None, namespace: str | None 
         binary = _program(Path(find_temporal_binary()))
     except DevServerError:
         binary = "temporal"  # not installed here; the stock name is the best advice left
-    return _join(binary, [*arguments, *_connection(address, namespace)])
+    return _join(binary, [*arguments, *connection_options(address, namespace)])
 
 
 def connected(command: str, options: list[str]) -> str:
