@@ -84,6 +84,7 @@ WORKFLOWS: list[type[Any]] = [
 PASSTHROUGH_MODULES = (
     "workflows.base",  # the pydantic bases and error wording every feature's messages share
     "workflows.cron",  # cron expressions (croniter, zoneinfo), used by jobs and monitors
+    "workflows.agent.engine",  # the agent loop: a parked run holds its state, not the code
     "workflows.agent.models",
     "workflows.agent.state",
     "workflows.agent.approvals",

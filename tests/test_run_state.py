@@ -18,7 +18,10 @@ from workflows.agent.state import AgentRun
 from workflows.agent.state_machine import State
 
 NOW = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
-WORKFLOW_SOURCE = Path(__file__).resolve().parents[1] / "workflows" / "agent" / "workflow.py"
+AGENT_SOURCES = {  # the workflow class and the engine it is
+    "AgentWorkflow": Path(__file__).resolve().parents[1] / "workflows" / "agent" / "workflow.py",
+    "AgentEngine": Path(__file__).resolve().parents[1] / "workflows" / "agent" / "engine.py",
+}
 
 
 def busy_run() -> AgentRun:
@@ -77,12 +80,18 @@ def test_ownership_rules_still_hold_on_a_decoded_run() -> None:
 
 
 def test_the_workflow_class_keeps_nothing_but_the_run() -> None:
-    """Every ``self.X = ...`` in AgentWorkflow assigns ``self._run`` (or the live stream and its
-    topic): no other state beside it."""
-    tree = ast.parse(WORKFLOW_SOURCE.read_text())
-    [cls] = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "AgentWorkflow"]
+    """Every ``self.X = ...`` in AgentWorkflow and its engine assigns ``self._run`` (or the live
+    stream and its topic): no other state beside it."""
+    classes = [
+        node
+        for name, source in AGENT_SOURCES.items()
+        for node in ast.parse(source.read_text()).body
+        if isinstance(node, ast.ClassDef) and node.name == name
+    ]
+    assert len(classes) == len(AGENT_SOURCES)
     assigned = {
         target.attr
+        for cls in classes
         for node in ast.walk(cls)
         if isinstance(node, ast.Assign | ast.AnnAssign | ast.AugAssign)
         for target in (node.targets if isinstance(node, ast.Assign) else [node.target])
