@@ -36,6 +36,7 @@ from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from activities import jobs as job_activities
+from activities import threads as thread_activities
 from activities.hooks import HookActivities
 from activities.mcp import McpActivities, McpConfig, McpConfigError, load_mcp_config
 from activities.model.activity import ModelActivities, ProviderSettings, http_client
@@ -70,6 +71,12 @@ DEFAULT_STORE = HERE / ".temporal" / "store"
 MCP_CONFIG_ENV = "TREADLE_MCP_CONFIG"
 
 log = logging.getLogger("treadle.worker")
+
+STICKY_QUEUE_TIMEOUT_SECONDS = 1.0
+"""The server gives a run's next workflow task to any worker after this long unclaimed by the
+worker that caches the run (the SDK's default is 10 s): a run cached on a dead worker continues
+about a second after its signal, not ten. A busy worker that misses it replays the run instead
+(a second at most: ``continue_as_new_after_events`` bounds what there is to replay)."""
 
 WORKFLOWS: list[type[Any]] = [
     AgentWorkflow,
@@ -127,7 +134,7 @@ def build_worker(
     settings: ProviderSettings,
     http: httpx.AsyncClient,
     graceful_shutdown: timedelta = timedelta(seconds=10),
-    sticky_timeout: timedelta = timedelta(seconds=10),
+    sticky_timeout: timedelta = timedelta(seconds=STICKY_QUEUE_TIMEOUT_SECONDS),
     max_concurrent_activities: int = 100,
     max_cached_workflows: int = 1000,
     store: BlobStore | None = None,
@@ -171,6 +178,7 @@ def build_worker(
             mcp.list_mcp_tools,
             mcp.call_mcp_tool,
             *job_activities.ACTIVITIES,
+            *thread_activities.ACTIVITIES,
         ],
         workflow_runner=workflow_runner(),
         max_concurrent_activities=max_concurrent_activities,
@@ -287,12 +295,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--sticky-queue-timeout",
         type=float,
-        default=10.0,
+        default=STICKY_QUEUE_TIMEOUT_SECONDS,
         metavar="SECONDS",
         help="how long the server keeps a run's next workflow task for this worker (whose cache "
         "holds the run) before any worker may take it; after a crash, the delay before another "
-        "worker picks up a run that was cached here (default: 10; 1 gets a killed worker's runs "
-        "moving within about 2 s, at the price of more replays when this worker is merely busy)",
+        f"worker picks up a run that was cached here (default: {STICKY_QUEUE_TIMEOUT_SECONDS:g}, "
+        "so a killed worker's runs move on within about a second; longer means fewer replays "
+        "when this worker is merely busy, at the price of a longer wait after a crash)",
     )
     parser.add_argument(
         "--max-cached-workflows",

@@ -11,13 +11,15 @@ against the same dev server and the same scripted model server, with no other lo
 - ``step``: ms per step of one run at a time, Treadle (defaults, as ``worker.py`` runs them, and
   without token streaming) against the floor; history events per step of both.
 - ``recovery``: a ``worker.py`` process killed with SIGKILL while a run is inside a model call,
-  and while a run waits for approval; seconds until a replacement ``worker.py`` has the retry
-  running, and until an approval sent after the kill moves the run on.
-- ``replay``: replaying a recorded run after a cache miss (temporalio's ``Replayer``), per step
-  and per run as long as continue-as-new lets a run grow, against a floor history of as many steps.
-- ``parked``: runs parked on approvals in one ``worker.py``: its RSS before and after, with the
-  default cache and with a cache too small to hold them (evicted, replayed on demand); a sample
-  approved in each must finish.
+  and while a run waits for approval, with the defaults (and, in full, with the knobs as they
+  were before); seconds from the replacement ``worker.py`` polling to the retry running, and
+  from an approval sent after the kill to the run moving on.
+- ``replay``: replaying a recorded run after a cache miss (temporalio's ``Replayer``): the
+  longest run of a chain that continued as new at the default bound, per step and whole,
+  against a floor history of as many steps.
+- ``parked``: runs parked on approvals in one ``worker.py``: its RSS before and after 1,000
+  in the default cache (a sample approved must finish), then 10,000 with the cache holding a
+  tenth of them, every one approved: evicted runs are replayed on demand and finish.
 - ``throughput``: steps/s with 1, 2 and 4 ``worker.py`` processes on one task queue, the ratio to
   one, and the CPU the server, the workers and the machine spent, to show where the bottleneck is.
 
@@ -57,7 +59,12 @@ from bench.local_server import dev_server_config  # noqa: E402
 from treadle.connection import connect  # noqa: E402
 from treadle.devserver import DevServer  # noqa: E402
 from treadle.scripted_model import ScriptedModelServer  # noqa: E402
-from worker import WORKFLOWS, build_worker, workflow_runner  # noqa: E402
+from worker import (  # noqa: E402
+    STICKY_QUEUE_TIMEOUT_SECONDS,
+    WORKFLOWS,
+    build_worker,
+    workflow_runner,
+)
 from workflows.agent.models import (  # noqa: E402
     AgentConfig,
     AgentInput,
@@ -70,8 +77,9 @@ from workflows.agent.workflow import AgentWorkflow  # noqa: E402
 ROWS = ("step", "recovery", "replay", "parked", "throughput")
 SUGGESTED_EVENTS = 4096
 """Temporal suggests continue-as-new at this many events: a run's history grows no further."""
-RECOVERY_HEARTBEAT_SECONDS = 1.0
-RECOVERY_STICKY_SECONDS = 1.0
+BEFORE_HEARTBEAT_SECONDS = 15.0
+BEFORE_STICKY_SECONDS = 10.0
+"""The knobs before they were chosen for recovery (the SDK's sticky timeout): the comparison row."""
 CPUS = os.cpu_count() or 1
 
 # ----------------------------------------------------------------------------------------------
@@ -427,18 +435,24 @@ def first_after(history: WorkflowHistory, index: int, kind: int) -> Any:
     raise RuntimeError(f"no event of type {kind} after event {index + 1}")
 
 
+def sticky_flags(sticky: float | None) -> tuple[str, ...]:
+    return () if sticky is None else ("--sticky-queue-timeout", str(sticky))
+
+
 async def recover_model_call(
-    bench: Bench, heartbeat: float, sticky: float
+    bench: Bench, heartbeat: float | None, sticky: float | None
 ) -> tuple[float, float, float, float]:
-    """Kill the worker inside a model call. Seconds: replacement start -> retry started, kill ->
-    retry started, the retry's completion -> the run's next workflow task, and the
-    replacement's own start-up."""
+    """Kill the worker inside a model call (``None``: the defaults). Seconds: replacement
+    ready (polling) -> retry started, kill -> retry started, the retry's completion -> the
+    run's next workflow task, and the replacement's own start-up."""
     tq = f"bench-rec-{uuid.uuid4().hex[:6]}"
     model = f"slow-{uuid.uuid4().hex[:6]}"
     bench.models.add_model(model, write_script(1, delay=4.0))
-    flags = ("--sticky-queue-timeout", str(sticky))
+    flags = sticky_flags(sticky)
     first = await WorkerProcess.start(bench, tq, *flags)
-    config = AgentConfig(heartbeat_timeout_seconds=heartbeat, max_steps=5)
+    config = AgentConfig(max_steps=5)
+    if heartbeat is not None:
+        config = config.model_copy(update={"heartbeat_timeout_seconds": heartbeat})
     handle = await start_agent(bench, tq, model, config)
 
     async def called() -> bool:
@@ -464,20 +478,20 @@ async def recover_model_call(
     next_task = first_after(history, index, EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED)
     await replacement.stop()
     return (
-        retry_start - replacement.spawned,
+        retry_start - replacement.ready,
         retry_start - killed,
         event_seconds(next_task) - event_seconds(completed),
         replacement.ready - replacement.spawned,
     )
 
 
-async def recover_approval(bench: Bench, sticky: float) -> float:
+async def recover_approval(bench: Bench, sticky: float | None) -> float:
     """Kill the worker holding a run parked on approval, start another, approve: seconds from
     the signal to the approved tool's scheduling."""
     tq = f"bench-rec-{uuid.uuid4().hex[:6]}"
     model = f"appr-{uuid.uuid4().hex[:6]}"
     bench.models.add_model(model, write_script(1))
-    flags = ("--sticky-queue-timeout", str(sticky))
+    flags = sticky_flags(sticky)
     first = await WorkerProcess.start(bench, tq, *flags)
     config = AgentConfig(require_approval=("write_file",), max_steps=5)
     handle = await start_agent(bench, tq, model, config)
@@ -505,13 +519,14 @@ async def recover_approval(bench: Bench, sticky: float) -> float:
 
 
 async def row_recovery(bench: Bench) -> list[Row]:
-    tuned = (RECOVERY_HEARTBEAT_SECONDS, RECOVERY_STICKY_SECONDS)
-    settings = [("tuned", *tuned)]
+    defaults = AgentConfig().heartbeat_timeout_seconds, STICKY_QUEUE_TIMEOUT_SECONDS
+    settings: list[tuple[str, float | None, float | None]] = [("defaults", None, None)]
     if not bench.quick:
-        settings.append(("defaults", 15.0, 10.0))  # AgentConfig's and worker.py's defaults
+        settings.append(("before", BEFORE_HEARTBEAT_SECONDS, BEFORE_STICKY_SECONDS))
     rows = []
     for label, heartbeat, sticky in settings:
-        how = f"heartbeat_timeout_seconds={heartbeat:g}, --sticky-queue-timeout {sticky:g}"
+        shown = (heartbeat or defaults[0], sticky or defaults[1])
+        how = f"heartbeat_timeout_seconds={shown[0]:g}, --sticky-queue-timeout {shown[1]:g}"
         from_start, from_kill, moved_on, startup = await recover_model_call(
             bench, heartbeat, sticky
         )
@@ -519,11 +534,11 @@ async def row_recovery(bench: Bench) -> list[Row]:
         rows += [
             Row(
                 "recovery",
-                f"s, replacement start -> model call retried ({label}: {how})",
+                f"s, replacement up -> model call retried ({label}: {how})",
                 f"{from_start:.2f}",
                 target="<= 2 s",
                 met=verdict(from_start <= 2),
-                values={"seconds": from_start, "heartbeat": heartbeat, "sticky": sticky},
+                values={"seconds": from_start, "heartbeat": shown[0], "sticky": shown[1]},
             ),
             Row(
                 "recovery",
@@ -543,7 +558,7 @@ async def row_recovery(bench: Bench) -> list[Row]:
                 f"{approval:.2f}",
                 target="<= 2 s",
                 met=verdict(approval <= 2),
-                values={"seconds": approval, "sticky": sticky},
+                values={"seconds": approval, "sticky": shown[1]},
             ),
         ]
     return rows
@@ -565,7 +580,9 @@ async def time_replay(replayer: Replayer, history: WorkflowHistory, repeats: int
 
 
 async def row_replay(bench: Bench) -> list[Row]:
-    steps = 10 if bench.quick else 300  # full: past Temporal's suggestion, so one run is full
+    # Full: long enough that the chain holds a run grown to the default bound and past it.
+    steps = 10 if bench.quick else 150
+    bound = AgentConfig().continue_as_new_after_events or SUGGESTED_EVENTS
     tq, fq = f"bench-rep-{uuid.uuid4().hex[:6]}", f"bench-rfloor-{uuid.uuid4().hex[:6]}"
     model = f"rep-{uuid.uuid4().hex[:6]}"
     bench.models.add_model(model, write_script(steps))
@@ -614,6 +631,7 @@ async def row_replay(bench: Bench) -> list[Row]:
     # The longest run whose replay takes a second: what continue_as_new_after_events should be.
     second_steps = 1000 / per_step
     chain = f"{len(histories)} run(s) in the chain" if len(histories) > 1 else "1 run"
+    grown = len(history.events) >= bound  # the run reached the bound: it is a full run
     return [
         Row(
             "replay",
@@ -626,18 +644,21 @@ async def row_replay(bench: Bench) -> list[Row]:
         ),
         Row(
             "replay",
-            f"s, replay of that run (whole history, {len(history.events)} events)",
+            f"s, replay of that run (whole history, {len(history.events)} events"
+            + (f": continue_as_new_after_events={bound} bounds every run)" if grown else ")"),
             f"{treadle:.2f}",
             f"{base:.2f}",
             f"{treadle / base:.2f}x",
-            values={"treadle_s": treadle, "floor_s": base},
+            "<= 1 s" if grown else "",
+            verdict(treadle <= 1) if grown else "",
+            values={"treadle_s": treadle, "floor_s": base, "bound": bound},
         ),
         Row(
             "replay",
-            f"s, replay of a full run (~{full_steps:.0f} steps to {SUGGESTED_EVENTS} events)",
+            f"s, replay of a run grown to Temporal's suggestion, by the per-step cost "
+            f"(~{full_steps:.0f} steps to {SUGGESTED_EVENTS} events; "
+            "continue_as_new_after_events=None)",
             f"{full:.2f}",
-            target="<= 1 s",
-            met=verdict(full <= 1),
             values={"seconds": full, "steps": full_steps},
         ),
         Row(
@@ -654,15 +675,31 @@ async def row_replay(bench: Bench) -> list[Row]:
 # ----------------------------------------------------------------------------------------------
 
 
-async def park(bench: Bench, count: int, cache: int) -> tuple[float, float, int, int, float]:
-    """``count`` runs parked on approval in one worker.py with ``cache`` cached runs:
-    (RSS before MB, RSS after MB, sample approved, sample done, seconds to park them all)."""
+@dataclass
+class Parked:
+    """What parking ``runs`` on approvals in one worker.py did to it."""
+
+    runs: int
+    cache: int
+    idle_mb: float
+    parked_mb: float
+    park_seconds: float
+    approved: int
+    done: int
+    approve_seconds: float
+    end_mb: float
+
+
+async def park(bench: Bench, count: int, cache: int, *, approve_all: bool) -> Parked:
+    """``count`` runs parked on approval in one worker.py holding at most ``cache`` of them;
+    then every one approved (``approve_all``: all of them must be replayed on demand when the
+    cache is smaller) or a sample, and the approved runs counted as they finish."""
     tq = f"bench-park-{uuid.uuid4().hex[:6]}"
     model = f"park-{uuid.uuid4().hex[:6]}"
     bench.models.add_model(model, write_script(1))
     worker = await WorkerProcess.start(bench, tq, "--max-cached-workflows", str(cache))
     await asyncio.sleep(1.0)
-    before = rss_mb(worker.pid)
+    idle = rss_mb(worker.pid)
     config = AgentConfig(require_approval=("write_file",), max_steps=5)
     start = time.perf_counter()
     handles: list[WorkflowHandle[Any, AgentResult]] = []
@@ -670,63 +707,108 @@ async def park(bench: Bench, count: int, cache: int) -> tuple[float, float, int,
         handles += await asyncio.gather(
             *(start_agent(bench, tq, model, config) for _ in range(first, min(count, first + 50)))
         )
-    query = f"TaskQueue = '{tq}' AND AgentState = 'WaitingForHuman'"
+    in_queue = f"TaskQueue = '{tq}'"
+
+    async def counted(query: str) -> int:
+        return (await bench.client.count_workflows(f"{in_queue} AND {query}")).count
+
+    async def none_failed() -> None:
+        ended = await counted("ExecutionStatus != 'Running' AND AgentState != 'Done'")
+        if ended:
+            raise RuntimeError(f"{ended} run(s) ended without finishing; see {worker.log}")
 
     async def all_parked() -> bool:
-        ended = await bench.client.count_workflows(
-            f"TaskQueue = '{tq}' AND ExecutionStatus != 'Running'"
-        )
-        if ended.count:
-            raise RuntimeError(f"{ended.count} parking run(s) ended early; see {worker.log}")
-        return (await bench.client.count_workflows(query)).count >= count
+        await none_failed()
+        return await counted("AgentState = 'WaitingForHuman'") >= count
 
-    await wait_for(all_parked, 600, f"{count} runs to park", every=0.5)
+    await wait_for(all_parked, 60 + count * 0.5, f"{count} runs to park", every=0.5)
     parked_in = time.perf_counter() - start
     await asyncio.sleep(2.0)  # let the last workflow tasks settle
-    after = rss_mb(worker.pid)
-    sample = handles[:: max(1, count // (5 if bench.quick else 20))]
-    for handle in sample:
-        await handle.signal(AgentWorkflow.approve, ApproveSignal())
-    results = await asyncio.wait_for(asyncio.gather(*(h.result() for h in sample)), 300)
-    done = sum(r.status is RunStatus.DONE for r in results)
+    parked = rss_mb(worker.pid)
+    chosen = handles if approve_all else handles[:: max(1, count // (5 if bench.quick else 20))]
+    start = time.perf_counter()
+    for first in range(0, len(chosen), 100):
+        await asyncio.gather(
+            *(h.signal(AgentWorkflow.approve, ApproveSignal()) for h in chosen[first : first + 100])
+        )
+
+    async def all_done() -> bool:
+        await none_failed()
+        return await counted("AgentState = 'Done'") >= len(chosen)
+
+    await wait_for(all_done, 60 + len(chosen) * 0.5, f"{len(chosen)} approved runs", every=0.5)
+    approved_in = time.perf_counter() - start
+    done = await counted("AgentState = 'Done'")
+    end = rss_mb(worker.pid)
     await worker.stop()
-    return before, after, len(sample), done, parked_in
+    return Parked(count, cache, idle, parked, parked_in, len(chosen), done, approved_in, end)
 
 
 async def row_parked(bench: Bench) -> list[Row]:
-    count = 50 if bench.quick else 1000
-    limited = 10 if bench.quick else 100
+    """1,000 runs in the default cache (the memory target), then ten times as many as the
+    cache holds, every one approved: eviction and replay on demand."""
+    default_cache = 1000
+    scenarios = (
+        [(50, 50, False), (200, 20, True)]
+        if bench.quick
+        else [
+            (1000, default_cache, False),
+            (10_000, default_cache, True),
+        ]
+    )
     rows = []
-    for label, cache in (("default cache, 1000", 1000), (f"cache limited to {limited}", limited)):
-        before, after, sample, done, seconds = await park(bench, count, cache)
-        per_run = (after - before) / count * 1024
-        cached = min(count, cache)
-        target = "<= 300 MB" if count >= 1000 and cache >= count else ""
+    for count, cache, approve_all in scenarios:
+        got = await park(bench, count, cache, approve_all=approve_all)
+        label = f"{count} runs, cache {cache}"
+        per_run = (got.parked_mb - got.idle_mb) / min(count, cache) * 1024
+        memory_target = count == cache and count >= 1000
         rows += [
             Row(
                 "parked",
-                f"worker RSS MB, {count} runs parked ({label}; idle worker {before:.0f} MB)",
-                f"{after:.0f}",
-                f"{before:.0f}",
-                f"{after / before:.2f}x",
-                target,
-                verdict(after <= 300) if target else "",
-                {"rss_mb": after, "idle_mb": before, "runs": count, "cache": cache},
+                f"worker RSS MB, {label}, all parked (idle worker {got.idle_mb:.0f} MB; "
+                f"parked in {got.park_seconds:.0f} s)",
+                f"{got.parked_mb:.0f}",
+                f"{got.idle_mb:.0f}",
+                f"{got.parked_mb / got.idle_mb:.2f}x",
+                "<= 300 MB" if memory_target else "",
+                verdict(got.parked_mb <= 300) if memory_target else "",
+                {
+                    "rss_mb": got.parked_mb,
+                    "idle_mb": got.idle_mb,
+                    "runs": count,
+                    "cache": cache,
+                    "park_seconds": got.park_seconds,
+                },
             ),
             Row(
                 "parked",
-                f"KiB per parked run ({label}; {cached} cached), parked in {seconds:.0f} s",
+                f"KiB per cached parked run ({label})",
                 f"{per_run:.0f}",
-                values={"kib_per_run": per_run, "park_seconds": seconds},
+                values={"kib_per_run": per_run},
             ),
             Row(
                 "parked",
-                f"sample approved after parking ({label}): finished / approved",
-                f"{done}/{sample}",
-                met=verdict(done == sample),
-                values={"done": done, "approved": sample},
+                f"approved runs finished / approved ({label}; "
+                f"{'every one' if approve_all else 'a sample'}, in {got.approve_seconds:.0f} s)",
+                f"{got.done}/{got.approved}",
+                target="all" if approve_all else "",
+                met=verdict(got.done == got.approved),
+                values={
+                    "done": got.done,
+                    "approved": got.approved,
+                    "approve_seconds": got.approve_seconds,
+                },
             ),
         ]
+        if approve_all:
+            rows.append(
+                Row(
+                    "parked",
+                    f"worker RSS MB after approving them all ({label})",
+                    f"{got.end_mb:.0f}",
+                    values={"rss_mb": got.end_mb},
+                )
+            )
     return rows
 
 

@@ -148,14 +148,17 @@ class AgentConfig(Frozen):
     tool_timeout_seconds: float = Field(120, gt=0, le=86_400)
     """Start-to-close timeout of one tool call attempt."""
     tool_max_attempts: int = Field(3, ge=1, le=100)
-    heartbeat_timeout_seconds: float = Field(15, ge=1, le=3600)
-    """A worker that dies during a long call is noticed after this long, not after the timeout."""
+    heartbeat_timeout_seconds: float = Field(2, ge=1, le=3600)
+    """A worker that dies during a model call, command or MCP call is noticed after this long,
+    not after the call's timeout; its retry starts half a second later. Beats go out every
+    third of it, so only an event loop stalled for most of it fails a live attempt."""
     thread_idle_timeout_seconds: float = Field(7 * 24 * 3600, gt=0, le=365 * 24 * 3600)
     """A thread with no message for this long ends (Done) — a durable timer, no polling."""
-    continue_as_new_after_events: int | None = Field(None, ge=20, le=50_000)
+    continue_as_new_after_events: int | None = Field(1_000, ge=20, le=50_000)
     """Continue as new once the run's history has this many events (at a safe point: between
-    steps, or while a thread waits). Temporal's own suggestion (4,096 events or 4 MB) applies
-    always; this lowers the bound."""
+    steps, or while a thread waits): about 70 steps. It bounds what a worker replays after a
+    cache miss (a restart, an eviction, another worker taking over) to about a second.
+    Temporal's own suggestion (4,096 events or 4 MB) applies always; ``None`` leaves only it."""
     stream_tokens: bool = True
     """Ask the provider to stream its reply, so watchers see the text as it is generated. The
     text reaches the run's stream in at most 6 batches per attempt and 10 per call (each one

@@ -20,6 +20,11 @@ COMMAND_TIMEOUT_GRACE_SECONDS = 10
 group and collect what it printed, so the command's timeout, not the activity's, ends it."""
 
 
+FIRST_RETRY = timedelta(seconds=0.5)
+"""The first retry's backoff, for every call. A call interrupted by a dead worker is retried
+this long after its heartbeat timeout, so the pair decides how fast a replacement takes over."""
+
+
 def model_call(config: AgentConfig, summary: str) -> workflow.ActivityConfig:
     """One planning call: backs off up to a minute between attempts (rate limits, overload);
     a 429's ``Retry-After`` replaces the backoff; 4xx other than 408/409/429 fail at once."""
@@ -28,7 +33,7 @@ def model_call(config: AgentConfig, summary: str) -> workflow.ActivityConfig:
         start_to_close_timeout=timedelta(seconds=config.model_timeout_seconds),
         heartbeat_timeout=timedelta(seconds=config.heartbeat_timeout_seconds),
         retry_policy=RetryPolicy(
-            initial_interval=timedelta(seconds=1),
+            initial_interval=FIRST_RETRY,
             backoff_coefficient=2.0,
             maximum_interval=timedelta(seconds=60),
             maximum_attempts=config.model_max_attempts,
@@ -43,7 +48,7 @@ def summary_call(config: AgentConfig, summary: str) -> workflow.ActivityConfig:
         summary=summary,
         start_to_close_timeout=timedelta(seconds=config.model_timeout_seconds),
         heartbeat_timeout=timedelta(seconds=config.heartbeat_timeout_seconds),
-        retry_policy=RetryPolicy(initial_interval=timedelta(seconds=1), maximum_attempts=2),
+        retry_policy=RetryPolicy(initial_interval=FIRST_RETRY, maximum_attempts=2),
     )
 
 
@@ -59,7 +64,7 @@ def tool_call(
         summary=summary,
         start_to_close_timeout=timedelta(seconds=timeout),
         retry_policy=RetryPolicy(
-            initial_interval=timedelta(seconds=1),
+            initial_interval=FIRST_RETRY,
             maximum_interval=timedelta(seconds=30),
             maximum_attempts=config.tool_max_attempts,
         ),
@@ -79,7 +84,7 @@ def mcp_listing(config: AgentConfig, summary: str) -> workflow.ActivityConfig:
         start_to_close_timeout=timedelta(minutes=5),
         heartbeat_timeout=timedelta(seconds=config.heartbeat_timeout_seconds),
         retry_policy=RetryPolicy(
-            initial_interval=timedelta(seconds=1),
+            initial_interval=FIRST_RETRY,
             maximum_interval=timedelta(seconds=10),
             maximum_attempts=3,
         ),
@@ -98,7 +103,7 @@ def mcp_call(
         start_to_close_timeout=attempt_timeout,
         heartbeat_timeout=timedelta(seconds=config.heartbeat_timeout_seconds),
         retry_policy=RetryPolicy(
-            initial_interval=timedelta(seconds=1),
+            initial_interval=FIRST_RETRY,
             maximum_interval=timedelta(seconds=30),
             maximum_attempts=config.tool_max_attempts,
         ),
