@@ -37,13 +37,15 @@ def test_quick_suite_prints_one_table_of_sane_counts(tmp_path: Path) -> None:
     header = next(i for i, line in enumerate(lines) if line.split()[:1] == ["row"])
     assert tuple(lines[header].split()) == HEADER
     table = [line.split()[0] for line in lines[header + 1 :]]
-    assert table == ["step"] * 4 + ["replay"] * 4
+    assert table == ["step"] * 5 + ["replay"] * 4
 
     rows = json.loads(out.read_text())["rows"]
     assert [r["row"] for r in rows] == table
     events = [r["values"] for r in rows if r["measure"].startswith("history events")]
     assert events and all(v["floor_events"] == 12 for v in events)
     assert all(12 <= v["treadle_events"] <= 40 for v in events)
+    once = next(r["values"] for r in rows if r["measure"].startswith("events a run pays once"))
+    assert once["floor_events"] > 0 and once["treadle_events"] >= once["floor_events"]
     timed = [r["values"] for r in rows if r["measure"].startswith("ms per step")]
     assert all(v["treadle_ms"] > 0 and v["floor_ms"] > 0 for v in timed)
     replayed = next(r["values"] for r in rows if r["row"] == "replay")
