@@ -6,18 +6,22 @@ The tree::
     ├── ToolError                    a tool could not do what was asked; becomes an
     │   │                            ``ERROR: ...`` observation, never an activity failure
     │   └── WorkspaceEscapeError     a path that leads out of the run's workspace
-    └── ModelError                   a model call failed; raised as an ``ApplicationError``
-        ├── ModelConfigError         unknown provider, missing API key  (non-retryable)
-        ├── ModelHTTPError           the endpoint answered with an error status
-        │                            (retryable: 408, 409, 429, 5xx; the rest non-retryable)
-        ├── ModelConnectionError     connect / read failures and timeouts (retryable)
-        └── ModelResponseError       a body that breaks the protocol's promises (retryable:
-                                     the next attempt may be well-formed)
+    ├── ModelError                   a model call failed; raised as an ``ApplicationError``
+    │   ├── ModelConfigError         unknown provider, missing API key  (non-retryable)
+    │   ├── ModelHTTPError           the endpoint answered with an error status
+    │   │                            (retryable: 408, 409, 429, 5xx; the rest non-retryable)
+    │   ├── ModelConnectionError     connect / read failures and timeouts (retryable)
+    │   └── ModelResponseError       a body that breaks the protocol's promises (retryable:
+    │                                the next attempt may be well-formed)
+    └── ThreadUnavailable            a thread cannot take or answer a message from outside:
+                                     no such thread, not a thread, closed, ended (one line;
+                                     ``send_to_thread`` raises it non-retryable, the CLI
+                                     prints it)
 
 ``ModelHTTPError`` and ``ModelConnectionError`` are made for every wire protocol by
 ``activities.model.http_errors`` (with ``Retry-After``, keys redacted); ``ModelResponseError``
 by each protocol's ``parse_response`` (and by the model activity for a body that is not JSON);
-``ModelConfigError`` by the model activity.
+``ModelConfigError`` by the model activity. ``ThreadUnavailable`` by ``activities.threads``.
 ``ModelError.to_application_error()`` is the one place that decides retryability; the
 ``type`` of the resulting ``ApplicationError`` is the class name, so the workflow and operators
 can tell failures apart in the event history.
@@ -81,3 +85,8 @@ class ModelConnectionError(ModelError):
 
 class ModelResponseError(ModelError):
     retryable = True
+
+
+class ThreadUnavailable(TreadleError):
+    """A thread that cannot take a message, or ended before answering one; the message says
+    which, in one line."""

@@ -50,6 +50,14 @@ ACTIVITIES_IMPORTING_WORKFLOW_MODULES: dict[tuple[str, str], str] = {
         "module imports only temporalio, pydantic and workflows.jobs.models, so loading it in "
         "the activity does not pull the sandboxed workflow code or any cycle back into activities."
     ),
+    ("activities.threads", "workflows.agent.workflow"): (
+        "send_to_thread (and the CLI's send/chat, which share the module) sends a thread its "
+        "message and polls it through the typed client API (AgentWorkflow.send, .state, "
+        ".__name__), naming the update and query by the class object rather than by strings "
+        "that could silently match nothing. The agent workflow imports activities only inside "
+        "its pass-through block and none of them imports activities.threads, so loading it "
+        "here makes no cycle; the worker has it loaded already."
+    ),
 }
 
 

@@ -12,12 +12,11 @@ for its user between turns.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import sys
 import uuid
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +25,8 @@ from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
 from temporalio.common import WorkflowIDReusePolicy
 from temporalio.service import RPCError, RPCStatusCode
 
-from activities.errors import TreadleError
+from activities import threads
+from activities.errors import ThreadUnavailable, TreadleError
 from activities.store.conversation import ConversationStore
 from treadle.cli import live, shell
 from treadle.cli.exits import UsageError
@@ -42,15 +42,13 @@ from workflows.agent.models import (
     AgentStatus,
     SendReceipt,
     ThreadExport,
-    UserMessage,
 )
 from workflows.agent.state_machine import State
 from workflows.agent.threads import ImportRefused, rebuild
 from workflows.agent.workflow import AgentWorkflow
 from workflows.base import describe_errors
 
-POLL_SECONDS = 0.2
-QUERY_TIMEOUT = timedelta(seconds=10)
+QUERY_TIMEOUT = threads.QUERY_TIMEOUT
 EXIT_WORDS = {"/exit", "/quit"}
 
 
@@ -107,16 +105,14 @@ async def cmd_chat(client: Client, args: argparse.Namespace) -> int:
             return 0
         handle = await _start(client, args, thread_id, first)
         print(f"thread {thread_id} (continue with: {shell.starter('chat', '--id', thread_id)})")
-        answered = 0
     else:
         if not existing.thread:
             raise UsageError(f"{thread_id!r} is a single-task run, not a thread")
-        answered = await _answers(handle)
         offset = existing.stream_offset
         if args.message:
             await _send(handle, args.message)
-        elif existing.state is State.WAITING_FOR_USER_INPUT:
-            answered -= 1  # nothing new to wait for: show the last answer and ask
+        # Else a waiting thread's turn is over already: its last answer is shown, then asked.
+    # Each turn waits until the thread waits again with nothing queued (``threads.turn_over``).
     view = live.TerminalView(speaker="agent> ", show_messages=False, show_started=False)
     live.warn_secret_env(args, view)
     # On a terminal the user is there to ask (approvals, consent, questions); piped lines are
@@ -124,10 +120,7 @@ async def cmd_chat(client: Client, args: argparse.Namespace) -> int:
     responder = live.responder_for(handle, view, args, can_ask=sys.stdin.isatty())
     responder.interactive = sys.stdin.isatty()
     while True:
-        status, offset, shown = await _follow_turn(
-            client, handle, answered, offset, view, responder
-        )
-        answered += 1
+        status, offset, shown = await _follow_turn(client, handle, offset, view, responder)
         if status.state is not State.WAITING_FOR_USER_INPUT:
             print(f"[{status.state.value}] {status.error or status.final_answer or ''}".rstrip())
             return 0 if status.state is State.DONE else 1
@@ -146,12 +139,12 @@ async def cmd_chat(client: Client, args: argparse.Namespace) -> int:
 
 async def cmd_send(client: Client, args: argparse.Namespace) -> int:
     handle = client.get_workflow_handle(args.workflow_id)
-    answered = await _answers(handle)
     receipt = await _send(handle, args.text)
     if not args.wait:
         print(receipt.model_dump_json() if args.json else _describe(receipt))
         return 0
-    status = await _wait_for_answer(handle, answered + receipt.position - 1)
+    # The thread took the message: once it waits with nothing queued, it has answered it.
+    status = await _wait_for_answer(handle)
     if args.json:
         print(status.model_dump_json(indent=2))
     else:
@@ -164,9 +157,9 @@ async def cmd_close(client: Client, args: argparse.Namespace) -> int:
     try:
         status: AgentStatus = await handle.execute_update(AgentWorkflow.close)
     except WorkflowUpdateFailedError as exc:
-        raise UsageError(_refusal(exc)) from exc
+        raise UsageError(threads.refusal(exc)) from exc
     except RPCError as exc:
-        raise UsageError(await _why_not(handle, exc)) from exc
+        raise UsageError(await threads.why_not(handle, exc)) from exc
     print(f"closing {args.workflow_id}: {status.queued_messages} message(s) to answer first")
     return 0
 
@@ -176,7 +169,7 @@ async def cmd_export(client: Client, args: argparse.Namespace) -> int:
     try:
         exported: ThreadExport = await handle.query(AgentWorkflow.export, rpc_timeout=QUERY_TIMEOUT)
     except RPCError as exc:
-        raise UsageError(_missing(args.workflow_id, exc)) from exc
+        raise UsageError(threads.missing(args.workflow_id, exc)) from exc
     exported = await _filled_in(exported)
     print(exported.model_dump_json(indent=2, exclude_defaults=True))
     return 0
@@ -274,16 +267,13 @@ async def _start(
 
 async def _send(handle: WorkflowHandle[Any, Any], text: str) -> SendReceipt:
     try:
-        receipt: SendReceipt = await handle.execute_update(
-            AgentWorkflow.send, UserMessage(text=text)
-        )
+        return await threads.send_message(handle, text)
     except ValidationError as exc:
         raise UsageError(f"invalid message: {describe_errors(exc)}") from exc
-    except WorkflowUpdateFailedError as exc:
-        raise UsageError(_refusal(exc)) from exc
+    except ThreadUnavailable as exc:
+        raise UsageError(str(exc)) from exc
     except RPCError as exc:
-        raise UsageError(await _why_not(handle, exc)) from exc
-    return receipt
+        raise UsageError(threads.missing(handle.id, exc)) from exc
 
 
 async def _status_or_none(handle: WorkflowHandle[Any, Any]) -> AgentStatus | None:
@@ -296,30 +286,23 @@ async def _status_or_none(handle: WorkflowHandle[Any, Any]) -> AgentStatus | Non
     return status
 
 
-async def _answers(handle: WorkflowHandle[Any, Any]) -> int:
-    """How many turns the thread has answered so far (across continue-as-new)."""
-    trace = await handle.query(AgentWorkflow.trace, rpc_timeout=QUERY_TIMEOUT)
-    return sum(1 for e in trace.entries if e.event == "TurnAnswered")
-
-
 async def _follow_turn(
     client: Client,
     handle: WorkflowHandle[Any, Any],
-    answered: int,
     offset: int | None,
     view: live.TerminalView,
     responder: live.Responder,
 ) -> tuple[AgentStatus, int | None, bool]:
-    """Show the turn live until the thread has answered one more turn (or ended); returns its
+    """Show the turn live until the thread waits for its user again (or ended); returns its
     status, the stream offset to go on from, and whether the answer was shown."""
-    status = await _turn_over(handle, answered)
+    status = await threads.turn_over(handle)
     if status is not None:
         return status, offset, False
 
     async def over(event: AgentEvent) -> bool:
         nonlocal status
         if event.kind in ("answer", "ended"):
-            status = await _turn_over(handle, answered)
+            status = await threads.turn_over(handle)
         return status is not None
 
     view.answer_shown = False
@@ -328,34 +311,18 @@ async def _follow_turn(
             client, handle.id, view, responder, from_offset=offset, until=over
         )
     except StreamUnavailable:
-        return await _wait_for_answer(handle, answered), None, False
+        return await _wait_for_answer(handle), None, False
     if status is None:  # the stream ended without the answer in sight
-        status = await _wait_for_answer(handle, answered)
+        status = await _wait_for_answer(handle)
     return status, offset, view.answer_shown
 
 
-async def _turn_over(handle: WorkflowHandle[Any, Any], answered: int) -> AgentStatus | None:
-    """The thread's status once it has answered more than ``answered`` turns, or ended."""
-    count = await _answers(handle)
-    status: AgentStatus = await handle.query(AgentWorkflow.state, rpc_timeout=QUERY_TIMEOUT)
-    return status if _over(status, count, answered) else None
-
-
-def _over(status: AgentStatus, count: int, answered: int) -> bool:
-    if status.state.is_terminal:
-        return True
-    return count > answered and status.state is State.WAITING_FOR_USER_INPUT
-
-
-async def _wait_for_answer(handle: WorkflowHandle[Any, Any], answered: int) -> AgentStatus:
-    """Poll until the thread has answered one more turn (or ended), showing approvals (for a
+async def _wait_for_answer(handle: WorkflowHandle[Any, Any]) -> AgentStatus:
+    """Wait for the turn (see ``threads.turn_over``), showing approvals on stderr (for a
     thread whose worker publishes no live stream)."""
     shown: set[str] = set()
-    while True:
-        count = await _answers(handle)
-        status: AgentStatus = await handle.query(AgentWorkflow.state, rpc_timeout=QUERY_TIMEOUT)
-        if _over(status, count, answered):
-            return status
+
+    def show_approvals(status: AgentStatus) -> None:
         for pending in status.pending_approvals:
             if pending.call_id not in shown:
                 shown.add(pending.call_id)
@@ -366,7 +333,11 @@ async def _wait_for_answer(handle: WorkflowHandle[Any, Any], answered: int) -> A
                     sep="\n",
                     file=sys.stderr,
                 )
-        await asyncio.sleep(POLL_SECONDS)
+
+    try:
+        return await threads.wait_for_answer(handle, seen=show_approvals)
+    except ThreadUnavailable as exc:
+        raise UsageError(str(exc)) from exc
 
 
 def _ask() -> str | None:
@@ -384,26 +355,3 @@ def _describe(receipt: SendReceipt) -> str:
     if receipt.queued:
         return f"queued at position {receipt.position} (a turn is running)"
     return "sent"
-
-
-def _refusal(exc: WorkflowUpdateFailedError) -> str:
-    cause = exc.cause
-    return f"refused: {getattr(cause, 'message', None) or cause or exc}"
-
-
-async def _why_not(handle: WorkflowHandle[Any, Any], exc: RPCError) -> str:
-    """Why Temporal refused a message or close: no such thread, or one that has ended."""
-    if exc.status is RPCStatusCode.NOT_FOUND:
-        try:
-            description = await handle.describe()
-        except RPCError:
-            return f"no thread with id {handle.id!r}"
-        if description.status is not None and description.status.name != "RUNNING":
-            return f"the thread {handle.id} has ended ({description.status.name.lower()})"
-    return _missing(handle.id, exc)
-
-
-def _missing(workflow_id: str, exc: RPCError) -> str:
-    if exc.status is RPCStatusCode.NOT_FOUND:
-        return f"no thread with id {workflow_id!r}"
-    return f"Temporal refused the request: {exc.message}"

@@ -20,7 +20,8 @@ from typing import Self
 from pydantic import Field, field_validator, model_validator
 
 from workflows import cron
-from workflows.agent.models import AgentInput, RunStatus
+from workflows.agent.models import MAX_USER_MESSAGE_CHARS, AgentInput, RunStatus
+from workflows.agent.state_machine import State
 from workflows.base import Frozen
 from workflows.monitors.models import CronSchedule, IntervalSchedule, check_slug
 
@@ -33,6 +34,8 @@ __all__ = [
     "Overlap",
     "ScheduledRunInput",
     "ScheduledRunResult",
+    "SendToThreadInput",
+    "ThreadAnswer",
     "agent_run_id",
     "format_duration",
     "parse_duration",
@@ -56,6 +59,9 @@ DEFAULT_MARGIN_MINUTES = 5
 """How late a run may start before its monitor records a missed check-in."""
 
 MAX_MINUTES = 366 * 24 * 60
+
+MAX_WORKFLOW_ID_CHARS = 1000
+"""Temporal's default limit on a workflow id."""
 
 _DURATION = re.compile(r"(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?")
 
@@ -199,3 +205,27 @@ class ScheduledRunResult(Frozen):
     answer: str | None = None
     error: str | None = None
     duration_seconds: float
+
+
+class SendToThreadInput(Frozen):
+    """Input of the ``send_to_thread`` activity: one message for one thread."""
+
+    thread_id: str = Field(min_length=1, max_length=MAX_WORKFLOW_ID_CHARS)
+    text: str = Field(min_length=1, max_length=MAX_USER_MESSAGE_CHARS)
+
+
+class ThreadAnswer(Frozen):
+    """Where the thread stood once it had answered the message (or ended without it)."""
+
+    thread_id: str
+    state: State
+    """``WaitingForUserInput`` (answered, waiting for the next), ``Done`` (answered, then
+    closed), or the state it ended in (``Error``, ``Halted``, ``Cancelled``)."""
+    answer: str | None = None
+    error: str | None = None
+
+    @property
+    def answered(self) -> bool:
+        # A thread answers its queued messages before it waits or closes: waiting or done
+        # after taking the message means it was answered.
+        return self.state in (State.WAITING_FOR_USER_INPUT, State.DONE)

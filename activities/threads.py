@@ -1,0 +1,254 @@
+"""A thread's next message, sent from outside the thread, and the wait for its answer: what
+``starter.py send --wait`` and ``chat`` do for a person, and what the ``send_to_thread``
+activity does for a scheduled message.
+
+When is a message answered? A thread answers its queued messages in order and waits for its
+user only once its inbox is empty, so after a ``send`` it accepted (or after it started with
+its first message), the thread seen waiting with nothing queued, or ended, has answered it.
+That needs no count of the turns answered before, which continue-as-new would make wrong: only
+the trace's tail is carried to the next run. (If other clients queue messages behind it, the
+answer seen is the thread's answer to the last of them.)
+
+A thread whose workflow closed without ending its turn (terminated, timed out) still answers
+queries with the state it was left in, so a wait also asks Temporal, now and then, whether the
+workflow still runs: no input leaves a client waiting for ever.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+from temporalio import activity
+from temporalio.client import (
+    Client,
+    WorkflowExecutionStatus,
+    WorkflowHandle,
+    WorkflowUpdateFailedError,
+)
+from temporalio.exceptions import ApplicationError
+from temporalio.service import RPCError, RPCStatusCode
+
+from activities.errors import ThreadUnavailable
+from activities.heartbeat import heartbeating
+from workflows.agent.models import AgentStatus, SendReceipt, UserMessage
+from workflows.agent.state_machine import State
+from workflows.agent.workflow import AgentWorkflow
+from workflows.scheduled.models import SendToThreadInput, ThreadAnswer
+
+__all__ = [
+    "ACTIVITIES",
+    "POLL_SECONDS",
+    "QUERY_TIMEOUT",
+    "check_thread",
+    "missing",
+    "refusal",
+    "send_message",
+    "send_to_thread",
+    "turn_is_over",
+    "turn_over",
+    "wait_for_answer",
+    "why_not",
+]
+
+POLL_SECONDS = 0.2
+"""How often a person's client (``chat``, ``send --wait``) asks the thread how far it is."""
+ANSWER_POLL_SECONDS = 1.0
+"""How often ``send_to_thread`` asks: nobody watches it, and it may wait for hours."""
+QUERY_TIMEOUT = timedelta(seconds=10)
+ENDED_CHECK_SECONDS = 5.0
+"""How often a wait asks Temporal whether the thread's workflow still runs."""
+SENT = "sent"
+"""``send_to_thread``'s heartbeat detail once the message went through: a retried attempt
+waits for the answer without sending the message again."""
+
+
+# --------------------------------------------------------------------------------------------
+# Sending
+# --------------------------------------------------------------------------------------------
+
+
+async def send_message(
+    handle: WorkflowHandle[Any, Any], text: str, *, update_id: str | None = None
+) -> SendReceipt:
+    """Send the thread ``text`` (its ``send`` update). The same ``update_id`` again is the same
+    message: Temporal answers it once (within one run of the thread's chain).
+
+    ``ThreadUnavailable`` when the thread refuses it (closed, not a thread) or does not run;
+    a ``text`` that is no ``UserMessage`` is a ``ValidationError``; other RPC errors propagate.
+    """
+    try:
+        receipt: SendReceipt = await handle.execute_update(
+            AgentWorkflow.send, UserMessage(text=text), id=update_id
+        )
+    except WorkflowUpdateFailedError as exc:
+        raise ThreadUnavailable(refusal(exc)) from exc
+    except RPCError as exc:
+        if exc.status is not RPCStatusCode.NOT_FOUND:
+            raise
+        raise ThreadUnavailable(await why_not(handle, exc)) from exc
+    return receipt
+
+
+async def check_thread(client: Client, thread_id: str) -> AgentStatus:
+    """The status of a running thread that can take a message; ``ThreadUnavailable`` (one
+    line) for no such workflow, one that has ended, is no thread, or does not answer."""
+    handle = client.get_workflow_handle(thread_id)
+    try:
+        description = await handle.describe(rpc_timeout=QUERY_TIMEOUT)
+    except RPCError as exc:
+        if exc.status in (RPCStatusCode.NOT_FOUND, RPCStatusCode.INVALID_ARGUMENT):
+            raise ThreadUnavailable(f"no thread with id {thread_id!r}") from exc
+        raise
+    if description.status is not WorkflowExecutionStatus.RUNNING:
+        ended = description.status.name.lower() if description.status else "closed"
+        raise ThreadUnavailable(f"the thread {thread_id} has ended ({ended})")
+    if description.workflow_type != AgentWorkflow.__name__:
+        raise ThreadUnavailable(
+            f"{thread_id!r} is a {description.workflow_type} workflow, not a thread"
+        )
+    try:
+        status: AgentStatus = await handle.query(AgentWorkflow.state, rpc_timeout=QUERY_TIMEOUT)
+    except RPCError as exc:
+        raise ThreadUnavailable(
+            f"the thread {thread_id} did not answer ({exc.message}); is a worker polling its "
+            f"task queue {description.task_queue}?"
+        ) from exc
+    if not status.thread:
+        raise ThreadUnavailable(f"{thread_id!r} is a single-task run, not a thread")
+    if status.state.is_terminal:
+        raise ThreadUnavailable(f"the thread {thread_id} has ended ({status.state.value})")
+    return status
+
+
+def refusal(exc: WorkflowUpdateFailedError) -> str:
+    """The thread's validator's reason for refusing an update."""
+    cause = exc.cause
+    return f"refused: {getattr(cause, 'message', None) or cause or exc}"
+
+
+async def why_not(handle: WorkflowHandle[Any, Any], exc: RPCError) -> str:
+    """Why Temporal refused a message or close: no such thread, or one that has ended."""
+    if exc.status is RPCStatusCode.NOT_FOUND:
+        try:
+            description = await handle.describe()
+        except RPCError:
+            return f"no thread with id {handle.id!r}"
+        if description.status is not None and description.status.name != "RUNNING":
+            return f"the thread {handle.id} has ended ({description.status.name.lower()})"
+    return missing(handle.id, exc)
+
+
+def missing(workflow_id: str, exc: RPCError) -> str:
+    if exc.status is RPCStatusCode.NOT_FOUND:
+        return f"no thread with id {workflow_id!r}"
+    return f"Temporal refused the request: {exc.message}"
+
+
+# --------------------------------------------------------------------------------------------
+# Waiting for the answer
+# --------------------------------------------------------------------------------------------
+
+
+def turn_is_over(status: AgentStatus) -> bool:
+    """The thread has ended, or waits for its user with nothing queued: every message it had
+    taken is answered."""
+    if status.state.is_terminal:
+        return True
+    return status.state is State.WAITING_FOR_USER_INPUT and not status.queued_messages
+
+
+async def turn_over(handle: WorkflowHandle[Any, Any]) -> AgentStatus | None:
+    """The thread's status once its messages are answered (``turn_is_over``), else None."""
+    status: AgentStatus = await handle.query(AgentWorkflow.state, rpc_timeout=QUERY_TIMEOUT)
+    return status if turn_is_over(status) else None
+
+
+async def wait_for_answer(
+    handle: WorkflowHandle[Any, Any],
+    *,
+    seen: Callable[[AgentStatus], None] | None = None,
+    poll_seconds: float = POLL_SECONDS,
+) -> AgentStatus:
+    """Poll until the thread has answered the messages it took (``turn_is_over``); ``seen``
+    is shown each status on the way (to show its approvals). ``ThreadUnavailable`` if the
+    thread's workflow closed without ending its turn (terminated, timed out)."""
+    loop = asyncio.get_running_loop()
+    next_check = loop.time() + ENDED_CHECK_SECONDS
+    while True:
+        status: AgentStatus = await handle.query(AgentWorkflow.state, rpc_timeout=QUERY_TIMEOUT)
+        if turn_is_over(status):
+            return status
+        if seen is not None:
+            seen(status)
+        if loop.time() >= next_check:
+            next_check = loop.time() + ENDED_CHECK_SECONDS
+            ended = await _closed_as(handle)
+            if ended is not None:
+                final = await turn_over(handle)  # it may have ended just now
+                if final is not None:
+                    return final
+                raise ThreadUnavailable(
+                    f"the thread {handle.id} ended ({ended}) in {status.state.value}, "
+                    "before it answered"
+                )
+        await asyncio.sleep(poll_seconds)
+
+
+async def _closed_as(handle: WorkflowHandle[Any, Any]) -> str | None:
+    """How the thread's latest run closed (``terminated``...); None while it runs."""
+    try:
+        description = await handle.describe(rpc_timeout=QUERY_TIMEOUT)
+    except RPCError as exc:
+        if exc.status is RPCStatusCode.NOT_FOUND:
+            return "deleted"
+        raise
+    if description.status in (None, WorkflowExecutionStatus.RUNNING):
+        return None
+    return description.status.name.lower()
+
+
+# --------------------------------------------------------------------------------------------
+# The activity
+# --------------------------------------------------------------------------------------------
+
+
+@activity.defn
+async def send_to_thread(request: SendToThreadInput) -> ThreadAnswer:
+    """Send a thread its next message, then wait, heartbeating, until it has answered it."""
+    info = activity.info()
+    handle = activity.client().get_workflow_handle(request.thread_id)
+    try:
+        if SENT not in info.heartbeat_details:
+            async with heartbeating():  # no worker for the thread: the update waits
+                # Named after the activity: an attempt retried after a send that went through
+                # but was never heartbeaten is the same update, not a second message.
+                update_id = f"{info.workflow_id}-{info.activity_id}"
+                await send_message(handle, request.text, update_id=update_id)
+            activity.heartbeat(SENT)
+        async with heartbeating(SENT):
+            status = await wait_for_answer(handle, poll_seconds=ANSWER_POLL_SECONDS)
+    except ThreadUnavailable as exc:
+        raise ApplicationError(str(exc), type="ThreadUnavailable", non_retryable=True) from exc
+    except RPCError as exc:
+        if exc.status is not RPCStatusCode.NOT_FOUND:
+            raise  # the server or the thread's worker did not answer: the next attempt may
+        raise ApplicationError(
+            f"no thread with id {request.thread_id!r}", type="ThreadUnavailable", non_retryable=True
+        ) from exc
+    activity.logger.info(
+        "thread.message.answered",
+        extra={"thread.id": request.thread_id, "thread.state": status.state.value},
+    )
+    return ThreadAnswer(
+        thread_id=request.thread_id,
+        state=status.state,
+        answer=status.final_answer,
+        error=status.error,
+    )
+
+
+ACTIVITIES: list[Callable[..., Any]] = [send_to_thread]
+"""Activities worker.py registers for threads."""
