@@ -223,9 +223,10 @@ async def send_to_thread(request: SendToThreadInput) -> ThreadAnswer:
     try:
         if SENT not in info.heartbeat_details:
             async with heartbeating():  # no worker for the thread: the update waits
-                # Named after the activity: an attempt retried after a send that went through
-                # but was never heartbeaten is the same update, not a second message.
-                update_id = f"{info.workflow_id}-{info.activity_id}"
+                # Named after this activity of this run (two slots triggered in one second
+                # share a workflow id): an attempt retried after a send that went through but
+                # was never heartbeaten is the same update, not a second message.
+                update_id = f"{info.workflow_id}/{info.workflow_run_id}/{info.activity_id}"
                 await send_message(handle, request.text, update_id=update_id)
             activity.heartbeat(SENT)
         async with heartbeating(SENT):
