@@ -1,6 +1,7 @@
 """Scheduled agents on the client side: the Temporal Schedule ``treadle-agent-<name>`` whose
 action starts ``ScheduledAgentWorkflow``, and the cron monitor ``monitor-<name>`` that watches
-it, created together and idempotently.
+it, created together and idempotently. Each slot starts an agent run, or sends an existing
+thread its next message (the thread must run, and be a thread, when the schedule is created).
 
 The schedule's action carries the whole ``AgentSchedule``, so a schedule describes itself: what
 runs, when, with which policies and which monitor settings. Creating the same scheduled agent
@@ -35,6 +36,7 @@ from temporalio.common import WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
+from activities.threads import check_thread
 from workflows.base import Frozen
 from workflows.monitors.models import (
     DeleteRequest,
@@ -139,7 +141,7 @@ def build_schedule(plan: AgentSchedule, task_queue: str) -> Schedule:
             # Temporal appends the slot's time: treadle-agent-<name>-2026-01-01T02:00:00Z.
             id=plan.schedule_id,
             task_queue=task_queue,
-            static_summary=f"scheduled agent {plan.name}: {plan.agent.task[:150]}",
+            static_summary=_summary(plan),
         ),
         spec=spec,
         policy=SchedulePolicy(
@@ -150,6 +152,15 @@ def build_schedule(plan: AgentSchedule, task_queue: str) -> Schedule:
         ),
         state=ScheduleState(note=CREATED_NOTE),
     )
+
+
+def _summary(plan: AgentSchedule) -> str:
+    if plan.message is not None:
+        return (
+            f"scheduled message {plan.name} to thread {plan.message.thread_id[:80]}: "
+            f"{plan.message.text[:100]}"
+        )
+    return f"scheduled agent {plan.name}: {plan.task[:150]}"
 
 
 def monitor_config(plan: AgentSchedule, ping_key: str | None = None) -> MonitorConfig:
@@ -177,9 +188,13 @@ def _monitor_marker(plan: AgentSchedule) -> dict[str, Any]:
 async def create(client: Client, plan: AgentSchedule, task_queue: str) -> CreateAction:
     """Create the monitor, then the schedule; ``UNCHANGED`` if both exist as asked.
 
-    ``ScheduleConflict`` when the name is taken by something else. When Temporal refuses the
-    schedule itself, a monitor made for it is removed again, so nothing is left half-made.
+    ``ScheduleConflict`` when the name is taken by something else; ``ThreadUnavailable``
+    (before anything is made) when the plan sends to a thread that does not run or is no
+    thread. When Temporal refuses the schedule itself, a monitor made for it is removed
+    again, so nothing is left half-made.
     """
+    if plan.message is not None:
+        await check_thread(client, plan.message.thread_id)
     existing = await deployed(client, plan.name)
     if existing is not None:
         _same_or_conflict(existing, plan, task_queue)

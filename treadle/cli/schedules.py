@@ -4,6 +4,9 @@ its own cron monitor.
     python starter.py schedule create NAME TASK --cron EXPR [--timezone TZ] | --every DURATION
                       [run options: --model --workspace --config ...] [--overlap skip|buffer|allow]
                       [--catchup-window 5m] [--jitter 0s] [--margin 5] [--max-runtime MINUTES]
+    python starter.py schedule create NAME MESSAGE --thread THREAD_ID (--cron ... | --every ...)
+                      [--overlap ...] [--catchup-window ...] [--jitter ...] [--margin ...]
+                      [--max-runtime MINUTES]   # each slot: MESSAGE to the thread, its answer
     python starter.py schedule list [--json]
     python starter.py schedule show NAME [--json]
     python starter.py schedule pause|unpause NAME [--note TEXT]
@@ -29,6 +32,7 @@ from pydantic import ValidationError
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
+from activities.errors import ThreadUnavailable
 from treadle import scheduled_agents
 from treadle.cli import shell
 from treadle.cli.exits import UsageError
@@ -55,6 +59,7 @@ from workflows.scheduled.models import (
     MIN_CATCHUP_WINDOW,
     AgentSchedule,
     Overlap,
+    ThreadMessage,
     agent_run_id,
     format_duration,
     parse_duration,
@@ -96,6 +101,13 @@ def register(subparsers: Any, *, add_run_options: AddRunOptions, build_input: Bu
     )
     create.add_argument("name", help="3-50 of a-z 0-9 - _, a letter first (also the monitor's)")
     add_run_options(create)
+    create.add_argument(
+        "--thread",
+        metavar="THREAD_ID",
+        help="send TASK as the next message to this running thread each slot, and wait for its "
+        "answer, instead of starting a run (the thread keeps its own model, workspace and "
+        "config: the run options are refused)",
+    )
     when = create.add_mutually_exclusive_group(required=True)
     when.add_argument("--cron", metavar="EXPR", help="5-field cron expression, e.g. '0 2 * * *'")
     when.add_argument(
@@ -137,7 +149,10 @@ def register(subparsers: Any, *, add_run_options: AddRunOptions, build_input: Bu
         help="a run in progress longer than this is a timeout in the monitor (default: none)",
     )
     create.add_argument("--json", action="store_true")
-    create.set_defaults(handler=cmd_create, check=lambda args: _check_create(args, build_input))
+    run_defaults = _run_defaults(add_run_options)
+    create.set_defaults(
+        handler=cmd_create, check=lambda args: _check_create(args, build_input, run_defaults)
+    )
 
     listing = sub.add_parser("list", help="scheduled agents with state, next run and health")
     listing.add_argument("--json", action="store_true")
@@ -173,9 +188,32 @@ def register(subparsers: Any, *, add_run_options: AddRunOptions, build_input: Bu
 # --------------------------------------------------------------------------------------------
 
 
-def _check_create(args: argparse.Namespace, build_input: BuildInput) -> None:
+def _run_defaults(add_run_options: AddRunOptions) -> dict[str, Any]:
+    """The run options' defaults, TASK aside: what `create --thread` must be left with."""
+    probe = argparse.ArgumentParser(add_help=False)
+    add_run_options(probe)
+    defaults = vars(probe.parse_args(["TASK"]))
+    defaults.pop("task")
+    return defaults
+
+
+def _check_create(
+    args: argparse.Namespace, build_input: BuildInput, run_defaults: dict[str, Any]
+) -> None:
     """Turn `create`'s options into an ``AgentSchedule`` (``args.plan``), or a UsageError."""
     name = _name(args.name)
+    if args.thread is not None:
+        given = [
+            "--" + dest.replace("_", "-")
+            for dest, default in run_defaults.items()
+            if getattr(args, dest) != default
+        ]
+        if given:
+            raise UsageError(
+                f"{', '.join(given)} {'goes' if len(given) == 1 else 'go'} with a new run, not "
+                "with --thread: the thread keeps the model, workspace and config it was "
+                "started with"
+            )
     try:
         if args.cron is not None:
             expression = cron.check_cron(args.cron)
@@ -195,7 +233,17 @@ def _check_create(args: argparse.Namespace, build_input: BuildInput) -> None:
             )
     except ValueError as exc:  # cron.ScheduleError, a bad duration
         raise UsageError(str(exc)) from exc
-    planned = build_input(args, schedule_id(name))
+    target: dict[str, Any]
+    if args.thread is not None:
+        try:
+            target = {"message": ThreadMessage(thread_id=args.thread, text=args.task)}
+        except ValidationError as exc:
+            raise UsageError(f"invalid message: {_options(exc)}") from exc
+        args.make_workspace = False
+    else:
+        planned = build_input(args, schedule_id(name))
+        target = {"agent": planned.input}
+        args.make_workspace = planned.create_workspace
     try:
         args.plan = AgentSchedule(
             name=name,
@@ -207,11 +255,10 @@ def _check_create(args: argparse.Namespace, build_input: BuildInput) -> None:
             jitter_seconds=int(jitter.total_seconds()),
             margin_minutes=args.margin,
             max_runtime_minutes=args.max_runtime,
-            agent=planned.input,
+            **target,
         )
     except ValidationError as exc:
         raise UsageError(f"invalid schedule: {_options(exc)}") from exc
-    args.make_workspace = planned.create_workspace
 
 
 _FLAGS = {
@@ -220,6 +267,8 @@ _FLAGS = {
     "margin_minutes": "--margin",
     "max_runtime_minutes": "--max-runtime",
     "every_minutes": "--every",
+    "thread_id": "--thread",
+    "text": "TASK",
 }
 
 
@@ -255,12 +304,12 @@ def _name(name: str) -> str:
 
 async def cmd_create(client: Client, args: argparse.Namespace) -> int:
     plan: AgentSchedule = args.plan
-    if args.make_workspace:
+    if args.make_workspace and plan.agent is not None:
         await asyncio.to_thread(make_workspace, Path(plan.agent.workspace))
     try:
         action = await scheduled_agents.create(client, plan, args.task_queue)
         deployed = await scheduled_agents.deployed(client, plan.name)
-    except ScheduleConflict as exc:
+    except (ScheduleConflict, ThreadUnavailable) as exc:
         raise UsageError(str(exc)) from exc
     if deployed is None:
         raise UsageError(f"scheduled agent {plan.name!r} was deleted while being created")
@@ -272,16 +321,21 @@ async def cmd_create(client: Client, args: argparse.Namespace) -> int:
                 "schedule_id": plan.schedule_id,
                 "monitor": monitor_workflow_id(plan.name),
                 "task_queue": deployed.task_queue,
+                "thread_id": None if plan.message is None else plan.message.thread_id,
                 "next_runs": [t.isoformat() for t in deployed.next_runs],
             }
         )
         return 0
     head = "Created" if action is scheduled_agents.CreateAction.CREATED else "Unchanged:"
+    if plan.message is not None:
+        target = f"  thread:    {plan.message.thread_id} (each slot sends it TASK, and waits)\n"
+    else:
+        target = f"  workspace: {plan.agent.workspace if plan.agent else '-'}\n"
     print(
         f"{head} scheduled agent {plan.name}: {plan.describe()}\n"
         f"  schedule:  {plan.schedule_id} ({_policies(plan)}), task queue {deployed.task_queue}\n"
         f"  monitor:   {plan.name} ({_monitor_settings(plan)})\n"
-        f"  workspace: {plan.agent.workspace}\n"
+        f"{target}"
         f"  next runs: {_times(deployed.next_runs[:3])}\n"
         f"Show it:  {shell.starter('schedule', 'show', plan.name, **_where(client, args))}"
     )
@@ -301,6 +355,9 @@ class ScheduleListing(Frozen):
     health: Health | None = None
     consecutive_failures: int | None = None
     task: str
+    """The run's task, or the message sent to ``thread_id``."""
+    thread_id: str | None = None
+    """The thread each slot sends its message to; None when slots start runs."""
 
 
 async def cmd_list(client: Client, args: argparse.Namespace) -> int:
@@ -321,6 +378,8 @@ async def cmd_list(client: Client, args: argparse.Namespace) -> int:
         if r.consecutive_failures:
             health += f" ({r.consecutive_failures} failed in a row)"
         task = r.task if len(r.task) <= 50 else r.task[:49] + "…"
+        if r.thread_id is not None:
+            task = f"to thread {r.thread_id}: {task}"
         state = r.state + (f", {r.running} running" if r.running else "")
         rows.append((r.name, r.schedule, state, _time(r.next_run), _time(r.last_run), health, task))
     print(table(rows))
@@ -332,8 +391,10 @@ class RunningSlot(Frozen):
 
     workflow_id: str
     agent_run_id: str
+    """The slot's child run, or the thread it sent its message to."""
     state: str
-    """The agent run's state, ``starting`` before it began, ``?`` when it did not answer."""
+    """The agent run's state, ``starting`` before it began (``not found``: a thread that is
+    gone), ``?`` when it did not answer."""
     status: AgentStatus | None = None
     commands: tuple[str, ...] = ()
     """Approve / reject / modify commands for each pending call, spelled for this shell."""
@@ -344,7 +405,10 @@ async def cmd_show(client: Client, args: argparse.Namespace) -> int:
     view, running = await asyncio.gather(
         _view(client, deployed.schedule.name, ANSWER_TIMEOUT, 10),
         asyncio.gather(
-            *(_running(client, wid, _connection_options(client, args)) for wid in deployed.running)
+            *(
+                _running(client, wid, _run_of(deployed, wid), _connection_options(client, args))
+                for wid in deployed.running
+            )
         ),
     )
     if args.json:
@@ -438,17 +502,26 @@ async def _view(client: Client, name: str, timeout: timedelta, recent: int) -> M
     return view
 
 
-async def _running(client: Client, workflow_id: str, connection: list[str]) -> RunningSlot:
-    """A running slot's agent run: its state, and the commands for its pending approvals
-    (with ``connection``'s options, so they reach the same server)."""
-    run_id = agent_run_id(workflow_id)
+def _run_of(deployed: DeployedSchedule, workflow_id: str) -> str:
+    """The agent run a slot works through: its child run, or the schedule's thread."""
+    message = deployed.schedule.message
+    return agent_run_id(workflow_id) if message is None else message.thread_id
+
+
+async def _running(
+    client: Client, workflow_id: str, run_id: str, connection: list[str]
+) -> RunningSlot:
+    """A running slot's agent run (``run_id``): its state, and the commands for its pending
+    approvals (with ``connection``'s options, so they reach the same server)."""
     handle = client.get_workflow_handle(run_id)
     try:
         status: AgentStatus = await handle.query(
             AgentWorkflow.state, rpc_timeout=LIST_ANSWER_TIMEOUT
         )
     except RPCError as exc:
-        state = "starting" if exc.status is RPCStatusCode.NOT_FOUND else "?"
+        state = "?"
+        if exc.status is RPCStatusCode.NOT_FOUND:
+            state = "starting" if run_id == agent_run_id(workflow_id) else "not found"
         return RunningSlot(workflow_id=workflow_id, agent_run_id=run_id, state=state)
     commands = tuple(
         shell.connected(shell.runnable(command), connection)
@@ -477,7 +550,8 @@ def _listing(deployed: DeployedSchedule, view: MonitorView | None) -> ScheduleLi
         running=len(deployed.running),
         health=None if view is None else view.health,
         consecutive_failures=None if view is None else view.consecutive_failures,
-        task=plan.agent.task,
+        task=plan.task,
+        thread_id=None if plan.message is None else plan.message.thread_id,
     )
 
 
@@ -491,10 +565,7 @@ def format_schedule(
     if deployed.paused and deployed.note:
         state += f" ({deployed.note})"
     lines = [
-        f"{plan.name}: scheduled agent",
-        f"  task:        {plan.agent.task}",
-        f"  model:       {plan.agent.model} (task type {plan.agent.task_type})",
-        f"  workspace:   {plan.agent.workspace}",
+        *_target_lines(plan),
         f"  schedule:    {plan.describe()}; {_policies(plan)}",
         f"  state:       {state}",
         f"  task queue:  {deployed.task_queue}",
@@ -514,13 +585,33 @@ def format_schedule(
                     lines.append(f"  waiting for approval: {pending.tool} {arguments}")
         lines += [f"    {command}" for command in slot.commands]
     if deployed.recent:
-        rows = [("SCHEDULED", "STARTED", "AGENT RUN")]
+        # A slot that sends to a thread starts no run: its own workflow holds the answer.
+        column = "AGENT RUN" if plan.message is None else "SLOT"
+        rows = [("SCHEDULED", "STARTED", column)]
         for recent in deployed.recent[:5]:
-            rows.append((_time(recent.scheduled_at), _time(recent.started_at), recent.agent_run_id))
+            run = recent.agent_run_id if plan.message is None else recent.workflow_id
+            rows.append((_time(recent.scheduled_at), _time(recent.started_at), run))
         lines += ["", table(rows)]
     if view is not None:
         lines += ["", "monitor " + format_view(view)]
     return "\n".join(lines)
+
+
+def _target_lines(plan: AgentSchedule) -> list[str]:
+    """`schedule show`'s head: what each slot does."""
+    if plan.message is not None:
+        return [
+            f"{plan.name}: scheduled message to thread {plan.message.thread_id}",
+            f"  message:     {plan.message.text}",
+            f"  thread:      {plan.message.thread_id} (its own model, workspace and config)",
+        ]
+    lines = [f"{plan.name}: scheduled agent", f"  task:        {plan.task}"]
+    if plan.agent is not None:
+        lines += [
+            f"  model:       {plan.agent.model} (task type {plan.agent.task_type})",
+            f"  workspace:   {plan.agent.workspace}",
+        ]
+    return lines
 
 
 def _policies(plan: AgentSchedule) -> str:

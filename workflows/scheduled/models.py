@@ -3,7 +3,8 @@
 
 An ``AgentSchedule`` is everything ``starter.py schedule create`` was told: when (a cron
 expression in a time zone, or every N minutes), the Schedule's policies (overlap, catch-up
-window, jitter), the watching monitor's margin and max runtime, and the agent run to start.
+window, jitter), the watching monitor's margin and max runtime, and what each slot does: start
+an agent run (``agent``), or send an existing thread its next message (``message``).
 The Temporal Schedule ``treadle-agent-<name>`` carries it whole in its action's input, so the
 schedule alone says what it runs, and creating it again can be compared field by field.
 
@@ -36,6 +37,7 @@ __all__ = [
     "ScheduledRunResult",
     "SendToThreadInput",
     "ThreadAnswer",
+    "ThreadMessage",
     "agent_run_id",
     "format_duration",
     "parse_duration",
@@ -112,6 +114,24 @@ class Overlap(enum.StrEnum):
     """The slot runs alongside the running one."""
 
 
+class ThreadMessage(Frozen):
+    """What a slot sends instead of starting a run: the next message of an existing thread."""
+
+    thread_id: str = Field(min_length=1, max_length=MAX_WORKFLOW_ID_CHARS)
+    """The thread's workflow id (``starter.py chat --id``)."""
+    text: str = Field(min_length=1, max_length=MAX_USER_MESSAGE_CHARS)
+    """Sent as it is, every slot; the thread answers it with everything said before."""
+
+    @field_validator("text")
+    @classmethod
+    def _text(cls, value: str) -> str:
+        # The thread's own validator refuses a blank message: refuse it at create, not at
+        # every slot.
+        if not value.strip():
+            raise ValueError("the message is empty")
+        return value
+
+
 class AgentSchedule(Frozen):
     """One scheduled agent, as created; carried whole by its schedule's action."""
 
@@ -133,8 +153,12 @@ class AgentSchedule(Frozen):
     margin_minutes: int = Field(DEFAULT_MARGIN_MINUTES, ge=1, le=30 * 24 * 60)
     max_runtime_minutes: int | None = Field(None, ge=1, le=30 * 24 * 60)
     """A run in progress longer than this is recorded as a timeout by the monitor."""
-    agent: AgentInput
+    agent: AgentInput | None = None
     """The run each slot starts (its workspace is fixed: every run works in the same one)."""
+    message: ThreadMessage | None = None
+    """Or the message each slot sends to a thread, waiting for its answer (no new run: the
+    thread keeps its own model, workspace and config). Exactly one of ``agent`` and
+    ``message``; schedules made before messages existed have ``agent`` and no ``message``."""
 
     @field_validator("name")
     @classmethod
@@ -164,13 +188,22 @@ class AgentSchedule(Frozen):
             )
         if self.every_minutes is not None and self.jitter_seconds >= self.every_minutes * 60:
             raise ValueError("jitter must be shorter than the interval")
-        if self.agent.thread:
+        if (self.agent is None) == (self.message is None):
+            raise ValueError("give exactly one of an agent run or a message to a thread")
+        if self.agent is not None and self.agent.thread:
             raise ValueError("a scheduled agent starts single-task runs, not threads")
         return self
 
     @property
     def schedule_id(self) -> str:
         return schedule_id(self.name)
+
+    @property
+    def task(self) -> str:
+        """The run's task, or the message sent to the thread."""
+        if self.message is not None:
+            return self.message.text
+        return self.agent.task if self.agent is not None else ""
 
     @property
     def catchup_window(self) -> timedelta:
@@ -201,6 +234,7 @@ class ScheduledRunResult(Frozen):
     """How one scheduled run ended (also the details of a failed run's error)."""
 
     agent_run_id: str
+    """The child run a slot started, or the thread it sent its message to."""
     status: RunStatus
     answer: str | None = None
     error: str | None = None
