@@ -27,7 +27,16 @@ from tests.jobs_support import eventually
 from tests.monitor_support import until
 from tests.processes import run_cli
 from treadle import scheduled_agents
-from workflows.agent.models import AgentResult, AgentStatus, RunStatus
+from workflows.agent.models import (
+    AgentConfig,
+    AgentInput,
+    AgentResult,
+    AgentStatus,
+    ApproveSignal,
+    RunStatus,
+)
+from workflows.agent.state_machine import State
+from workflows.agent.workflow import AgentWorkflow
 from workflows.monitors.models import (
     CheckIn,
     CheckInSource,
@@ -415,3 +424,192 @@ def test_printed_commands_keep_the_profile_and_the_server_they_were_given() -> N
     ]
     # Not a starter.py command: left as it is.
     assert shell.connected("temporal workflow list", ["--profile", "p"]) == "temporal workflow list"
+
+
+# --------------------------------------------------------------------------------------------
+# Scheduled messages: each slot sends an existing thread its next message
+# --------------------------------------------------------------------------------------------
+
+
+async def _thread(harness: Harness, model: str, **config: Any) -> Any:
+    """A thread of the harness, once it has answered its first message and waits."""
+    handle = await harness.client.start_workflow(
+        AgentWorkflow.run,
+        AgentInput(
+            task="You keep the team's notes.",
+            model=model,
+            workspace=str(harness.workspace),
+            thread=True,
+            config=AgentConfig.model_validate(config),
+        ),
+        id=f"sched-thread-{uuid.uuid4().hex[:10]}",
+        task_queue=harness.task_queue,
+        execution_timeout=timedelta(minutes=5),
+    )
+    await harness.wait_for_state(handle, State.WAITING_FOR_USER_INPUT.value)
+    return handle
+
+
+async def test_a_scheduled_message_reaches_its_thread_and_its_answer_the_monitor(
+    schedules: Schedules,
+) -> None:
+    """`create --thread` makes a schedule whose slots send TASK to the running thread: the
+    monitor sees in_progress while the thread's turn waits for approval (`show` prints the
+    thread's approval commands, a slot meanwhile is skipped), then ok with the thread's answer;
+    the thread keeps waiting for its next message, with the message in its conversation."""
+    harness = schedules.harness
+    model = harness.script(
+        {"content": "Ready."}, {"tool_calls": [WRITE]}, {"content": "Notes written."}
+    )
+    thread = await _thread(harness, model, require_approval=["write_file"])
+    name = schedules.name()
+    created = await schedules.ok(
+        "create", name, "Write tonight's notes.", "--thread", thread.id, "--every", "1h",
+        "--max-runtime", "30",
+    )  # fmt: skip
+    assert created.startswith(f"Created scheduled agent {name}: every 60 min\n")
+    assert f"  thread:    {thread.id} (each slot sends it TASK, and waits)\n" in created
+
+    await schedules.ok("trigger", name)
+    status: AgentStatus = await harness.wait_for_state(thread, State.WAITING_FOR_HUMAN.value)
+    (pending,) = status.pending_approvals
+    view = await until(schedules.monitor(name), lambda v: v.open_run is not None)
+    assert view.recent[0].status is CheckInStatus.IN_PROGRESS
+    assert view.recent[0].output == f"message to thread {thread.id}: Write tonight's notes."
+
+    shown = await schedules.ok("show", name)
+    assert shown.startswith(f"{name}: scheduled message to thread {thread.id}\n")
+    assert "  message:     Write tonight's notes.\n" in shown
+    assert f"running: {thread.id} (WaitingForHuman, step 2)" in shown
+    approve = f"approve {thread.id} --call {pending.call_id}"
+    assert any(line.strip().endswith(approve) for line in shown.splitlines()), shown
+
+    handle = schedules.client.get_schedule_handle(schedule_id(name))
+    await handle.trigger()
+
+    async def skipped() -> bool:
+        return (await handle.describe()).info.num_actions_skipped_overlap == 1
+
+    await eventually(skipped)
+    await thread.signal(AgentWorkflow.approve, ApproveSignal(call_id=pending.call_id))
+    view = await until(schedules.monitor(name), lambda v: _done(v) is not None)
+    (checkin,) = view.recent
+    assert (checkin.status, checkin.output) == (CheckInStatus.OK, "Notes written.")
+    assert checkin.duration_seconds is not None and view.health is Health.HEALTHY
+    assert (harness.workspace / "notes.md").read_text() == "nightly notes"
+
+    slot = await schedules.slot(name)
+    outcome = await schedules.client.get_workflow_handle(
+        slot, result_type=ScheduledRunResult
+    ).result()
+    assert (outcome.agent_run_id, outcome.status, outcome.answer) == (
+        thread.id,
+        RunStatus.DONE,
+        "Notes written.",
+    )
+    after: AgentStatus = await thread.query(AgentWorkflow.state)
+    assert after.state is State.WAITING_FOR_USER_INPUT
+    user_messages = [
+        m["content"] for m in harness.requests(model)[-1]["messages"] if m["role"] == "user"
+    ]
+    assert user_messages[-1] == "Write tonight's notes."
+    await schedules.replay_and_keep(slot, "scheduled-message-answered")
+
+    listed = json.loads(await schedules.ok("list", "--json"))
+    (row,) = [r for r in listed if r["name"] == name]
+    assert (row["thread_id"], row["task"], row["health"]) == (
+        thread.id,
+        "Write tonight's notes.",
+        "healthy",
+    )
+    await thread.execute_update(AgentWorkflow.close)
+
+
+async def test_a_message_whose_turn_fails_or_whose_thread_ended_checks_in_error(
+    schedules: Schedules,
+) -> None:
+    """A slot whose message ends the thread in error, and a later slot that finds the thread
+    ended, each check in error with the reason: the monitor turns failing and each slot's
+    workflow fails (ScheduledRunFailed) instead of waiting."""
+    harness = schedules.harness
+    refused = {"status": 400, "body": {"error": {"message": "model not allowed"}}}
+    model = harness.script({"content": "Ready."}, {"content": "never", "errors": [refused]})
+    thread = await _thread(harness, model)
+    name = schedules.name()
+    await schedules.ok("create", name, "Summarise the day.", "--thread", thread.id, "--every", "1h")
+    handle = schedules.client.get_schedule_handle(schedule_id(name))
+
+    await handle.trigger()
+    view = await until(schedules.monitor(name), lambda v: _done(v) is not None)
+    first = view.recent[0]
+    assert first.status is CheckInStatus.ERROR
+    assert first.output is not None
+    assert first.output.startswith(
+        f"message to thread {thread.id}: its turn ended the thread Error: model call failed"
+    )
+    assert "HTTP 400: model not allowed" in first.output
+    slot = await schedules.slot(name)
+    with pytest.raises(WorkflowFailureError) as failed:
+        await schedules.client.get_workflow_handle(slot).result()
+    cause = failed.value.cause
+    assert isinstance(cause, ApplicationError) and cause.type == "ScheduledRunFailed"
+    assert ScheduledRunResult.model_validate(cause.details[0]).status is RunStatus.ERROR
+    await schedules.replay_and_keep(slot, "scheduled-message-turn-failed")
+
+    await handle.trigger()
+    view = await until(
+        schedules.monitor(name), lambda v: v.total_checkins == 2 and _done(v) is not None
+    )
+    assert (view.recent[0].status, view.recent[0].output) == (
+        CheckInStatus.ERROR,
+        f"message to thread {thread.id}: the thread {thread.id} has ended (completed)",
+    )
+    assert (view.health, view.consecutive_failures) == (Health.FAILING, 2)
+    second = await schedules.slot(name, 2)
+    with pytest.raises(WorkflowFailureError):
+        await schedules.client.get_workflow_handle(second).result()
+    await schedules.replay_and_keep(second, "scheduled-message-thread-ended")
+
+    # Created now, the same schedule would be refused: the thread no longer runs.
+    other = await schedules.refused(
+        "create", schedules.name(), "Summarise the day.", "--thread", thread.id, "--every", "1h"
+    )
+    assert other == f"error: the thread {thread.id} has ended (completed)"
+
+
+async def test_a_scheduled_message_without_a_running_thread_or_with_run_options_is_refused(
+    schedules: Schedules,
+) -> None:
+    """`create --thread` with a run option, an unknown id, or a single-task run's id: one
+    line, exit 2, and neither a schedule nor a monitor exists afterwards."""
+    harness = schedules.harness
+    name = schedules.name()
+
+    async def refused(thread_id: str, *options: str) -> str:
+        return await schedules.refused(
+            "create", name, "Summarise.", "--thread", thread_id, "--every", "1h", *options
+        )
+
+    assert await refused("any", "--model", "openai:x", "--max-steps", "3") == (
+        "error: --model, --max-steps go with a new run, not with --thread: the thread keeps "
+        "the model, workspace and config it was started with"
+    )
+    assert await refused("any", "--workspace", ".") == (
+        "error: --workspace goes with a new run, not with --thread: the thread keeps the model, "
+        "workspace and config it was started with"
+    )
+    assert await refused("no-such-thread") == "error: no thread with id 'no-such-thread'"
+    run = await harness.start(
+        harness.script({"tool_calls": [WRITE]}, {"content": "done"}),
+        require_approval=["write_file"],
+    )
+    await harness.wait_for_state(run, State.WAITING_FOR_HUMAN.value)
+    assert await refused(run.id) == f"error: {run.id!r} is a single-task run, not a thread"
+    await run.terminate("test over")
+
+    with pytest.raises(RPCError) as missing:
+        await schedules.client.get_schedule_handle(schedule_id(name)).describe()
+    assert missing.value.status is RPCStatusCode.NOT_FOUND
+    with pytest.raises(RPCError) as no_monitor:
+        await schedules.monitor(name).describe()
+    assert no_monitor.value.status is RPCStatusCode.NOT_FOUND
