@@ -239,7 +239,7 @@ class Bench:
     shared: dict[str, float] = field(default_factory=dict)
 
     def workspace(self, name: str) -> str:
-        path = self.tmp / "ws" / f"{name}-{uuid.uuid4().hex[:6]}"
+        path = self.tmp / "ws" / f"{name}-{uuid.uuid4().hex[:12]}"
         path.mkdir(parents=True)
         return str(path)
 
@@ -743,6 +743,7 @@ async def park(bench: Bench, count: int, cache: int, *, approve_all: bool) -> Pa
 
     await wait_for(all_parked, 60 + count * 0.5, f"{count} runs to park", every=0.5)
     parked_in = time.perf_counter() - start
+    print(f"[parked: {count} runs parked in {parked_in:.0f} s]", file=sys.stderr, flush=True)
     await asyncio.sleep(2.0)  # let the last workflow tasks settle
     parked = rss_mb(worker.pid)
     chosen = handles if approve_all else handles[:: max(1, count // (5 if bench.quick else 20))]
