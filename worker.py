@@ -37,6 +37,7 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxR
 
 from activities import jobs as job_activities
 from activities import threads as thread_activities
+from activities.heartbeat import MIN_INTERVAL_SECONDS
 from activities.hooks import HookActivities
 from activities.mcp import McpActivities, McpConfig, McpConfigError, load_mcp_config
 from activities.model.activity import ModelActivities, ProviderSettings, http_client
@@ -77,6 +78,12 @@ STICKY_QUEUE_TIMEOUT_SECONDS = 1.0
 worker that caches the run (the SDK's default is 10 s): a run cached on a dead worker continues
 about a second after its signal, not ten. A busy worker that misses it replays the run instead
 (a second at most: ``continue_as_new_after_events`` bounds what there is to replay)."""
+
+HEARTBEAT_THROTTLE = timedelta(seconds=MIN_INTERVAL_SECONDS)
+"""The SDK sends an activity's heartbeats at most every 0.8 x its heartbeat timeout (1.6 s of a
+2 s timeout, leaving 0.4 s for the RPC). Activities here beat every third of the timeout
+(``activities.heartbeat``); this lets each beat through, so the server hears one every 0.67 s of
+a 2 s timeout and a live attempt survives a stall of over a second."""
 
 WORKFLOWS: list[type[Any]] = [
     AgentWorkflow,
@@ -166,6 +173,7 @@ def build_worker(
             activities=[tools.run_tool, HookActivities().run_hook],
             max_concurrent_activities=max_concurrent_activities,
             graceful_shutdown_timeout=graceful_shutdown,
+            max_heartbeat_throttle_interval=HEARTBEAT_THROTTLE,
         )
     return Worker(
         client,
@@ -184,6 +192,7 @@ def build_worker(
         max_concurrent_activities=max_concurrent_activities,
         max_cached_workflows=max_cached_workflows,
         graceful_shutdown_timeout=graceful_shutdown,
+        max_heartbeat_throttle_interval=HEARTBEAT_THROTTLE,
         sticky_queue_schedule_to_start_timeout=sticky_timeout,
     )
 

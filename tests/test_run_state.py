@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from temporalio.contrib.pydantic import pydantic_data_converter
 
-from workflows.agent import approvals
+from workflows.agent import approvals, handover
 from workflows.agent.memory import OwnershipViolation
 from workflows.agent.models import AgentConfig, AgentInput, TokenUsage, ToolCall
 from workflows.agent.state import AgentRun
@@ -116,3 +116,20 @@ def test_a_state_outside_the_table_is_refused_by_the_model() -> None:
     run = busy_run()
     with pytest.raises(ValueError, match="state"):
         run.state = "Dreaming"  # type: ignore[assignment]
+
+
+def test_an_input_recorded_without_the_event_bound_keeps_temporals_only() -> None:
+    """``continue_as_new_after_events`` (800 by default) bounds a run only where its input names
+    it: an input recorded before the field existed replays as it ran, to Temporal's suggestion.
+    An input written now carries the field, default included, through the data converter."""
+    fresh = AgentInput(task="t", model="openai:x", workspace="/tmp/ws")
+    payloads = pydantic_data_converter.payload_converter.to_payloads([fresh])
+    [written] = pydantic_data_converter.payload_converter.from_payloads(payloads, [AgentInput])
+    assert handover.event_bound(written.config) == 800
+    old = written.model_dump(mode="json")
+    del old["config"]["continue_as_new_after_events"]
+    assert handover.event_bound(AgentInput.model_validate(old).config) is None
+    run = AgentRun.begin(AgentInput.model_validate(old), NOW)
+    assert handover.event_bound(run.input.config) is None
+    unbounded = AgentConfig.model_validate({"continue_as_new_after_events": None})
+    assert handover.event_bound(unbounded) is None

@@ -544,22 +544,24 @@ async def run_command(
     def running_for() -> str:
         return f"{program} running for {loop.time() - started:.0f}s"
 
-    try:
-        await asyncio.to_thread(processes.record_group, mark, pid)
-        # Heartbeats let Temporal notice a dead worker long before the tool timeout.
-        async with heartbeating(progress=running_for):
+    # Heartbeats let Temporal notice a dead worker long before the tool timeout. They go on
+    # through the kill and the drain below (up to twice the grace): with a heartbeat timeout
+    # of two seconds, a silent drain would time the attempt out and run the command again.
+    async with heartbeating(progress=running_for):
+        try:
+            await asyncio.to_thread(processes.record_group, mark, pid)
             done, _ = await asyncio.wait({protocol.exited}, timeout=timeout)
-        finished = bool(done)
-    finally:
-        # Also on cancellation and after a normal exit: no process a command started outlives
-        # it, whether it stayed in the group or not.
-        _kill_group(pid)
-        await asyncio.to_thread(processes.kill_marked, mark)
-        await asyncio.wait({protocol.exited}, timeout=OUTPUT_DRAIN_GRACE_SECONDS)
-        # A process that left the group may still hold the pipe; keep what arrived by then.
-        await asyncio.wait({protocol.output_closed}, timeout=OUTPUT_DRAIN_GRACE_SECONDS)
-        transport.close()
-        await asyncio.to_thread(processes.forget_group, mark, pid)
+            finished = bool(done)
+        finally:
+            # Also on cancellation and after a normal exit: no process a command started
+            # outlives it, whether it stayed in the group or not.
+            _kill_group(pid)
+            await asyncio.to_thread(processes.kill_marked, mark)
+            await asyncio.wait({protocol.exited}, timeout=OUTPUT_DRAIN_GRACE_SECONDS)
+            # A process that left the group may still hold the pipe; keep what arrived by then.
+            await asyncio.wait({protocol.output_closed}, timeout=OUTPUT_DRAIN_GRACE_SECONDS)
+            transport.close()
+            await asyncio.to_thread(processes.forget_group, mark, pid)
 
     body = protocol.text() or "(no output)"
     omitted = protocol.dropped

@@ -9,6 +9,7 @@ from temporalio import workflow
 from temporalio.contrib.workflow_streams import WorkflowStream
 
 from workflows.agent.events import CARRIED_BYTES, EVENTS_CARRIED
+from workflows.agent.models import AgentConfig
 from workflows.agent.state import AgentRun
 
 CARRIED_TRACE_ENTRIES = 500
@@ -18,10 +19,22 @@ MAX_CARRIED_MEMORY_BYTES = 1_000_000
 well under Temporal's 2 MB payload limit."""
 
 
+def event_bound(config: AgentConfig) -> int | None:
+    """The run's own continue-as-new bound, in events.
+
+    Only where the input names the field: an input recorded before it existed has no key, and
+    its run grew to Temporal's suggestion, so it must replay that way (the default of 1,000
+    would hand over at a point where the recorded run called the model). Every input written
+    since carries the field (the data converter writes every field), so new runs get it."""
+    if "continue_as_new_after_events" not in config.model_fields_set:
+        return None
+    return config.continue_as_new_after_events
+
+
 def due(run: AgentRun) -> str | None:
     """Why the run should continue as new now (Temporal suggests it, or
     ``continue_as_new_after_events`` is reached), or ``None``."""
-    info, limit = workflow.info(), run.input.config.continue_as_new_after_events
+    info, limit = workflow.info(), event_bound(run.input.config)
     length = info.get_current_history_length()
     if not info.is_continue_as_new_suggested() and (limit is None or length < limit):
         return None

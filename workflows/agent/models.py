@@ -149,16 +149,18 @@ class AgentConfig(Frozen):
     """Start-to-close timeout of one tool call attempt."""
     tool_max_attempts: int = Field(3, ge=1, le=100)
     heartbeat_timeout_seconds: float = Field(2, ge=1, le=3600)
-    """A worker that dies during a model call, command or MCP call is noticed after this long,
-    not after the call's timeout; its retry starts half a second later. Beats go out every
-    third of it, so only an event loop stalled for most of it fails a live attempt."""
+    """A worker that dies during a model call, command, MCP call or hook is noticed after this
+    long, not after the call's timeout; its retry starts half a second later. Beats reach the
+    server every third of it (``worker.HEARTBEAT_THROTTLE``), so a live attempt fails only if
+    its worker's event loop stalls for two thirds of it (1.3 s of the default)."""
     thread_idle_timeout_seconds: float = Field(7 * 24 * 3600, gt=0, le=365 * 24 * 3600)
     """A thread with no message for this long ends (Done) — a durable timer, no polling."""
-    continue_as_new_after_events: int | None = Field(1_000, ge=20, le=50_000)
+    continue_as_new_after_events: int | None = Field(800, ge=20, le=50_000)
     """Continue as new once the run's history has this many events (at a safe point: between
-    steps, or while a thread waits): about 70 steps. It bounds what a worker replays after a
-    cache miss (a restart, an eviction, another worker taking over) to about a second.
-    Temporal's own suggestion (4,096 events or 4 MB) applies always; ``None`` leaves only it."""
+    steps, or while a thread waits): about 55 steps. It bounds what a worker replays after a
+    cache miss (a restart, an eviction, another worker taking over) to under a second.
+    Temporal's own suggestion (4,096 events or 4 MB) applies always; ``None`` leaves only it.
+    An input recorded before this field existed keeps only Temporal's (``handover.event_bound``)."""
     stream_tokens: bool = True
     """Ask the provider to stream its reply, so watchers see the text as it is generated. The
     text reaches the run's stream in at most 6 batches per attempt and 10 per call (each one
