@@ -20,7 +20,12 @@ from activities.errors import (
     ModelResponseError,
 )
 from activities.model.activity import ModelActivities, ProviderSettings, http_client
-from activities.model.http_errors import MAX_RETRY_AFTER, retry_after_cap, retry_after_seconds
+from activities.model.http_errors import (
+    MAX_RETRY_AFTER,
+    provider_backoff,
+    retry_after_cap,
+    retry_after_seconds,
+)
 from activities.model.openai_chat import parse_response
 from tests.conftest import Harness, free_port
 from treadle.scripted_model import ScriptedModelServer
@@ -231,6 +236,39 @@ def test_retry_after_is_capped_at_the_retry_policys_maximum_interval() -> None:
         seconds=200
     )
     assert retry_after_cap(None) == MAX_RETRY_AFTER == timedelta(seconds=60)
+
+
+def test_a_providers_errors_back_off_from_a_second_up_to_the_policys_maximum() -> None:
+    """1 s, 2 s, 4 s ... by the policy's coefficient, never past its maximum interval: the
+    policy's own half-second first interval is for a worker that died, not for an outage."""
+    policy = RetryPolicy(
+        initial_interval=timedelta(seconds=0.5),
+        backoff_coefficient=2.0,
+        maximum_interval=timedelta(seconds=5),
+    )
+    waits = [provider_backoff(attempt, policy).total_seconds() for attempt in range(1, 6)]
+    assert waits == [1, 2, 4, 5, 5]
+    assert provider_backoff(3, None) == timedelta(seconds=4)
+
+
+async def test_a_server_error_waits_a_second_before_the_next_attempt(harness: Harness) -> None:
+    """A 500 without Retry-After: the failed attempt asks Temporal for a one-second backoff
+    (the provider's), not the policy's half second."""
+    model = harness.script({"content": "x", "errors": [{"status": 500}] * 3})
+    handle = await harness.start(model)
+    async with asyncio.timeout(30):
+        while True:
+            described = await handle.describe()
+            pending = described.raw_description.pending_activities
+            if pending and pending[0].last_failure.message:
+                break
+            await asyncio.sleep(0.05)
+    failure = pending[0].last_failure
+    assert "HTTP 500" in failure.message
+    assert failure.application_failure_info.next_retry_delay.ToTimedelta() == timedelta(seconds=1)
+    await handle.cancel()
+    with pytest.raises(WorkflowFailureError):
+        await handle.result()
 
 
 async def test_a_retry_after_longer_than_the_policy_allows_waits_its_maximum_interval(

@@ -1,5 +1,6 @@
 """What every feature's data and workflow code shares: the two pydantic bases, the one way to
-put a validation error into words, and the one way to say why an activity failed.
+put a validation error into words, the one way to say why an activity failed, and how soon a
+call whose worker died is tried again.
 
 Pure and deterministic, so workflows, activities and clients may all import it (and the worker
 passes it through the sandbox).
@@ -7,8 +8,15 @@ passes it through the sandbox).
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from pydantic import BaseModel, ConfigDict, ValidationError
 from temporalio.exceptions import ActivityError, ApplicationError, TimeoutError
+
+FIRST_RETRY = timedelta(seconds=0.5)
+"""The first retry's backoff of the agent's calls (model, tools, MCP, hooks). A call interrupted
+by a dead worker is retried this long after its heartbeat timeout, so the pair decides how fast
+a replacement takes over; a provider's own errors back off longer (``provider_backoff``)."""
 
 
 class Frozen(BaseModel):

@@ -164,7 +164,8 @@ class ModelActivities:
                     result = result.model_copy(update={"conversation": head})
         except ModelError as exc:
             cap = http_errors.retry_after_cap(info.retry_policy)
-            raise self._failure(exc.to_application_error(), cap) from None
+            backoff = http_errors.provider_backoff(info.attempt, info.retry_policy)
+            raise self._failure(exc.to_application_error(), cap, backoff) from None
         except FailureError:
             raise  # Temporal's own (cancellation): it must reach the SDK as it is
         except Exception as exc:  # a bug, or an error nobody foresaw: its text may hold a key
@@ -200,10 +201,18 @@ class ModelActivities:
         added = await self._store.resolve(request.messages)
         return request.model_copy(update={"messages": earlier + added, "conversation": None})
 
-    def _failure(self, error: ApplicationError, cap: timedelta | None = None) -> ApplicationError:
+    def _failure(
+        self,
+        error: ApplicationError,
+        cap: timedelta | None = None,
+        backoff: timedelta | None = None,
+    ) -> ApplicationError:
         """``error`` as it may leave the activity: no key and no lone surrogate in its message,
-        and a next retry delay (a provider's Retry-After) no longer than ``cap``."""
+        and a next retry delay (a provider's Retry-After, else ``backoff``) no longer than
+        ``cap``."""
         delay = error.next_retry_delay
+        if delay is None and not error.non_retryable:
+            delay = backoff
         if delay is not None and cap is not None:
             delay = min(delay, cap)
         return ApplicationError(

@@ -64,6 +64,7 @@ __all__ = [
     "ErrorMessage",
     "Redactor",
     "connection_error",
+    "provider_backoff",
     "raise_for_status",
     "redact",
     "retry_after_cap",
@@ -155,6 +156,20 @@ def retry_after_cap(policy: RetryPolicy | None) -> timedelta:
     if policy is None:
         return MAX_RETRY_AFTER
     return policy.maximum_interval or policy.initial_interval * 100
+
+
+PROVIDER_FIRST_RETRY = timedelta(seconds=1)
+"""A provider's retryable error (5xx, overload, a cut connection) waits this long before the
+next attempt, then doubles (the policy's coefficient). The policy's own first interval is
+shorter (half a second), for an attempt whose worker died: that one has nothing to wait out."""
+
+
+def provider_backoff(attempt: int, policy: RetryPolicy | None) -> timedelta:
+    """The wait after attempt ``attempt`` failed on the provider's side: 1 s, 2 s, 4 s, ...
+    up to ``retry_after_cap(policy)``, so five attempts span 15 s of an outage."""
+    coefficient = policy.backoff_coefficient if policy is not None else 2.0
+    delay = PROVIDER_FIRST_RETRY * coefficient ** max(0, attempt - 1)
+    return min(delay, retry_after_cap(policy))
 
 
 _KEY_LIKE = re.compile(r"\b(sk|key|token)-[A-Za-z0-9_*.-]{6,}", re.IGNORECASE)

@@ -21,7 +21,7 @@ from pydantic import Field, field_validator, model_validator
 from temporalio import workflow
 from temporalio.common import RetryPolicy
 
-from workflows.base import Frozen
+from workflows.base import FIRST_RETRY, Frozen
 
 __all__ = [
     "DEFAULT_COMMIT_AUTHOR",
@@ -160,7 +160,7 @@ def hook_call(
         start_to_close_timeout=timedelta(seconds=timeout_seconds),
         heartbeat_timeout=timedelta(seconds=heartbeat_timeout_seconds),
         retry_policy=RetryPolicy(
-            initial_interval=timedelta(seconds=1),
+            initial_interval=FIRST_RETRY,
             backoff_coefficient=2.0,
             maximum_interval=timedelta(seconds=10),
             maximum_attempts=HOOK_MAX_ATTEMPTS,

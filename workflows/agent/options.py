@@ -14,15 +14,11 @@ from temporalio import workflow
 from temporalio.common import RetryPolicy
 
 from workflows.agent.models import AgentConfig
+from workflows.base import FIRST_RETRY
 
 COMMAND_TIMEOUT_GRACE_SECONDS = 10
 """A command's attempt may outlive its own timeout by this much: time to kill its process
 group and collect what it printed, so the command's timeout, not the activity's, ends it."""
-
-
-FIRST_RETRY = timedelta(seconds=0.5)
-"""The first retry's backoff, for every call. A call interrupted by a dead worker is retried
-this long after its heartbeat timeout, so the pair decides how fast a replacement takes over."""
 
 
 def model_call(config: AgentConfig, summary: str) -> workflow.ActivityConfig:
