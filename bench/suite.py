@@ -422,7 +422,8 @@ async def row_step(bench: Bench) -> list[Row]:
         rows.append(
             Row(
                 "step",
-                f"history events per step, treadle {name}",
+                f"history events per step, treadle {name} (steady state: median gap between "
+                "model calls)",
                 f"{events[name]:.1f}",
                 f"{events['floor']:.1f}",
                 f"{events[name] / events['floor']:.2f}x",
@@ -479,7 +480,14 @@ async def recover_model_call(
         return len(bench.models.requests_for(model)) >= 1
 
     await wait_for(called, 60, "the first model call")
-    await asyncio.sleep(0.5)  # well inside the call, after a heartbeat or two
+
+    async def beaten() -> bool:
+        pending = (await handle.describe()).raw_description.pending_activities
+        return bool(pending) and pending[0].HasField("last_heartbeat_time")
+
+    # Mid-call, just after the server heard a heartbeat: the heartbeat timeout runs from that
+    # beat, not from the attempt's start, which is the realistic case and the slower one.
+    await wait_for(beaten, 30, "the model call's first heartbeat", every=0.02)
     killed = first.kill()
     await first.process.wait()
     replacement = await WorkerProcess.start(bench, tq, *flags)
