@@ -552,3 +552,77 @@ class NotAWorkflow: ...
     expected = {"workflows.agent.workflow", "workflows.jobs.ledger", "workflows.monitors.workflow"}
     assert expected <= set(workflow_modules())
     assert "workflows.jobs.models" not in workflow_modules()
+
+
+# Workflow code reads no clock, randomness, environment or file except through ``workflow.*``.
+# The sandbox checks that at run time only in modules it re-imports; the loop itself
+# (``workflows.agent.engine``) and every data module are passed through, so this is their check.
+NONDETERMINISTIC_MODULES = frozenset(
+    {"time", "random", "uuid", "os", "secrets", "socket", "subprocess", "shutil", "tempfile"}
+    | {"httpx", "pathlib", "sys", "io", "glob", "urllib", "http"}
+)
+CLOCK_CALLS = frozenset({"now", "utcnow", "today"})  # on datetime or date: workflow.now()
+FILE_BUILTINS = frozenset({"open", "input"})
+
+
+def nondeterminism(tree: ast.Module, path: str) -> list[str]:
+    """``path:line: what`` for each import or call that would make workflow code
+    nondeterministic."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names = [node.module]
+        elif isinstance(node, ast.Call):
+            func = node.func
+            if (
+                isinstance(func, ast.Attribute)
+                and func.attr in CLOCK_CALLS
+                and isinstance(func.value, ast.Name)
+                and func.value.id in {"datetime", "date"}
+            ):
+                found.append(f"{path}:{node.lineno}: {func.value.id}.{func.attr}()")
+            elif isinstance(func, ast.Name) and func.id in FILE_BUILTINS:
+                found.append(f"{path}:{node.lineno}: {func.id}()")
+            continue
+        else:
+            continue
+        found += [
+            f"{path}:{node.lineno}: import {name}"
+            for name in names
+            if name.split(".")[0] in NONDETERMINISTIC_MODULES
+        ]
+    return found
+
+
+def test_workflow_code_reads_no_clock_randomness_or_files() -> None:
+    """No module under workflows/ imports a clock, randomness, the environment or I/O, or calls
+    ``datetime.now()`` or ``open()``: workflow.now(), workflow.random() and activities do that."""
+    found = [
+        line
+        for path in sorted((ROOT / "workflows").rglob("*.py"))
+        for line in nondeterminism(ast.parse(path.read_text()), str(path.relative_to(ROOT)))
+    ]
+    assert found == []
+
+
+def test_checker_flags_clock_randomness_and_files() -> None:
+    text = """\
+import time
+from os import environ
+from datetime import datetime, timedelta
+import json
+
+def f():
+    datetime.now()
+    open("x")
+    workflow.now()
+    timedelta(seconds=1)
+"""
+    assert nondeterminism(ast.parse(text), "workflows/fake.py") == [
+        "workflows/fake.py:1: import time",
+        "workflows/fake.py:2: import os",
+        "workflows/fake.py:7: datetime.now()",
+        "workflows/fake.py:8: open()",
+    ]
