@@ -251,10 +251,9 @@ def test_a_providers_errors_back_off_from_a_second_up_to_the_policys_maximum() -
     assert provider_backoff(3, None) == timedelta(seconds=4)
 
 
-async def test_a_server_error_waits_a_second_before_the_next_attempt(harness: Harness) -> None:
-    """A 500 without Retry-After: the failed attempt asks Temporal for a one-second backoff
-    (the provider's), not the policy's half second."""
-    model = harness.script({"content": "x", "errors": [{"status": 500}] * 3})
+async def first_retry_delay(harness: Harness, model: str) -> tuple[str, timedelta]:
+    """Start a run on ``model``, wait for its model call's first failed attempt, then cancel
+    the run: that attempt's failure message and the delay it asked Temporal for."""
     handle = await harness.start(model)
     async with asyncio.timeout(30):
         while True:
@@ -262,13 +261,23 @@ async def test_a_server_error_waits_a_second_before_the_next_attempt(harness: Ha
             pending = described.raw_description.pending_activities
             if pending and pending[0].last_failure.message:
                 break
+            # A delay Temporal cannot honour (past the run's timeout) would end the run at once.
+            assert described.status is WorkflowExecutionStatus.RUNNING, await handle.result()
             await asyncio.sleep(0.05)
     failure = pending[0].last_failure
-    assert "HTTP 500" in failure.message
-    assert failure.application_failure_info.next_retry_delay.ToTimedelta() == timedelta(seconds=1)
     await handle.cancel()
     with pytest.raises(WorkflowFailureError):
         await handle.result()
+    return failure.message, failure.application_failure_info.next_retry_delay.ToTimedelta()
+
+
+async def test_a_server_error_waits_a_second_before_the_next_attempt(harness: Harness) -> None:
+    """A 500 without Retry-After: the failed attempt asks Temporal for a one-second backoff
+    (the provider's), not the policy's half second."""
+    model = harness.script({"content": "x", "errors": [{"status": 500}] * 3})
+    message, delay = await first_retry_delay(harness, model)
+    assert "HTTP 500" in message
+    assert delay == timedelta(seconds=1)
 
 
 async def test_a_retry_after_longer_than_the_policy_allows_waits_its_maximum_interval(
@@ -280,22 +289,9 @@ async def test_a_retry_after_longer_than_the_policy_allows_waits_its_maximum_int
     model = harness.script(
         {"content": "x", "errors": [{"status": 429, "headers": {"Retry-After": "3600"}}]}
     )
-    handle = await harness.start(model)
-    async with asyncio.timeout(30):
-        while True:
-            described = await handle.describe()
-            pending = described.raw_description.pending_activities
-            if pending and pending[0].last_failure.message:
-                break
-            # Uncapped, an hour's delay outlives the run's timeout: Temporal gives up at once.
-            assert described.status is WorkflowExecutionStatus.RUNNING, await handle.result()
-            await asyncio.sleep(0.1)
-    failure = pending[0].last_failure
-    assert "HTTP 429" in failure.message
-    assert failure.application_failure_info.next_retry_delay.ToTimedelta() == timedelta(seconds=60)
-    await handle.cancel()
-    with pytest.raises(WorkflowFailureError):
-        await handle.result()
+    message, delay = await first_retry_delay(harness, model)
+    assert "HTTP 429" in message
+    assert delay == timedelta(seconds=60)
 
 
 @pytest.mark.parametrize("provider", ["openai", "anthropic"])
