@@ -18,6 +18,7 @@ from temporalio.client import (
     ScheduleOverlapPolicy,
     WorkflowExecutionStatus,
     WorkflowFailureError,
+    WorkflowHandle,
 )
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
@@ -26,10 +27,9 @@ from tests.conftest import Harness, keep_history, replayer
 from tests.jobs_support import eventually
 from tests.monitor_support import until
 from tests.processes import run_cli
+from tests.test_threads import start_thread
 from treadle import scheduled_agents
 from workflows.agent.models import (
-    AgentConfig,
-    AgentInput,
     AgentResult,
     AgentStatus,
     ApproveSignal,
@@ -150,6 +150,14 @@ def _done(view: Any) -> CheckIn | None:
     if not view.recent or view.recent[0].status is CheckInStatus.IN_PROGRESS:
         return None
     return view.recent[0]  # type: ignore[no-any-return]
+
+
+async def _nothing_made(schedules: Schedules, name: str) -> None:
+    """Neither the schedule ``name`` nor its monitor exists."""
+    for made in (schedules.client.get_schedule_handle(schedule_id(name)), schedules.monitor(name)):
+        with pytest.raises(RPCError) as missing:
+            await made.describe()
+        assert missing.value.status is RPCStatusCode.NOT_FOUND, made
 
 
 async def test_a_scheduled_agent_runs_and_its_check_ins_reach_its_monitor(
@@ -365,13 +373,7 @@ async def test_bad_input_is_refused_before_anything_is_created(schedules: Schedu
     for command in ("show", "pause", "unpause", "trigger", "delete"):
         line = await schedules.refused(command, name)
         assert line.startswith(f"error: no scheduled agent '{name}'")
-
-    with pytest.raises(RPCError) as missing:
-        await schedules.client.get_schedule_handle(schedule_id(name)).describe()
-    assert missing.value.status is RPCStatusCode.NOT_FOUND
-    with pytest.raises(RPCError) as no_monitor:
-        await schedules.monitor(name).describe()
-    assert no_monitor.value.status is RPCStatusCode.NOT_FOUND
+    await _nothing_made(schedules, name)
 
 
 async def test_a_name_taken_by_another_monitor_is_refused(schedules: Schedules) -> None:
@@ -431,21 +433,9 @@ def test_printed_commands_keep_the_profile_and_the_server_they_were_given() -> N
 # --------------------------------------------------------------------------------------------
 
 
-async def _thread(harness: Harness, model: str, **config: Any) -> Any:
-    """A thread of the harness, once it has answered its first message and waits."""
-    handle = await harness.client.start_workflow(
-        AgentWorkflow.run,
-        AgentInput(
-            task="You keep the team's notes.",
-            model=model,
-            workspace=str(harness.workspace),
-            thread=True,
-            config=AgentConfig.model_validate(config),
-        ),
-        id=f"sched-thread-{uuid.uuid4().hex[:10]}",
-        task_queue=harness.task_queue,
-        execution_timeout=timedelta(minutes=5),
-    )
+async def _thread(harness: Harness, model: str, **options: Any) -> WorkflowHandle[Any, Any]:
+    """A thread (``start_thread``), once it has answered its first message and waits."""
+    handle = await start_thread(harness, model, **options)
     await harness.wait_for_state(handle, State.WAITING_FOR_USER_INPUT.value)
     return handle
 
@@ -606,10 +596,4 @@ async def test_a_scheduled_message_without_a_running_thread_or_with_run_options_
     await harness.wait_for_state(run, State.WAITING_FOR_HUMAN.value)
     assert await refused(run.id) == f"error: {run.id!r} is a single-task run, not a thread"
     await run.terminate("test over")
-
-    with pytest.raises(RPCError) as missing:
-        await schedules.client.get_schedule_handle(schedule_id(name)).describe()
-    assert missing.value.status is RPCStatusCode.NOT_FOUND
-    with pytest.raises(RPCError) as no_monitor:
-        await schedules.monitor(name).describe()
-    assert no_monitor.value.status is RPCStatusCode.NOT_FOUND
+    await _nothing_made(schedules, name)
