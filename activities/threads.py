@@ -11,7 +11,8 @@ answer seen is the thread's answer to the last of them.)
 
 A thread whose workflow closed without ending its turn (terminated, timed out) still answers
 queries with the state it was left in, so a wait also asks Temporal, now and then, whether the
-workflow still runs: no input leaves a client waiting for ever.
+workflow still runs, and asks it again whenever a query fails (a closed thread whose worker
+cannot replay it answers none): no input leaves a client waiting for ever.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from temporalio.client import (
     Client,
     WorkflowExecutionStatus,
     WorkflowHandle,
+    WorkflowQueryFailedError,
     WorkflowUpdateFailedError,
 )
 from temporalio.exceptions import ApplicationError
@@ -77,7 +79,9 @@ async def send_message(
     message: Temporal answers it once (within one run of the thread's chain).
 
     ``ThreadUnavailable`` when the thread refuses it (closed, not a thread) or does not run;
-    a ``text`` that is no ``UserMessage`` is a ``ValidationError``; other RPC errors propagate.
+    a ``text`` that is no ``UserMessage`` is a ``ValidationError``; other RPC errors propagate,
+    among them the NOT_FOUND of a run that had just continued as new (``why_not``): sent
+    again, the message reaches the new run.
     """
     try:
         receipt: SendReceipt = await handle.execute_update(
@@ -130,13 +134,23 @@ def refusal(exc: WorkflowUpdateFailedError) -> str:
 
 
 async def why_not(handle: WorkflowHandle[Any, Any], exc: RPCError) -> str:
-    """Why Temporal refused a message or close: no such thread, or one that has ended."""
+    """Why Temporal refused a message or close: no such thread, or one that has ended.
+
+    A NOT_FOUND while the thread still runs is no reason: the request reached a run that had
+    just continued as new. Then ``exc`` itself is raised again, for the caller to retry (sent
+    again, the request goes to the new run). A ``describe`` that fails for another reason than
+    a missing workflow (the server did not answer) raises its own error.
+    """
     if exc.status is RPCStatusCode.NOT_FOUND:
         try:
-            description = await handle.describe()
-        except RPCError:
-            return f"no thread with id {handle.id!r}"
-        if description.status is not None and description.status.name != "RUNNING":
+            description = await handle.describe(rpc_timeout=QUERY_TIMEOUT)
+        except RPCError as failed:
+            if failed.status in (RPCStatusCode.NOT_FOUND, RPCStatusCode.INVALID_ARGUMENT):
+                return f"no thread with id {handle.id!r}"
+            raise
+        if description.status is WorkflowExecutionStatus.RUNNING:
+            raise exc
+        if description.status is not None:
             return f"the thread {handle.id} has ended ({description.status.name.lower()})"
     return missing(handle.id, exc)
 
@@ -173,12 +187,15 @@ async def wait_for_answer(
     poll_seconds: float = POLL_SECONDS,
 ) -> AgentStatus:
     """Poll until the thread has answered the messages it took (``turn_is_over``); ``seen``
-    is shown each status on the way (to show its approvals). ``ThreadUnavailable`` if the
-    thread's workflow closed without ending its turn (terminated, timed out)."""
+    is shown each status on the way (to show its approvals), every ``poll_seconds``.
+
+    ``ThreadUnavailable`` if the thread's workflow closed without ending its turn (terminated,
+    timed out), whether its queries still answer or fail; a query that fails while the thread
+    runs (no worker, one that cannot replay it) raises its error."""
     loop = asyncio.get_running_loop()
     next_check = loop.time() + ENDED_CHECK_SECONDS
     while True:
-        status: AgentStatus = await handle.query(AgentWorkflow.state, rpc_timeout=QUERY_TIMEOUT)
+        status = await _state(handle)
         if turn_is_over(status):
             return status
         if seen is not None:
@@ -187,14 +204,30 @@ async def wait_for_answer(
             next_check = loop.time() + ENDED_CHECK_SECONDS
             ended = await _closed_as(handle)
             if ended is not None:
-                final = await turn_over(handle)  # it may have ended just now
-                if final is not None:
+                final = await _state(handle)  # it may have ended just now
+                if turn_is_over(final):
                     return final
                 raise ThreadUnavailable(
                     f"the thread {handle.id} ended ({ended}) in {status.state.value}, "
                     "before it answered"
                 )
         await asyncio.sleep(poll_seconds)
+
+
+async def _state(handle: WorkflowHandle[Any, Any]) -> AgentStatus:
+    """The thread's status. When the query fails, ``ThreadUnavailable`` if the thread's
+    workflow has closed (no answer will ever come), else the query's error."""
+    try:
+        status: AgentStatus = await handle.query(AgentWorkflow.state, rpc_timeout=QUERY_TIMEOUT)
+    except (RPCError, WorkflowQueryFailedError) as exc:
+        ended = await _closed_as(handle)
+        if ended is None:
+            raise
+        raise ThreadUnavailable(
+            f"the thread {handle.id} ended ({ended}) with no answer to read: "
+            f"its state query fails ({exc.message})"
+        ) from exc
+    return status
 
 
 async def _closed_as(handle: WorkflowHandle[Any, Any]) -> str | None:
@@ -233,12 +266,8 @@ async def send_to_thread(request: SendToThreadInput) -> ThreadAnswer:
             status = await wait_for_answer(handle, poll_seconds=ANSWER_POLL_SECONDS)
     except ThreadUnavailable as exc:
         raise ApplicationError(str(exc), type="ThreadUnavailable", non_retryable=True) from exc
-    except RPCError as exc:
-        if exc.status is not RPCStatusCode.NOT_FOUND:
-            raise  # the server or the thread's worker did not answer: the next attempt may
-        raise ApplicationError(
-            f"no thread with id {request.thread_id!r}", type="ThreadUnavailable", non_retryable=True
-        ) from exc
+    # Any other error is retried (within the answer timeout): the server or the thread's worker
+    # did not answer, or the message reached a run that had just continued as new (``why_not``).
     activity.logger.info(
         "thread.message.answered",
         extra={"thread.id": request.thread_id, "thread.state": status.state.value},

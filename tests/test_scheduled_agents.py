@@ -4,6 +4,7 @@ every run's check-ins reaching the cron monitor created with the schedule."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import subprocess
@@ -13,6 +14,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from temporalio import workflow
 from temporalio.client import (
     ScheduleIntervalSpec,
     ScheduleOverlapPolicy,
@@ -22,8 +24,11 @@ from temporalio.client import (
 )
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
+from temporalio.worker import Worker
 
-from tests.conftest import Harness, keep_history, replayer
+from activities import threads
+from activities.model.activity import http_client
+from tests.conftest import Harness, keep_history, replayer, scripted_worker
 from tests.jobs_support import eventually
 from tests.monitor_support import until
 from tests.processes import run_cli
@@ -440,6 +445,16 @@ async def _thread(harness: Harness, model: str, **options: Any) -> WorkflowHandl
     return handle
 
 
+@workflow.defn(name="AgentWorkflow", sandboxed=False)
+class _BadDeploy:
+    """What a worker deployed with code that cannot replay the thread runs under its name:
+    every query of the thread fails (nondeterminism)."""
+
+    @workflow.run
+    async def run(self, input: Any) -> None:
+        await workflow.wait_condition(lambda: False)
+
+
 async def test_a_scheduled_message_reaches_its_thread_and_its_answer_the_monitor(
     schedules: Schedules,
 ) -> None:
@@ -597,3 +612,63 @@ async def test_a_scheduled_message_without_a_running_thread_or_with_run_options_
     assert await refused(run.id) == f"error: {run.id!r} is a single-task run, not a thread"
     await run.terminate("test over")
     await _nothing_made(schedules, name)
+
+
+async def test_a_thread_terminated_while_a_slot_waits_for_its_answer_checks_in_error_at_once(
+    schedules: Schedules,
+) -> None:
+    """A slot waits for the answer of a thread whose worker is replaced by one that cannot
+    replay it (every query fails), and the thread is terminated: the slot checks in error
+    naming the termination within seconds, instead of retrying the failed query until the
+    answer timeout (a day) and reporting no answer."""
+    harness = schedules.harness
+    model = harness.script({"content": "Ready."}, {"tool_calls": [WRITE]})
+    queue = f"threads-{uuid.uuid4().hex[:10]}"
+    name = schedules.name()
+    async with http_client() as http, scripted_worker(harness.client, queue, harness.models, http):
+        thread = await _thread(harness, model, task_queue=queue, require_approval=["write_file"])
+        await schedules.ok(
+            "create", name, "Write the notes.", "--thread", thread.id, "--every", "1h"
+        )
+        await schedules.client.get_schedule_handle(schedule_id(name)).trigger()
+        await harness.wait_for_state(thread, State.WAITING_FOR_HUMAN.value)
+        await until(schedules.monitor(name), lambda v: v.open_run is not None)
+    async with Worker(harness.client, task_queue=queue, workflows=[_BadDeploy]):
+        await thread.terminate("test: terminated while a slot waits for its answer")
+        loop = asyncio.get_running_loop()
+        terminated = loop.time()
+        view = await until(schedules.monitor(name), lambda v: _done(v) is not None)
+        waited = loop.time() - terminated
+    checkin = view.recent[0]
+    assert checkin.status is CheckInStatus.ERROR
+    assert checkin.output is not None
+    assert checkin.output.startswith(
+        f"message to thread {thread.id}: the thread {thread.id} ended (terminated) with no "
+        "answer to read: its state query fails ("
+    ), checkin.output
+    assert "Nondeterminism" in checkin.output
+    assert waited < 10, waited
+    slot = await schedules.slot(name)
+    with pytest.raises(WorkflowFailureError) as failed:
+        await schedules.client.get_workflow_handle(slot).result()
+    cause = failed.value.cause
+    assert isinstance(cause, ApplicationError) and cause.type == "ScheduledRunFailed"
+    await schedules.replay_and_keep(slot, "scheduled-message-thread-terminated")
+
+
+async def test_a_not_found_from_a_thread_that_still_runs_is_retried_not_final(
+    harness: Harness,
+) -> None:
+    """The NOT_FOUND Temporal answers a ``send`` that reached a thread's run as it continued
+    as new is no reason to give up while the thread runs: ``why_not`` raises it again, and
+    ``send_to_thread`` fails the attempt retryable, so the next one reaches the new run. Once
+    the thread has ended, the same error gets its reason."""
+    model = harness.script({"content": "Ready."})
+    thread = await _thread(harness, model)
+    raced = RPCError("workflow execution already completed", RPCStatusCode.NOT_FOUND, b"")
+    with pytest.raises(RPCError) as again:
+        await threads.why_not(thread, raced)
+    assert again.value is raced
+    await thread.execute_update(AgentWorkflow.close)
+    await thread.result()
+    assert await threads.why_not(thread, raced) == f"the thread {thread.id} has ended (completed)"

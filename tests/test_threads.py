@@ -33,7 +33,10 @@ from workflows.agent.threads import ImportRefused, rebuild
 from workflows.agent.workflow import AgentWorkflow
 
 
-async def start_thread(harness: Harness, model: str, **config: Any) -> WorkflowHandle[Any, Any]:
+async def start_thread(
+    harness: Harness, model: str, *, task_queue: str | None = None, **config: Any
+) -> WorkflowHandle[Any, Any]:
+    """A thread on the harness's task queue (or ``task_queue``), replay-checked at the end."""
     handle = await harness.client.start_workflow(
         AgentWorkflow.run,
         AgentInput(
@@ -44,7 +47,7 @@ async def start_thread(harness: Harness, model: str, **config: Any) -> WorkflowH
             config=AgentConfig.model_validate(config),
         ),
         id=f"thread-{uuid.uuid4().hex[:12]}",
-        task_queue=harness.task_queue,
+        task_queue=task_queue or harness.task_queue,
         execution_timeout=timedelta(minutes=5),
     )
     harness.handles.append(handle)
