@@ -120,6 +120,11 @@ async def check_thread(client: Client, thread_id: str) -> AgentStatus:
             f"the thread {thread_id} did not answer ({exc.message}); is a worker polling its "
             f"task queue {description.task_queue}?"
         ) from exc
+    except WorkflowQueryFailedError as exc:  # a worker answered, but could not run the query
+        raise ThreadUnavailable(
+            f"the thread {thread_id} could not answer its state query ({exc.message}); does "
+            f"the worker on its task queue {description.task_queue} run this Treadle's code?"
+        ) from exc
     if not status.thread:
         raise ThreadUnavailable(f"{thread_id!r} is a single-task run, not a thread")
     if status.state.is_terminal:

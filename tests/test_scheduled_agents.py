@@ -448,7 +448,8 @@ async def _thread(harness: Harness, model: str, **options: Any) -> WorkflowHandl
 @workflow.defn(name="AgentWorkflow", sandboxed=False)
 class _BadDeploy:
     """What a worker deployed with code that cannot replay the thread runs under its name:
-    every query of the thread fails (nondeterminism)."""
+    every query of the thread fails (nondeterminism), or, for a run it started, finds no
+    ``state`` handler."""
 
     @workflow.run
     async def run(self, input: Any) -> None:
@@ -585,8 +586,9 @@ async def test_a_message_whose_turn_fails_or_whose_thread_ended_checks_in_error(
 async def test_a_scheduled_message_without_a_running_thread_or_with_run_options_is_refused(
     schedules: Schedules,
 ) -> None:
-    """`create --thread` with a run option, an unknown id, or a single-task run's id: one
-    line, exit 2, and neither a schedule nor a monitor exists afterwards."""
+    """`create --thread` with a run option, an unknown id, a single-task run's id, or the id
+    of a thread whose worker cannot answer its state query: one line, exit 2, and neither a
+    schedule nor a monitor exists afterwards."""
     harness = schedules.harness
     name = schedules.name()
 
@@ -611,6 +613,20 @@ async def test_a_scheduled_message_without_a_running_thread_or_with_run_options_
     await harness.wait_for_state(run, State.WAITING_FOR_HUMAN.value)
     assert await refused(run.id) == f"error: {run.id!r} is a single-task run, not a thread"
     await run.terminate("test over")
+    await _nothing_made(schedules, name)
+
+    # A running "thread" whose worker cannot answer its state query (the query fails rather
+    # than times out): refused like the others, not reported as an unexpected error (exit 1).
+    impostor = f"impostor-{uuid.uuid4().hex[:10]}"
+    async with Worker(harness.client, task_queue=impostor, workflows=[_BadDeploy]):
+        thread = await harness.client.start_workflow(
+            "AgentWorkflow", {"task": "t"}, id=impostor, task_queue=impostor
+        )
+        try:
+            line = await refused(thread.id)
+        finally:
+            await thread.terminate("test over")
+    assert line.startswith(f"error: the thread {thread.id} could not answer its state query (")
     await _nothing_made(schedules, name)
 
 
