@@ -18,7 +18,7 @@ cannot replay it answers none): no input leaves a client waiting for ever.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 from typing import Any
 
@@ -46,6 +46,7 @@ __all__ = [
     "QUERY_TIMEOUT",
     "check_thread",
     "missing",
+    "poll_delays",
     "refusal",
     "send_message",
     "send_to_thread",
@@ -58,7 +59,11 @@ __all__ = [
 POLL_SECONDS = 0.2
 """How often a person's client (``chat``, ``send --wait``) asks the thread how far it is."""
 ANSWER_POLL_SECONDS = 1.0
-"""How often ``send_to_thread`` asks: nobody watches it, and it may wait for hours."""
+ANSWER_POLL_MAX_SECONDS = 15.0
+"""How often ``send_to_thread`` asks: every second at first, then less and less often, up to
+every 15 s (``poll_delays``): nobody watches it, and it may wait for hours."""
+QUICK_SECONDS = 10.0
+"""How long a wait that backs off first asks at its first pace."""
 QUERY_TIMEOUT = timedelta(seconds=10)
 ENDED_CHECK_SECONDS = 5.0
 """How often a wait asks Temporal whether the thread's workflow still runs."""
@@ -190,15 +195,18 @@ async def wait_for_answer(
     *,
     seen: Callable[[AgentStatus], None] | None = None,
     poll_seconds: float = POLL_SECONDS,
+    max_poll_seconds: float | None = None,
 ) -> AgentStatus:
     """Poll until the thread has answered the messages it took (``turn_is_over``); ``seen``
-    is shown each status on the way (to show its approvals), every ``poll_seconds``.
+    is shown each status on the way (to show its approvals). Every ``poll_seconds``, or with
+    ``max_poll_seconds`` backing off to it (see ``poll_delays``).
 
     ``ThreadUnavailable`` if the thread's workflow closed without ending its turn (terminated,
     timed out), whether its queries still answer or fail; a query that fails while the thread
     runs (no worker, one that cannot replay it) raises its error."""
     loop = asyncio.get_running_loop()
     next_check = loop.time() + ENDED_CHECK_SECONDS
+    delays = poll_delays(poll_seconds, max_poll_seconds)
     while True:
         status = await _state(handle)
         if turn_is_over(status):
@@ -216,7 +224,21 @@ async def wait_for_answer(
                     f"the thread {handle.id} ended ({ended}) in {status.state.value}, "
                     "before it answered"
                 )
-        await asyncio.sleep(poll_seconds)
+        await asyncio.sleep(next(delays))
+
+
+def poll_delays(first: float, cap: float | None = None) -> Iterator[float]:
+    """The pauses between a wait's queries: ``first`` for ever without a ``cap``; with one,
+    ``first`` for the first ``QUICK_SECONDS`` (a turn answered soon, as in the tests, is seen
+    soon), then doubling up to ``cap``. A thread evicted from its worker's cache replays its
+    history (up to ~1,000 events) for every query: one left waiting for hours is asked every
+    ``cap`` seconds, not every second."""
+    delay, spent = first, 0.0
+    while True:
+        yield delay
+        spent += delay
+        if cap is not None and spent >= QUICK_SECONDS:
+            delay = min(delay * 2, cap)
 
 
 async def _state(handle: WorkflowHandle[Any, Any]) -> AgentStatus:
@@ -268,7 +290,9 @@ async def send_to_thread(request: SendToThreadInput) -> ThreadAnswer:
                 await send_message(handle, request.text, update_id=update_id)
             activity.heartbeat(SENT)
         async with heartbeating(SENT):
-            status = await wait_for_answer(handle, poll_seconds=ANSWER_POLL_SECONDS)
+            status = await wait_for_answer(
+                handle, poll_seconds=ANSWER_POLL_SECONDS, max_poll_seconds=ANSWER_POLL_MAX_SECONDS
+            )
     except ThreadUnavailable as exc:
         raise ApplicationError(str(exc), type="ThreadUnavailable", non_retryable=True) from exc
     # Any other error is retried (within the answer timeout): the server or the thread's worker

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import json
 import subprocess
 import uuid
@@ -670,6 +671,15 @@ async def test_a_thread_terminated_while_a_slot_waits_for_its_answer_checks_in_e
     cause = failed.value.cause
     assert isinstance(cause, ApplicationError) and cause.type == "ScheduledRunFailed"
     await schedules.replay_and_keep(slot, "scheduled-message-thread-terminated")
+
+
+def test_a_slot_waiting_for_an_answer_asks_the_thread_less_and_less_often() -> None:
+    """Every second for the first ten seconds (a quick turn is seen at once), then doubling to
+    one query in 15 s: a thread left waiting for an approval for hours, evicted from its
+    worker's cache, replays its history for each query. A person's `chat` keeps its pace."""
+    delays = threads.poll_delays(threads.ANSWER_POLL_SECONDS, threads.ANSWER_POLL_MAX_SECONDS)
+    assert list(itertools.islice(delays, 16)) == [1.0] * 10 + [2.0, 4.0, 8.0] + [15.0] * 3
+    assert set(itertools.islice(threads.poll_delays(threads.POLL_SECONDS), 100)) == {0.2}
 
 
 async def test_a_not_found_from_a_thread_that_still_runs_is_retried_not_final(
