@@ -113,18 +113,7 @@ class ScheduledAgentWorkflow:
             await _check_in(schedule, CheckInStatus.ERROR, f"agent run {run_id}: {why}", started)
             if is_cancelled_exception(exc) or not isinstance(exc, ChildWorkflowError):
                 raise
-            failed = ScheduledRunResult(
-                agent_run_id=run_id,
-                status=RunStatus.ERROR,
-                error=why,
-                duration_seconds=_seconds_since(started),
-            )
-            raise ApplicationError(
-                f"scheduled agent {schedule.name}: {why}",
-                failed,
-                type="ScheduledRunFailed",
-                non_retryable=True,
-            ) from None
+            raise _slot_failed(schedule, run_id, why, started) from None
         outcome = ScheduledRunResult(
             agent_run_id=run_id,
             status=result.status,
@@ -187,19 +176,8 @@ async def _send_message(schedule: AgentSchedule, message: ThreadMessage) -> Sche
         )
         if cancelled:
             raise
-        failed = ScheduledRunResult(
-            agent_run_id=thread_id,
-            status=RunStatus.ERROR,
-            error=why,
-            duration_seconds=_seconds_since(started),
-        )
         # Any other exception too: a failed workflow task would be retried for ever.
-        raise ApplicationError(
-            f"scheduled agent {schedule.name}: {why}",
-            failed,
-            type="ScheduledRunFailed",
-            non_retryable=True,
-        ) from None
+        raise _slot_failed(schedule, thread_id, why, started) from None
     outcome = ScheduledRunResult(
         agent_run_id=thread_id,
         status=RunStatus.DONE
@@ -245,6 +223,25 @@ async def _check_in(
             "scheduled.checkin.failed",
             extra={"schedule": schedule.name, "status": status.value, "why": str(exc)},
         )
+
+
+def _slot_failed(
+    schedule: AgentSchedule, run_id: str, why: str, started: datetime
+) -> ApplicationError:
+    """The failure that ends a slot whose run or message raised: ``ScheduledRunFailed``
+    (non-retryable, the slot red on the Schedules page) with an ``error`` outcome."""
+    failed = ScheduledRunResult(
+        agent_run_id=run_id,
+        status=RunStatus.ERROR,
+        error=why,
+        duration_seconds=_seconds_since(started),
+    )
+    return ApplicationError(
+        f"scheduled agent {schedule.name}: {why}",
+        failed,
+        type="ScheduledRunFailed",
+        non_retryable=True,
+    )
 
 
 def _seconds_since(started: datetime) -> float:
