@@ -306,6 +306,24 @@ def floor_worker(bench: Bench, task_queue: str, http: Any) -> Worker:
     )
 
 
+@contextlib.asynccontextmanager
+async def side_by_side(bench: Bench, task_queue: str, floor_queue: str) -> AsyncIterator[None]:
+    """A Treadle worker (as worker.py builds it, with the store) and a floor worker, in this
+    process, sharing one HTTP client: the two sides of a ratio."""
+    async with (
+        http_client() as http,
+        build_worker(
+            bench.client,
+            task_queue=task_queue,
+            settings=bench.settings,
+            http=http,
+            store=FileBlobStore(bench.store),
+        ),
+        floor_worker(bench, floor_queue, http),
+    ):
+        yield
+
+
 def event_seconds(event: Any) -> float:
     return float(event.event_time.ToMicroseconds()) / 1e6
 
@@ -372,17 +390,7 @@ async def row_step(bench: Bench) -> list[Row]:
     }
     times: dict[str, list[float]] = {"floor": [], **{k: [] for k in variants}}
     last: dict[str, WorkflowHandle[Any, Any]] = {}
-    async with (
-        http_client() as http,
-        build_worker(
-            bench.client,
-            task_queue=tq,
-            settings=bench.settings,
-            http=http,
-            store=FileBlobStore(bench.store),
-        ),
-        floor_worker(bench, fq, http),
-    ):
+    async with side_by_side(bench, tq, fq):
         for i in range(runs + 1):  # the first round warms both up and is not counted
             start = time.perf_counter()
             last["floor"] = await run_floor(bench, fq, steps)
@@ -614,17 +622,7 @@ async def row_replay(bench: Bench) -> list[Row]:
     tq, fq = f"bench-rep-{uuid.uuid4().hex[:6]}", f"bench-rfloor-{uuid.uuid4().hex[:6]}"
     model = f"rep-{uuid.uuid4().hex[:6]}"
     bench.models.add_model(model, write_script(steps))
-    async with (
-        http_client() as http,
-        build_worker(
-            bench.client,
-            task_queue=tq,
-            settings=bench.settings,
-            http=http,
-            store=FileBlobStore(bench.store),
-        ),
-        floor_worker(bench, fq, http),
-    ):
+    async with side_by_side(bench, tq, fq):
         handle = await start_agent(bench, tq, model, AgentConfig(max_steps=steps + 5))
         result = await handle.result()
         if result.status is not RunStatus.DONE:
