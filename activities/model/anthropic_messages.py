@@ -23,7 +23,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from activities.errors import ModelResponseError
-from activities.model.payload import offered_schemas, parse_checked, rejoined, token_count
+from activities.model.payload import (
+    DEFAULT_MAX_TOKENS,
+    offered_schemas,
+    parse_checked,
+    rejoined,
+    token_count,
+)
 from activities.model.streaming import (
     ErrorEvent,
     ServerSentEvent,
@@ -34,8 +40,6 @@ from activities.model.streaming import (
 from workflows.agent.models import ChatMessage, ModelRequest, ModelResponse, TokenUsage, ToolCall
 
 API_VERSION = "2023-06-01"
-DEFAULT_MAX_TOKENS = 4096
-"""Anthropic requires a completion cap; used when neither the config nor a budget sets one."""
 
 
 def path() -> str:

@@ -21,7 +21,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from activities.errors import ModelResponseError
-from activities.model.payload import offered_schemas, parse_checked, rejoined, token_count
+from activities.model import http_errors
+from activities.model.payload import (
+    DEFAULT_MAX_TOKENS,
+    offered_schemas,
+    parse_checked,
+    rejoined,
+    token_count,
+)
 from activities.model.streaming import (
     ErrorEvent,
     ServerSentEvent,
@@ -59,6 +66,9 @@ def _message(message: ChatMessage) -> dict[str, Any]:
         return {"role": "tool", "tool_call_id": message.tool_call_id, "content": message.content}
     body: dict[str, Any] = {"role": message.role, "content": message.content}
     if message.tool_calls:
+        # Strict servers' chat templates (llama.cpp's, and LiteLLM's pass-through to them)
+        # fail on a null content beside tool calls; an empty string means the same to OpenAI.
+        body["content"] = message.content or ""
         body["tool_calls"] = [
             {
                 "id": call.id,
@@ -78,12 +88,16 @@ def build_body(request: ModelRequest, model_name: str) -> dict[str, Any]:
     tools = tool_definitions(request)
     if tools:
         body["tools"] = tools
+        # OpenAI's default, said out loud: servers that only render the tools into the prompt
+        # when asked (llama.cpp's function-calling formats) otherwise never show them.
+        body["tool_choice"] = "auto"
     if request.temperature is not None:
         body["temperature"] = request.temperature
-    if request.max_tokens is not None:
-        body["max_tokens"] = request.max_tokens
+    body["max_tokens"] = request.max_tokens or DEFAULT_MAX_TOKENS
     if request.logprobs:
+        # Without top_logprobs some servers (llama.cpp's) return no log-probabilities at all.
         body["logprobs"] = True
+        body["top_logprobs"] = 1
     if request.stream:
         body["stream"] = True
         body["stream_options"] = {"include_usage": True}
@@ -308,6 +322,10 @@ class ChunkAssembler:
                 call.whole = arguments
 
     def result(self) -> ModelResponse:
+        if self._has_choice and self._finish_reason is None:
+            # A server may end a stream it cut (another request took its slot) with a regular
+            # [DONE]: without a finish reason the text is not known to be whole.
+            raise http_errors.stream_ended(self.provider, "a finish reason")
         self._text.close()
         message: dict[str, Any] = {"content": self._text.text if self._has_content else None}
         if self._calls:

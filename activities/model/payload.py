@@ -33,6 +33,10 @@ __all__ = [
     "well_formed_json",
 ]
 
+DEFAULT_MAX_TOKENS = 4096
+"""The output limit every call sends when neither the config nor a budget sets one: a model that
+never stops generating is cut by its server, not by the activity's timeout on every attempt."""
+
 MAX_TOKEN_COUNT = 2**53
 """The largest token count believed (every integer up to it is exact as a float, so prices and
 budgets computed from it stay exact)."""

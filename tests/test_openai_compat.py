@@ -1,0 +1,86 @@
+"""What strict OpenAI-compatible servers (llama.cpp's, LiteLLM's pass-through) need from a
+request, and what they send back that is not an answer."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from activities.errors import ModelConnectionError
+from activities.model.openai_chat import ChunkAssembler, build_body
+from activities.model.payload import DEFAULT_MAX_TOKENS
+from activities.model.streaming import ServerSentEvent
+from workflows.agent.models import ChatMessage, ModelRequest, ToolCall
+
+CALL = ToolCall(id="call_1", name="read_file", arguments='{"path": "a.txt"}')
+MESSAGES = (
+    ChatMessage(role="user", content="read a.txt"),
+    ChatMessage(role="assistant", content=None, tool_calls=(CALL,)),
+    ChatMessage(role="tool", tool_call_id="call_1", content="hello"),
+)
+
+
+def test_tools_are_offered_with_tool_choice_auto() -> None:
+    """A server that renders tools only when asked (llama.cpp) is asked: tool_choice is auto."""
+    body = build_body(ModelRequest(model="openai:m", messages=MESSAGES, tools=("read_file",)), "m")
+    assert body["tool_choice"] == "auto"
+    assert [t["function"]["name"] for t in body["tools"]] == ["read_file"]
+
+
+def test_no_tool_choice_without_tools() -> None:
+    """tool_choice without tools is an error on OpenAI: it is sent only with them."""
+    body = build_body(ModelRequest(model="openai:m", messages=MESSAGES), "m")
+    assert "tool_choice" not in body and "tools" not in body
+
+
+def test_an_assistant_message_with_tool_calls_has_text_content_never_null() -> None:
+    """Chat templates that fail on ``"content": null`` get an empty string beside tool calls."""
+    body = build_body(ModelRequest(model="openai:m", messages=MESSAGES), "m")
+    assistant = body["messages"][1]
+    assert assistant["content"] == "" and assistant["tool_calls"][0]["id"] == "call_1"
+    assert all(m["content"] is not None for m in body["messages"])
+
+
+def test_every_call_sends_an_output_limit() -> None:
+    """A model that never stops is cut by its server: every call names max_tokens."""
+    plain = build_body(ModelRequest(model="openai:m", messages=MESSAGES), "m")
+    capped = build_body(ModelRequest(model="openai:m", messages=MESSAGES, max_tokens=77), "m")
+    assert plain["max_tokens"] == DEFAULT_MAX_TOKENS
+    assert capped["max_tokens"] == 77
+
+
+def test_confidence_asks_for_top_logprobs() -> None:
+    """logprobs alone returns nothing on some servers; top_logprobs makes them send them."""
+    body = build_body(ModelRequest(model="openai:m", messages=MESSAGES, logprobs=True), "m")
+    assert body["logprobs"] is True and body["top_logprobs"] == 1
+    plain = build_body(ModelRequest(model="openai:m", messages=MESSAGES), "m")
+    assert "logprobs" not in plain and "top_logprobs" not in plain
+
+
+def _chunk(delta: dict[str, object], finish: str | None = None) -> ServerSentEvent:
+    choice = {"index": 0, "delta": delta, "finish_reason": finish}
+    return ServerSentEvent("message", json.dumps({"model": "m", "choices": [choice]}))
+
+
+DONE = ServerSentEvent("message", "[DONE]")
+
+
+def test_a_stream_ending_without_a_finish_reason_is_cut_and_retryable() -> None:
+    """[DONE] after text but no finish reason is a cut reply, never the answer."""
+    assembler = ChunkAssembler("openai")
+    for event in (_chunk({"content": "The answer is"}), DONE):
+        assembler.feed(event)
+    assert assembler.done
+    with pytest.raises(ModelConnectionError, match="finish reason") as cut:
+        assembler.result()
+    assert cut.value.retryable
+
+
+def test_a_stream_with_its_finish_reason_is_the_answer() -> None:
+    """The same text, finished, is the reply."""
+    assembler = ChunkAssembler("openai")
+    for event in (_chunk({"content": "The answer is 4."}), _chunk({}, "stop"), DONE):
+        assembler.feed(event)
+    response = assembler.result()
+    assert response.content == "The answer is 4." and response.finish_reason == "stop"
