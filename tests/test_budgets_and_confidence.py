@@ -43,14 +43,13 @@ async def test_status_shows_usage_budget_and_cost(harness: Harness) -> None:
     """A price table turns usage into dollars in status; cached prompt tokens get their price."""
     model = harness.script(
         {
-            "tool_calls": [LIST],
+            "content": "done",
             "usage": {
                 "prompt_tokens": 1_000_000,
                 "completion_tokens": 100_000,
                 "cached_tokens": 500_000,
             },
         },
-        {"content": "done", "usage": {"prompt_tokens": 0, "completion_tokens": 0}},
     )
     prices = {model: {"prompt": 2.0, "completion": 10.0, "cached_prompt": 0.5}}
     handle = await harness.start(model, prices=prices, token_budget=10_000_000)

@@ -11,7 +11,8 @@ from activities.errors import ModelConnectionError
 from activities.model.openai_chat import ChunkAssembler, build_body
 from activities.model.payload import DEFAULT_MAX_TOKENS
 from activities.model.streaming import ServerSentEvent
-from workflows.agent.models import ChatMessage, ModelRequest, ToolCall
+from tests.conftest import Harness
+from workflows.agent.models import AgentResult, ChatMessage, ModelRequest, RunStatus, ToolCall
 
 CALL = ToolCall(id="call_1", name="read_file", arguments='{"path": "a.txt"}')
 MESSAGES = (
@@ -84,3 +85,29 @@ def test_a_stream_with_its_finish_reason_is_the_answer() -> None:
         assembler.feed(event)
     response = assembler.result()
     assert response.content == "The answer is 4." and response.finish_reason == "stop"
+
+
+ZERO = {"prompt_tokens": 0, "completion_tokens": 0}
+LIST = {"name": "list_dir", "arguments": {}}
+
+
+async def test_a_reply_without_usage_is_counted_by_an_estimate(harness: Harness) -> None:
+    """A server that reports no usage (llama.cpp in a stream) does not make a run free: the
+    worker estimates the tokens and says they are estimated."""
+    model = harness.script({"content": "a fine answer", "usage": ZERO})
+    result: AgentResult = await (await harness.start(model)).result()
+    assert result.status is RunStatus.DONE
+    assert result.usage.total_tokens > 0
+    assert result.usage.estimated_tokens == result.usage.total_tokens
+    counted = harness.script({"content": "a fine answer", "usage": {**ZERO, "prompt_tokens": 9}})
+    result = await (await harness.start(counted)).result()
+    assert result.usage.estimated_tokens == 0 and result.usage.prompt_tokens == 9
+
+
+async def test_a_token_budget_stops_a_run_whose_server_reports_no_usage(harness: Harness) -> None:
+    """Estimated tokens spend the budget: the run stops at it instead of running for free."""
+    model = harness.script(*({"tool_calls": [LIST], "usage": ZERO} for _ in range(20)))
+    result: AgentResult = await (await harness.start(model, token_budget=2_000)).result()
+    assert result.status is RunStatus.ERROR
+    assert result.error is not None and result.error.startswith("token budget exhausted")
+    assert 1 <= len(harness.requests(model)) < 20

@@ -45,7 +45,7 @@ from temporalio.exceptions import ApplicationError, FailureError
 from activities import telemetry
 from activities.errors import ModelConfigError, ModelError, ModelResponseError
 from activities.heartbeat import heartbeating
-from activities.model import anthropic_messages, http_errors, openai_chat
+from activities.model import anthropic_messages, http_errors, openai_chat, usage
 from activities.model.payload import well_formed
 from activities.model.streaming import (
     ErrorEvent,
@@ -158,6 +158,7 @@ class ModelActivities:
                 result = await self.complete(
                     whole, read_timeout=start_to_close.total_seconds(), on_text=on_text
                 )
+                result = usage.with_usage(whole, result)  # never silently zero
                 if self._store is not None:
                     # What this call sent is stored once; the next call sends only what is new.
                     head = await self._store.extend(request.conversation, request.messages)

@@ -329,6 +329,9 @@ class TokenUsage(Frozen):
     completion_tokens: int = 0
     total_tokens: int = 0
     cached_tokens: int = 0
+    estimated_tokens: int = 0
+    """How many of ``total_tokens`` were estimated by the worker because the provider reported
+    no usage (llama.cpp's server sends none in a stream): budgets and cost still count them."""
 
     def __add__(self, other: TokenUsage) -> TokenUsage:
         return TokenUsage(
@@ -336,6 +339,7 @@ class TokenUsage(Frozen):
             completion_tokens=self.completion_tokens + other.completion_tokens,
             total_tokens=self.total_tokens + other.total_tokens,
             cached_tokens=self.cached_tokens + other.cached_tokens,
+            estimated_tokens=self.estimated_tokens + other.estimated_tokens,
         )
 
 
