@@ -111,3 +111,28 @@ async def test_a_token_budget_stops_a_run_whose_server_reports_no_usage(harness:
     assert result.status is RunStatus.ERROR
     assert result.error is not None and result.error.startswith("token budget exhausted")
     assert 1 <= len(harness.requests(model)) < 20
+
+
+async def test_the_same_server_error_for_the_same_request_is_not_retried_five_times(
+    harness: Harness,
+) -> None:
+    """A 500 whose words repeat for the same request is the request's fault: the second one ends
+    the call instead of three more doomed attempts."""
+    doomed = {"status": 500, "body": {"error": {"message": "template error: content is null"}}}
+    model = harness.script({"content": "never", "errors": [doomed] * 5})
+    handle = await harness.start(model)
+    result: AgentResult = await handle.result()
+    assert result.status is RunStatus.ERROR
+    assert len(harness.requests(model)) == 2
+    assert result.error is not None and "not retried again" in result.error
+
+
+async def test_a_server_error_that_changes_is_retried_as_before(harness: Harness) -> None:
+    """Different 500s, or 503s that repeat (a server down or busy), keep their attempts."""
+    busy = {"status": 503}
+    changing = [{"status": 500, "body": {"error": {"message": f"crash {i}"}}} for i in range(2)]
+    model = harness.script({"content": "ok", "errors": [busy, busy, *changing]})
+    handle = await harness.start(model)
+    result: AgentResult = await handle.result()
+    assert result.answer == "ok"
+    assert len(harness.requests(model)) == 5

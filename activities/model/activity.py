@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -43,7 +44,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError, FailureError
 
 from activities import telemetry
-from activities.errors import ModelConfigError, ModelError, ModelResponseError
+from activities.errors import ModelConfigError, ModelError, ModelHTTPError, ModelResponseError
 from activities.heartbeat import heartbeating
 from activities.model import anthropic_messages, http_errors, openai_chat, usage
 from activities.model.payload import well_formed
@@ -166,7 +167,7 @@ class ModelActivities:
         except ModelError as exc:
             cap = http_errors.retry_after_cap(info.retry_policy)
             backoff = http_errors.provider_backoff(info.attempt, info.retry_policy)
-            raise self._failure(exc.to_application_error(), cap, backoff) from None
+            raise self._failure(_unless_repeated(exc), cap, backoff) from None
         except FailureError:
             raise  # Temporal's own (cancellation): it must reach the SDK as it is
         except Exception as exc:  # a bug, or an error nobody foresaw: its text may hold a key
@@ -336,6 +337,37 @@ class ModelActivities:
                     async for _ in events:
                         pass
         return assembler.result()
+
+
+REPEATED_STATUS = 500
+"""A server error that, answered word for word to the same request twice running, is taken for
+the request's fault: servers that report a malformed request as a 500 (llama.cpp's template
+errors) would otherwise get the same doomed request on every attempt. 502, 503, 504 and 529
+say the server is down or busy, which the next attempt may find otherwise."""
+
+
+def _unless_repeated(exc: ModelError) -> ApplicationError:
+    """``exc`` as an ``ApplicationError``; non-retryable when it is the same 500 as the attempt
+    before (an attempt's request is its activity's input: the same on every attempt).
+
+    The attempt records its error's fingerprint as its last heartbeat, which Temporal hands to
+    the next attempt, whichever worker runs it."""
+    error = exc.to_application_error()
+    if not (isinstance(exc, ModelHTTPError) and exc.status == REPEATED_STATUS):
+        return error
+    if not activity.in_activity():
+        return error
+    fingerprint = "model-error:" + hashlib.sha256(str(exc).encode()).hexdigest()[:24]
+    repeated = fingerprint in activity.info().heartbeat_details
+    activity.heartbeat(fingerprint)
+    if not repeated:
+        return error
+    return ApplicationError(
+        f"{error.message} (the same error as the attempt before, for the same request: "
+        "not retried again)",
+        type=error.type,
+        non_retryable=True,
+    )
 
 
 DRAIN_SECONDS = 1.0
