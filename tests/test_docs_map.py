@@ -184,3 +184,14 @@ def test_the_link_reader_sees_links_and_headings(tmp_path: Path) -> None:
         "other.md#nowhere: no heading with that anchor",
     ]
     assert anchors("# A\n## A\n```\n# not a heading\n```\n") == {"a", "a-1"}
+
+
+def test_the_readme_links_every_page_of_the_manual() -> None:
+    """The README is the front door: each page under docs/ is reachable from it in one click."""
+    linked = {
+        (ROOT / target.partition("#")[0]).resolve()
+        for target in relative_links((ROOT / "README.md").read_text())
+    }
+    pages = sorted((ROOT / "docs").rglob("*.md"))
+    unlinked = [str(page.relative_to(ROOT)) for page in pages if page.resolve() not in linked]
+    assert not unlinked, "README.md links none of: " + ", ".join(unlinked)
