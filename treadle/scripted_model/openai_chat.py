@@ -70,14 +70,10 @@ def error_body(
 
 
 def error_reply(
-    status: int,
-    message: str,
-    type_: str = "invalid_request_error",
-    code: str | None = None,
-    param: str | None = None,
+    status: int, message: str, *, code: str | None = None, param: str | None = None
 ) -> Reply:
-    """OpenAI's error object as a reply with ``status``."""
-    return json_reply(status, error_body(message, type_, code, param))
+    """An invalid request's error object as a reply with ``status``."""
+    return json_reply(status, error_body(message, code=code, param=param))
 
 
 def model_list(names: list[str]) -> Reply:

@@ -194,10 +194,7 @@ def parse_script(data: Script | Mapping[str, Any]) -> Script:
     """Validate script data, raising `ScriptError` with a one-line reason."""
     if isinstance(data, Script):
         return data
-    try:
-        return Script.model_validate(data)
-    except ValidationError as exc:
-        raise ScriptError(f"invalid script: {_describe(exc)}") from exc
+    return _validated(data, "invalid script")
 
 
 def load_script(path: str | Path) -> Script:
@@ -217,7 +214,12 @@ def load_script(path: str | Path) -> Script:
         ) from exc
     if not isinstance(data, dict):
         raise ScriptError(f"{path}: a script is a JSON object with a 'models' key")
+    return _validated(data, str(path))
+
+
+def _validated(data: Mapping[str, Any], where: str) -> Script:
+    """``data`` as a `Script`, or a `ScriptError` saying ``where: what is wrong``."""
     try:
         return Script.model_validate(data)
     except ValidationError as exc:
-        raise ScriptError(f"{path}: {_describe(exc)}") from exc
+        raise ScriptError(f"{where}: {_describe(exc)}") from exc
