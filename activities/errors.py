@@ -11,8 +11,11 @@ The tree::
     │   ├── ModelHTTPError           the endpoint answered with an error status
     │   │                            (retryable: 408, 409, 429, 5xx; the rest non-retryable)
     │   ├── ModelConnectionError     connect / read failures and timeouts (retryable)
-    │   └── ModelResponseError       a body that breaks the protocol's promises (retryable:
-    │                                the next attempt may be well-formed)
+    │   ├── ModelResponseError       a body that breaks the protocol's promises (retryable:
+    │   │                            the next attempt may be well-formed)
+    │   └── ModelOutputCut           a reply cut by its output limit (finish reason
+    │                                ``length`` / ``max_tokens``): never an answer
+    │                                (non-retryable: the same limit cuts it again)
     └── ThreadUnavailable            a thread cannot take or answer a message from outside:
                                      no such thread, not a thread, closed, ended (one line;
                                      ``send_to_thread`` raises it non-retryable, the CLI
@@ -85,6 +88,10 @@ class ModelConnectionError(ModelError):
 
 class ModelResponseError(ModelError):
     retryable = True
+
+
+class ModelOutputCut(ModelError):
+    retryable = False
 
 
 class ThreadUnavailable(TreadleError):

@@ -4,6 +4,9 @@ request, and what they send back that is not an answer."""
 from __future__ import annotations
 
 import json
+import uuid
+from collections.abc import Mapping
+from typing import Any
 
 import pytest
 
@@ -136,3 +139,55 @@ async def test_a_server_error_that_changes_is_retried_as_before(harness: Harness
     result: AgentResult = await handle.result()
     assert result.answer == "ok"
     assert len(harness.requests(model)) == 5
+
+
+def _like_llama_cpp(harness: Harness, *turns: Mapping[str, Any]) -> str:
+    name = f"llama-{uuid.uuid4().hex[:10]}"
+    harness.models.add_model(name, list(turns), like="llama.cpp")
+    return f"openai:{name}"
+
+
+async def test_a_tool_using_run_works_against_a_server_that_behaves_like_llama_cpp(
+    harness: Harness,
+) -> None:
+    """Tools reach a model that sees them only with tool_choice; the turn after a tool call is
+    accepted by a template that fails on null content; a stream without usage still counts."""
+    (harness.workspace / "notes.txt").write_text("the answer is 42\n")
+    model = _like_llama_cpp(
+        harness,
+        {"tool_calls": [{"name": "list_dir", "arguments": {"path": "."}}]},
+        {"tool_calls": [{"name": "read_file", "arguments": {"path": "notes.txt"}}]},
+        {"content": "The notes say the answer is 42."},
+    )
+    result: AgentResult = await (await harness.start(model)).result()
+    assert result.status is RunStatus.DONE, result.error
+    assert result.answer == "The notes say the answer is 42."
+    bodies = harness.requests(model)
+    assert len(bodies) == 3  # no attempt refused: no 500 from the chat template
+    assert all(body["tool_choice"] == "auto" and body["stream"] is True for body in bodies)
+    assert result.usage.total_tokens == result.usage.estimated_tokens > 0
+
+
+async def test_a_stream_ended_without_a_finish_reason_is_retried_never_answered(
+    harness: Harness,
+) -> None:
+    """[DONE] without a finish reason on every attempt: the cut text never becomes the answer."""
+    model = _like_llama_cpp(harness, {"content": "The answer is", "unfinished": True})
+    result: AgentResult = await (await harness.start(model, model_max_attempts=2)).result()
+    assert result.status is RunStatus.ERROR
+    assert result.answer is None
+    assert result.error is not None and "finish reason" in result.error
+    assert len(harness.requests(model)) == 2
+
+
+async def test_a_reply_cut_by_its_length_limit_is_reported_never_answered(
+    harness: Harness,
+) -> None:
+    """finish_reason length: the run says the reply was cut and how to give it room, at once."""
+    model = harness.script({"content": "The first half of", "finish_reason": "length"})
+    result: AgentResult = await (await harness.start(model, max_tokens=5)).result()
+    assert result.status is RunStatus.ERROR
+    assert result.answer is None
+    assert result.error is not None
+    assert "cut at its output limit of 5 tokens" in result.error
+    assert len(harness.requests(model)) == 1

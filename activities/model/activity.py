@@ -44,10 +44,16 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError, FailureError
 
 from activities import telemetry
-from activities.errors import ModelConfigError, ModelError, ModelHTTPError, ModelResponseError
+from activities.errors import (
+    ModelConfigError,
+    ModelError,
+    ModelHTTPError,
+    ModelOutputCut,
+    ModelResponseError,
+)
 from activities.heartbeat import heartbeating
 from activities.model import anthropic_messages, http_errors, openai_chat, usage
-from activities.model.payload import well_formed
+from activities.model.payload import DEFAULT_MAX_TOKENS, well_formed
 from activities.model.streaming import (
     ErrorEvent,
     StreamAssembler,
@@ -160,6 +166,7 @@ class ModelActivities:
                     whole, read_timeout=start_to_close.total_seconds(), on_text=on_text
                 )
                 result = usage.with_usage(whole, result)  # never silently zero
+                _never_cut(whole, result)
                 if self._store is not None:
                     # What this call sent is stored once; the next call sends only what is new.
                     head = await self._store.extend(request.conversation, request.messages)
@@ -337,6 +344,22 @@ class ModelActivities:
                     async for _ in events:
                         pass
         return assembler.result()
+
+
+CUT_REASONS = frozenset({"length", "max_tokens"})
+"""Finish reasons that say the output limit cut the reply (OpenAI's, Anthropic's)."""
+
+
+def _never_cut(request: ModelRequest, response: ModelResponse) -> None:
+    """A reply its output limit cut is no answer: its text stops mid-way and its tool calls'
+    arguments may be cut JSON. ``ModelOutputCut`` says so, with the limit to raise."""
+    if response.finish_reason not in CUT_REASONS or request.accept_cut:
+        return
+    limit = request.max_tokens or DEFAULT_MAX_TOKENS
+    raise ModelOutputCut(
+        f"the reply was cut at its output limit of {limit} tokens (finish reason "
+        f"{response.finish_reason}); raise max_tokens (or the token budget) for this run"
+    )
 
 
 REPEATED_STATUS = 500

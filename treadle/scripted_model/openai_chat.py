@@ -123,7 +123,8 @@ def completion(model: str, index: int, turn: Turn, request: dict[str, Any]) -> d
                 "index": 0,
                 "message": message,
                 "logprobs": logprobs,
-                "finish_reason": "tool_calls" if turn.tool_calls else "stop",
+                "finish_reason": turn.finish_reason
+                or ("tool_calls" if turn.tool_calls else "stop"),
             }
         ],
         "usage": {
@@ -217,7 +218,8 @@ def completion_chunks(whole: dict[str, Any], turn: Turn, include_usage: bool) ->
             )
             for piece in pieces(function["arguments"], turn.chunk_chars)
         ]
-    events.append(chunk({}, finish=choice["finish_reason"]))
+    if not turn.unfinished:
+        events.append(chunk({}, finish=choice["finish_reason"]))
     if include_usage:
         events.append(Event(sse(head | {"choices": [], "usage": whole["usage"]})))
     events.append(Event(sse("[DONE]")))

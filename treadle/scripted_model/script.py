@@ -131,6 +131,12 @@ class Turn(Frozen):
     reject_stream: bool = False
     """Refuse a streaming request for this turn with the 400 of a server that cannot stream
     (see the package docstring); a request without ``stream`` gets the turn as usual."""
+    finish_reason: str | None = None
+    """OpenAI only: the finish reason sent instead of ``stop``/``tool_calls`` (``"length"``: a
+    reply cut by its output limit)."""
+    unfinished: bool = False
+    """OpenAI streaming only: the stream ends with ``data: [DONE]`` but no chunk names a finish
+    reason, as llama.cpp's server does when it cuts a reply short."""
 
     @model_validator(mode="after")
     def _one_kind_of_answer(self) -> Self:

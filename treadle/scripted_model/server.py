@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Literal, Self
 
-from treadle.scripted_model import anthropic_messages, checks, faults, openai_chat
+from treadle.scripted_model import anthropic_messages, checks, faults, llama_cpp, openai_chat
 from treadle.scripted_model.auth import anthropic_denial, openai_denial
 from treadle.scripted_model.conversation import (
     after_rejection,
@@ -57,6 +57,8 @@ class ScriptedModelServer:
         """``False``: refuse every streaming request, as a server that cannot stream does."""
         self._lock = threading.Lock()
         self._models: dict[str, list[Turn]] = {}
+        self._like: dict[str, llama_cpp.Like] = {}
+        """Models that behave like another server than OpenAI's (see ``llama_cpp``)."""
         self._served: dict[str, int] = {}
         """Answered requests per model taking its turns in arrival order."""
         self._requests: list[RecordedRequest] = []
@@ -129,15 +131,18 @@ class ScriptedModelServer:
         turns: Iterable[Turn | Mapping[str, Any]],
         *,
         order: Literal["conversation", "arrival"] = "conversation",
+        like: llama_cpp.Like = "openai",
     ) -> None:
         """Add or replace one model's turns (validated; `ScriptError` on a bad turn).
 
         ``order="conversation"`` picks a request's turn by the assistant messages it carries;
         ``"arrival"`` answers each request with the next turn, whatever its conversation.
+        ``like="llama.cpp"`` answers OpenAI-protocol requests as llama.cpp's server does.
         """
         script = parse_script({"models": {name: list(turns)}})
         with self._lock:
             self._models.update(script.models)
+            self._like[name] = like
             if order == "arrival":
                 self._served[name] = 0
             else:
@@ -204,12 +209,18 @@ class ScriptedModelServer:
         include_usage = isinstance(options, dict) and options.get("include_usage") is True
         with self._lock:
             turns = self._models.get(model)
+            like = self._like.get(model, "openai")
         if turns is None:
             return openai_chat.error_reply(
                 404,
                 f"The model `{model}` does not exist or you do not have access to it.",
                 code="model_not_found",
             )
+        if like == "llama.cpp":
+            if (problem := llama_cpp.request_problem(body)) is not None:
+                return problem
+            include_usage = False  # it ignores stream_options
+            turns = [llama_cpp.adapt(turn, body) for turn in turns]
 
         index = self._turn_index(model, assistant_turns(messages))
         if streaming and self._refuses_stream(turns, index):

@@ -600,6 +600,9 @@ class ModelRequest(Frozen):
     """Stream the reply from the provider and publish its text on the run's ``tokens`` topic."""
     step: int = 0
     """The run's step, named by the published ``TokenDelta``s."""
+    accept_cut: bool = False
+    """A reply cut by its output limit is still the reply (a summary); otherwise it is an error,
+    never an answer."""
 
 
 class ModelResponse(Frozen):

@@ -69,6 +69,7 @@ def summary_request(model: str, task: str, older: tuple[Turn, ...]) -> ModelRequ
             ChatMessage(role="user", content=f"Task: {task}\n\nHistory:\n{render(older)}"),
         ),
         max_tokens=SUMMARY_MAX_TOKENS,
+        accept_cut=True,  # a summary cut short still summarises
     )
 
 

@@ -1,0 +1,54 @@
+"""How llama.cpp's OpenAI-compatible server (llama-cpp-python 0.3, its function-calling chat
+format) differs from OpenAI, for a model added with ``like="llama.cpp"``.
+
+Seen against the real server serving SmolLM2 (see ``bench/real_model.sh``):
+
+- tools reach the model only when the request names ``tool_choice``: without it the prompt is
+  rendered with no tools and the model answers in prose;
+- an assistant message whose ``content`` is ``null`` (beside tool calls) crashes the chat
+  template: HTTP 500;
+- ``stream_options`` is ignored: a stream carries no usage;
+- ``logprobs`` without ``top_logprobs`` returns no log-probabilities.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from treadle.scripted_model.replies import Reply, json_reply
+from treadle.scripted_model.script import Turn
+
+__all__ = ["Like", "adapt", "request_problem"]
+
+Like = Literal["openai", "llama.cpp"]
+"""Which server a scripted model behaves like."""
+
+NO_TOOLS_ANSWER = "I would use a tool for that, but I have none."
+
+
+def request_problem(body: dict[str, Any]) -> Reply | None:
+    """The 500 a null content gets from the chat template, or ``None``."""
+    for message in body.get("messages", []):
+        if isinstance(message, dict) and "content" in message and message["content"] is None:
+            return json_reply(
+                500,
+                {
+                    "error": {
+                        "code": 500,
+                        "message": "Value is not a string: null (chat template)",
+                        "type": "server_error",
+                    }
+                },
+            )
+    return None
+
+
+def adapt(turn: Turn, body: dict[str, Any]) -> Turn:
+    """``turn`` as the server would answer ``body``: no tool calls when the tools were not
+    rendered, no log-probabilities unless ``top_logprobs`` asks for them."""
+    update: dict[str, Any] = {}
+    if turn.tool_calls and "tool_choice" not in body:
+        update |= {"tool_calls": [], "content": turn.content or NO_TOOLS_ANSWER}
+    if turn.confidence is not None and not body.get("top_logprobs"):
+        update["confidence"] = None
+    return turn.model_copy(update=update) if update else turn
