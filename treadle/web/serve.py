@@ -62,6 +62,7 @@ async def start(app: ASGIApp, host: str = LOOPBACK, port: int = 0) -> Served:
         lifespan="off",
         log_config=None,
         access_log=False,
+        server_header=False,
         timeout_graceful_shutdown=GRACE_SECONDS,
     )
     server = _Server(config)
