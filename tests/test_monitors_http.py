@@ -624,7 +624,7 @@ async def test_serve_runs_the_service_as_a_process(
     client: Client, setup: Setup, temporal_address: str
 ) -> None:
     """`starter.py serve --port 0` prints where it listens, answers pings, and stops on SIGTERM
-    with exit code 0."""
+    with exit code 0, ending an open event stream first."""
     handle, key = await setup.monitor()
     process = await asyncio.create_subprocess_exec(
         sys.executable,
@@ -652,7 +652,12 @@ async def test_serve_runs_the_service_as_a_process(
             assert (await http.get(f"{base}/ping/{key}")).status_code == 202
             assert (await http.get(f"{base}/ping/{handle.id[8:]}.{'x' * 20}")).status_code == 404
             await until(handle, lambda v: v.health is Health.HEALTHY)
-        process.send_signal(signal.SIGTERM)
+        async with event_stream(f"{base}/monitors/events") as events:
+            await events.comment("connected")
+            process.send_signal(signal.SIGTERM)
+            with pytest.raises(AssertionError, match="the event stream ended"):
+                await asyncio.wait_for(events.event(), 30)
         rest = (await asyncio.wait_for(process.stdout.read(), 30)).decode()
         assert await process.wait() == 0, rest
         assert "Monitor HTTP service stopped." in rest
+        assert "Traceback" not in rest

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from functools import partial
 
 from starlette.middleware import Middleware
 from starlette.requests import Request
@@ -35,7 +36,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from temporalio.client import Client
 
 from treadle.web import checkins, serve
-from treadle.web.events import DISCOVER_SECONDS, EventHub, Subscriber
+from treadle.web.events import DISCOVER_SECONDS, EventHub
 from treadle.web.http import HttpError, error, json_app, read_body, route
 from workflows.monitors.models import SLUG_RE, CheckInStatus
 
@@ -56,6 +57,12 @@ WRITE_TIMEOUT = 30.0
 """How long an event-stream client may leave written data unread before it is disconnected."""
 KEEPALIVE_SECONDS = 15.0
 
+_PING_METHODS = ("GET", "POST")
+_KINDS = {
+    "": CheckInStatus.OK,
+    "/start": CheckInStatus.IN_PROGRESS,
+    "/fail": CheckInStatus.ERROR,
+}
 _STATUS = {
     checkins.BadPing: 400,
     checkins.UnknownKey: 404,
@@ -80,12 +87,12 @@ class MonitorService:
         self._keepalive = keepalive
         self._hub = EventHub(client, task_queue=task_queue, discover_every=discover_every)
         self._served: serve.Served | None = None
-        self._streams: set[Subscriber] = set()
         self.app = json_app(
             [
-                route("/ping/{key}", self._ping_ok, ("GET", "POST")),
-                route("/ping/{key}/start", self._ping_start, ("GET", "POST")),
-                route("/ping/{key}/fail", self._ping_fail, ("GET", "POST")),
+                *(
+                    route(f"/ping/{{key}}{kind}", partial(self._ping, status=status), _PING_METHODS)
+                    for kind, status in _KINDS.items()
+                ),
                 route("/monitors/events", self._events, ("GET",)),
             ],
             log=log,
@@ -127,15 +134,6 @@ class MonitorService:
     # ----------------------------------------------------------------------------------------
     # Pings
     # ----------------------------------------------------------------------------------------
-
-    async def _ping_ok(self, request: Request) -> Response:
-        return await self._ping(request, CheckInStatus.OK)
-
-    async def _ping_start(self, request: Request) -> Response:
-        return await self._ping(request, CheckInStatus.IN_PROGRESS)
-
-    async def _ping_fail(self, request: Request) -> Response:
-        return await self._ping(request, CheckInStatus.ERROR)
 
     async def _ping(self, request: Request, status: CheckInStatus) -> Response:
         body = await read_body(request, MAX_BODY_BYTES, timeout=READ_TIMEOUT)
