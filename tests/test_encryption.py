@@ -41,6 +41,7 @@ from treadle.codec import (
 )
 from treadle.connection import ConnectionSettingsError, connect, data_converter
 from treadle.scripted_model import ScriptedModelServer
+from treadle.web.codec import codec_app
 from workflows.agent.models import (
     AgentConfig,
     AgentInput,
@@ -154,9 +155,10 @@ async def _codec_server(keys: str, *args: str) -> AsyncIterator[str]:
         yield line.split()[3]
     finally:
         process.send_signal(signal.SIGTERM)
-        rest, _ = await asyncio.wait_for(process.communicate(), 60)
+        rest, errors = await asyncio.wait_for(process.communicate(), 60)
         assert process.returncode == 0
         assert rest.decode().strip().endswith("Codec server stopped.")
+        assert b"Traceback" not in errors, errors.decode()
 
 
 def _body(*payloads: Payload) -> dict[str, Any]:
@@ -249,6 +251,111 @@ async def test_no_setting_means_no_encryption() -> None:
     (stored,) = await data_converter({}).encode(["words"])
     assert stored == pydantic_data_converter.payload_converter.to_payloads(["words"])[0]
     assert await data_converter({}).decode([stored]) == ["words"]
+
+
+# The codec server's app, through the ASGI transport (no server, no Temporal)
+
+
+@asynccontextmanager
+async def _codec_app(keys: str = OLD) -> AsyncIterator[httpx.AsyncClient]:
+    transport = httpx.ASGITransport(app=codec_app(Keyring.parse(keys), UI_ORIGIN))
+    async with httpx.AsyncClient(transport=transport, base_url="http://codec") as http:
+        yield http
+
+
+async def test_codec_app_encodes_and_decodes_for_the_web_ui_only() -> None:
+    """POST /encode then /decode gives the payload back; the Web UI's preflight is a 204 with
+    CORS headers, which every answer carries; another origin is refused (403)."""
+    plain = Payload(metadata={"encoding": b"json/plain"}, data=b'"secret words"')
+    async with _codec_app() as http:
+        encoded = await http.post("/encode", json=_body(plain), headers={"Origin": UI_ORIGIN})
+        assert encoded.status_code == 200
+        assert encoded.headers["access-control-allow-origin"] == UI_ORIGIN
+        (sealed,) = _parse(encoded.json())
+        assert sealed.metadata[KEY_ID_METADATA] == b"old"
+        assert _parse((await http.post("/decode", json=_body(sealed))).json()) == [plain]
+        preflight = await http.options("/decode", headers={"Origin": UI_ORIGIN})
+        assert (preflight.status_code, preflight.content) == (204, b"")
+        assert preflight.headers["access-control-allow-methods"] == "POST, OPTIONS"
+        elsewhere = await http.post(
+            "/decode", json=_body(sealed), headers={"Origin": "http://evil.example"}
+        )
+        assert (elsewhere.status_code, elsewhere.json()) == (
+            403,
+            {"error": "origin http://evil.example is not allowed; see --origin"},
+        )
+
+
+@pytest.mark.parametrize(
+    ("body", "problem"),
+    [
+        pytest.param(b"[]", "not a Payloads JSON body: a JSON list", id="a list"),
+        pytest.param(b'"payloads"', "not a Payloads JSON body: a JSON str", id="a string"),
+        pytest.param(b"{nope", "not a Payloads JSON body: Expecting property name", id="no JSON"),
+        pytest.param(b"[" * 100_000, "not a Payloads JSON body: ", id="nested too deeply"),
+        pytest.param(
+            b'{"payloads": 5}', "not a Payloads JSON body: Failed to parse payloads", id="a number"
+        ),
+        pytest.param(
+            b'{"payloads": [{"data": "not base64!"}]}',
+            "not a Payloads JSON body: Failed to parse payloads field: Failed to parse data",
+            id="bad base64",
+        ),
+    ],
+)
+async def test_codec_app_refuses_a_body_that_is_not_a_payloads_object(
+    body: bytes, problem: str
+) -> None:
+    """Any JSON that is not a Payloads object, or no JSON at all, is a 400 saying so."""
+    async with _codec_app() as http:
+        for path in ("/decode", "/encode"):
+            response = await http.post(path, content=body)
+            assert response.status_code == 400, response.text
+            assert response.json()["error"].startswith(problem)
+
+
+async def test_codec_app_answers_wrong_methods_paths_and_sizes_as_json() -> None:
+    """GET /decode is a 405 naming POST, another path a 404, a chunked or missing body a 411, an
+    oversized one a 413; all JSON with the CORS headers."""
+
+    async def chunks() -> AsyncIterator[bytes]:
+        yield b"{}"
+
+    async with _codec_app() as http:
+        answers = [
+            await http.get("/decode"),
+            await http.post("/history", json={}),
+            await http.post("/decode", content=chunks()),
+            await http.post("/decode", headers={"content-length": str(16 * 1024 * 1024 + 1)}),
+        ]
+        assert [(r.status_code, r.json()["error"]) for r in answers] == [
+            (405, "GET is not allowed here (use POST)"),
+            (404, "no /history; POST /encode or /decode"),
+            (411, "send the body with a Content-Length (curl --data-binary @file)"),
+            (413, "body larger than 16777216 bytes"),
+        ]
+        assert answers[0].headers["allow"] == "POST"
+        assert {r.headers["access-control-allow-origin"] for r in answers} == {UI_ORIGIN}
+
+
+async def test_codec_server_prints_no_traceback_when_a_client_leaves_early() -> None:
+    """Clients that hang up inside a request's body, inside its head, or before sending anything
+    leave no traceback on the real server's stderr (checked as it stops), and it still answers."""
+    plain = Payload(metadata={"encoding": b"json/plain"}, data=b"1")
+    async with _codec_server(OLD) as url, httpx.AsyncClient(timeout=30) as http:
+        host, port = url.removeprefix("http://").split(":")
+        for request in (
+            b'POST /decode HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{"payl',
+            b"POST /decode HTTP/1.1\r\nHost: x\r\nContent-Le",
+            b"",
+        ):
+            _, writer = await asyncio.open_connection(host, int(port))
+            writer.write(request)
+            await writer.drain()
+            writer.close()
+            await writer.wait_closed()
+        decoded = await http.post(f"{url}/decode", json=_body(plain))
+        assert _parse(decoded.json()) == [plain]
 
 
 # Through real runs

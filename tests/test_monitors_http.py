@@ -5,12 +5,11 @@ events, and a ping sent while no worker runs waits in Temporal until one does.""
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import signal
 import sys
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, MutableMapping
 from contextlib import AsyncExitStack, asynccontextmanager
 from datetime import UTC, datetime
 from typing import Any
@@ -26,8 +25,8 @@ from temporalio.contrib.workflow_streams import WorkflowStreamClient
 from tests.conftest import running_worker
 from tests.monitor_support import until, view
 from tests.processes import ROOT, clean_env
-from treadle import ping_service
-from treadle.ping_service import MonitorService
+from treadle.web import ping as ping_service
+from treadle.web.ping import MonitorService
 from workflows.monitors.models import (
     EVENTS_TOPIC,
     MEMO_PING_KEY_DIGEST,
@@ -293,36 +292,34 @@ def service_log(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
     return [r for r in caplog.records if r.name == ping_service.log.name]
 
 
-async def test_a_request_cut_short_is_a_400_and_one_log_line(
+async def test_a_request_cut_short_is_one_log_line_and_no_traceback(
     setup: Setup, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """A body shorter than its Content-Length, or a head that never ends, when the client closes
-    its side: a 400 saying so and one warning line without a traceback; a connection that sends
-    nothing is closed without an answer or a log line."""
+    """A client that ends the connection inside its request (a body shorter than its
+    Content-Length, a head that never ends, nothing at all) has gone: the service answers nobody,
+    logs at most one warning line for it without a traceback, and serves the next request."""
     caplog.set_level(logging.INFO, logger=ping_service.log.name)
     short_body = (
         b"POST /ping/backup.0123456789abcdef HTTP/1.1\r\nHost: x\r\n"
         b"Content-Length: 100\r\n\r\nonly 12 byte"
     )
-    for request, message in (
-        (short_body, "the body ended after 12 of its 100 bytes (Content-Length)"),
-        (b"GET /ping/backup.0123 HTTP/1.1\r\nHo", "the connection ended inside the request head"),
-    ):
-        caplog.clear()
-        answer = await raw_exchange(setup.service, request)
-        head, _, body = answer.partition(b"\r\n\r\n")
-        assert head.startswith(b"HTTP/1.1 400 Bad Request\r\n"), answer
-        assert json.loads(body)["error"].startswith(message)
-        (line,) = service_log(caplog)
-        assert (line.levelno, line.getMessage(), line.exc_info) == (
-            logging.WARNING,
-            "monitor_http.request.incomplete",
-            None,
-        )
+    assert await raw_exchange(setup.service, short_body) == b""
+    async with asyncio.timeout(10):  # logged once the request's task sees the connection gone
+        while not service_log(caplog):
+            await asyncio.sleep(0.01)
+    (line,) = service_log(caplog)
+    assert (line.levelno, line.getMessage(), line.exc_info) == (
+        logging.WARNING,
+        "monitor_http.request.incomplete",
+        None,
+    )
     caplog.clear()
+    assert await raw_exchange(setup.service, b"GET /ping/backup.0123 HTTP/1.1\r\nHo") == b""
     assert await raw_exchange(setup.service, b"") == b""
     assert service_log(caplog) == []
     assert "Traceback" not in caplog.text
+    async with httpx.AsyncClient(timeout=30) as http:
+        assert (await http.get(setup.url("/ping/backup.0123"))).status_code == 404
 
 
 async def test_a_number_too_long_to_convert_is_a_400(setup: Setup) -> None:
@@ -395,20 +392,91 @@ async def test_connections_over_the_cap_get_503(client: Client, setup: Setup) ->
         await service.close()
 
 
-async def test_a_client_that_stops_reading_is_dropped(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Writing to a client that takes nothing gives up after WRITE_TIMEOUT with ClientStalled (a
-    ConnectionError, which ends the connection) instead of waiting forever."""
-
-    class StalledWriter:
-        def write(self, data: bytes) -> None:
-            pass
-
-        async def drain(self) -> None:
-            await asyncio.Event().wait()
-
+async def test_an_event_stream_client_that_stops_reading_is_dropped(
+    client: Client, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An event-stream client that takes nothing (the server's send waits on its full socket) is
+    given up after WRITE_TIMEOUT with one warning line, instead of holding its slot forever."""
     monkeypatch.setattr(ping_service, "WRITE_TIMEOUT", 0.05)
-    with pytest.raises(ping_service.ClientStalled, match=r"took nothing for 0\.05 s"):
-        await ping_service._respond(StalledWriter(), 200, {})  # type: ignore[arg-type]
+    caplog.set_level(logging.INFO, logger=ping_service.log.name)
+    sent: list[str] = []
+
+    async def receive() -> dict[str, Any]:
+        await asyncio.Event().wait()  # the client never hangs up
+        raise AssertionError
+
+    async def send(message: MutableMapping[str, Any]) -> None:
+        sent.append(message["type"])
+        if message["type"] == "http.response.body":
+            await asyncio.Event().wait()  # the socket is full and stays full
+
+    service = MonitorService(client, task_queue=f"test-{uuid.uuid4().hex[:12]}")
+    try:
+        async with asyncio.timeout(10):
+            await service.app(
+                asgi_scope("GET", "/monitors/events", b"monitor=nobody"), receive, send
+            )
+    finally:
+        await service.close()
+    assert sent == ["http.response.start", "http.response.body"]
+    (line,) = service_log(caplog)
+    assert (line.levelno, line.getMessage()) == (logging.WARNING, "monitor_http.events.stalled")
+
+
+def asgi_scope(method: str, path: str, query: bytes = b"") -> dict[str, Any]:
+    """An HTTP request's ASGI scope, as a server gives it to the app."""
+    return {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": method,
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "root_path": "",
+        "query_string": query,
+        "headers": [],
+        "client": ("127.0.0.1", 50000),
+        "server": ("127.0.0.1", 8780),
+    }
+
+
+async def test_the_app_answers_what_needs_no_temporal_as_json(client: Client) -> None:
+    """Through the ASGI app alone: an unknown path is a 404 naming it, another method a 405 with
+    Allow (HEAD included), a chunked upload 411, an oversized or mis-sized body 413 / 400; every
+    answer is JSON."""
+    service = MonitorService(client)
+    transport = httpx.ASGITransport(app=service.app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://service") as http:
+
+        async def answer(response: httpx.Response) -> tuple[int, str]:
+            assert response.headers["content-type"] == "application/json"
+            return response.status_code, response.json()["error"]
+
+        async def chunks() -> AsyncIterator[bytes]:
+            yield b"output"
+
+        key = "backup.0123456789abcdef"
+        assert await answer(await http.get("/pong")) == (404, "no such endpoint: /pong")
+        assert await answer(await http.put(f"/ping/{key}/fail")) == (
+            405,
+            "PUT is not allowed here (use GET, POST)",
+        )
+        head = await http.head(f"/ping/{key}")
+        assert (head.status_code, head.headers["allow"]) == (405, "GET, POST")
+        assert (await http.post("/monitors/events")).headers["allow"] == "GET"
+        assert await answer(await http.post(f"/ping/{key}", content=chunks())) == (
+            411,
+            "send the body with a Content-Length (curl --data-binary @file)",
+        )
+        big = b"x" * (ping_service.MAX_BODY_BYTES + 1)
+        assert await answer(await http.post(f"/ping/{key}", content=big)) == (
+            413,
+            "body larger than 1048576 bytes",
+        )
+        bad_length = await http.post(f"/ping/{key}", headers={"content-length": "many"})
+        assert await answer(bad_length) == (400, "Content-Length is not a number")
+    await service.close()
 
 
 async def test_the_event_stream_sends_check_in_and_health_events(
@@ -556,7 +624,7 @@ async def test_serve_runs_the_service_as_a_process(
     client: Client, setup: Setup, temporal_address: str
 ) -> None:
     """`starter.py serve --port 0` prints where it listens, answers pings, and stops on SIGTERM
-    with exit code 0."""
+    with exit code 0, ending an open event stream first."""
     handle, key = await setup.monitor()
     process = await asyncio.create_subprocess_exec(
         sys.executable,
@@ -584,7 +652,12 @@ async def test_serve_runs_the_service_as_a_process(
             assert (await http.get(f"{base}/ping/{key}")).status_code == 202
             assert (await http.get(f"{base}/ping/{handle.id[8:]}.{'x' * 20}")).status_code == 404
             await until(handle, lambda v: v.health is Health.HEALTHY)
-        process.send_signal(signal.SIGTERM)
+        async with event_stream(f"{base}/monitors/events") as events:
+            await events.comment("connected")
+            process.send_signal(signal.SIGTERM)
+            with pytest.raises(AssertionError, match="the event stream ended"):
+                await asyncio.wait_for(events.event(), 30)
         rest = (await asyncio.wait_for(process.stdout.read(), 30)).decode()
         assert await process.wait() == 0, rest
         assert "Monitor HTTP service stopped." in rest
+        assert "Traceback" not in rest

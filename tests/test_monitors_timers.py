@@ -21,7 +21,7 @@ from temporalio.worker import Replayer
 from activities.model.activity import ProviderSettings, http_client
 from tests.monitor_support import until, view
 from tests.test_monitors_http import EventReader
-from treadle.ping_service import MonitorService
+from treadle.web.ping import MonitorService
 from worker import WORKFLOWS, build_worker, workflow_runner
 from workflows.monitors.models import (
     CheckInSignal,

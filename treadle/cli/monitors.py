@@ -37,7 +37,8 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from treadle.cli.exits import UsageError
 from treadle.cli.tables import table
-from treadle.ping_service import DEFAULT_PORT, MonitorService, running_monitors_query
+from treadle.web.events import running_monitors_query
+from treadle.web.ping import DEFAULT_PORT, MonitorService
 from workflows import cron
 from workflows.base import Frozen, describe_errors
 from workflows.monitors.models import (
