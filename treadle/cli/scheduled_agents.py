@@ -33,13 +33,13 @@ from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
 from activities.errors import ThreadUnavailable
-from treadle import scheduled_agents
+from treadle import agent_schedules
+from treadle.agent_schedules import DeployedSchedule, ScheduleConflict
 from treadle.cli import shell
 from treadle.cli.exits import UsageError
 from treadle.cli.monitors import format_view
 from treadle.cli.tables import table
 from treadle.cli.workspaces import make_workspace
-from treadle.scheduled_agents import DeployedSchedule, ScheduleConflict
 from workflows import cron
 from workflows.agent.events import approval_commands
 from workflows.agent.models import TASK_QUEUE, AgentInput, AgentStatus
@@ -307,8 +307,8 @@ async def cmd_create(client: Client, args: argparse.Namespace) -> int:
     if args.make_workspace and plan.agent is not None:
         await asyncio.to_thread(make_workspace, Path(plan.agent.workspace))
     try:
-        action = await scheduled_agents.create(client, plan, args.task_queue)
-        deployed = await scheduled_agents.deployed(client, plan.name)
+        action = await agent_schedules.create(client, plan, args.task_queue)
+        deployed = await agent_schedules.deployed(client, plan.name)
     except (ScheduleConflict, ThreadUnavailable) as exc:
         raise UsageError(str(exc)) from exc
     if deployed is None:
@@ -326,7 +326,7 @@ async def cmd_create(client: Client, args: argparse.Namespace) -> int:
             }
         )
         return 0
-    head = "Created" if action is scheduled_agents.CreateAction.CREATED else "Unchanged:"
+    head = "Created" if action is agent_schedules.CreateAction.CREATED else "Unchanged:"
     if plan.message is not None:
         target = f"  thread:    {plan.message.thread_id} (each slot sends it TASK, and waits)\n"
     else:
@@ -361,7 +361,7 @@ class ScheduleListing(Frozen):
 
 
 async def cmd_list(client: Client, args: argparse.Namespace) -> int:
-    found = await scheduled_agents.list_deployed(client)
+    found = await agent_schedules.list_deployed(client)
     views = await asyncio.gather(
         *(_view(client, d.schedule.name, LIST_ANSWER_TIMEOUT, 0) for d in found)
     )
@@ -460,7 +460,7 @@ async def cmd_trigger(client: Client, args: argparse.Namespace) -> int:
 async def cmd_delete(client: Client, args: argparse.Namespace) -> int:
     _name(args.name)
     try:
-        deleted = await scheduled_agents.delete(client, args.name)
+        deleted = await agent_schedules.delete(client, args.name)
     except ScheduleConflict as exc:
         raise UsageError(str(exc)) from exc
     if not deleted:
@@ -477,7 +477,7 @@ async def cmd_delete(client: Client, args: argparse.Namespace) -> int:
 async def _deployed(client: Client, name: str) -> DeployedSchedule:
     _name(name)
     try:
-        deployed = await scheduled_agents.deployed(client, name)
+        deployed = await agent_schedules.deployed(client, name)
     except ScheduleConflict as exc:
         raise UsageError(str(exc)) from exc
     if deployed is None:
