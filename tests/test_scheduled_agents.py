@@ -407,8 +407,8 @@ def test_printed_commands_keep_the_profile_and_the_server_they_were_given() -> N
     import argparse
     from types import SimpleNamespace
 
-    from treadle.cli import scheduled_agents as schedules
     from treadle.cli import shell
+    from treadle.cli.scheduled_agents import commands as schedules
 
     client: Any = SimpleNamespace(namespace="prod-ns")
     args = argparse.Namespace(
