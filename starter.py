@@ -50,13 +50,13 @@ from temporalio.common import WorkflowIDReusePolicy
 from temporalio.exceptions import TemporalError, WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
+from treadle.cli import chat as cli_chat
 from treadle.cli import codec_server as cli_codec_server
 from treadle.cli import demo as cli_demo
 from treadle.cli import jobs as cli_jobs
 from treadle.cli import live as cli_live
 from treadle.cli import monitors as cli_monitors
-from treadle.cli import schedules as cli_schedules
-from treadle.cli import threads as cli_threads
+from treadle.cli import scheduled_agents as cli_scheduled_agents
 from treadle.cli.exits import UsageError, run_and_exit
 from treadle.cli.tables import table
 from treadle.cli.workspaces import make_workspace, resolve_workspace
@@ -413,8 +413,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
     cli_jobs.register(sub)
     cli_monitors.register(sub)
-    cli_schedules.register(sub, add_run_options=add_run_options, build_input=build_input)
-    cli_threads.register(sub)
+    cli_scheduled_agents.register(sub, add_run_options=add_run_options, build_input=build_input)
+    cli_chat.register(sub)
     cli_live.register(sub)
     cli_codec_server.register(sub)
 

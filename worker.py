@@ -55,10 +55,10 @@ from treadle.connection import (
     ensure_search_attributes,
 )
 from treadle.devserver import DevServer, DevServerError, load_config
+from treadle.job_schedules import sync_schedules
 from treadle.logs import LOG_FORMATS, configure_logging
-from treadle.schedules import sync_schedules
+from treadle.observability import TelemetrySettingsError, metrics_runtime, metrics_url
 from treadle.stores import StoreSettingsError, check_store, open_blob_store, parse_store
-from treadle.telemetry import TelemetrySettingsError, metrics_runtime, metrics_url
 from workflows.agent import search_attributes
 from workflows.agent.models import TASK_QUEUE
 from workflows.agent.workflow import AgentWorkflow

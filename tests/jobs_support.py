@@ -34,7 +34,7 @@ from activities.jobs import (
     send_run,
 )
 from activities.model.activity import ProviderSettings, http_client
-from treadle.schedules import sync_schedules
+from treadle.job_schedules import sync_schedules
 from worker import build_worker
 from workflows.jobs.ledger import JobLedgerWorkflow
 from workflows.jobs.models import (

@@ -29,7 +29,7 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 
 from tests.conftest import free_port
-from treadle import telemetry
+from treadle import observability
 from treadle.connection import connect
 
 
@@ -141,7 +141,7 @@ def shared_receiver() -> OtlpReceiver:
 
 async def flush_spans() -> None:
     """Export every ended span now (the batch processor would wait for its schedule)."""
-    provider = telemetry.tracer_provider()
+    provider = observability.tracer_provider()
     assert provider is not None, "tracing is not configured"
     assert await asyncio.to_thread(provider.force_flush, 30_000)
 
@@ -169,12 +169,12 @@ async def observed_client(address: str) -> Observed:
         "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint,
         "OTEL_SERVICE_NAME": "treadle-tests",
     }
-    if telemetry.configure_tracing(environ) is None:
+    if observability.configure_tracing(environ) is None:
         pytest.fail("tracing did not install")
     port = free_port()
-    runtime = telemetry.metrics_runtime(port)
+    runtime = observability.metrics_runtime(port)
     client = await connect(address=address, namespace="default", environ=environ, runtime=runtime)
-    return Observed(client, receiver, telemetry.metrics_url("127.0.0.1", port))
+    return Observed(client, receiver, observability.metrics_url("127.0.0.1", port))
 
 
 _SAMPLE = re.compile(r"^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(\{(?P<labels>.*)\})? (?P<value>\S+)$")

@@ -24,7 +24,7 @@ from tests.jobs_support import (
 from tests.processes import clean_env, start_worker
 from treadle.cli import jobs as cli_jobs
 from treadle.cli.jobs import list_jobs
-from treadle.schedules import CATCHUP_WINDOW, DISABLED_NOTE, deployed_job, sync_schedules
+from treadle.job_schedules import CATCHUP_WINDOW, DISABLED_NOTE, deployed_job, sync_schedules
 from workflows.jobs.models import JobRunStatus, Trigger, schedule_id
 
 

@@ -34,7 +34,7 @@ from tests.jobs_support import eventually
 from tests.monitor_support import until
 from tests.processes import run_cli
 from tests.test_threads import start_thread
-from treadle import scheduled_agents
+from treadle import agent_schedules
 from workflows.agent.models import (
     AgentResult,
     AgentStatus,
@@ -134,7 +134,7 @@ class Schedules:
     async def cleanup(self) -> None:
         for name in self.names:
             with contextlib.suppress(RPCError):
-                await scheduled_agents.delete(self.client, name)
+                await agent_schedules.delete(self.client, name)
 
 
 async def _at_least(fetch: Callable[[], Any], count: int) -> Any:
@@ -407,7 +407,8 @@ def test_printed_commands_keep_the_profile_and_the_server_they_were_given() -> N
     import argparse
     from types import SimpleNamespace
 
-    from treadle.cli import schedules, shell
+    from treadle.cli import shell
+    from treadle.cli.scheduled_agents import commands as schedules
 
     client: Any = SimpleNamespace(namespace="prod-ns")
     args = argparse.Namespace(

@@ -21,7 +21,7 @@ from temporalio.testing import WorkflowEnvironment
 from activities.model.activity import http_client
 from tests.conftest import replayer, scripted_worker
 from tests.monitor_support import until, view
-from treadle.scheduled_agents import build_schedule, ensure_monitor
+from treadle.agent_schedules import build_schedule, ensure_monitor
 from treadle.scripted_model import ScriptedModelServer
 from workflows.agent.models import AgentConfig, AgentInput, RunStatus
 from workflows.monitors.models import CheckInStatus, Health, monitor_workflow_id

@@ -20,10 +20,10 @@ from treadle.cli.live import (
     NewText,
     TerminalView,
     TextTracker,
-    _answer,
     event_text,
     item_json,
 )
+from treadle.cli.live.responder import _answer
 from treadle.cli.shell import runnable
 from treadle.stream import StreamItem
 from workflows.agent.events import (

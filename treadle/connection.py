@@ -53,8 +53,8 @@ from temporalio.runtime import Runtime
 from temporalio.service import RPCError, RPCStatusCode
 
 from treadle.codec import EncryptionCodec, EncryptionSettingsError, Keyring, NoKeysCodec
+from treadle.observability import TelemetrySettingsError, TracingSettings, client_plugins
 from treadle.stores import StoreLocation, StoreSettingsError, external_storage, parse_store
-from treadle.telemetry import TelemetrySettingsError, TracingSettings, client_plugins
 
 __all__ = [
     "DEFAULT_ADDRESS",
@@ -149,7 +149,7 @@ async def connect(
     to the dev server too. ``store`` is the External Storage directory (or ``"none"``); without
     it ``TREADLE_STORE`` in ``environ`` decides, then :data:`DEFAULT_STORE`. The client (and
     every worker built on it) is traced when ``environ`` sets up OpenTelemetry
-    (``treadle.telemetry``); ``runtime`` is a Temporal runtime of one's own (``worker.py
+    (``treadle.observability``); ``runtime`` is a Temporal runtime of one's own (``worker.py
     --metrics-port`` serves Prometheus metrics from one).
     """
     environment = os.environ if environ is None else environ

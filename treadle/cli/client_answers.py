@@ -1,7 +1,7 @@
 """What the command line shares when a run asks its client (Loom's server query): the policy.
 
 A run that needs something only the client has publishes a ``ClientQuery``; ``watch``, ``chat``
-and ``run --wait`` answer it with the ``answer_query`` update (``treadle/cli/live.py``). What
+and ``run --wait`` answer it with the ``answer_query`` update (``treadle/cli/live/``). What
 they may answer is decided here, apart from any prompt or network:
 
 - ``file_read``: a file under the client's working directory, and nothing outside it. The path

@@ -1,6 +1,6 @@
 """`starter.py jobs ...`: list, history, trigger, pause, unpause, sync.
 
-The schedules themselves (one per enabled job) are made by ``treadle.schedules``.
+The schedules themselves (one per enabled job) are made by ``treadle.job_schedules``.
 
     python starter.py jobs list [ID ...] [--json]
     python starter.py jobs history ID [--limit N] [--json]
@@ -33,7 +33,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from activities.jobs import JobRegistry, builtin_jobs
 from treadle.cli.exits import UsageError
 from treadle.cli.tables import table
-from treadle.schedules import (
+from treadle.job_schedules import (
     DISABLED_NOTE,
     DeployedJob,
     SyncAction,
