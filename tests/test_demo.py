@@ -214,6 +214,11 @@ def test_run_watch_status_approve_from_a_fresh_shell(kept_demo: KeptDemo) -> Non
         text=True,
     )
     try:
+        # Approve once watch has attached: on a busy machine the run could otherwise end
+        # before watch starts, and watch rightly says only that it has ended.
+        assert watch.stderr is not None
+        attached = watch.stderr.readline()
+        assert attached.startswith(f"watch: attached to {workflow_id} (WaitingForHuman)"), attached
         approved = fresh_shell(cd, kept_demo.command("approve"))
         assert approved.returncode == 0, approved.stderr
         assert approved.stdout.startswith(f"approved call_t1_0 (write_file) in run {workflow_id}")

@@ -307,7 +307,12 @@ class JsonView:
         self.prompt_file.flush()
 
     def attached(self, workflow_id: str, status: AgentStatus) -> None:
-        pass
+        # On standard error, so standard output stays one JSON object per item: whoever reads
+        # the items knows from here on that nothing after this offset is missed.
+        self.say(
+            f"attached to {workflow_id} ({status.state.value}); "
+            f"following from offset {status.stream_offset}"
+        )
 
     @contextlib.contextmanager
     def paused(self) -> Iterator[None]:
