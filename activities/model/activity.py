@@ -25,7 +25,10 @@ the same body otherwise, and at most once. This is no retry of a failure Tempora
 (the second request is a different one, and the only one that can succeed); its outcome, success
 or error, is the attempt's. When it succeeds the endpoint (its URL and model) is remembered as
 one that does not stream, for as long as this worker runs: later calls to it do not stream, and
-``model.stream.unsupported`` is logged once.
+``model.stream.unsupported`` is logged once. A 200 stream that ends before its first event is a
+refusal too, remembered for requests that offer tools apart from those that do not:
+llama-cpp-python's function-calling format streams plain replies but raises on a streamed
+``tool_choice: "auto"`` after sending its headers.
 """
 
 from __future__ import annotations
@@ -143,8 +146,9 @@ class ModelActivities:
         self._client = client
         self._redact = http_errors.Redactor(settings.api_keys())
         self._store = store
-        self._unstreamable: set[tuple[str, str]] = set()
-        """Endpoints (URL, model name) found to refuse streaming; called without it."""
+        self._unstreamable: set[tuple[str, str, bool]] = set()
+        """Endpoints (URL, model name, tools offered) found to refuse streaming; called without
+        it."""
 
     @activity.defn(name="call_model")
     async def call_model(self, request: ModelRequest) -> ModelResponse:
@@ -259,7 +263,8 @@ class ModelActivities:
         url = endpoint.base_url.rstrip("/") + protocol.path()
         timeout = httpx.Timeout(connect=10.0, read=read_timeout, write=30.0, pool=30.0)
         headers = protocol.headers(endpoint.api_key)
-        streams = request.stream and (url, name) not in self._unstreamable
+        kind = (url, name, bool(request.tools or request.tool_schemas))
+        streams = request.stream and kind not in self._unstreamable
         refusal: str | None = None
         try:
             if streams:
@@ -271,11 +276,15 @@ class ModelActivities:
                     timeout=timeout,
                 ) as response:
                     if response.is_success and _is_event_stream(response):
-                        return await self._read_stream(response, protocol, spec.name, on_text)
-                    await response.aread()  # an error, or a server that does not stream
-                refusal = http_errors.streaming_refusal(
-                    response, protocol.error_message, self._redact
-                )
+                        try:
+                            return await self._read_stream(response, protocol, spec.name, on_text)
+                        except _NothingStreamed:
+                            refusal = "the stream ended before its first event"
+                    else:
+                        await response.aread()  # an error, or a server that does not stream
+                        refusal = http_errors.streaming_refusal(
+                            response, protocol.error_message, self._redact
+                        )
             if not streams or refusal is not None:
                 plain = request.model_copy(update={"stream": False}) if request.stream else request
                 response = await self._client.post(
@@ -291,18 +300,19 @@ class ModelActivities:
             ) from exc
         http_errors.raise_for_status(response, spec.name, protocol.error_message, self._redact)
         if refusal is not None:
-            self._streaming_refused(url, name, request.model, refusal)
+            self._streaming_refused(kind, request.model, refusal)
         try:
             payload = response.json()
         except (ValueError, RecursionError) as exc:  # RecursionError: nested too deeply
             raise ModelResponseError(f"{spec.name} response is not valid JSON") from exc
         return protocol.parse_response(payload, spec.name)
 
-    def _streaming_refused(self, url: str, name: str, model: str, refusal: str) -> None:
+    def _streaming_refused(self, kind: tuple[str, str, bool], model: str, refusal: str) -> None:
         """Remember that the endpoint refused to stream what it answered whole; say so once."""
-        if (url, name) in self._unstreamable:
+        if kind in self._unstreamable:
             return  # a call that was streaming as another learnt it
-        self._unstreamable.add((url, name))
+        self._unstreamable.add(kind)
+        url = kind[0]
         activity.logger.warning(
             "model.stream.unsupported",
             extra={
@@ -321,9 +331,11 @@ class ModelActivities:
     ) -> ModelResponse:
         """The events of a 200 stream, assembled; every way it can break, a ``ModelError``."""
         assembler = protocol.stream_assembler(provider, on_text)
+        fed = False
         async with contextlib.aclosing(sse_events(response.aiter_lines())) as events:
             try:
                 async for event in events:
+                    fed = True
                     assembler.feed(event)
                     if assembler.done:
                         break
@@ -336,6 +348,8 @@ class ModelActivities:
                     event.payload, event.data, provider, protocol.error_message, self._redact
                 ) from None
             if not assembler.done:
+                if not fed:
+                    raise _NothingStreamed
                 raise http_errors.stream_ended(provider, assembler.end)
             # Nothing after the last event matters, but a body read to its end leaves the
             # connection to the pool for the next call; a server that lingers is not waited for.
@@ -391,6 +405,10 @@ def _unless_repeated(exc: ModelError) -> ApplicationError:
         type=error.type,
         non_retryable=True,
     )
+
+
+class _NothingStreamed(Exception):
+    """A 200 stream ended before its first event: the server could not stream this request."""
 
 
 DRAIN_SECONDS = 1.0

@@ -8,7 +8,9 @@ Seen against the real server serving SmolLM2 (see ``bench/real_model.sh``):
 - an assistant message whose ``content`` is ``null`` (beside tool calls) crashes the chat
   template: HTTP 500;
 - ``stream_options`` is ignored: a stream carries no usage;
-- ``logprobs`` without ``top_logprobs`` returns no log-probabilities.
+- ``logprobs`` without ``top_logprobs`` returns no log-probabilities;
+- a streamed request with ``tool_choice: "auto"`` gets its 200 and headers, then nothing: the
+  chat format raises "Automatic streaming tool choice is not supported" once the body began.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from typing import Any, Literal
 from treadle.scripted_model.replies import Reply, json_reply
 from treadle.scripted_model.script import Turn
 
-__all__ = ["Like", "adapt", "request_problem"]
+__all__ = ["Like", "adapt", "cannot_stream", "request_problem"]
 
 Like = Literal["openai", "llama.cpp"]
 """Which server a scripted model behaves like."""
@@ -41,6 +43,13 @@ def request_problem(body: dict[str, Any]) -> Reply | None:
                 },
             )
     return None
+
+
+def cannot_stream(body: dict[str, Any]) -> bool:
+    """The request is one the server answers with an empty stream."""
+    return (
+        body.get("stream") is True and bool(body.get("tools")) and body.get("tool_choice") == "auto"
+    )
 
 
 def adapt(turn: Turn, body: dict[str, Any]) -> Turn:

@@ -220,6 +220,8 @@ class ScriptedModelServer:
             if (problem := llama_cpp.request_problem(body)) is not None:
                 return problem
             include_usage = False  # it ignores stream_options
+            if llama_cpp.cannot_stream(body):
+                return Stream(())
             turns = [llama_cpp.adapt(turn, body) for turn in turns]
 
         index = self._turn_index(model, assistant_turns(messages))
