@@ -287,9 +287,19 @@ class ModelActivities:
                         )
             if not streams or refusal is not None:
                 plain = request.model_copy(update={"stream": False}) if request.stream else request
-                response = await self._client.post(
-                    url, json=protocol.build_body(plain, name), headers=headers, timeout=timeout
-                )
+                body = protocol.build_body(plain, name)
+                try:
+                    response = await self._client.post(
+                        url, json=body, headers=headers, timeout=timeout
+                    )
+                except httpx.RemoteProtocolError:
+                    if refusal is None:
+                        raise
+                    # The pooled connection the refused stream came on may be one its server
+                    # is closing (llama.cpp's, after the stream it could not finish).
+                    response = await self._client.post(
+                        url, json=body, headers=headers, timeout=timeout
+                    )
         except httpx.TransportError as exc:  # timeouts included
             raise http_errors.connection_error(exc, spec.name, url, self._redact) from exc
         except httpx.DecodingError as exc:  # a body its Content-Encoding does not describe
