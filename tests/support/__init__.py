@@ -1,0 +1,1 @@
+"""What the rooms share: the harness, worker processes, servers and helpers of the suite."""

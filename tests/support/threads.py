@@ -1,0 +1,54 @@
+"""Threads in tests: start one on the harness's worker, send it a message, wait for its answers."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from datetime import timedelta
+from typing import Any
+
+from temporalio.client import WorkflowHandle
+
+from tests.support.harness import Harness
+from workflows.agent.models import AgentConfig, AgentInput, AgentStatus, SendReceipt, UserMessage
+from workflows.agent.state_machine import State
+from workflows.agent.workflow import AgentWorkflow
+
+
+async def start_thread(
+    harness: Harness, model: str, *, task_queue: str | None = None, **config: Any
+) -> WorkflowHandle[Any, Any]:
+    """A thread on the harness's task queue (or ``task_queue``), replay-checked at the end."""
+    handle = await harness.client.start_workflow(
+        AgentWorkflow.run,
+        AgentInput(
+            task="Hello, remember the word 'marmalade'.",
+            model=model,
+            workspace=str(harness.workspace),
+            thread=True,
+            config=AgentConfig.model_validate(config),
+        ),
+        id=f"thread-{uuid.uuid4().hex[:12]}",
+        task_queue=task_queue or harness.task_queue,
+        execution_timeout=timedelta(minutes=5),
+    )
+    harness.handles.append(handle)
+    return handle
+
+
+async def send(handle: WorkflowHandle[Any, Any], text: str) -> SendReceipt:
+    receipt: SendReceipt = await handle.execute_update(AgentWorkflow.send, UserMessage(text=text))
+    return receipt
+
+
+async def answered(harness: Harness, handle: WorkflowHandle[Any, Any], turns: int) -> AgentStatus:
+    """Wait until the thread has answered ``turns`` turns and waits for its user again."""
+    for _ in range(300):
+        # Trace first: a status read after it is at least as far along.
+        trace = await handle.query(AgentWorkflow.trace)
+        status: AgentStatus = await handle.query(AgentWorkflow.state)
+        done = [e for e in trace.entries if e.event == "TurnAnswered"]
+        if status.state is State.WAITING_FOR_USER_INPUT and len(done) + trace.earlier >= turns:
+            return status
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"the thread never answered {turns} turn(s): {status}")

@@ -1,0 +1,296 @@
+"""A worker killed mid-hook: the next worker's attempt finds what the dead one did, and the
+step is committed exactly once.
+
+To land the kill inside the hook deterministically, the workers find a ``git`` on their PATH
+that runs the real git and then, once, sleeps after the chosen subcommand (``add``: nothing is
+committed yet; ``commit``: the commit exists but the activity never reported it). Nothing in
+the product knows about it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import shutil
+import signal
+import sys
+import uuid
+from collections.abc import Mapping
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from temporalio import workflow
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client, WorkflowHandle
+from temporalio.worker import Worker
+
+from activities.hooks import HookActivities
+from tests.support.harness import replayer
+from tests.support.processes import ROOT, WorkerProcess, clean_env, start_worker
+from tests.support.repos import Repo, make_repo
+from treadle.connection import connect
+from treadle.scripted_model import ScriptedModelServer
+from workflows.agent.hooks import HookRequest, HookResult, hook_call
+from workflows.agent.models import AgentConfig, AgentInput, AgentResult, RunStatus
+from workflows.agent.workflow import AgentWorkflow
+
+HEARTBEAT_SECONDS = 2
+"""A killed worker's hook attempt is given up after this long, and retried elsewhere."""
+
+
+@workflow.defn(sandboxed=False)
+class HookOnceWorkflow:
+    """One hook call with the agent's hook options, as the PostToolsHook state makes it."""
+
+    @workflow.run
+    async def run(self, request: HookRequest) -> HookResult:
+        return await workflow.execute_activity_method(
+            HookActivities.run_hook,
+            request,
+            **hook_call(
+                f"step {request.step} · {request.hook}",
+                heartbeat_timeout_seconds=HEARTBEAT_SECONDS,
+            ),
+        )
+
+
+async def serve(address: str, task_queue: str) -> None:
+    """The worker process of these tests: ``HookOnceWorkflow`` and the real ``run_hook``."""
+    client = await connect(address=address, namespace="default")
+    worker = Worker(
+        client,
+        task_queue=task_queue,
+        workflows=[HookOnceWorkflow],
+        activities=[HookActivities().run_hook],
+        # No sticky cache: after a kill the workflow task goes straight to the live worker.
+        max_cached_workflows=0,
+    )
+    async with worker:
+        print("Worker polling", flush=True)
+        await asyncio.Event().wait()
+
+
+SERVE = (
+    f"import asyncio, sys; from {__name__} import serve; "
+    "asyncio.run(serve(sys.argv[1], sys.argv[2]))"
+)
+
+
+async def start_hook_worker(address: str, task_queue: str, env: Mapping[str, str]) -> WorkerProcess:
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-c",
+        SERVE,
+        address,
+        task_queue,
+        cwd=ROOT,
+        env=dict(env),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
+    worker = WorkerProcess(process, [])
+    assert process.stdout is not None
+    while True:
+        raw = await asyncio.wait_for(process.stdout.readline(), 60)
+        if not raw:
+            raise AssertionError("the hook worker exited early:\n" + "\n".join(worker.output))
+        worker.output.append(raw.decode().rstrip())
+        if worker.output[-1] == "Worker polling":
+            return worker
+
+
+class SlowGit:
+    """A ``git`` that runs the real one and then, the first time ``subcommand`` runs, writes
+    its process id to ``paused`` and sleeps: a worker can be killed while it waits."""
+
+    def __init__(self, directory: Path, subcommand: str) -> None:
+        real = shutil.which("git")
+        assert real is not None
+        self.bin = directory / "bin"
+        self.bin.mkdir(parents=True)
+        self.paused = directory / "paused"
+        script = self.bin / "git"
+        script.write_text(
+            "#!/bin/sh\n"
+            f'"{real}" "$@"\n'
+            "status=$?\n"
+            'for arg in "$@"; do\n'
+            f'  if [ "$arg" = {subcommand} ] && [ ! -e "{self.paused}" ]; then\n'
+            f'    echo $$ > "{self.paused}.tmp" && mv "{self.paused}.tmp" "{self.paused}"\n'
+            "    sleep 120\n"
+            "  fi\n"
+            "done\n"
+            "exit $status\n"
+        )
+        script.chmod(0o755)
+
+    def env(self, **extra: str) -> dict[str, str]:
+        return clean_env(PATH=f"{self.bin}{os.pathsep}{os.environ['PATH']}", **extra)
+
+    async def wait_until_paused(self, timeout: float = 60) -> None:
+        deadline = asyncio.get_running_loop().time() + timeout
+        while not self.paused.exists():
+            if asyncio.get_running_loop().time() > deadline:
+                raise AssertionError("the hook never reached the pause")
+            await asyncio.sleep(0.05)
+
+    def release(self) -> None:
+        """Kill the sleeping wrapper (it outlives the killed worker, as a real git would)."""
+        with contextlib.suppress(FileNotFoundError, ValueError, ProcessLookupError):
+            # git runs in a session of its own, so its process id is also its group's.
+            os.killpg(int(self.paused.read_text()), signal.SIGKILL)
+
+
+def _address(client: Client) -> str:
+    return client.service_client.config.target_host
+
+
+async def hook_attempts(handle: WorkflowHandle[Any, Any]) -> tuple[int, int]:
+    """(times run_hook was scheduled, the highest attempt that started)."""
+    history = await handle.fetch_history()
+    scheduled = [
+        e
+        for e in history.events
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+        and e.activity_task_scheduled_event_attributes.activity_type.name == "run_hook"
+    ]
+    scheduled_ids = {e.event_id for e in scheduled}
+    attempts = [
+        e.activity_task_started_event_attributes.attempt
+        for e in history.events
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED
+        and e.activity_task_started_event_attributes.scheduled_event_id in scheduled_ids
+    ]
+    return len(scheduled), max(attempts, default=0)
+
+
+def step_commits(repo: Repo) -> int:
+    return repo.git("log", "--format=%B").count("Treadle-Step: ")
+
+
+@pytest.mark.parametrize("killed_after", ["add", "commit"])
+async def test_a_worker_killed_mid_hook_commits_the_step_once(
+    client: Client, tmp_path: Path, killed_after: str
+) -> None:
+    """SIGKILL after ``git add`` or after ``git commit``: the attempt on the next worker
+    commits the step (or finds the commit made) and the step has exactly one commit."""
+    repo = make_repo(tmp_path / "ws", tmp_path)
+    repo.write("notes.md", "notes\n")
+    git = SlowGit(tmp_path / "slow-git", killed_after)
+    task_queue = f"test-{uuid.uuid4().hex[:12]}"
+    workflow_id = f"hook-kill-{uuid.uuid4().hex[:8]}"
+    first = await start_hook_worker(_address(client), task_queue, git.env())
+    try:
+        handle = await client.start_workflow(
+            HookOnceWorkflow.run,
+            HookRequest(
+                hook="git_commit",
+                workspace=str(repo.path),
+                step=1,
+                tools=("write_file",),
+                files=("notes.md",),
+                workflow_id=workflow_id,
+                run_id="run-1",
+            ),
+            id=workflow_id,
+            task_queue=task_queue,
+            execution_timeout=timedelta(minutes=2),
+        )
+        await git.wait_until_paused()
+        assert step_commits(repo) == (1 if killed_after == "commit" else 0)
+        await first.kill()
+
+        second = await start_hook_worker(_address(client), task_queue, git.env())
+        try:
+            result: HookResult = await asyncio.wait_for(handle.result(), 60)
+        finally:
+            await second.kill()
+    finally:
+        git.release()
+        if first.process.returncode is None:
+            await first.kill()
+
+    assert result.outcome == "done"
+    assert result.commit == repo.head()
+    assert repo.count() == 2
+    assert step_commits(repo) == 1
+    assert repo.changed_in(result.commit) == ["A\tnotes.md"]
+    if killed_after == "commit":
+        assert result.detail == f"step 1 was already committed as {result.commit[:12]}"
+    else:
+        assert result.detail == f"committed 1 file as {result.commit[:12]}"
+    scheduled, attempt = await hook_attempts(handle)
+    assert (scheduled, attempt) == (1, 2)  # one call, retried once, on the second worker
+
+
+# Ready for the agent loop: enabled as soon as the run's config can name hooks (and worker.py
+# registers run_hook). The hook's heartbeat timeout is assumed to be the config's.
+@pytest.mark.skipif(
+    "hooks" not in AgentConfig.model_fields,
+    reason="AgentConfig.hooks does not exist yet: the agent loop does not run hooks",
+)
+async def test_an_agent_run_killed_mid_hook_commits_the_step_once(
+    client: Client, model_server: ScriptedModelServer, tmp_path: Path
+) -> None:
+    """A real run whose worker is SIGKILLed right after the hook's commit finishes on a new
+    worker; its step is committed once and the trace records the hook as done."""
+    model = f"hook-crash-{uuid.uuid4().hex[:8]}"
+    model_server.add_model(
+        model,
+        [
+            {
+                "tool_calls": [
+                    {"name": "write_file", "arguments": {"path": "notes.md", "content": "n\n"}}
+                ]
+            },
+            {"content": "written and committed"},
+        ],
+    )
+    repo = make_repo(tmp_path / "ws", tmp_path)
+    git = SlowGit(tmp_path / "slow-git", "commit")
+    env = git.env(OPENAI_BASE_URL=model_server.base_url)
+    task_queue = f"test-{uuid.uuid4().hex[:12]}"
+    first = await start_worker(_address(client), task_queue, env)
+    try:
+        handle = await client.start_workflow(
+            AgentWorkflow.run,
+            AgentInput(
+                task="write notes",
+                model=f"openai:{model}",
+                workspace=str(repo.path),
+                config=AgentConfig.model_validate(
+                    {"hooks": ["git_commit"], "heartbeat_timeout_seconds": HEARTBEAT_SECONDS}
+                ),
+            ),
+            id=f"hook-crash-{uuid.uuid4().hex[:8]}",
+            task_queue=task_queue,
+            execution_timeout=timedelta(minutes=3),
+        )
+        await git.wait_until_paused()
+        assert step_commits(repo) == 1
+        await first.kill()
+
+        second = await start_worker(_address(client), task_queue, env)
+        try:
+            result: AgentResult = await asyncio.wait_for(handle.result(), 120)
+            trace = await handle.query(AgentWorkflow.trace)  # a query needs a live worker
+        finally:
+            assert await second.terminate() == 0
+    finally:
+        git.release()
+        if first.process.returncode is None:
+            await first.kill()
+
+    assert result.status is RunStatus.DONE
+    assert result.answer == "written and committed"
+    assert repo.count() == 2
+    assert step_commits(repo) == 1
+    assert repo.changed_in("HEAD") == ["A\tnotes.md"]
+    scheduled, attempt = await hook_attempts(handle)
+    assert scheduled == 1
+    assert attempt >= 2
+    assert any("git_commit: done" in entry.data for entry in trace.entries)
+    await replayer().replay_workflow(await handle.fetch_history())
