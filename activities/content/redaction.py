@@ -101,9 +101,12 @@ class Redactor:
             found = grams.setdefault(size, set())
             found.update(folded[i : i + size] for i in range(len(folded) - size + 1))
         self._grams = {size: frozenset(found) for size, found in grams.items()}
-        # A fragment with a character whose lower case is longer cannot be looked for in
-        # ``str.lower()`` text; then every text takes the slow, exact path.
-        self._quick = all(g.lower() == g for found in grams.values() for g in found)
+        # One C-speed search for any fragment in the text lowered, separators dropped, before
+        # the exact walk. A fragment with a character whose lower case is longer cannot be
+        # looked for that way; then every text takes the exact path.
+        every = sorted({g for found in grams.values() for g in found}, key=len, reverse=True)
+        quick = every and all(g.lower() == g for g in every)
+        self._any_gram = re.compile("|".join(map(re.escape, every))) if quick else None
 
     def __repr__(self) -> str:  # never print a key, not even a fragment
         return f"Redactor({sum(len(g) for g in self._grams.values())} fragments)"
@@ -117,12 +120,17 @@ class Redactor:
             text = self._remove_secrets(text)
         return KEY_SHAPES.sub(REDACTED, text)
 
+    def finds(self, text: str) -> bool:
+        """Whether ``text`` may hold something to redact (never ``False`` when it does)."""
+        return KEY_SHAPES.search(text) is not None or (
+            bool(self._grams) and self._may_hold_secret(text)
+        )
+
     def _may_hold_secret(self, text: str) -> bool:
         """A quick, C-speed look for any fragment; ``False`` means none is there."""
-        if not self._quick:
+        if self._any_gram is None:
             return True
-        folded = text.translate(_DROP_SEPARATORS).lower()
-        return any(gram in folded for grams in self._grams.values() for gram in grams)
+        return self._any_gram.search(text.translate(_DROP_SEPARATORS).lower()) is not None
 
     def _remove_secrets(self, text: str) -> str:
         # Match on the text folded to lower case with separators skipped, remembering where each
@@ -222,7 +230,33 @@ def redacted(value: T, redactor: Redactor | None = None) -> T:
     lists, tuples and dicts of them, walked to the bottom. The same object when nothing changed
     (so a result without secrets leaves exactly as it was); a changed model is a copy of the same
     type, its fields replaced without validation (the shape does not change)."""
-    return cast(T, _walk(value, redactor or current()))
+    redactor = redactor or current()
+    # One look at every string joined (a separator no fragment or shape spans) first: most
+    # results hold no secret, and walking them string by string costs far more.
+    if not redactor.finds("\x00".join(_strings(value))):
+        return value
+    return cast(T, _walk(value, redactor))
+
+
+def _strings(value: Any) -> Iterator[str]:
+    """Every string ``_walk`` would look at (dict keys too)."""
+    if type(value) is str:
+        yield value
+    elif value is None or isinstance(value, (bool, int, float, bytes, Enum)):
+        return
+    elif isinstance(value, BaseModel):
+        for name in type(value).model_fields:
+            yield from _strings(getattr(value, name))
+    elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+        for f in dataclasses.fields(value):
+            yield from _strings(getattr(value, f.name))
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            yield from _strings(item)
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield from _strings(key)
+            yield from _strings(item)
 
 
 def _walk(value: Any, redact_text: Redactor) -> Any:
