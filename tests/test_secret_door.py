@@ -3,15 +3,19 @@ return value or exception, an MCP server's reply, a hook's output or a streamed 
 are in none of the places a run leaves text — the decoded history, the ``export`` query and
 ``starter.py export``, the live stream, the store's blobs, the worker's log at DEBUG and the
 exported spans with content capture on. Each run is real: a dev server, a worker built by
-``build_worker``, the scripted model over HTTP, a real MCP server process."""
+``build_worker`` (and one started as ``worker.py``), the scripted model over HTTP, a real MCP
+server process."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import logging
 import os
 import secrets
+import signal
+import sys
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager
@@ -20,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from temporalio.client import WorkflowHandle
+from temporalio.client import Client, WorkflowHandle
 
 from activities import telemetry as activity_telemetry
 from activities.content import REDACTED, worker_secrets
@@ -32,7 +36,7 @@ from activities.tools import builtin, git_diff
 from activities.tools.custom import Tool, ToolContext
 from tests.conftest import TEST_STORE, replayer
 from tests.mcp_server import stdio_entry
-from tests.processes import run_cli
+from tests.processes import ROOT, clean_env, run_cli
 from tests.stream_support import stream_items
 from tests.telemetry_support import Observed, flush_spans, observed_client
 from treadle.scripted_model import ScriptedModelServer
@@ -392,3 +396,75 @@ async def test_a_streamed_reply_leaks_nowhere(door: MakeDoor) -> None:
         places = await d.assert_no_leak(handle)
     assert "TokenDelta" in places["stream"]  # the reply was published while it streamed
     assert REDACTED in places["stream"]
+
+
+# --------------------------------------------------------------------------------------------
+# (6) worker.py itself: what its environment holds, it knows
+# --------------------------------------------------------------------------------------------
+
+
+@asynccontextmanager
+async def worker_process(
+    address: str, task_queue: str, env: dict[str, str], log: Path
+) -> AsyncIterator[None]:
+    """``python worker.py`` logging at DEBUG into ``log`` (a file: nothing to drain), until it
+    polls; SIGTERM and wait at the end."""
+    with log.open("wb") as out:
+        process = await asyncio.create_subprocess_exec(
+            sys.executable,
+            str(ROOT / "worker.py"),
+            *("--address", address, "--task-queue", task_queue, "--log-level", "DEBUG"),
+            cwd=ROOT,
+            env=env,
+            stdout=out,
+            stderr=asyncio.subprocess.STDOUT,
+        )
+        try:
+            async with asyncio.timeout(60):
+                while "orker polling task queue" not in log.read_text(errors="replace"):
+                    assert process.returncode is None, log.read_text(errors="replace")
+                    await asyncio.sleep(0.1)
+            yield
+        finally:
+            process.send_signal(signal.SIGTERM)
+            await asyncio.wait_for(process.wait(), 60)
+
+
+async def test_worker_py_redacts_its_environments_secrets(
+    client: Client, model_server: ScriptedModelServer, tmp_path: Path
+) -> None:
+    """``worker.py`` started with a key and a secret-named variable (``DEPLOY_TOKEN``, never
+    configured as a key) in its environment: a file holding both, read by a run, leaves no
+    trace in the history, the store or the worker's own DEBUG log."""
+    key, token = canary(), canary(24)
+    (tmp_path / "creds.txt").write_text(f"key={key}\ntoken={token}\n")
+    name = f"door-{uuid.uuid4().hex[:10]}"
+    model_server.add_model(
+        name, [{"tool_calls": [call("read_file", path="creds.txt")]}, {"content": "read"}]
+    )
+    task_queue = f"door-{uuid.uuid4().hex[:10]}"
+    address = client.service_client.config.target_host
+    env = clean_env(OPENAI_BASE_URL=model_server.base_url, OPENAI_API_KEY=key, DEPLOY_TOKEN=token)
+    log = tmp_path / "worker.log"
+    async with worker_process(address, task_queue, env, log):
+        handle = await client.start_workflow(
+            AgentWorkflow.run,
+            AgentInput(task="Read the creds.", model=f"openai:{name}", workspace=str(tmp_path)),
+            id=f"door-{uuid.uuid4().hex[:12]}",
+            task_queue=task_queue,
+        )
+        result: AgentResult = await handle.result()
+    assert result.status is RunStatus.DONE
+    history = (await handle.fetch_history()).to_json_dict()
+    places = {
+        "decoded history": json.dumps(history) + "\n".join(_decoded(history)),
+        "store blobs": "\n".join(
+            p.read_bytes().decode("utf-8", "replace") for p in TEST_STORE.rglob("*") if p.is_file()
+        ),
+        "worker log": log.read_text(errors="replace"),
+    }
+    assert "Completing activity with completion" in places["worker log"]  # DEBUG it was
+    assert REDACTED in places["decoded history"]
+    for place, text in places.items():
+        for what, secret in {"key": key, "DEPLOY_TOKEN": token}.items():
+            assert not leaks(text, secret), f"{what} leaked into the {place}"
