@@ -38,6 +38,7 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxR
 from activities import jobs as job_activities
 from activities import threads as thread_activities
 from activities.content import RedactedBlobs, RedactingInterceptor, Redactor, worker_secrets
+from activities.content import logs as log_redaction
 from activities.heartbeat import MIN_INTERVAL_SECONDS
 from activities.hooks import HookActivities
 from activities.mcp import McpActivities, McpConfig, McpConfigError, load_mcp_config
@@ -164,11 +165,12 @@ def build_worker(
     ``secrets`` are what the worker knows besides its configured keys (``run`` passes its
     secret-named environment variables and those its MCP servers are given): with the keys,
     they are redacted from everything an activity returns, raises, stores, streams or puts on a
-    span (``activities.content``). The redacting interceptor is the worker's last, so the
-    tracing interceptor and the SDK's failure logging see only redacted text.
+    span or logs (``activities.content``). The redacting interceptor is the worker's last, so
+    the tracing interceptor and the SDK's failure logging see only redacted text.
     """
     redactor = Redactor([*settings.api_keys(), *secrets])
     interceptors = [RedactingInterceptor(redactor)]
+    log_redaction.install()  # what activities log while they run, with the same redactor
     if store is not None:
         store = RedactedBlobs(store, redactor)
     conversations = ConversationStore(store) if store is not None else None

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,7 @@ import pytest
 from temporalio.exceptions import ApplicationError, CancelledError
 
 from activities.content import REDACTED, RedactedBlobs, Redactor, redacted, worker_secrets
+from activities.content import logs as content_logs
 from activities.content.interceptor import redacted_error
 from activities.content.redaction import current, redact_error, secret_values, using
 from activities.model.tokens import TokenBatcher
@@ -157,3 +159,39 @@ async def test_the_current_redactor_is_the_workers_inside_an_activity_only() -> 
 
 async def _redact_in_task(text: str) -> str:
     return current()(text)
+
+
+class Kept(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__()
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+def test_an_activitys_log_lines_are_redacted_with_the_running_workers_secrets() -> None:
+    """Message, arguments, string extras and the traceback of a line on the activity logger
+    lose the secret; a line without one is left as it was."""
+    logger = logging.getLogger(f"door-test-{KEY[:4]}")
+    logger.propagate = False
+    logger.setLevel(logging.DEBUG)
+    seen = Kept()
+    logger.addHandler(seen)
+    content_logs.install(logger)
+    content_logs.install(logger)  # once is enough
+    assert len(logger.filters) == 1
+    with using(Redactor([KEY])):
+        logger.warning("mcp.call_failed reason=%s", f"server said {KEY}", extra={"error": KEY})
+        try:
+            raise RuntimeError(f"boom {KEY.lower()}")
+        except RuntimeError:
+            logger.exception("listing failed")
+        logger.info("plain %s", "words")
+    failed, listing, plain = seen.records
+    assert failed.getMessage() == f"mcp.call_failed reason=server said {REDACTED}"
+    assert failed.error == REDACTED  # type: ignore[attr-defined]
+    assert listing.exc_info is None and listing.exc_text is not None
+    assert "RuntimeError: boom [redacted]" in listing.exc_text
+    assert KEY.lower() not in logging.Formatter().format(listing)
+    assert plain.args == ("words",)
