@@ -37,6 +37,8 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxR
 
 from activities import jobs as job_activities
 from activities import threads as thread_activities
+from activities.content import RedactedBlobs, RedactingInterceptor, Redactor, worker_secrets
+from activities.content import logs as log_redaction
 from activities.heartbeat import MIN_INTERVAL_SECONDS
 from activities.hooks import HookActivities
 from activities.mcp import McpActivities, McpConfig, McpConfigError, load_mcp_config
@@ -148,6 +150,7 @@ def build_worker(
     confinement: Confinement = Confinement.AUTO,
     mcp: McpActivities | None = None,
     tools_only: bool = False,
+    secrets: Sequence[str] = (),
 ) -> Worker:
     """The one place that decides what a Treadle worker runs and how.
 
@@ -158,7 +161,18 @@ def build_worker(
     run that lists MCP tools learns there are none instead of waiting for an activity no worker
     has. ``tools_only`` makes the worker of a ``tool_task_queue``: the workspace's tools and the
     post-tools hooks, nothing else (no workflows, no model calls, no MCP).
+
+    ``secrets`` are what the worker knows besides its configured keys (``run`` passes its
+    secret-named environment variables and those its MCP servers are given): with the keys,
+    they are redacted from everything an activity returns, raises, stores, streams or puts on a
+    span or logs (``activities.content``). The redacting interceptor is the worker's last, so
+    the tracing interceptor and the SDK's failure logging see only redacted text.
     """
+    redactor = Redactor([*settings.api_keys(), *secrets])
+    interceptors = [RedactingInterceptor(redactor)]
+    log_redaction.install()  # what activities log while they run, with the same redactor
+    if store is not None:
+        store = RedactedBlobs(store, redactor)
     conversations = ConversationStore(store) if store is not None else None
     models = ModelActivities(settings, http, conversations)
     tools = ToolActivities(confinement=confinement, store=conversations)
@@ -171,6 +185,7 @@ def build_worker(
             client,
             task_queue=task_queue,
             activities=[tools.run_tool, HookActivities().run_hook],
+            interceptors=interceptors,
             max_concurrent_activities=max_concurrent_activities,
             graceful_shutdown_timeout=graceful_shutdown,
             max_heartbeat_throttle_interval=HEARTBEAT_THROTTLE,
@@ -188,6 +203,7 @@ def build_worker(
             *job_activities.ACTIVITIES,
             *thread_activities.ACTIVITIES,
         ],
+        interceptors=interceptors,
         workflow_runner=workflow_runner(),
         max_concurrent_activities=max_concurrent_activities,
         max_cached_workflows=max_cached_workflows,
@@ -260,6 +276,7 @@ async def run(args: argparse.Namespace, mcp_config: McpConfig | None = None) -> 
                 confinement=Confinement(args.command_confinement),
                 mcp=mcp,
                 tools_only=args.tools_only,
+                secrets=worker_secrets((), os.environ, _mcp_variables(mcp_config)),
             )
             async with worker:
                 print(
@@ -273,6 +290,11 @@ async def run(args: argparse.Namespace, mcp_config: McpConfig | None = None) -> 
                 print("Shutting down: finishing in-flight work...", flush=True)
     print("Worker stopped.", flush=True)
     return 0
+
+
+def _mcp_variables(config: McpConfig | None) -> tuple[str, ...]:
+    """The worker variables its MCP servers are given: secrets, whatever their names."""
+    return tuple(v for server in (config.servers if config else ()) for v in server.variables())
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:

@@ -14,9 +14,9 @@ Each activity wraps its work in one of the context managers here. They make
 - the run's step, for the worker's log lines (``current_step``, read by ``treadle.logs``).
 
 Prompts and completions go on a span only when content capture is on
-(``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true``, set by ``treadle.telemetry``);
-API keys never do: nothing here reads a request's headers, and an error is recorded by its
-type, not its message.
+(``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true``, set by ``treadle.telemetry``),
+with the worker's secrets redacted (``activities.content``); API keys never do otherwise:
+nothing here reads a request's headers, and an error is recorded by its type, not its message.
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ from temporalio import activity
 from temporalio.common import MetricMeter
 from temporalio.exceptions import ApplicationError
 
+from activities.content.redaction import redacted
 from workflows.agent.models import ChatMessage, ModelRequest, ModelResponse
 
 __all__ = [
@@ -324,4 +325,6 @@ def _messages_json(messages: Sequence[ChatMessage]) -> str:
                 if p["type"] == "text"
             ]
         shaped.append({"role": message.role, "parts": parts})
-    return json.dumps(shaped, ensure_ascii=False)
+    # What the model was sent or said may quote a secret (a tool read a key file): the door's
+    # redactor, as everywhere content leaves an activity.
+    return json.dumps(redacted(shaped), ensure_ascii=False)

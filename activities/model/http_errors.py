@@ -3,17 +3,11 @@
 What every provider shares: an error status becomes a ``ModelHTTPError`` (its status decides
 retryability, see ``activities.errors``) carrying the provider's own message and the
 ``Retry-After`` delay; a timeout or an unreachable endpoint becomes a ``ModelConnectionError``;
-API keys are removed from every message (``Redactor``), since failures are recorded in the event
-history, the run's trace and status, and the worker's log. The one protocol specific, where an
-error body keeps its message, comes from the protocol module (``openai_chat.error_message``,
-``anthropic_messages.error_message``).
-
-Redaction is by value and by shape. By value: every key configured on the worker, in any letter
-case, whole or in part: any ``MIN_FRAGMENT`` (8) or more consecutive characters of a key of at
-least ``FRAGMENT_KEY_LENGTH`` (16) characters, even when quotes, backslashes or whitespace are
-inserted between them (a proxy that quotes the key in pieces); a shorter key is redacted only
-whole (in any case, across the same separators). By shape: anything that looks like a key
-(``sk-...``, ``key-...``, ``token-...``), configured here or not.
+API keys are removed from every message (``Redactor``, from ``activities.content.redaction``,
+where what is matched is described, plus the key-like words of error text: ``redact_error``),
+since failures are recorded in the event history, the run's trace and status, and the worker's
+log. The one protocol specific, where an error body keeps its message, comes from the protocol
+module (``openai_chat.error_message``, ``anthropic_messages.error_message``).
 
 A ``Retry-After`` longer than the retry policy allows is cut to the policy's maximum interval
 (``retry_after_cap``): the policy is what the run's author chose, and a provider asking for an
@@ -42,7 +36,7 @@ route or model, which dropping the stream cannot find.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
 from email.utils import parsedate_to_datetime
 from types import MappingProxyType
@@ -51,6 +45,14 @@ from typing import Any
 import httpx
 from temporalio.common import RetryPolicy
 
+from activities.content.redaction import (
+    FRAGMENT_KEY_LENGTH,
+    MIN_FRAGMENT,
+    REDACTED,
+    Redactor,
+    redact,
+    redact_error,
+)
 from activities.errors import ModelConnectionError, ModelHTTPError
 from activities.model.payload import well_formed
 
@@ -83,14 +85,6 @@ MAX_SCANNED_TEXT = 16 * 1024
 MAX_RETRY_AFTER = timedelta(seconds=60)
 """The longest ``Retry-After`` honoured when the attempt's retry policy is unknown: the model
 call's own policy (``workflows.agent.options.model_call``) backs off to one minute at most."""
-
-REDACTED = "[redacted]"
-MIN_FRAGMENT = 8
-"""Consecutive characters of a key that are redacted wherever they appear (any letter case)."""
-FRAGMENT_KEY_LENGTH = 16
-"""Keys at least this long are redacted in fragments of ``MIN_FRAGMENT``; shorter ones whole."""
-_SEPARATORS = frozenset(" \t\r\n\f\v'\"`\\")
-"""Characters a proxy may put between the pieces of a key it quotes; skipped when matching."""
 
 ERROR_STATUS: Mapping[str, int] = MappingProxyType(
     {
@@ -172,76 +166,6 @@ def provider_backoff(attempt: int, policy: RetryPolicy | None) -> timedelta:
     return min(delay, retry_after_cap(policy))
 
 
-_KEY_LIKE = re.compile(r"\b(sk|key|token)-[A-Za-z0-9_*.-]{6,}", re.IGNORECASE)
-
-
-def _fold(char: str) -> str:
-    """One character in lower case, when that is one character (``İ`` lowers to two)."""
-    lower = char.lower()
-    return lower if len(lower) == 1 else char
-
-
-class Redactor:
-    """Removes API keys from text bound for the history, the trace or a log; see the module
-    docstring for what is matched. Built once per worker from every configured key."""
-
-    def __init__(self, secrets: Iterable[str | None] = ()) -> None:
-        grams: dict[int, set[str]] = {}
-        for secret in secrets:
-            folded = "".join(_fold(c) for c in secret or "" if c not in _SEPARATORS)
-            if not folded:
-                continue
-            size = MIN_FRAGMENT if len(folded) >= FRAGMENT_KEY_LENGTH else len(folded)
-            found = grams.setdefault(size, set())
-            found.update(folded[i : i + size] for i in range(len(folded) - size + 1))
-        self._grams = {size: frozenset(found) for size, found in grams.items()}
-
-    def __repr__(self) -> str:  # never print a key, not even a fragment
-        return f"Redactor({sum(len(g) for g in self._grams.values())} fragments)"
-
-    def __call__(self, text: str) -> str:
-        """``text`` without any configured key (whole, in part, in any case) or key-shaped word."""
-        if self._grams:
-            text = self._remove_keys(text)
-        return _KEY_LIKE.sub(REDACTED, text)
-
-    def _remove_keys(self, text: str) -> str:
-        # Match on the text folded to lower case with separators skipped, remembering where each
-        # kept character came from; every run covered by key fragments is cut from the original,
-        # separators inside it included.
-        where = [i for i, c in enumerate(text) if c not in _SEPARATORS]
-        folded = "".join(_fold(text[i]) for i in where)
-        covered = bytearray(len(folded) + 1)
-        for size, grams in self._grams.items():
-            for start in range(len(folded) - size + 1):
-                if folded[start : start + size] in grams:
-                    covered[start : start + size] = b"\x01" * size
-        if not any(covered):
-            return text
-        pieces: list[str] = []
-        done = 0  # text[:done] is handled
-        run = None
-        for index, flag in enumerate(covered):
-            if flag and run is None:
-                run = index
-            elif not flag and run is not None:
-                first, last = where[run], where[index - 1]
-                pieces += [text[done:first], REDACTED]
-                done, run = last + 1, None
-        pieces.append(text[done:])
-        return "".join(pieces)
-
-
-def redact(text: str, secrets: Iterable[str | None] = ()) -> str:
-    """``Redactor(secrets)(text)``: for one-off use; a worker builds its ``Redactor`` once.
-
-    Providers echo keys in error messages (OpenAI's 401 shows a masked one; proxies may show
-    more, in another letter case or in pieces), and those messages become activity failures
-    recorded in the event history.
-    """
-    return Redactor(secrets)(text)
-
-
 def safe_url(url: str) -> str:
     """The URL without user info or query, fit for error messages."""
     parsed = httpx.URL(url)
@@ -262,7 +186,7 @@ def _provider_text(response: httpx.Response, error_message: ErrorMessage) -> str
 def _fit(text: str, redactor: Redactor) -> str:
     """Text for a message: no lone surrogate (a failure holding one cannot be encoded), and no
     key, before and after the cut (a cut may leave a stub that only looks like a key)."""
-    return redactor(redactor(well_formed(text))[:MAX_PROVIDER_TEXT])
+    return redact_error(redact_error(well_formed(text), redactor)[:MAX_PROVIDER_TEXT], redactor)
 
 
 def raise_for_status(

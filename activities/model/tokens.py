@@ -16,9 +16,11 @@ runs:
   ``MAX_TOKEN_BATCHES_PER_CALL`` (10) signals: at most 40 history events;
 - never the rest at the end: the ``model`` event carries the whole text anyway.
 
-A batch holds the text since the one before; together a call's batches hold its text at most
-once per attempt. A retried attempt streams again from offset 0 with its own ``attempt``, so a
-watcher shows only what goes past what it already showed for that step.
+Each batch is redacted (``activities.content``: the worker's secrets, any 8 characters of one)
+before it goes out, and offsets count the text as published. A batch holds the text since the
+one before; together a call's batches hold its text at most once per attempt. A retried attempt
+streams again from offset 0 with its own ``attempt``, so a watcher shows only what goes past
+what it already showed for that step.
 
 Publishing never fails the call: when a signal fails (the run is gone, the server refuses) it is
 logged once (``model.tokens.publish_failed``) and the attempt publishes nothing more. Batches
@@ -37,6 +39,7 @@ from typing import Any
 from temporalio import activity
 from temporalio.contrib.workflow_streams import WorkflowStreamClient
 
+from activities.content.redaction import current
 from activities.model.streaming import TextCallback
 from workflows.agent.events import TOKENS_TOPIC, TokenDelta
 from workflows.agent.models import ModelRequest
@@ -81,7 +84,14 @@ class TokenBatcher:
     """When an attempt's text is published, and as which ``TokenDelta``s: the timing policy
     alone, with the time passed in (seconds on any monotonic clock)."""
 
-    def __init__(self, *, step: int, attempt: int, started: float) -> None:
+    def __init__(
+        self,
+        *,
+        step: int,
+        attempt: int,
+        started: float,
+        redact: Callable[[str], str] | None = None,
+    ) -> None:
         self.step = step
         self.attempt = attempt
         self.limit = batch_limit(attempt)
@@ -91,6 +101,8 @@ class TokenBatcher:
         self._gap = FIRST_BATCH_AFTER * 2
         self._offset = 0
         self._pending: list[str] = []
+        self._redact = redact
+        """The worker's secrets out of each batch (offsets count the text as published)."""
 
     def add(self, text: str) -> None:
         """More of the reply's text."""
@@ -103,6 +115,8 @@ class TokenBatcher:
         if not self._pending or now < self._due or self.batches >= self.limit:
             return None
         text = "".join(self._pending)
+        if self._redact is not None:
+            text = self._redact(text)
         self._pending = []
         delta = TokenDelta(step=self.step, attempt=self.attempt, offset=self._offset, text=text)
         self._offset += len(text)
@@ -209,7 +223,9 @@ async def publishing(request: ModelRequest) -> AsyncIterator[TextCallback | None
         )
         yield None
         return
-    batcher = TokenBatcher(step=request.step, attempt=info.attempt, started=time.monotonic())
+    batcher = TokenBatcher(
+        step=request.step, attempt=info.attempt, started=time.monotonic(), redact=current()
+    )
     publisher = TokenPublisher(batcher, publish)
     try:
         yield publisher

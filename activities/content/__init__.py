@@ -1,0 +1,30 @@
+"""One door for content leaving an activity: the worker's secrets are redacted from every
+result, failure and heartbeat (``interceptor``), from what goes to the store (``redacted_store``),
+what activities log (``logs``), the live stream and span attributes (``redaction.current()``),
+by one ``Redactor`` built at the worker's start from every secret it knows (``redaction``)."""
+
+from activities.content import logs
+from activities.content.interceptor import RedactingInterceptor
+from activities.content.redacted_store import RedactedBlobs
+from activities.content.redaction import (
+    REDACTED,
+    Redactor,
+    current,
+    redact,
+    redact_error,
+    redacted,
+    worker_secrets,
+)
+
+__all__ = [
+    "REDACTED",
+    "RedactedBlobs",
+    "RedactingInterceptor",
+    "Redactor",
+    "current",
+    "logs",
+    "redact",
+    "redact_error",
+    "redacted",
+    "worker_secrets",
+]
