@@ -34,11 +34,11 @@ from activities.model.activity import ProviderSettings, http_client
 from activities.store.blobs import FileBlobStore
 from activities.tools import builtin, git_diff
 from activities.tools.custom import Tool, ToolContext
-from tests.conftest import TEST_STORE, replayer
-from tests.mcp_server import stdio_entry
-from tests.processes import ROOT, clean_env, run_cli
-from tests.stream_support import stream_items
-from tests.telemetry_support import Observed, flush_spans, observed_client
+from tests.support.harness import TEST_STORE, replayer
+from tests.support.mcp_server import stdio_entry
+from tests.support.processes import ROOT, clean_env, run_cli
+from tests.support.stream import stream_items
+from tests.support.telemetry import Observed, flush_spans, observed_client
 from treadle.scripted_model import ScriptedModelServer
 from worker import build_worker
 from workflows.agent.hooks import HookRequest, HookResult
