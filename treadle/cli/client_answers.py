@@ -31,6 +31,15 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePath
 
+# One rule for what a secret-named variable is, the worker's redaction door's: a variable the
+# client never shares is one whose value the worker redacts.
+from activities.content.redaction import (
+    MIN_SECRET_CHARS,
+    REDACTED,
+    SECRET_MARKERS,
+    looks_secret,
+)
+
 __all__ = [
     "DEFAULT_MAX_READ_CHARS",
     "MIN_SECRET_CHARS",
@@ -60,12 +69,6 @@ DEFAULT_MAX_READ_CHARS = 50_000
 """A file read sends at most this many characters: half of a run's default answer limit
 (``client_query_max_answer_chars``), so a default run never refuses it for its size."""
 
-SECRET_MARKERS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL")
-"""A variable whose name contains one of these is never shared, and its value is redacted from
-whatever is."""
-MIN_SECRET_CHARS = 8
-"""Shorter values of secret-named variables are not redacted (they would match ordinary text)."""
-REDACTED = "[redacted]"
 
 SECRET_FILE_NAMES = (
     # dotenv files and shell environments
@@ -251,12 +254,6 @@ def secret_declined(requested: str, pattern: str) -> str:
 # --------------------------------------------------------------------------------------------
 # Environment
 # --------------------------------------------------------------------------------------------
-
-
-def looks_secret(name: str) -> bool:
-    """Whether a variable name says it holds a secret (never shared)."""
-    upper = name.upper()
-    return any(marker in upper for marker in SECRET_MARKERS)
 
 
 def requested_names(what: str) -> tuple[str, ...]:
