@@ -147,27 +147,14 @@ def model_call(request: ModelRequest) -> Iterator[ModelCall]:
     if request.max_tokens is not None:
         attributes[REQUEST_MAX_TOKENS] = request.max_tokens
     started = time.monotonic()
-    token = _step.set(request.step)
     outcome = "error"
     call: ModelCall | None = None
-    tracer = trace.get_tracer(__name__)
     try:
-        with tracer.start_as_current_span(
-            f"chat {name}",
-            kind=SpanKind.CLIENT,
-            attributes=attributes,
-            record_exception=False,  # an exception's message may quote what the provider said
-            set_status_on_exception=False,
-        ) as span:
+        with _span(f"chat {name}", attributes, request.step, SpanKind.CLIENT) as span:
             call = ModelCall(span, request)
-            try:
-                yield call
-            except BaseException as exc:
-                _failed(span, exc)
-                raise
+            yield call
             outcome = "ok"
     finally:
-        _step.reset(token)
         meter = _meter()
         labels = {"model": request.model}
         meter.create_counter(MODEL_CALLS, "Model call attempts, by model and outcome").add(
@@ -229,27 +216,16 @@ def tool_call(
     if step is not None:
         attributes[STEP] = step
     started = time.monotonic()
-    token = _step.set(step) if step is not None else None
     call: ToolCallSpan | None = None
-    tracer = trace.get_tracer(__name__)
     try:
-        with tracer.start_as_current_span(
-            f"execute_tool {tool}",
-            kind=SpanKind.INTERNAL,
-            attributes=attributes,
-            record_exception=False,
-            set_status_on_exception=False,
-        ) as span:
+        with _span(f"execute_tool {tool}", attributes, step) as span:
             call = ToolCallSpan(span)
             try:
                 yield call
-            except BaseException as exc:
-                _failed(span, exc)
+            except BaseException:
                 span.set_attribute(OUTCOME, "error")
                 raise
     finally:
-        if token is not None:
-            _step.reset(token)
         outcome = "ok" if call is not None and call.success else "error"
         meter = _meter()
         meter.create_counter(TOOL_CALLS, "Tool calls, by tool and outcome (ok, error)").add(
@@ -263,28 +239,46 @@ def tool_call(
 @contextmanager
 def hook_run(hook: str, step: int) -> Iterator[ToolCallSpan]:
     """Span and metric of one post-tools hook (``finished(success)`` as for a tool call)."""
-    token = _step.set(step)
     run: ToolCallSpan | None = None
-    tracer = trace.get_tracer(__name__)
+    attributes = {"treadle.hook": hook, STEP: step, ATTEMPT: _attempt()}
     try:
-        with tracer.start_as_current_span(
-            f"hook {hook}",
-            attributes={"treadle.hook": hook, STEP: step, ATTEMPT: _attempt()},
-            record_exception=False,
-            set_status_on_exception=False,
-        ) as span:
+        with _span(f"hook {hook}", attributes, step) as span:
             run = ToolCallSpan(span)
-            try:
-                yield run
-            except BaseException as exc:
-                _failed(span, exc)
-                raise
+            yield run
     finally:
-        _step.reset(token)
         outcome = "ok" if run is not None and run.success else "error"
         _meter().create_counter(
             HOOK_RUNS, "Post-tools hook runs, by hook and outcome (ok, error)"
         ).add(1, {"hook": hook, "outcome": outcome})
+
+
+@contextmanager
+def _span(
+    name: str,
+    attributes: dict[str, Any],
+    step: int | None,
+    kind: SpanKind = SpanKind.INTERNAL,
+) -> Iterator[Span]:
+    """The current span of one model call, tool call or hook, with its step for log lines. An
+    exception marks it failed by the error's type only and goes on: its message may quote what a
+    provider or a tool said, so it is never recorded."""
+    token = _step.set(step) if step is not None else None
+    try:
+        with trace.get_tracer(__name__).start_as_current_span(
+            name,
+            kind=kind,
+            attributes=attributes,
+            record_exception=False,
+            set_status_on_exception=False,
+        ) as span:
+            try:
+                yield span
+            except BaseException as exc:
+                _failed(span, exc)
+                raise
+    finally:
+        if token is not None:
+            _step.reset(token)
 
 
 def _attempt() -> int:
