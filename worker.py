@@ -105,7 +105,10 @@ PASSTHROUGH_MODULES = (
     "workflows.agent.planning",
     "workflows.agent.recovery",
     "workflows.agent.status",
-    "workflows.agent.options",
+    "workflows.agent.calls",  # the activity calls: loads the activities' modules once
+    "workflows.agent.handlers",
+    "workflows.agent.publishing",
+    "workflows.agent.toolbox",
     "workflows.agent.threads",
     "workflows.agent.handover",
     "workflows.agent.events",

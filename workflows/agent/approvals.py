@@ -211,7 +211,7 @@ def follow_guidance(run: AgentRun) -> Event:
         return Event.HUMAN_HALTED
     m.history = (*m.history, Turn(step=m.step, note=f"Guidance from a human: {guide.guidance}"))
     run.tracker.reset_after_recovery()
-    run.stuck_reason = None
+    run.recovery.stuck_reason = None
     return Event.HUMAN_GUIDED
 
 

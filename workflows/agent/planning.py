@@ -327,8 +327,8 @@ def confidence_is_low(run: AgentRun, response: ModelResponse, now: datetime) -> 
     if threshold is None:
         return False
     if response.confidence is None:
-        if not run.confidence_unavailable_noted:
-            run.confidence_unavailable_noted = True
+        if not run.flags.confidence_unavailable_noted:
+            run.flags.confidence_unavailable_noted = True
             run.record(
                 State.PLANNING,
                 "ConfidenceUnavailable",
@@ -350,5 +350,5 @@ def confidence_is_low(run: AgentRun, response: ModelResponse, now: datetime) -> 
         return False
     m.retry_count += 1
     m.assistant_text = response.content or ""
-    run.reflect_reason = "low confidence"
+    run.flags.reflect_reason = "low confidence"
     return True

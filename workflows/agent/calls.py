@@ -1,9 +1,9 @@
-"""Activity options of the agent run, declared once per kind of activity.
+"""Every activity the agent loop calls, with its options: the only agent module that imports
+activities (inside the sandbox pass-through).
 
-Each function turns the run's config and the call's Web UI summary into a
-``workflow.ActivityConfig`` that the loop spreads into
-``workflow.execute_activity_method(..., **options)``.
-Temporal owns every retry: the activities themselves never loop.
+Each function is one ``workflow.execute_activity_method`` with the options of its kind,
+declared once here. Temporal owns every retry: the activities themselves never loop. A failed
+activity raises ``ActivityError``; what it means for the run is the caller's decision.
 """
 
 from __future__ import annotations
@@ -13,12 +13,105 @@ from datetime import timedelta
 from temporalio import workflow
 from temporalio.common import RetryPolicy
 
-from workflows.agent.models import AgentConfig
+from workflows.agent import hooks
+from workflows.agent.hooks import HookRequest, HookResult
+from workflows.agent.mcp import McpCallRequest, McpListRequest, McpToolList
+from workflows.agent.models import (
+    AgentConfig,
+    ModelRequest,
+    ModelResponse,
+    ToolRequest,
+    ToolResult,
+)
 from workflows.base import FIRST_RETRY
+
+with workflow.unsafe.imports_passed_through():
+    # Activity classes are referenced by method (names by object, not string). Their modules
+    # load the HTTP client library, which must not be re-imported in the sandbox every run.
+    from activities.hooks import HookActivities
+    from activities.mcp import McpActivities
+    from activities.model.activity import ModelActivities
+    from activities.tools.builtin import ToolActivities
 
 COMMAND_TIMEOUT_GRACE_SECONDS = 10
 """A command's attempt may outlive its own timeout by this much: time to kill its process
 group and collect what it printed, so the command's timeout, not the activity's, ends it."""
+
+
+# --------------------------------------------------------------------------------------------
+# The calls
+# --------------------------------------------------------------------------------------------
+
+
+async def call_model(config: AgentConfig, request: ModelRequest, summary: str) -> ModelResponse:
+    """One planning call (``call_model``)."""
+    response: ModelResponse = await workflow.execute_activity_method(
+        ModelActivities.call_model, request, **model_call(config, summary)
+    )
+    return response
+
+
+async def summarise(config: AgentConfig, request: ModelRequest, summary: str) -> ModelResponse:
+    """Reflection's summary call (``call_model`` with fewer attempts)."""
+    response: ModelResponse = await workflow.execute_activity_method(
+        ModelActivities.call_model, request, **summary_call(config, summary)
+    )
+    return response
+
+
+async def run_tool(
+    config: AgentConfig,
+    request: ToolRequest,
+    summary: str,
+    *,
+    command: bool,
+    tool_timeout: float | None,
+) -> ToolResult:
+    """One built-in or custom tool call (``run_tool``), on the run's tool queue."""
+    result: ToolResult = await workflow.execute_activity_method(
+        ToolActivities.run_tool,
+        request,
+        **tool_call(config, summary, command=command, tool_timeout=tool_timeout),
+    )
+    return result
+
+
+async def list_mcp_tools(config: AgentConfig, request: McpListRequest, summary: str) -> McpToolList:
+    """The tools of the run's MCP servers (``list_mcp_tools``)."""
+    listed: McpToolList = await workflow.execute_activity_method(
+        McpActivities.list_mcp_tools, request, **mcp_listing(config, summary)
+    )
+    return listed
+
+
+async def call_mcp_tool(
+    config: AgentConfig, request: McpCallRequest, summary: str, attempt_timeout: timedelta
+) -> ToolResult:
+    """One MCP tool call (``call_mcp_tool``)."""
+    result: ToolResult = await workflow.execute_activity_method(
+        McpActivities.call_mcp_tool, request, **mcp_call(config, summary, attempt_timeout)
+    )
+    return result
+
+
+async def run_hook(config: AgentConfig, request: HookRequest, summary: str) -> HookResult:
+    """One post-tools hook (``run_hook``), where the workspace's tools run."""
+    result: HookResult = await workflow.execute_activity_method(
+        HookActivities.run_hook,
+        request,
+        **hooks.hook_call(
+            summary,
+            heartbeat_timeout_seconds=config.heartbeat_timeout_seconds,
+            task_queue=config.tool_task_queue,
+        ),
+    )
+    return result
+
+
+# --------------------------------------------------------------------------------------------
+# Their options: each turns the run's config and the call's Web UI summary into a
+# ``workflow.ActivityConfig``.
+# --------------------------------------------------------------------------------------------
 
 
 def model_call(config: AgentConfig, summary: str) -> workflow.ActivityConfig:
