@@ -109,6 +109,7 @@ PASSTHROUGH_MODULES = (
     "workflows.agent.handlers",
     "workflows.agent.publishing",
     "workflows.agent.toolbox",
+    "workflows.agent.acting",
     "workflows.agent.threads",
     "workflows.agent.handover",
     "workflows.agent.events",

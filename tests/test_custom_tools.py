@@ -16,9 +16,10 @@ from activities.tools import git_diff
 from activities.tools.custom import Tool, ToolContext
 from tests.conftest import Harness, tool_messages
 from tests.stream_support import events
-from workflows.agent import catalogue, planning
+from workflows.agent import catalogue, toolbox
 from workflows.agent.catalogue import TOOLS, ToolSpec
 from workflows.agent.models import AgentConfig, AgentResult, ApproveSignal, ToolPolicy
+from workflows.agent.toolbox import Toolbox
 from workflows.agent.workflow import AgentWorkflow
 
 
@@ -57,13 +58,13 @@ def test_a_registered_tool_is_in_the_catalogue_with_its_schema() -> None:
     schema = spec.json_schema()
     assert schema["properties"]["path"]["description"].startswith("File or directory")
     assert set(schema["properties"]) == {"path", "staged", "stat"}
-    assert "git_diff" in planning.offered_tools(AgentConfig())
+    assert "git_diff" in Toolbox(AgentConfig()).offered_names()
 
 
 def test_a_run_chooses_its_tools_by_name() -> None:
     config = AgentConfig(tools=["read_file", "git_diff"])
-    assert planning.offered_tools(config) == ("read_file", "git_diff")
-    assert planning.offered_tools(AgentConfig(tools="git_diff")) == ("git_diff",)
+    assert Toolbox(config).offered_names() == ("read_file", "git_diff")
+    assert Toolbox(AgentConfig(tools="git_diff")).offered_names() == ("git_diff",)
     with pytest.raises(ValidationError, match=r"unknown tool name.*gitt_diff"):
         AgentConfig(tools=["gitt_diff"])
 
@@ -72,10 +73,10 @@ def test_a_tool_that_declares_approval_always_waits(monkeypatch: pytest.MonkeyPa
     guarded = ToolSpec(
         "deploy", "Deploy.", git_diff.GitDiffArgs, mutating=True, target=str, needs_approval=True
     )
-    monkeypatch.setattr(planning, "TOOLS", {**TOOLS, "deploy": guarded})
-    assert planning.approval_required(AgentConfig()) == {"deploy"}
+    monkeypatch.setattr(toolbox, "TOOLS", {**TOOLS, "deploy": guarded})
+    assert Toolbox(AgentConfig()).approval_required() == {"deploy"}
     config = AgentConfig(require_approval=["write_file"])
-    assert planning.approval_required(config) == {"deploy", "write_file"}
+    assert Toolbox(config).approval_required() == {"deploy", "write_file"}
 
 
 @pytest.mark.parametrize(

@@ -16,6 +16,7 @@ from workflows.agent.memory import OwnershipViolation
 from workflows.agent.models import AgentConfig, AgentInput, TokenUsage, ToolCall
 from workflows.agent.state import AgentRun
 from workflows.agent.state_machine import State
+from workflows.agent.toolbox import Toolbox
 
 NOW = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
 AGENT_SOURCES = {  # the workflow class, the engine it is and its handlers
@@ -44,7 +45,7 @@ def busy_run() -> AgentRun:
     call = ToolCall(id="c1", name="write_file", arguments='{"path": "a.md", "content": "x"}')
     run.memory.current_tool_calls = (call,)
     run.memory.pending_approvals = approvals.approvals_needed(
-        (call,), run.input.config.require_approval, 1, NOW
+        (Toolbox(run.input.config).check(call),), run.input.config.require_approval, 1, NOW
     )
     run.spend("openai:gpt-4o", TokenUsage(prompt_tokens=10, completion_tokens=5, total_tokens=15))
     run.spend("openai:gpt-4o-mini", TokenUsage(prompt_tokens=3, total_tokens=3))

@@ -47,6 +47,7 @@ from activities.tools.output import ToolOutput
 from activities.tools.registry import CUSTOM_TOOLS
 from activities.tools.workspace import is_inside, relative, resolve, workspace_root
 from workflows.agent.catalogue import (
+    TOOLS,
     EditFileArgs,
     ListDirArgs,
     ReadFileArgs,
@@ -58,7 +59,7 @@ from workflows.agent.catalogue import (
     parse_arguments,
 )
 from workflows.agent.models import ToolPolicy, ToolRequest, ToolResult
-from workflows.agent.planning import call_target
+from workflows.agent.toolbox import short_target
 
 __all__ = [
     "Confinement",
@@ -627,17 +628,27 @@ async def execute_tool(
     confinement: Confinement = Confinement.AUTO,
 ) -> ToolResult:
     """Validate and run one tool call; every expected failure is an ``ERROR:`` result."""
-    limit = policy.max_output_chars
     try:
         args = parse_arguments(tool, arguments)
+    except ToolArgumentsError as exc:
+        return _failed(str(exc), policy)
+    return await _execute(workspace, tool, args, policy, confinement)
+
+
+async def _execute(
+    workspace: Path, tool: str, args: ToolArgs, policy: ToolPolicy, confinement: Confinement
+) -> ToolResult:
+    """Run one call whose arguments are parsed."""
+    limit = policy.max_output_chars
+    try:
         await asyncio.to_thread(_ensure_workspace, workspace)
         custom = CUSTOM_BY_NAME.get(tool)
         if custom is not None:
             output = await _run_custom(custom, workspace, args, policy)
         else:
             output = await _dispatch(workspace, args, policy, confinement)
-    except (ToolError, ToolArgumentsError) as exc:
-        return ToolResult(success=False, output=f"ERROR: {cap_output(str(exc), limit)}")
+    except ToolError as exc:
+        return _failed(str(exc), policy)
     text = cap_output(output.text, limit, output.omitted_chars)
     if not output.success:
         return ToolResult(success=False, output=f"ERROR: {text}")
@@ -646,6 +657,12 @@ async def execute_tool(
         output=text,
         mutated_paths=output.mutated_paths,
         content_hashes=dict(output.content_hashes),
+    )
+
+
+def _failed(message: str, policy: ToolPolicy) -> ToolResult:
+    return ToolResult(
+        success=False, output=f"ERROR: {cap_output(message, policy.max_output_chars)}"
     )
 
 
@@ -709,15 +726,20 @@ class ToolActivities:
     async def run_tool(self, request: ToolRequest) -> ToolResult:
         """Run one tool call confined to its workspace; failures come back as ``ERROR:`` data."""
         call = request.call
-        target = call_target(call.name, call.arguments)
+        # Parsed once here (the workflow sent the arguments it checked, as JSON): the target
+        # for the span and the arguments the tool runs with come from the same parse.
+        try:
+            args: ToolArgs | None = parse_arguments(call.name, call.arguments)
+        except ToolArgumentsError as exc:
+            args, refused = None, _failed(str(exc), request.policy)
+        target = short_target(TOOLS[call.name].target(args)) if args is not None else ""
         with telemetry.tool_call(call.name, call.id, target) as span:
-            result = await execute_tool(
-                Path(request.workspace),
-                request.call.name,
-                request.call.arguments,
-                request.policy,
-                confinement=self.confinement,
-            )
+            if args is None:
+                result = refused
+            else:
+                result = await _execute(
+                    Path(request.workspace), call.name, args, request.policy, self.confinement
+                )
             span.finished(result.success)
         activity.logger.info(
             "tool.finished tool=%s call_id=%s success=%s",

@@ -21,7 +21,6 @@ conversation lives in workflow state; activities receive only what one call need
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Awaitable, Callable
 
 from temporalio import workflow
@@ -35,7 +34,6 @@ from workflows.agent import (
     events,
     handover,
     hooks,
-    mcp,
     planning,
     recovery,
     reflection,
@@ -43,9 +41,9 @@ from workflows.agent import (
     threads,
 )
 from workflows.agent import search_attributes as sa
+from workflows.agent.acting import CARRY_CONTENT_HASHES, CLIENT_QUERIES, ToolRunner
 from workflows.agent.handlers import SIGNALS, AgentHandlers
 from workflows.agent.hooks import HookRequest, HookResult
-from workflows.agent.mcp import McpListRequest, McpToolList
 from workflows.agent.models import (
     AgentInput,
     AgentResult,
@@ -58,7 +56,7 @@ from workflows.agent.publishing import Publisher
 from workflows.agent.state import AgentRun
 from workflows.agent.state_machine import Event, State, next_state
 from workflows.agent.status import cut
-from workflows.agent.toolbox import CARRY_CONTENT_HASHES, CLIENT_QUERIES, ToolRunner
+from workflows.agent.toolbox import CheckedCall
 from workflows.base import failure_message
 
 __all__ = [
@@ -117,7 +115,7 @@ class AgentEngine(AgentHandlers):
             State.ACTING: self._tools.act,
             State.PARALLEL_ACTING: self._tools.act,
             State.WAITING_FOR_HUMAN: self._wait_for_human,
-            State.WAITING_FOR_CLIENT: self._wait_for_client,
+            State.WAITING_FOR_CLIENT: self._tools.wait_for_client,
             State.OBSERVING: self._observe,
             State.POST_TOOLS_HOOK: self._post_tools_hook,
             State.REFLECTING: self._reflect,
@@ -245,7 +243,7 @@ class AgentEngine(AgentHandlers):
             )
             return Event.MAX_STEPS
         if config.mcp_servers and run.mcp is None:
-            await self._list_mcp_tools()
+            await self._tools.list_mcp_tools()
         m.step += 1
         telemetry.step_started(m.step)
         request = planning.model_request(run)
@@ -270,13 +268,12 @@ class AgentEngine(AgentHandlers):
             m.conversation_sent = request.conversation_messages + len(request.messages)
             m.conversation_turns = len(m.history)
         self._pub.record(State.PLANNING, "ModelResponse", planning.describe_response(response))
+        # Each call is checked here, once: the checked form is what is approved and what runs.
+        checked = self._tools.check(response.tool_calls)
         self._pub.emit(
             "model",
             response.content or "",
-            tool_calls=tuple(
-                f"{c.name} {planning.call_target(c.name, c.arguments)}".strip()
-                for c in response.tool_calls
-            ),
+            tool_calls=tuple(f"{c.call.name} {c.short_target}".strip() for c in checked),
             prompt_tokens=m.usage.prompt_tokens,
             completion_tokens=m.usage.completion_tokens,
             total_tokens=m.usage.total_tokens,
@@ -284,7 +281,7 @@ class AgentEngine(AgentHandlers):
         if planning.confidence_is_low(run, response, workflow.now()):
             return Event.LOW_CONFIDENCE
         if response.tool_calls:
-            return self._plan_tools(response)
+            return self._plan_tools(response, checked)
         answer = (response.content or "").strip()
         asked = self._detect_client_query(answer)
         if asked is not None:
@@ -295,7 +292,8 @@ class AgentEngine(AgentHandlers):
             self._pub.record(
                 State.PLANNING, "ClientQueryDetected", f"{asked[0]}: {cut(asked[1], 200)}"
             )
-            return self._plan_tools(response.model_copy(update={"tool_calls": (call,)}))
+            detected = response.model_copy(update={"tool_calls": (call,)})
+            return self._plan_tools(detected, self._tools.check([call]))
         too_short = planning.answer_feedback(answer, config.min_answer_length)
         if too_short is not None:
             self._feedback(Turn(step=m.step, assistant_text=answer, note=too_short))
@@ -306,56 +304,20 @@ class AgentEngine(AgentHandlers):
         self._pub.emit("answer", answer)
         return Event.TURN_ANSWERED if run.input.thread else Event.LLM_FINAL_ANSWER
 
-    async def _list_mcp_tools(self) -> None:
-        """List the tools of the run's MCP servers, once (the list is carried across
-        continue-as-new). A server that is down is a trace line; the run goes on without it."""
-        run, config = self._run, self._run.input.config
-        servers = () if mcp.ALL_SERVERS in config.mcp_servers else config.mcp_servers
-        try:
-            listed = await calls.list_mcp_tools(
-                config,
-                McpListRequest(servers=servers),
-                f"list MCP tools of {', '.join(config.mcp_servers)}",
-            )
-        except ActivityError as exc:
-            if is_cancelled_exception(exc):
-                raise
-            why = f"could not be listed: {failure_message(exc)}"
-            listed = McpToolList(
-                unavailable={name: why for name in servers or (mcp.ALL_SERVERS,)},
-                listed_at=workflow.now(),
-            )
-        run.mcp = listed
-        self._pub.record(run.state, "McpToolsListed", listed.describe())
-        missing = sorted(
-            name
-            for name in config.tools or ()
-            if mcp.is_mcp_name(name) and listed.find(name) is None
-        )
-        if missing:
-            self._pub.record(
-                run.state, "McpToolsMissing", f"not offered by any server: {', '.join(missing)}"
-            )
-        self._pub.emit("mcp_tools", listed.describe(), ok=not listed.unavailable)
-        if listed.unavailable:
-            workflow.logger.warning(
-                "agent.mcp_unavailable", extra={"unavailable": dict(listed.unavailable)}
-            )
-
     def _detect_client_query(self, answer: str) -> tuple[client_queries.Kind, str] | None:
         """A final answer that asks the client for something, where the run offers ask_client.
         Histories recorded before client queries existed replay their answers unchanged."""
-        config = self._run.input.config
-        if client_queries.ASK_CLIENT not in planning.offered_tools(config):
+        if client_queries.ASK_CLIENT not in self._tools.box().offered_names():
             return None
         asked = client_queries.detect(answer)
         if asked is None or not workflow.patched(CLIENT_QUERIES):
             return None
         return asked
 
-    def _plan_tools(self, response: ModelResponse) -> Event:
+    def _plan_tools(self, response: ModelResponse, checked: tuple[CheckedCall, ...]) -> Event:
         m, config = self._run.memory, self._run.input.config
         calls = planning.unique_ids(response.tool_calls, m.history, m.step)
+        checked = tuple(c.with_id(call.id) for c, call in zip(checked, calls, strict=True))
         too_many = planning.too_many_calls_feedback(
             response, calls, config.max_tool_calls_per_step, m.step
         )
@@ -368,11 +330,9 @@ class AgentEngine(AgentHandlers):
             return Event.TOOL_BLACKLISTED
         m.assistant_text = response.content
         m.current_tool_calls = calls
+        self._tools.carry(checked)
         waiting = approvals.approvals_needed(
-            calls,
-            planning.approval_required(config, planning.offered_mcp_tools(self._run)),
-            m.step,
-            workflow.now(),
+            checked, self._tools.box().approval_required(), m.step, workflow.now()
         )
         if waiting:
             m.pending_approvals = waiting
@@ -462,7 +422,7 @@ class AgentEngine(AgentHandlers):
             telemetry.human_wait_started(p.tool)
             self._pub.emit(
                 "approval_needed",
-                f"{p.tool} {planning.call_target(p.tool, p.arguments)}".strip(),
+                f"{p.tool} {self._tools.target_of(p.call_id)}".strip(),
                 tool=p.tool,
                 call_id=p.call_id,
                 arguments=p.arguments,
@@ -492,69 +452,12 @@ class AgentEngine(AgentHandlers):
         telemetry.human_wait_ended("guidance", "answered")
         return approvals.follow_guidance(run)
 
-    async def _wait_for_client(self) -> Event:
-        """WaitingForClient: durably, until the client answers or the timeout passes; either
-        way the ``ask_client`` call gets its observation and Acting goes on."""
-        run, m, config = self._run, self._run.memory, self._run.input.config
-        query = run.client.query
-        if query is None:  # cannot happen: Acting opened it
-            raise ApplicationError("WaitingForClient without a query", non_retryable=True)
-        self._pub.record(
-            State.WAITING_FOR_CLIENT,
-            "AwaitingClient",
-            f"{query.id} {query.kind}: {cut(query.what, 200)}",
-        )
-        self._pub.emit(
-            "client_query",
-            f"{query.kind}: {cut(query.what, 200)}",
-            query=query,
-            call_id=query.call_id,
-            commands=events.answer_commands(workflow.info().workflow_id, query),
-        )
-        self._pub.show()
-        timeout = config.client_query_timeout_seconds
-        waited = (workflow.now() - query.asked_at).total_seconds()
-        # A timeout is not an error here: the model is told, and the run goes on.
-        with contextlib.suppress(TimeoutError):
-            await workflow.wait_condition(
-                lambda: run.client.answer is not None,
-                timeout=max(timeout - waited, 0.001),
-                timeout_summary=f"client query {query.id}",
-            )
-        answer = run.client.answer
-        telemetry.client_query("answered" if answer is not None else "timed_out")
-        calls = [c for c in m.current_tool_calls if c.id == query.call_id]
-        if not calls:  # cannot happen: the query was opened for one of these calls
-            raise ApplicationError(f"no call {query.call_id} for {query.id}", non_retryable=True)
-        call = calls[0]
-        if answer is None:
-            self._pub.record(State.WAITING_FOR_CLIENT, "ClientQueryTimedOut", f"{query.id}")
-        observation = client_queries.observation(query, answer, timeout)
-        ok = answer is not None and answer.declined is None
-        m.observations = (
-            *m.observations,
-            ToolOutcome(
-                call=call, observation=cut(observation, config.max_observation_chars), success=ok
-            ),
-        )
-        parallel = run.client.parallel
-        run.client.query = None
-        run.client.answer = None
-        run.client.parallel = False
-        self._pub.emit(
-            "client_answered",
-            observation if not ok else f"{query.kind}: {len(observation)} characters",
-            query=query,
-            call_id=query.call_id,
-            ok=ok,
-        )
-        return Event.CLIENT_QUERY_DONE_PARALLEL if parallel else Event.CLIENT_QUERY_DONE
-
     async def _observe(self) -> Event:
         """Commit the results to history, then run Nexora's progress check on them."""
         run, m = self._run, self._run.memory
         by_id = {o.call.id: o for o in m.observations}
         outcomes = tuple(by_id[c.id] for c in m.current_tool_calls if c.id in by_id)
+        box = self._tools.box()
         for o in outcomes:
             self._pub.record(
                 State.OBSERVING,
@@ -565,7 +468,8 @@ class AgentEngine(AgentHandlers):
                 run.tracker,
                 o,
                 run.input.config.test_commands,
-                mutating=planning.mutates(run, o.call.name),
+                target=self._tools.checked(o.call).progress_target,
+                mutating=box.mutates(o.call.name),
             )
         repeated = run.tracker.record_message(m.assistant_text or "")
         m.history = (
@@ -576,9 +480,7 @@ class AgentEngine(AgentHandlers):
         m.observations = ()
         m.pending_approvals = ()
         m.assistant_text = None
-        run.flags.last_step_mutated = any(
-            o.success and planning.mutates(run, o.call.name) for o in outcomes
-        )
+        run.flags.last_step_mutated = any(o.success and box.mutates(o.call.name) for o in outcomes)
 
         stuck = run.tracker.check() or repeated
         if stuck:
@@ -621,7 +523,8 @@ class AgentEngine(AgentHandlers):
 
     async def _run_hook(self, name: str, step: int, outcomes: list[ToolOutcome]) -> HookResult:
         config, info = self._run.input.config, workflow.info()
-        mutating = [o for o in outcomes if planning.mutates(self._run, o.call.name)]
+        box = self._tools.box()
+        mutating = [o for o in outcomes if box.mutates(o.call.name)]
         request = HookRequest(
             hook=name,
             workspace=self._run.input.workspace,

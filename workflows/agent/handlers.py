@@ -16,6 +16,7 @@ from temporalio.common import RawValue
 from temporalio.exceptions import ApplicationError
 
 from workflows.agent import approvals, client_queries, status, threads
+from workflows.agent.acting import ToolRunner
 from workflows.agent.approvals import Refused
 from workflows.agent.client_queries import AnswerRefused
 from workflows.agent.events import ClientAnswer, ClientQuery
@@ -44,6 +45,7 @@ class AgentHandlers:
 
     _run: AgentRun
     _pub: Publisher
+    _tools: ToolRunner
 
     # ----------------------------------------------------------------------------------------
     # Human approval. Signal handlers take ``*bodies``: a handler that cannot take what arrives
@@ -113,6 +115,8 @@ class AgentHandlers:
 
     def _apply(self, action: str, checked: approvals.Checked) -> PendingApproval:
         decided = approvals.apply_decision(self._run.memory, checked)
+        if checked.call is not None:
+            self._tools.replace(checked.call)
         self._pub.record(self._run.state, "SignalReceived", f"{action} {decided.call_id}")
         self._pub.emit(
             "decided",

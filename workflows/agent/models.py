@@ -18,7 +18,7 @@ from temporalio.contrib.workflow_streams import WorkflowStreamState
 from workflows.agent.catalogue import TOOLS
 from workflows.agent.events import ClientQuery
 from workflows.agent.hooks import check_hook_names, parse_author
-from workflows.agent.mcp import ALL_SERVERS, TOOL_NAME, check_server_name, is_mcp_name
+from workflows.agent.mcp import ALL_SERVERS, TOOL_NAME, check_server_name, is_tool_name, server_of
 from workflows.agent.progress import ProgressConfig, ProgressSummary
 from workflows.agent.providers import ModelStringError, resolve
 from workflows.agent.state_machine import State
@@ -222,11 +222,7 @@ class AgentConfig(Frozen):
         if value is None:
             return None
         # An MCP tool is known only when the run lists its server: its name's shape is checked.
-        unknown = sorted(
-            name
-            for name in set(value) - set(TOOLS)
-            if not (is_mcp_name(name) and TOOL_NAME.match(name))
-        )
+        unknown = sorted(name for name in set(value) - set(TOOLS) if not is_tool_name(name))
         if unknown:
             raise ValueError(
                 f"unknown tool name(s): {', '.join(unknown)} (known: {', '.join(sorted(TOOLS))}"
@@ -249,9 +245,13 @@ class AgentConfig(Frozen):
         """``tools`` / ``require_approval`` naming an MCP tool of a server the run does not list
         could never take effect: a config error, not a silent no-op."""
         named = {*(self.tools or ()), *self.require_approval}
-        for name in sorted(n for n in named if is_mcp_name(n)):
-            server = name.removeprefix("mcp__").split("__", 1)[0]
-            if ALL_SERVERS not in self.mcp_servers and server not in self.mcp_servers:
+        for name in sorted(named):
+            server = server_of(name)
+            if (
+                server is not None
+                and ALL_SERVERS not in self.mcp_servers
+                and server not in self.mcp_servers
+            ):
                 raise ValueError(
                     f"{name} is a tool of MCP server {server!r}, which mcp_servers does not list "
                     f"(mcp_servers: {', '.join(self.mcp_servers) or 'none'})"

@@ -10,21 +10,12 @@ from datetime import datetime
 from workflows.agent.models import AgentStatus, Price, TokenUsage
 from workflows.agent.state import AgentRun
 
-SUMMARY_TARGET_CHARS = 60
-"""An activity summary names its target ("step 4 · read_file src/main.rs") up to this long."""
-
 
 def cut(text: str, limit: int) -> str:
     """``text`` up to ``limit`` characters, saying how much was cut."""
     if len(text) <= limit:
         return text
     return f"{text[:limit]}\n[... {len(text) - limit} more characters cut]"
-
-
-def short_target(target: str) -> str:
-    if len(target) > SUMMARY_TARGET_CHARS:
-        return target[: SUMMARY_TARGET_CHARS - 1] + "…"
-    return target
 
 
 def cost(usage_by_model: Mapping[str, TokenUsage], prices: Mapping[str, Price]) -> float | None:

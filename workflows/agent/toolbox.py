@@ -1,221 +1,280 @@
-"""Running a step's tool calls: Acting and ParallelActing's work.
+"""The toolbox: every tool a run can call, built-in, your own or an MCP server's, as one kind
+of thing, and the one place a call is checked.
 
-``ToolRunner.act`` runs every call of the step not yet observed and returns the event that
-says what follows. An ``ask_client`` call opens a client query instead (the engine waits for
-the answer in WaitingForClient).
+Like pydantic-ai's toolsets (``get_tools`` / ``call_tool``, which its function tools and its
+MCP servers both implement), the loop never asks what kind of tool it holds: it asks the
+toolbox which tools the run offers (``offered``) and to check a call (``check``), and it runs
+the ``CheckedCall`` it gets back (``acting``). A call is checked once, when the model asks for
+it: its arguments parsed and validated, its target derived. The checked form is what a human
+approves and what runs; a ``modify`` is checked here too and replaces it.
+
+Pure and deterministic: the workflow, approvals and the activities' clients may all use it.
+MCP's naming rule (``mcp__<server>__<tool>``) lives in ``mcp``, and only this module and that
+one ask whether a name is an MCP tool's.
 """
 
 from __future__ import annotations
 
-import asyncio
-from typing import Any
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
+from typing import Any, Literal
 
-from pydantic import ValidationError
-from temporalio import workflow
-from temporalio.exceptions import ActivityError, is_cancelled_exception
+from workflows.agent import mcp
+from workflows.agent.catalogue import TOOLS, ToolArgs, ToolArgumentsError, ToolSpec, parse_arguments
+from workflows.agent.mcp import McpToolInfo, McpToolList
+from workflows.agent.models import AgentConfig, ToolCall, ToolSchema
 
-from workflows import telemetry
-from workflows.agent import calls, client_queries, mcp, planning, recovery, status
-from workflows.agent.catalogue import (
-    TOOLS,
-    AskClientArgs,
-    StartPhaseArgs,
-    ToolArgumentsError,
-    parse_arguments,
-)
-from workflows.agent.mcp import McpCallRequest
-from workflows.agent.models import ToolCall, ToolOutcome, ToolResult
-from workflows.agent.publishing import Publisher
-from workflows.agent.state import AgentRun
-from workflows.agent.state_machine import Event, State
-from workflows.agent.status import cut
-from workflows.base import describe_errors, failure_message
-
-CLIENT_QUERIES = "client-queries"
-"""``workflow.patched`` id: a final answer asking the client, and the ``ask_client`` tool, wait
-for the client (before, the answer ended the run and the tool was unknown)."""
-
-CARRY_CONTENT_HASHES = "carry-content-hashes"
-"""``workflow.patched`` id: tool results' content hashes reach the progress tracker."""
+SUMMARY_TARGET_CHARS = 60
+"""An activity summary names its target ("step 4 · read_file src/main.rs") up to this long."""
 
 
-class ToolRunner:
-    """Runs one run's tool calls and publishes each as it starts and finishes."""
+def short_target(target: str) -> str:
+    """``target`` cut to ``SUMMARY_TARGET_CHARS``."""
+    if len(target) > SUMMARY_TARGET_CHARS:
+        return target[: SUMMARY_TARGET_CHARS - 1] + "…"
+    return target
 
-    def __init__(self, run: AgentRun, publisher: Publisher) -> None:
-        self._run = run
-        self._pub = publisher
 
-    async def act(self) -> Event:
-        """Run every call not yet observed: concurrently in ParallelActing, else in order.
-        An ``ask_client`` call goes first: the run waits for the client (WaitingForClient),
-        then comes back here for the others."""
-        m = self._run.memory
-        done = {o.call.id for o in m.observations}
-        todo = [c for c in m.current_tool_calls if c.id not in done]
-        asks = [c for c in todo if c.name == client_queries.ASK_CLIENT]
-        # Runs recorded before client queries existed called no such tool (it was unknown).
-        if asks and workflow.patched(CLIENT_QUERIES):
-            for call in asks:
-                outcome = self._ask_client(call)
-                if outcome is None:
-                    return Event.CLIENT_QUERY
-                m.observations = (*m.observations, outcome)
-            todo = [c for c in todo if c.name != client_queries.ASK_CLIENT]
-        if self._run.state is State.PARALLEL_ACTING:
-            outcomes = list(await asyncio.gather(*(self._run_call(c) for c in todo)))
-        else:
-            outcomes = [await self._run_call(c) for c in todo]
-        m.observations = m.observations + tuple(outcomes)
-        if all(o.success for o in m.observations):
-            return Event.TOOL_SUCCESS
-        return Event.TOOL_FAILURE
+Runs = Literal["workflow", "activity", "mcp"]
+"""Where a tool runs: in the workflow itself (``start_phase``, ``ask_client``), in the
+``run_tool`` activity (built-in and your own), or in ``call_mcp_tool`` (an MCP server's)."""
 
-    def _ask_client(self, call: ToolCall) -> ToolOutcome | None:
-        """Open a client query for an ``ask_client`` call (``None``: wait for it), or the call's
-        outcome when it cannot be asked: bad arguments, or a run that does not offer the tool."""
-        run, config = self._run, self._run.input.config
-        error: str | None = None
-        try:
-            args = parse_arguments(call.name, call.arguments)
-        except ToolArgumentsError as exc:
-            error = f"ERROR: {exc}"
-        else:
-            if client_queries.ASK_CLIENT not in planning.offered_tools(config):
-                error = "ERROR: ask_client is not offered in this run (client_queries is off)"
-        if error is not None or not isinstance(args, AskClientArgs):
-            error = error or "ERROR: ask_client arguments did not parse"
-            return self._finished(ToolOutcome(call=call, observation=error, success=False))
-        client = run.client
-        client.asked += 1
-        telemetry.client_query("asked")
-        client.parallel = run.state is State.PARALLEL_ACTING
-        client.query = client_queries.new_query(
-            call,
-            args.kind,
-            args.what,
-            number=client.asked,
-            step=run.memory.step,
-            now=workflow.now(),
-            timeout_seconds=config.client_query_timeout_seconds,
-            detected=call.id == client_queries.detected_id(run.memory.step),
+
+@dataclass(frozen=True)
+class OfferedTool:
+    """One tool as the run knows it, whatever its kind."""
+
+    name: str
+    """What the model calls it."""
+    runs: Runs
+    mutating: bool
+    """A successful call may change something (files, a server's state)."""
+    needs_approval: bool
+    """Declared by the tool (or, for an MCP tool, hinted by its server)."""
+    spec: ToolSpec | None = None
+    """A catalogue tool's entry: its argument model, target and timeout."""
+    mcp: McpToolInfo | None = None
+    """An MCP tool's listing: its server, own name, schema and timeouts."""
+
+    def schema(self) -> ToolSchema:
+        """The tool as the model is shown it, for tools outside the catalogue (whose schemas
+        the model activity builds by name)."""
+        if self.mcp is None:
+            raise ValueError(f"{self.name} is a catalogue tool: it is offered by name")
+        info = self.mcp
+        return ToolSchema(
+            name=info.name, description=info.description, parameters=info.input_schema
         )
-        client.answer = None
-        return None
 
-    async def _run_call(self, call: ToolCall) -> ToolOutcome:
-        run = self._run
+
+@dataclass(frozen=True)
+class CheckedCall:
+    """One call, checked: the tool it names, its parsed arguments and what it acts on.
+
+    ``problem`` says why it cannot run (an unknown tool, arguments that do not parse or do not
+    match the schema, an MCP tool the run does not offer); its observation is ``error``.
+    ``arguments`` is set whenever they parsed, even for a tool the run does not offer, so a
+    human can still be asked about it."""
+
+    call: ToolCall
+    tool: OfferedTool | None
+    arguments: dict[str, Any] | None
+    """What a human decides on: the schema-checked arguments (a catalogue tool), or the JSON
+    object (an MCP tool: its server checks its own schema)."""
+    args: ToolArgs | None
+    """A catalogue tool's validated argument model."""
+    target: str
+    """The file, command or thing the call acts on; ``""`` when it cannot be told."""
+    problem: str | None = None
+
+    @property
+    def error(self) -> str | None:
+        """The call's observation when it cannot run."""
+        return None if self.problem is None else f"ERROR: {self.problem}"
+
+    @property
+    def short_target(self) -> str:
+        """``target`` cut to a line's worth, for summaries and events."""
+        return short_target(self.target)
+
+    @property
+    def progress_target(self) -> str:
+        """What progress tracking counts the call against (the tool's name when the call
+        was malformed, or for an MCP call whose arguments name nothing)."""
+        if self.call.name in TOOLS:
+            return self.target if self.args is not None else self.call.name
+        return self.target or self.call.name
+
+    def with_id(self, call_id: str) -> CheckedCall:
+        """The same check for the call renamed to a run-unique id."""
+        if call_id == self.call.id:
+            return self
+        return replace(self, call=self.call.model_copy(update={"id": call_id}))
+
+    def request_arguments(self) -> str:
+        """The arguments as the tool's activity receives them: the checked model as JSON."""
+        if self.args is not None:
+            return self.args.model_dump_json()
+        return json.dumps(self.arguments or {}, separators=(",", ":"))
+
+
+def _catalogue_tool(spec: ToolSpec) -> OfferedTool:
+    return OfferedTool(
+        name=spec.name,
+        runs="workflow" if spec.in_workflow else "activity",
+        mutating=spec.mutating,
+        needs_approval=spec.needs_approval,
+        spec=spec,
+    )
+
+
+def _mcp_tool(info: McpToolInfo) -> OfferedTool:
+    return OfferedTool(
+        name=info.name,
+        runs="mcp",
+        mutating=info.mutating,
+        needs_approval=info.needs_approval,
+        mcp=info,
+    )
+
+
+class Toolbox:
+    """The tools one run knows: the catalogue's (built-in and your own) and the MCP tools it
+    listed. Built from the run's config and MCP listing, whenever needed (it holds no state)."""
+
+    def __init__(self, config: AgentConfig, listed: McpToolList | None = None) -> None:
+        self.config = config
+        self.listed = listed
+
+    # ----------------------------------------------------------------------------------------
+    # What the run offers
+    # ----------------------------------------------------------------------------------------
+
+    def offered_names(self) -> tuple[str, ...]:
+        """The catalogue tools this run offers: its choice (``config.tools``, or all of them)
+        less blacklisted ones, less ``run_command`` unless the run allows it, less
+        ``ask_client`` without client queries. In the catalogue's order."""
+        config = self.config
+        chosen = TOOLS if config.tools is None else config.tools
+        return tuple(
+            name
+            for name in TOOLS
+            if name in chosen
+            and name not in config.blacklisted_tools
+            and (name != "run_command" or config.allow_run_command)
+            and (name != "ask_client" or config.client_queries)
+        )
+
+    def offered_mcp(self) -> tuple[OfferedTool, ...]:
+        """The listed MCP tools this run offers: all of them, or those ``config.tools`` names;
+        less blacklisted ones."""
+        config = self.config
+        if self.listed is None:
+            return ()
+        return tuple(
+            _mcp_tool(info)
+            for info in self.listed.tools
+            if (config.tools is None or info.name in config.tools)
+            and info.name not in config.blacklisted_tools
+        )
+
+    def offered(self) -> tuple[OfferedTool, ...]:
+        """Every tool the model is shown, catalogue tools first."""
+        return (*(_catalogue_tool(TOOLS[n]) for n in self.offered_names()), *self.offered_mcp())
+
+    def offers(self, name: str) -> bool:
+        return any(tool.name == name for tool in self.offered())
+
+    def approval_required(self) -> frozenset[str]:
+        """Tools whose calls wait for a human in this run: the run's ``require_approval``,
+        every tool that declares ``needs_approval``, and the MCP tools ``config.mcp_approval``
+        picks (``hints``: those the server does not mark safe; ``all``; ``listed``: none)."""
+        declared = {name for name, spec in TOOLS.items() if spec.needs_approval}
+        policy = self.config.mcp_approval
+        hinted = {
+            tool.name
+            for tool in self.offered_mcp()
+            if policy == "all" or (policy == "hints" and tool.needs_approval)
+        }
+        return frozenset(self.config.require_approval) | declared | hinted
+
+    def mutates(self, name: str) -> bool:
+        """Whether a call of tool ``name`` may change things (files, a server's state)."""
+        spec = TOOLS.get(name)
+        if spec is not None:
+            return spec.mutating
+        listed = self.listed.find(name) if self.listed is not None else None
+        return listed.mutating if listed is not None else False
+
+    def missing(self) -> tuple[str, ...]:
+        """MCP tools ``config.tools`` names that no listed server offers."""
+        return tuple(
+            sorted(
+                name
+                for name in self.config.tools or ()
+                if mcp.is_mcp_name(name) and (self.listed is None or self.listed.find(name) is None)
+            )
+        )
+
+    # ----------------------------------------------------------------------------------------
+    # Checking a call: once
+    # ----------------------------------------------------------------------------------------
+
+    def check(self, call: ToolCall, arguments: Mapping[str, Any] | None = None) -> CheckedCall:
+        """``call`` checked against the tool it names (with ``arguments`` instead of its own,
+        for a human's ``modify``)."""
+        raw: str | Mapping[str, Any] = call.arguments if arguments is None else arguments
         if mcp.is_mcp_name(call.name):
-            return await self._run_mcp_call(call)
+            return self._check_mcp(call, raw)
         try:
-            args = parse_arguments(call.name, call.arguments)
+            args = parse_arguments(call.name, raw)
         except ToolArgumentsError as exc:
-            return self._finished(
-                ToolOutcome(call=call, observation=f"ERROR: {exc}", success=False)
-            )
-        if isinstance(args, StartPhaseArgs):
-            return recovery.start_phase_call(run, call, args, workflow.now())
-        if isinstance(args, AskClientArgs):
-            # Only replaying a run recorded before client queries (``act`` asks the others):
-            # the tool did not exist then, and no activity ran for it.
-            return ToolOutcome(
-                call=call, observation=f"ERROR: unknown tool {call.name!r}", success=False
-            )
-        target = status.short_target(TOOLS[call.name].target(args))
-        self._pub.emit("tool_started", call.name, tool=call.name, call_id=call.id, target=target)
-        outcome = await self._run_activity(call, args, target)
-        return self._finished(outcome, target)
+            return CheckedCall(call, None, None, None, "", problem=str(exc))
+        spec = TOOLS[call.name]
+        return CheckedCall(call, _catalogue_tool(spec), args.model_dump(), args, spec.target(args))
 
-    def _finished(self, outcome: ToolOutcome, target: str | None = None) -> ToolOutcome:
-        """Publish a call's ``tool_finished`` event (its observation cut to a line's worth)."""
-        call = outcome.call
-        self._pub.emit(
-            "tool_finished",
-            cut(outcome.observation, 200),
-            tool=call.name,
-            call_id=call.id,
-            target=target,
-            ok=outcome.success,
-        )
-        return outcome
+    def _check_mcp(self, call: ToolCall, raw: str | Mapping[str, Any]) -> CheckedCall:
+        offered = next((t for t in self.offered_mcp() if t.name == call.name), None)
+        arguments: dict[str, Any] | None = None
+        problem: str | None = None
+        try:
+            arguments = mcp.parse_arguments(call.name, raw if isinstance(raw, str) else dict(raw))
+        except mcp.McpArgumentsError as exc:
+            problem = str(exc)
+        target = mcp.call_target(arguments) if arguments is not None else ""
+        if offered is None:
+            unavailable = self.listed.unavailable if self.listed is not None else {}
+            why = f" (MCP servers unavailable: {', '.join(unavailable)})" if unavailable else ""
+            problem = f"tool {call.name} is not offered in this run{why}"
+        return CheckedCall(call, offered, arguments, None, target, problem)
 
-    async def _run_activity(self, call: ToolCall, args: Any, target: str) -> ToolOutcome:
-        run, config = self._run, self._run.input.config
-        try:
-            result = await calls.run_tool(
-                config,
-                planning.tool_request(run, call, args),
-                f"step {run.memory.step} · {call.name} {target}",
-                command=call.name == "run_command",
-                tool_timeout=TOOLS[call.name].timeout_seconds,
-            )
-        except ActivityError as exc:
-            if is_cancelled_exception(exc):
-                raise
-            return ToolOutcome(
-                call=call,
-                observation=f"ERROR: {call.name} failed: {failure_message(exc)}",
-                success=False,
-            )
-        # Progress tracking tells a real change from the same content written again by these
-        # hashes. Runs recorded before they were carried keep replaying without.
-        carried = workflow.patched(CARRY_CONTENT_HASHES)
-        return planning.observed(call, result, config.max_observation_chars, hashes=carried)
 
-    async def _run_mcp_call(self, call: ToolCall) -> ToolOutcome:
-        """One call of an MCP server's tool: the ``call_mcp_tool`` activity. A tool the run
-        does not offer, arguments that are not a JSON object, a server that never answered:
-        each is the call's ``ERROR:`` observation. A tool its server no longer offers is
-        dropped from the run's list, so the model is not offered it again."""
-        run, config = self._run, self._run.input.config
-        info = next((t for t in planning.offered_mcp_tools(run) if t.name == call.name), None)
-        target = status.short_target(mcp.call_target(call.arguments))
-        error: str | None = None
-        arguments: dict[str, Any] = {}
-        if info is None:
-            unavailable = run.mcp.unavailable if run.mcp is not None else {}
-            error = f"ERROR: tool {call.name} is not offered in this run" + (
-                f" (MCP servers unavailable: {', '.join(unavailable)})" if unavailable else ""
-            )
-        else:
-            try:
-                arguments = mcp.parse_arguments(call.name, call.arguments)
-            except mcp.McpArgumentsError as exc:
-                error = f"ERROR: {exc}"
-        if error is not None or info is None:
-            error = error or f"ERROR: tool {call.name} is not offered in this run"
-            return self._finished(ToolOutcome(call=call, observation=error, success=False))
-        try:
-            request = McpCallRequest(
-                server=info.server,
-                tool=info.tool,
-                arguments=arguments,
-                call_id=call.id,
-                step=run.memory.step,
-                max_output_chars=config.max_observation_chars,
-            )
-        except ValidationError as exc:
-            # A provider's call id or a server's tool name out of bounds: the call's error,
-            # not the run's (a ValidationError would fail the run).
-            error = f"ERROR: {call.name} cannot be called: {describe_errors(exc)}"
-            return self._finished(ToolOutcome(call=call, observation=error, success=False))
-        self._pub.emit("tool_started", call.name, tool=call.name, call_id=call.id, target=target)
-        try:
-            result = await calls.call_mcp_tool(
-                config,
-                request,
-                f"step {run.memory.step} · {call.name} {target}".strip(),
-                info.attempt_timeout(),
-            )
-        except ActivityError as exc:
-            if is_cancelled_exception(exc):
-                raise
-            result = ToolResult(
-                success=False, output=f"ERROR: {call.name} failed: {failure_message(exc)}"
-            )
-        if not result.success and result.output == f"ERROR: {mcp.vanished(info.server, info.tool)}":
-            if run.mcp is not None:
-                run.mcp = run.mcp.without(call.name)
-            self._pub.record(run.state, "McpToolVanished", f"{call.name}: {result.output}")
-        outcome = planning.observed(call, result, config.max_observation_chars, hashes=True)
-        return self._finished(outcome, target)
+def check_all(box: Toolbox, calls: Iterable[ToolCall]) -> tuple[CheckedCall, ...]:
+    return tuple(box.check(call) for call in calls)
+
+
+def call_target(tool: str, arguments: str | Mapping[str, Any]) -> str:
+    """The file or command a call acts on, shortened for a line; ``""`` if it cannot be told.
+    (For a call the run has not checked: a client's view of a pending approval.)"""
+    if mcp.is_mcp_name(tool):
+        raw = dict(arguments) if isinstance(arguments, Mapping) else arguments
+        return short_target(mcp.call_target(raw))
+    try:
+        args = parse_arguments(tool, arguments)
+    except ToolArgumentsError:
+        return ""
+    return short_target(TOOLS[tool].target(args))
+
+
+def progress_target(call: ToolCall) -> str:
+    """What a past call acted on, for summaries of the history (the tool's name when the call
+    was malformed)."""
+    spec = TOOLS.get(call.name)
+    if spec is None:
+        # An MCP tool: what its arguments name (the same call repeated is the same target).
+        return (mcp.call_target(call.arguments) if mcp.is_mcp_name(call.name) else "") or call.name
+    try:
+        return spec.target(parse_arguments(call.name, call.arguments))
+    except ToolArgumentsError:
+        return call.name
