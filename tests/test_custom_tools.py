@@ -83,15 +83,14 @@ def test_a_tool_that_declares_approval_always_waits(monkeypatch: pytest.MonkeyPa
     ("name", "problem"),
     [("Deploy", "does not match"), ("read_file", "registered twice"), ("x" * 65, "does not match")],
 )
-def test_a_bad_registration_stops_the_worker(
-    monkeypatch: pytest.MonkeyPatch, name: str, problem: str
-) -> None:
+def test_a_bad_registration_stops_the_worker(name: str, problem: str) -> None:
     tool: Tool[Any] = Tool(
         name=name, description="d", args=git_diff.GitDiffArgs, run=git_diff.git_diff
     )
-    monkeypatch.setattr(catalogue, "CUSTOM_TOOLS", (tool,))
+    before = dict(TOOLS)
     with pytest.raises(ValueError, match=problem):
-        catalogue._custom_specs()
+        catalogue.register([tool])
+    assert dict(TOOLS) == before
 
 
 # --------------------------------------------------------------------------------------------

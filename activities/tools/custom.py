@@ -28,8 +28,9 @@ The function runs inside the ``run_tool`` activity, on the worker: it may do I/O
 ("no such branch"); anything else is a bug, which Temporal retries. Long outputs are capped and
 stored like the built-in tools' outputs.
 
-This module is imported inside the workflow sandbox (passed through, via the catalogue): keep
-tool modules' top-level imports light, and do the I/O inside the functions.
+The registry adds its tools to the catalogue (``workflows.agent.catalogue.register``) when the
+worker imports it: the workflow layer never imports a tool module. Keep tool modules' top-level
+imports light, and do the I/O inside the functions.
 """
 
 from __future__ import annotations
@@ -37,17 +38,12 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from activities.errors import ToolError
 from activities.tools.output import ToolOutput
 from activities.tools.workspace import resolve
-from workflows.agent.tool_args import ToolArgs
-
-if TYPE_CHECKING:
-    # Only a type here: the catalogue imports this module (through the registry) while the
-    # models module is still importing the catalogue.
-    from workflows.agent.models import ToolPolicy
+from workflows.agent.tool_args import ToolArgs, ToolPolicy
 
 __all__ = ["Tool", "ToolArgs", "ToolContext", "ToolError", "ToolOutput"]
 

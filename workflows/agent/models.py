@@ -22,6 +22,8 @@ from workflows.agent.mcp import ALL_SERVERS, TOOL_NAME, check_server_name, is_to
 from workflows.agent.progress import ProgressConfig, ProgressSummary
 from workflows.agent.providers import ModelStringError, resolve
 from workflows.agent.state_machine import State
+from workflows.agent.tool_args import DEFAULT_COMMAND_ALLOWLIST as DEFAULT_COMMAND_ALLOWLIST
+from workflows.agent.tool_args import ToolPolicy as ToolPolicy
 from workflows.base import Frozen
 
 TASK_QUEUE = "treadle-agent"
@@ -31,13 +33,6 @@ TASK_QUEUE = "treadle-agent"
 # --------------------------------------------------------------------------------------------
 # Configuration and input
 # --------------------------------------------------------------------------------------------
-
-DEFAULT_COMMAND_ALLOWLIST = (
-    "cat", "diff", "echo", "grep", "head", "ls", "pwd", "sort", "tail", "wc",
-)  # fmt: skip
-"""Programs that only read and print. Interpreters (python, node, sh) and git (hooks, aliases,
-``-c``) run arbitrary code as the worker's user: add them only for workers you would let run
-anything, e.g. in a container."""
 
 
 def _check_model(value: str) -> str:
@@ -609,15 +604,6 @@ class ModelResponse(Frozen):
     conversation: str | None = None
     """Head of the stored conversation after this call: the request's messages and this
     reply. ``None`` from a worker that keeps no store."""
-
-
-class ToolPolicy(Frozen):
-    """The part of the run's config a tool activity needs."""
-
-    allow_run_command: bool = False
-    command_allowlist: tuple[str, ...] = DEFAULT_COMMAND_ALLOWLIST
-    command_timeout_seconds: float = 60
-    max_output_chars: int = 12_000
 
 
 class ToolRequest(Frozen):
