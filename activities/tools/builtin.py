@@ -40,11 +40,10 @@ from activities import telemetry
 from activities.errors import ToolError
 from activities.heartbeat import heartbeating
 from activities.store.conversation import ConversationStore
-from activities.tools import processes
+from activities.tools import processes, registry
 from activities.tools.confinement import Confinement, check_arguments, detect, sandboxed_argv
 from activities.tools.custom import Tool, ToolContext
 from activities.tools.output import ToolOutput
-from activities.tools.registry import CUSTOM_TOOLS
 from activities.tools.workspace import is_inside, relative, resolve, workspace_root
 from workflows.agent.catalogue import (
     TOOLS,
@@ -642,7 +641,7 @@ async def _execute(
     limit = policy.max_output_chars
     try:
         await asyncio.to_thread(_ensure_workspace, workspace)
-        custom = CUSTOM_BY_NAME.get(tool)
+        custom = registry.BY_NAME.get(tool)
         if custom is not None:
             output = await _run_custom(custom, workspace, args, policy)
         else:
@@ -664,9 +663,6 @@ def _failed(message: str, policy: ToolPolicy) -> ToolResult:
     return ToolResult(
         success=False, output=f"ERROR: {cap_output(message, policy.max_output_chars)}"
     )
-
-
-CUSTOM_BY_NAME: Mapping[str, Tool[Any]] = {tool.name: tool for tool in CUSTOM_TOOLS}
 
 
 async def _run_custom(

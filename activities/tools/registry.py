@@ -2,7 +2,9 @@
 
 Importing this module adds them to the catalogue (``workflows.agent.catalogue.register``), which
 offers them to the model beside the built-in tools, in this order. The worker imports it (with
-the tool activity); the workflow layer never does.
+the tool activity); the workflow layer never does. Tools from your own modules, loaded by the
+worker (``worker.py --tools``, ``treadle.tools`` entry points), join them in ``BY_NAME``
+(``activities/tools/loading.py``).
 """
 
 from __future__ import annotations
@@ -18,3 +20,6 @@ CUSTOM_TOOLS: tuple[Tool[Any], ...] = (
 )  # fmt: skip
 
 catalogue.register(CUSTOM_TOOLS)
+
+BY_NAME: dict[str, Tool[Any]] = {tool.name: tool for tool in CUSTOM_TOOLS}
+"""Every one of your own tools this worker can run, by name: the tool activity looks here."""

@@ -42,6 +42,10 @@ for the client (before, the answer ended the run and the tool was unknown)."""
 CARRY_CONTENT_HASHES = "carry-content-hashes"
 """``workflow.patched`` id: tool results' content hashes reach the progress tracker."""
 
+LOADED_TOOLS = "loaded-tools"
+"""``workflow.patched`` id: a run lists the tools its worker loaded from your own modules
+before its first model call, and offers them (before, no worker loaded any)."""
+
 
 class ToolRunner:
     """Checks, runs and publishes one run's tool calls."""
@@ -53,7 +57,7 @@ class ToolRunner:
 
     def box(self) -> Toolbox:
         """The run's toolbox as it is now (its MCP list changes when a tool vanishes)."""
-        return Toolbox(self._run.input.config, self._run.mcp)
+        return Toolbox(self._run.input.config, self._run.mcp, self._run.loaded_tools)
 
     # ----------------------------------------------------------------------------------------
     # Checked once, carried onward
@@ -86,8 +90,19 @@ class ToolRunner:
         return self.checked(found[0]).short_target if found else ""
 
     # ----------------------------------------------------------------------------------------
-    # The MCP tools the run offers: listed once
+    # The tools the run offers beyond the code's: listed once, recorded
     # ----------------------------------------------------------------------------------------
+
+    async def list_loaded_tools(self) -> None:
+        """Once per run (the list is carried across continue-as-new): which tools the worker
+        loaded from your own modules. Recorded, so a replay offers what the run offered."""
+        run = self._run
+        if run.loaded_tools is not None or not workflow.patched(LOADED_TOOLS):
+            return
+        loaded = await calls.list_loaded_tools()
+        run.loaded_tools = loaded.names
+        if loaded.names:
+            self._pub.record(run.state, "LoadedToolsListed", ", ".join(loaded.names))
 
     async def list_mcp_tools(self) -> None:
         """List the tools of the run's MCP servers, once (the list is carried across

@@ -97,7 +97,7 @@ def check_decision(run: AgentRun, action: str, body: Any) -> Checked:
         return Checked(pending, {"decision": ApprovalDecision.REJECTED, "reason": signal.reason})
     calls = [c for c in run.memory.current_tool_calls if c.id == pending.call_id]
     call = calls[0] if calls else ToolCall(id=pending.call_id, name=pending.tool)
-    checked = Toolbox(run.input.config, run.mcp).check(call, signal.arguments)
+    checked = Toolbox(run.input.config, run.mcp, run.loaded_tools).check(call, signal.arguments)
     if checked.arguments is None:
         raise Refused(checked.problem or "the arguments do not parse")
     new_arguments = checked.request_arguments()

@@ -18,6 +18,8 @@ from workflows.agent.hooks import HookRequest, HookResult
 from workflows.agent.mcp import McpCallRequest, McpListRequest, McpToolList
 from workflows.agent.models import (
     AgentConfig,
+    LoadedTools,
+    LoadedToolsRequest,
     ModelRequest,
     ModelResponse,
     ToolRequest,
@@ -32,6 +34,7 @@ with workflow.unsafe.imports_passed_through():
     from activities.mcp import McpActivities
     from activities.model.activity import ModelActivities
     from activities.tools.builtin import ToolActivities
+    from activities.tools.loading import list_loaded_tools as list_loaded
 
 COMMAND_TIMEOUT_GRACE_SECONDS = 10
 """A command's attempt may outlive its own timeout by this much: time to kill its process
@@ -74,6 +77,19 @@ async def run_tool(
         **tool_call(config, summary, command=command, tool_timeout=tool_timeout),
     )
     return result
+
+
+async def list_loaded_tools() -> LoadedTools:
+    """The tools the worker loaded from your own modules (``list_loaded_tools``): a local
+    activity, so its answer is one marker in history, on the worker that checks the calls."""
+    loaded: LoadedTools = await workflow.execute_local_activity(
+        list_loaded,
+        LoadedToolsRequest(),
+        summary="list loaded tools",
+        start_to_close_timeout=timedelta(seconds=10),
+        retry_policy=RetryPolicy(initial_interval=FIRST_RETRY, maximum_attempts=3),
+    )
+    return loaded
 
 
 async def list_mcp_tools(config: AgentConfig, request: McpListRequest, summary: str) -> McpToolList:

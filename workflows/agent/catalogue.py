@@ -102,7 +102,10 @@ class ToolSpec:
     timeout_seconds: float | None = None
     """Start-to-close timeout of one call, instead of the run's ``tool_timeout_seconds``."""
     custom: bool = False
-    """One of your own tools (``activities/tools/registry.py``)."""
+    """One of your own tools (``activities/tools/registry.py``, or loaded by the worker)."""
+    loaded: bool = False
+    """Loaded by this worker (``worker.py --tools``, a ``treadle.tools`` entry point), not part
+    of the code: offered only to runs whose recorded listing names it (``Toolbox``)."""
 
     def json_schema(self) -> dict[str, Any]:
         """The arguments' JSON Schema, built once per tool (every model request offers it)."""
@@ -213,10 +216,11 @@ class DeclaredTool(Protocol):
     def target(self) -> Callable[[Any], str]: ...
 
 
-def register(tools: Iterable[DeclaredTool]) -> None:
-    """Add your own tools to the catalogue, after the built-in ones. A bad registration (a
-    name that does not fit, or is taken; arguments that are not ``ToolArgs``) is a programming
-    error: ``ValueError``, and nothing of the batch is added, so the worker does not start."""
+def register(tools: Iterable[DeclaredTool], *, loaded: bool = False) -> None:
+    """Add your own tools to the catalogue, after the built-in ones (``loaded``: by this
+    worker, from a module it was pointed at). A bad registration (a name that does not fit, or
+    is taken; arguments that are not ``ToolArgs``) is a programming error: ``ValueError``, and
+    nothing of the batch is added, so the worker does not start."""
     specs: dict[str, ToolSpec] = {}
     for tool in tools:
         if not _TOOL_NAME.match(tool.name):
@@ -234,8 +238,14 @@ def register(tools: Iterable[DeclaredTool]) -> None:
             needs_approval=tool.needs_approval,
             timeout_seconds=tool.timeout_seconds,
             custom=True,
+            loaded=loaded,
         )
     _TOOLS.update(specs)
+
+
+def loaded_names() -> tuple[str, ...]:
+    """The tools this worker loaded, in the order they were registered."""
+    return tuple(name for name, spec in _TOOLS.items() if spec.loaded)
 
 
 class ToolArgumentsError(ValueError):

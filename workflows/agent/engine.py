@@ -41,7 +41,12 @@ from workflows.agent import (
     threads,
 )
 from workflows.agent import search_attributes as sa
-from workflows.agent.acting import CARRY_CONTENT_HASHES, CLIENT_QUERIES, ToolRunner
+from workflows.agent.acting import (
+    CARRY_CONTENT_HASHES,
+    CLIENT_QUERIES,
+    LOADED_TOOLS,
+    ToolRunner,
+)
 from workflows.agent.handlers import SIGNALS, AgentHandlers
 from workflows.agent.hooks import HookRequest, HookResult
 from workflows.agent.models import (
@@ -63,6 +68,7 @@ __all__ = [
     "CARRY_CONTENT_HASHES",
     "CLIENT_QUERIES",
     "COALESCED_SEARCH_ATTRIBUTES",
+    "LOADED_TOOLS",
     "SIGNALS",
     "WAITING_STATES",
     "AgentEngine",
@@ -242,6 +248,7 @@ class AgentEngine(AgentHandlers):
                 f"max steps reached: the model gave no final answer within {config.max_steps} steps"
             )
             return Event.MAX_STEPS
+        await self._tools.list_loaded_tools()
         if config.mcp_servers and run.mcp is None:
             await self._tools.list_mcp_tools()
         m.step += 1

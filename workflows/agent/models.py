@@ -606,6 +606,17 @@ class ModelResponse(Frozen):
     reply. ``None`` from a worker that keeps no store."""
 
 
+class LoadedToolsRequest(Frozen):
+    """Input of ``list_loaded_tools`` (nothing: the worker answers what it loaded)."""
+
+
+class LoadedTools(Frozen):
+    """What ``list_loaded_tools`` answers: the tools the worker loaded from your own modules
+    (``worker.py --tools``, ``treadle.tools`` entry points), which a run then offers."""
+
+    names: tuple[str, ...] = ()
+
+
 class ToolRequest(Frozen):
     """Input of ``run_tool``: one already schema-checked call, its workspace and policy."""
 

@@ -100,7 +100,8 @@ class AgentRun(Mutable):
     conversation, the step's calls and approvals, usage); Nexora's ``tracker``; the ``trace``
     tail with ``last_event`` and ``trace_earlier``; ``flags`` one state leaves for the next;
     ``recovery`` (stuck reason, hints given); ``client`` (the client query and its answer);
-    ``mcp`` (the listed MCP tools); ``thread`` (inbox, closing, idle since); ``runs`` (which
+    ``mcp`` (the listed MCP tools); ``loaded_tools`` (the worker's own tools, listed);
+    ``thread`` (inbox, closing, idle since); ``runs`` (which
     run of the chain this is). Runs recorded before the grouping carried these flat; they
     still parse (``_lift_flat_fields``).
     """
@@ -129,6 +130,10 @@ class AgentRun(Mutable):
     mcp: McpToolList | None = None
     """The MCP tools of ``config.mcp_servers``, listed before the run's first model call and
     carried across continue-as-new; a tool that vanished from its server is dropped."""
+    loaded_tools: tuple[str, ...] | None = None
+    """The tools the worker loaded from your own modules, as listed before the run's first
+    model call (recorded, carried across continue-as-new); ``None``: never listed (a run from
+    before loading existed offers none)."""
     thread: ThreadState = Field(default_factory=ThreadState)
     runs: int = 1
     """Which run of its continue-as-new chain this is (the workflow id stays the same)."""

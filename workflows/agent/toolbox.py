@@ -16,7 +16,7 @@ one ask whether a name is an MCP tool's.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
@@ -140,12 +140,25 @@ def _mcp_tool(info: McpToolInfo) -> OfferedTool:
 
 
 class Toolbox:
-    """The tools one run knows: the catalogue's (built-in and your own) and the MCP tools it
-    listed. Built from the run's config and MCP listing, whenever needed (it holds no state)."""
+    """The tools one run knows: the catalogue's (built-in and your own), the ones the worker
+    loaded from your modules that the run listed, and the MCP tools it listed. Built from the
+    run's config and listings, whenever needed (it holds no state)."""
 
-    def __init__(self, config: AgentConfig, listed: McpToolList | None = None) -> None:
+    def __init__(
+        self,
+        config: AgentConfig,
+        listed: McpToolList | None = None,
+        loaded: Collection[str] | None = None,
+    ) -> None:
         self.config = config
         self.listed = listed
+        self.loaded = frozenset(loaded or ())
+
+    def knows(self, name: str) -> bool:
+        """A catalogue tool this run may call: not one the worker loaded that the run's
+        recorded listing does not name (another worker's, or loaded after the run began)."""
+        spec = TOOLS.get(name)
+        return spec is not None and (not spec.loaded or name in self.loaded)
 
     # ----------------------------------------------------------------------------------------
     # What the run offers
@@ -161,6 +174,7 @@ class Toolbox:
             name
             for name in TOOLS
             if name in chosen
+            and self.knows(name)
             and name not in config.blacklisted_tools
             and (name != "run_command" or config.allow_run_command)
             and (name != "ask_client" or config.client_queries)
@@ -227,6 +241,10 @@ class Toolbox:
         raw: str | Mapping[str, Any] = call.arguments if arguments is None else arguments
         if mcp.is_mcp_name(call.name):
             return self._check_mcp(call, raw)
+        if call.name in TOOLS and not self.knows(call.name):
+            return CheckedCall(
+                call, None, None, None, "", f"tool {call.name} is not offered in this run"
+            )
         try:
             args = parse_arguments(call.name, raw)
         except ToolArgumentsError as exc:
