@@ -24,10 +24,10 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError, is_cancelled_exception
 
 from workflows import telemetry
-from workflows.agent import calls, client_queries, events, mcp, planning, recovery
+from workflows.agent import calls, client_queries, events, mcp, recovery
 from workflows.agent.catalogue import AskClientArgs, StartPhaseArgs
 from workflows.agent.mcp import McpCallRequest, McpListRequest, McpToolList
-from workflows.agent.models import ToolCall, ToolOutcome, ToolResult
+from workflows.agent.models import ToolCall, ToolOutcome, ToolPolicy, ToolRequest, ToolResult
 from workflows.agent.publishing import Publisher
 from workflows.agent.state import AgentRun
 from workflows.agent.state_machine import Event, State
@@ -207,7 +207,7 @@ class ToolRunner:
         try:
             result = await calls.run_tool(
                 config,
-                planning.tool_request(run, checked),
+                tool_request(run, checked),
                 f"step {run.memory.step} · {call.name} {target}",
                 command=call.name == "run_command",
                 tool_timeout=tool.spec.timeout_seconds if tool.spec else None,
@@ -219,7 +219,7 @@ class ToolRunner:
         # Progress tracking tells a real change from the same content written again by these
         # hashes. Runs recorded before they were carried keep replaying without.
         carried = workflow.patched(CARRY_CONTENT_HASHES)
-        return planning.observed(call, result, config.max_observation_chars, hashes=carried)
+        return observed(call, result, config.max_observation_chars, hashes=carried)
 
     async def _run_mcp(self, checked: CheckedCall) -> ToolOutcome:
         """An MCP server's tool: the ``call_mcp_tool`` activity. A tool its server no longer
@@ -262,7 +262,7 @@ class ToolRunner:
             if run.mcp is not None:
                 run.mcp = run.mcp.without(call.name)
             self._pub.record(run.state, "McpToolVanished", f"{call.name}: {result.output}")
-        outcome = planning.observed(call, result, config.max_observation_chars, hashes=True)
+        outcome = observed(call, result, config.max_observation_chars, hashes=True)
         return self._finished(outcome, target)
 
     # ----------------------------------------------------------------------------------------
@@ -355,3 +355,33 @@ class ToolRunner:
             ok=ok,
         )
         return Event.CLIENT_QUERY_DONE_PARALLEL if parallel else Event.CLIENT_QUERY_DONE
+
+
+def tool_request(run: AgentRun, checked: CheckedCall) -> ToolRequest:
+    """What a tool activity needs: the call with its checked arguments, the workspace, and the
+    part of the config that limits tools."""
+    config = run.input.config
+    return ToolRequest(
+        call=checked.call.model_copy(update={"arguments": checked.request_arguments()}),
+        workspace=run.input.workspace,
+        policy=ToolPolicy(
+            allow_run_command=config.allow_run_command,
+            command_allowlist=config.command_allowlist,
+            command_timeout_seconds=config.command_timeout_seconds,
+            max_output_chars=config.max_observation_chars,
+        ),
+    )
+
+
+def observed(call: ToolCall, result: ToolResult, max_chars: int, *, hashes: bool) -> ToolOutcome:
+    """What a tool activity's result becomes in the run: the observation cut to ``max_chars``,
+    with its stored whole, changed paths and (when ``hashes``) content hashes."""
+    return ToolOutcome(
+        call=call,
+        observation=cut(result.output, max_chars),
+        success=result.success,
+        mutated_paths=result.mutated_paths,
+        observation_ref=result.output_ref,
+        observation_chars=result.output_chars,
+        content_hashes=result.content_hashes if hashes else {},
+    )

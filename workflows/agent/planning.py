@@ -14,16 +14,12 @@ from workflows.agent.models import (
     ModelResponse,
     ToolCall,
     ToolOutcome,
-    ToolPolicy,
-    ToolRequest,
-    ToolResult,
     Turn,
 )
 from workflows.agent.progress import ProgressTracker
 from workflows.agent.state import AgentRun
 from workflows.agent.state_machine import Event, State
-from workflows.agent.status import cut
-from workflows.agent.toolbox import CheckedCall, Toolbox
+from workflows.agent.toolbox import Toolbox
 from workflows.agent.toolbox import call_target as call_target  # the live CLI's import
 
 MAX_MODEL_INPUT_BYTES = 1_500_000
@@ -87,22 +83,6 @@ def model_request(run: AgentRun) -> ModelRequest | CannotCall:
         )
     # The cap keeps one call from overshooting what is left.
     return request.model_copy(update={"max_tokens": min(cap, config.max_tokens or cap)})
-
-
-def tool_request(run: AgentRun, checked: CheckedCall) -> ToolRequest:
-    """What a tool activity needs: the call with its checked arguments, the workspace, and the
-    part of the config that limits tools."""
-    config = run.input.config
-    return ToolRequest(
-        call=checked.call.model_copy(update={"arguments": checked.request_arguments()}),
-        workspace=run.input.workspace,
-        policy=ToolPolicy(
-            allow_run_command=config.allow_run_command,
-            command_allowlist=config.command_allowlist,
-            command_timeout_seconds=config.command_timeout_seconds,
-            max_output_chars=config.max_observation_chars,
-        ),
-    )
 
 
 def describe_response(response: ModelResponse) -> str:
@@ -188,20 +168,6 @@ def blacklist_feedback(
             )
             for c in calls
         ),
-    )
-
-
-def observed(call: ToolCall, result: ToolResult, max_chars: int, *, hashes: bool) -> ToolOutcome:
-    """What a tool activity's result becomes in the run: the observation cut to ``max_chars``,
-    with its stored whole, changed paths and (when ``hashes``) content hashes."""
-    return ToolOutcome(
-        call=call,
-        observation=cut(result.output, max_chars),
-        success=result.success,
-        mutated_paths=result.mutated_paths,
-        observation_ref=result.output_ref,
-        observation_chars=result.output_chars,
-        content_hashes=result.content_hashes if hashes else {},
     )
 
 
