@@ -6,9 +6,10 @@ hook -> plan ... until the model answers. Every move goes through the transition
 
 This module is the table's driver (``drive``, ``_fire``) and one handler per state. Beside it:
 everything the run knows is one ``AgentRun`` (``state``); the activities it calls, with their
-options, are in ``calls``; running a step's tools in ``toolbox``; the signals, updates and
-queries in ``handlers``; what the run shows (trace, stream, search attributes, Web UI details)
-in ``publishing``; what a decision may do in ``approvals``.
+options, are in ``calls``; which tools the run offers and the one check of a call in
+``toolbox``; running a step's checked calls in ``acting``; the signals, updates and queries in
+``handlers``; what the run shows (trace, stream, search attributes, Web UI details) in
+``publishing``; what a decision may do in ``approvals``.
 
 Why it lives apart from ``workflow.py``: the sandbox re-imports a workflow's own module for
 every run it caches, so this module would be compiled objects held once per parked run. It is

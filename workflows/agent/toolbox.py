@@ -16,7 +16,7 @@ one ask whether a name is an MCP tool's.
 from __future__ import annotations
 
 import json
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
@@ -197,9 +197,6 @@ class Toolbox:
         """Every tool the model is shown, catalogue tools first."""
         return (*(_catalogue_tool(TOOLS[n]) for n in self.offered_names()), *self.offered_mcp())
 
-    def offers(self, name: str) -> bool:
-        return any(tool.name == name for tool in self.offered())
-
     def approval_required(self) -> frozenset[str]:
         """Tools whose calls wait for a human in this run: the run's ``require_approval``,
         every tool that declares ``needs_approval``, and the MCP tools ``config.mcp_approval``
@@ -266,10 +263,6 @@ class Toolbox:
             why = f" (MCP servers unavailable: {', '.join(unavailable)})" if unavailable else ""
             problem = f"tool {call.name} is not offered in this run{why}"
         return CheckedCall(call, offered, arguments, None, target, problem)
-
-
-def check_all(box: Toolbox, calls: Iterable[ToolCall]) -> tuple[CheckedCall, ...]:
-    return tuple(box.check(call) for call in calls)
 
 
 def call_target(tool: str, arguments: str | Mapping[str, Any]) -> str:
