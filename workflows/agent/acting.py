@@ -99,10 +99,17 @@ class ToolRunner:
         run = self._run
         if run.loaded_tools is not None or not workflow.patched(LOADED_TOOLS):
             return
-        loaded = await calls.list_loaded_tools()
-        run.loaded_tools = loaded.names
-        if loaded.names:
-            self._pub.record(run.state, "LoadedToolsListed", ", ".join(loaded.names))
+        try:
+            names = (await calls.list_loaded_tools()).names
+        except ActivityError as exc:
+            if is_cancelled_exception(exc):
+                raise
+            # A worker built without the activity (its own activity list): it loaded none.
+            names = ()
+            self._pub.record(run.state, "LoadedToolsUnavailable", failure_message(exc))
+        run.loaded_tools = names
+        if names:
+            self._pub.record(run.state, "LoadedToolsListed", ", ".join(names))
 
     async def list_mcp_tools(self) -> None:
         """List the tools of the run's MCP servers, once (the list is carried across
