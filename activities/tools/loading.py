@@ -13,8 +13,10 @@ point names a module, or its ``TOOLS`` directly)::
 
 Loaded tools join the catalogue beside the registry's (``registry.py``) and run in the same
 ``run_tool`` activity. Which ones a worker loaded is the worker's business, not the code's, so a
-run asks once (``list_loaded_tools``, a local activity: its answer is recorded in the run's
-history) and offers those: a replay sees the recorded answer whatever the replaying worker has.
+run asks once (``list_loaded_tools``, a local activity on the worker that checks its calls:
+the answer is recorded in the run's history) and offers those: a replay sees the recorded
+answer whatever the replaying worker loaded. Give a run's workflow workers and its tools-only
+workers the same ``--tools``.
 """
 
 from __future__ import annotations
@@ -83,5 +85,5 @@ def _tools_of(where: str, value: Any) -> list[Tool[Any]]:
 
 @activity.defn(name="list_loaded_tools")
 async def list_loaded_tools(request: LoadedToolsRequest) -> LoadedTools:
-    """The tools this worker loaded from your own modules (a local activity: recorded once)."""
+    """The tools this worker loaded from your own modules (asked once per run, recorded)."""
     return LoadedTools(names=catalogue.loaded_names())

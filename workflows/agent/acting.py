@@ -100,7 +100,7 @@ class ToolRunner:
         if run.loaded_tools is not None or not workflow.patched(LOADED_TOOLS):
             return
         try:
-            names = (await calls.list_loaded_tools()).names
+            names = (await calls.list_loaded_tools(run.input.config)).names
         except ActivityError as exc:
             if is_cancelled_exception(exc):
                 raise

@@ -79,15 +79,17 @@ async def run_tool(
     return result
 
 
-async def list_loaded_tools() -> LoadedTools:
+async def list_loaded_tools(config: AgentConfig) -> LoadedTools:
     """The tools the worker loaded from your own modules (``list_loaded_tools``): a local
-    activity, so its answer is one marker in history, on the worker that checks the calls."""
+    activity, on the worker that checks the run's calls; its answer is one marker in history."""
     loaded: LoadedTools = await workflow.execute_local_activity(
         list_loaded,
         LoadedToolsRequest(),
         summary="list loaded tools",
         start_to_close_timeout=timedelta(seconds=10),
-        retry_policy=RetryPolicy(initial_interval=FIRST_RETRY, maximum_attempts=3),
+        retry_policy=RetryPolicy(
+            initial_interval=FIRST_RETRY, maximum_attempts=config.tool_max_attempts
+        ),
     )
     return loaded
 
