@@ -5,6 +5,7 @@
     python worker.py --sync-jobs     # also create/update the built-in jobs' Temporal Schedules
     python worker.py --mcp-config mcp.toml   # offer these MCP servers' tools (docs/mcp.md)
     python worker.py --tools-only --task-queue ws-1  # the tools of runs with tool_task_queue=ws-1
+    python worker.py --tools my_pkg.tools   # your own tools, from your module's TOOLS
 
 Model settings (``OPENAI_BASE_URL``, ``OPENAI_API_KEY``, ``OLLAMA_BASE_URL``) are read here, from
 this process's environment, and stay here. With ``TREADLE_ENCRYPTION_KEYS`` set every payload the
@@ -47,6 +48,8 @@ from activities.store.blobs import BlobStore
 from activities.store.conversation import ConversationStore
 from activities.tools.builtin import ToolActivities
 from activities.tools.confinement import Confinement
+from activities.tools.loading import ToolModuleError, list_loaded_tools
+from activities.tools.loading import load as load_tool_modules
 from treadle.cli.exits import run_and_exit
 from treadle.codec import EncryptionError
 from treadle.connection import (
@@ -107,7 +110,11 @@ PASSTHROUGH_MODULES = (
     "workflows.agent.planning",
     "workflows.agent.recovery",
     "workflows.agent.status",
-    "workflows.agent.options",
+    "workflows.agent.calls",  # the activity calls: loads the activities' modules once
+    "workflows.agent.handlers",
+    "workflows.agent.publishing",
+    "workflows.agent.toolbox",
+    "workflows.agent.acting",
     "workflows.agent.threads",
     "workflows.agent.handover",
     "workflows.agent.events",
@@ -200,6 +207,7 @@ def build_worker(
             HookActivities().run_hook,
             mcp.list_mcp_tools,
             mcp.call_mcp_tool,
+            list_loaded_tools,
             *job_activities.ACTIVITIES,
             *thread_activities.ACTIVITIES,
         ],
@@ -372,6 +380,15 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="run only the workspace's tools and post-tools hooks, for runs whose config names "
         "this --task-queue as tool_task_queue (on the machine that holds their workspaces)",
     )
+    parser.add_argument(
+        "--tools",
+        action="append",
+        default=[],
+        metavar="MODULE",
+        help="a module of your own tools (its TOOLS: Tool objects) that runs on this worker may "
+        "call, beside the built-in ones and those of installed packages' treadle.tools entry "
+        "points (repeatable; give the same to the runs' workflow and tools-only workers)",
+    )
     parser.add_argument("--log-level", default="INFO")
     parser.add_argument(
         "--log-format",
@@ -409,12 +426,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         check_settings(address=args.address, environ=os.environ)
         check_store(args.store, os.environ)  # an S3 bucket that does not answer: refused now
         mcp_config = load_mcp_config(Path(args.mcp_config), os.environ) if args.mcp_config else None
+        load_tool_modules(args.tools)  # before any run is checked: runs list what is loaded
         return asyncio.run(run(args, mcp_config))
     except (
         DevServerError,
         TemporalConnectionError,
         EncryptionError,
         McpConfigError,
+        ToolModuleError,
         TelemetrySettingsError,
         StoreSettingsError,
     ) as exc:

@@ -84,7 +84,7 @@ MAX_SCANNED_TEXT = 16 * 1024
 """Characters of an error body read at all (redacted, then cut to ``MAX_PROVIDER_TEXT``)."""
 MAX_RETRY_AFTER = timedelta(seconds=60)
 """The longest ``Retry-After`` honoured when the attempt's retry policy is unknown: the model
-call's own policy (``workflows.agent.options.model_call``) backs off to one minute at most."""
+call's own policy (``workflows.agent.calls.model_call``) backs off to one minute at most."""
 
 ERROR_STATUS: Mapping[str, int] = MappingProxyType(
     {

@@ -10,10 +10,10 @@ errors (EIO and the like) raise, and those Temporal retries.
 File work runs in a thread (``asyncio.to_thread``) and commands run as asyncio subprocesses, so
 the worker's event loop never blocks.
 
-``run_command`` checks a command's arguments for paths leading out of the workspace on every
-worker, and runs it under bubblewrap where the worker has it (``confinement``: what is and is not
-confined). Its processes die with the worker, with its timeout and with the activity attempt
-that started it (``processes``).
+``run_command`` (in ``commands``) checks a command's arguments for paths leading out of the
+workspace on every worker, and runs it under bubblewrap where the worker has it
+(``confinement``: what is and is not confined). Its processes die with the worker, with its
+timeout and with the activity attempt that started it (``processes``).
 """
 
 from __future__ import annotations
@@ -21,15 +21,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
-import hashlib
 import os
 import re
 import secrets
-import shlex
-import shutil
-import signal
 import stat
-import subprocess
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -38,15 +33,15 @@ from temporalio import activity
 
 from activities import telemetry
 from activities.errors import ToolError
-from activities.heartbeat import heartbeating
 from activities.store.conversation import ConversationStore
-from activities.tools import processes
-from activities.tools.confinement import Confinement, check_arguments, detect, sandboxed_argv
+from activities.tools import registry
+from activities.tools.commands import command_environment, run_command
+from activities.tools.confinement import Confinement
 from activities.tools.custom import Tool, ToolContext
-from activities.tools.output import ToolOutput
-from activities.tools.registry import CUSTOM_TOOLS
+from activities.tools.output import ToolOutput, content_hash
 from activities.tools.workspace import is_inside, relative, resolve, workspace_root
 from workflows.agent.catalogue import (
+    TOOLS,
     EditFileArgs,
     ListDirArgs,
     ReadFileArgs,
@@ -58,7 +53,7 @@ from workflows.agent.catalogue import (
     parse_arguments,
 )
 from workflows.agent.models import ToolPolicy, ToolRequest, ToolResult
-from workflows.agent.planning import call_target
+from workflows.agent.toolbox import short_target
 
 __all__ = [
     "Confinement",
@@ -86,16 +81,6 @@ SEARCH_LINE_CHARS = 300
 """A matching line longer than this (minified code) is shortened in search results."""
 SEARCH_SKIP_DIRS = frozenset({".git", ".hg", ".svn", "__pycache__", "node_modules", ".venv"})
 """Directories search_files does not descend into: metadata and installed dependencies."""
-OUTPUT_DRAIN_GRACE_SECONDS = 2.0
-"""After a command ends, how long to wait for its output pipe to close."""
-
-SECRET_NAME_MARKERS = ("KEY", "TOKEN", "SECRET", "PASSWORD")
-"""An environment variable whose name contains one of these never reaches a command."""
-PASSED_ENV_NAMES = frozenset(
-    {"PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "TERM", "TZ", "TMPDIR", "VIRTUAL_ENV"}
-)
-"""The only variables (with ``LC_*``) a command inherits; anything else may carry credentials."""
-
 # OS errors that describe the workspace's state (the model can react to them), as opposed to a
 # broken disk or a bug, which should fail the attempt so Temporal retries it.
 _EXPECTED_ERRNOS: Mapping[int, str] = {
@@ -112,26 +97,12 @@ _EXPECTED_ERRNOS: Mapping[int, str] = {
 }
 
 
-def content_hash(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()[:16]
-
-
 def cap_output(text: str, limit: int, omitted: int = 0) -> str:
     """``text`` cut to ``limit`` characters, with a note saying how much was cut."""
     cut = max(0, len(text) - limit) + omitted
     if cut == 0:
         return text
     return f"{text[:limit]}\n[... {cut} more characters cut]"
-
-
-def command_environment(environ: Mapping[str, str]) -> dict[str, str]:
-    """The minimal environment a command runs with: no API keys, tokens or passwords."""
-    return {
-        name: value
-        for name, value in environ.items()
-        if (name in PASSED_ENV_NAMES or name.startswith("LC_"))
-        and not any(marker in name.upper() for marker in SECRET_NAME_MARKERS)
-    }
 
 
 # --------------------------------------------------------------------------------------------
@@ -439,181 +410,6 @@ def _searchable_text(path: str, dir_fd: int | None) -> str | None:
 
 
 # --------------------------------------------------------------------------------------------
-# run_command
-# --------------------------------------------------------------------------------------------
-
-
-class _CommandProtocol(asyncio.SubprocessProtocol):
-    """Collects a command's combined output and tells when it exits.
-
-    Our own protocol rather than ``asyncio.subprocess.Process``, whose ``wait()`` also waits for
-    the output pipe to close: a background child holding the pipe would hang it past exit.
-    Only the first ``keep`` bytes are kept, so a flood of output cannot exhaust the worker.
-    """
-
-    def __init__(self, keep: int) -> None:
-        loop = asyncio.get_running_loop()
-        self.keep = keep
-        self.data = bytearray()
-        self.dropped = 0
-        self.exited: asyncio.Future[None] = loop.create_future()
-        self.output_closed: asyncio.Future[None] = loop.create_future()
-
-    def pipe_data_received(self, fd: int, data: bytes) -> None:
-        room = max(0, self.keep - len(self.data))
-        self.data += data[:room]
-        self.dropped += max(0, len(data) - room)
-
-    def pipe_connection_lost(self, fd: int, exc: Exception | None) -> None:
-        if not self.output_closed.done():
-            self.output_closed.set_result(None)
-
-    def process_exited(self) -> None:
-        if not self.exited.done():
-            self.exited.set_result(None)
-
-    def text(self) -> str:
-        return self.data.decode("utf-8", errors="replace")
-
-
-async def run_command(
-    workspace: Path,
-    args: RunCommandArgs,
-    policy: ToolPolicy,
-    *,
-    confinement: Confinement = Confinement.AUTO,
-) -> ToolOutput:
-    """Run an allowed program (no shell) in the workspace; its exit code and combined output.
-
-    Arguments that name paths outside the workspace are refused before anything starts; under
-    bubblewrap the program cannot reach outside the workspace at all (see ``confinement``).
-    """
-    if not policy.allow_run_command:
-        raise ToolError("run_command is not allowed in this run (allow_run_command is off)")
-    try:
-        argv = shlex.split(args.command)
-    except ValueError as exc:
-        raise ToolError(f"cannot split the command into words: {exc}") from exc
-    if not argv:
-        raise ToolError("the command is empty")
-    program = argv[0]
-    # Exact match only: '/bin/rm' or './x' must not slip past an allowlist that names 'rm'.
-    if program not in policy.command_allowlist:
-        allowed = ", ".join(sorted(policy.command_allowlist)) or "(none)"
-        raise ToolError(f"program {program!r} is not allowed; allowed programs: {allowed}")
-    root = await asyncio.to_thread(workspace_root, workspace)
-    sandbox = await asyncio.to_thread(detect, confinement)
-    # Before anything starts: a refused argument means the command does not run at all.
-    await asyncio.to_thread(
-        check_arguments, root, program, argv[1:], os_confined=sandbox.bwrap is not None
-    )
-    env = command_environment(os.environ)
-    argv = await asyncio.to_thread(_launch_argv, root, argv, env, sandbox.bwrap)
-    timeout = policy.command_timeout_seconds
-    if args.timeout_seconds is not None:
-        timeout = min(timeout, args.timeout_seconds)
-
-    mark = await asyncio.to_thread(processes.mark_this_attempt)
-    if mark.retried:
-        # A worker that died mid-command may have left its processes running: one copy only.
-        await asyncio.to_thread(processes.kill_marked, mark, leftovers=True)
-    env[processes.MARK_VARIABLE] = mark.token
-    loop = asyncio.get_running_loop()
-    try:
-        transport, protocol = await loop.subprocess_exec(
-            # UTF-8 needs at most 4 bytes a character, so this always fills the character cap.
-            lambda: _CommandProtocol(keep=4 * policy.max_output_chars),
-            *argv,
-            cwd=root,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            # Its own process group, so a timeout kills the children it started too.
-            start_new_session=True,
-            preexec_fn=processes.die_with_worker(),
-        )
-    except FileNotFoundError:
-        raise ToolError(f"program {program!r} was not found on the worker's PATH") from None
-    except OSError as exc:
-        raise ToolError(f"program {program!r} could not be started: {exc.strerror}") from exc
-
-    pid = transport.get_pid()
-    started = loop.time()
-
-    def running_for() -> str:
-        return f"{program} running for {loop.time() - started:.0f}s"
-
-    # Heartbeats let Temporal notice a dead worker long before the tool timeout. They go on
-    # through the kill and the drain below (up to twice the grace): with a heartbeat timeout
-    # of two seconds, a silent drain would time the attempt out and run the command again.
-    async with heartbeating(progress=running_for):
-        try:
-            await asyncio.to_thread(processes.record_group, mark, pid)
-            done, _ = await asyncio.wait({protocol.exited}, timeout=timeout)
-            finished = bool(done)
-        finally:
-            # Also on cancellation and after a normal exit: no process a command started
-            # outlives it, whether it stayed in the group or not.
-            _kill_group(pid)
-            await asyncio.to_thread(processes.kill_marked, mark)
-            await asyncio.wait({protocol.exited}, timeout=OUTPUT_DRAIN_GRACE_SECONDS)
-            # A process that left the group may still hold the pipe; keep what arrived by then.
-            await asyncio.wait({protocol.output_closed}, timeout=OUTPUT_DRAIN_GRACE_SECONDS)
-            transport.close()
-            await asyncio.to_thread(processes.forget_group, mark, pid)
-
-    body = protocol.text() or "(no output)"
-    omitted = protocol.dropped
-    code = transport.get_returncode()
-    activity.logger.info(
-        "tool.command_finished program=%s exit_code=%s timed_out=%s confined=%s",
-        program,
-        code,
-        not finished,
-        sandbox.bwrap is not None,
-    )
-    if not finished:
-        return ToolOutput(
-            f"command timed out after {timeout:g}s; output so far:\n{body}",
-            success=False,
-            omitted_chars=omitted,
-        )
-    if code is not None and code < 0:
-        return ToolOutput(
-            f"command was killed by signal {-code}\n{body}", success=False, omitted_chars=omitted
-        )
-    if code != 0:
-        return ToolOutput(
-            f"command exited with code {code}\n{body}", success=False, omitted_chars=omitted
-        )
-    return ToolOutput(
-        f"exit code 0\n{body}",
-        # The same command printing the same output again is not progress (Nexora).
-        content_hashes=((args.command, content_hash(body.encode())),),
-        omitted_chars=omitted,
-    )
-
-
-def _launch_argv(
-    root: Path, argv: list[str], env: Mapping[str, str], bwrap: str | None
-) -> list[str]:
-    """What to start: the command itself, or bubblewrap running it."""
-    executable = shutil.which(argv[0], path=env.get("PATH", os.defpath))
-    if executable is None:
-        raise ToolError(f"program {argv[0]!r} was not found on the worker's PATH")
-    if bwrap is None:
-        return argv
-    return sandboxed_argv(bwrap, root, executable, argv, env)
-
-
-def _kill_group(pid: int) -> None:
-    # The group id is the child's pid (start_new_session); an empty group is already gone.
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pid, signal.SIGKILL)
-
-
-# --------------------------------------------------------------------------------------------
 # The boundary: raw arguments in, ToolResult out
 # --------------------------------------------------------------------------------------------
 
@@ -627,17 +423,27 @@ async def execute_tool(
     confinement: Confinement = Confinement.AUTO,
 ) -> ToolResult:
     """Validate and run one tool call; every expected failure is an ``ERROR:`` result."""
-    limit = policy.max_output_chars
     try:
         args = parse_arguments(tool, arguments)
+    except ToolArgumentsError as exc:
+        return _failed(str(exc), policy)
+    return await _execute(workspace, tool, args, policy, confinement)
+
+
+async def _execute(
+    workspace: Path, tool: str, args: ToolArgs, policy: ToolPolicy, confinement: Confinement
+) -> ToolResult:
+    """Run one call whose arguments are parsed."""
+    limit = policy.max_output_chars
+    try:
         await asyncio.to_thread(_ensure_workspace, workspace)
-        custom = CUSTOM_BY_NAME.get(tool)
+        custom = registry.BY_NAME.get(tool)
         if custom is not None:
             output = await _run_custom(custom, workspace, args, policy)
         else:
             output = await _dispatch(workspace, args, policy, confinement)
-    except (ToolError, ToolArgumentsError) as exc:
-        return ToolResult(success=False, output=f"ERROR: {cap_output(str(exc), limit)}")
+    except ToolError as exc:
+        return _failed(str(exc), policy)
     text = cap_output(output.text, limit, output.omitted_chars)
     if not output.success:
         return ToolResult(success=False, output=f"ERROR: {text}")
@@ -649,7 +455,10 @@ async def execute_tool(
     )
 
 
-CUSTOM_BY_NAME: Mapping[str, Tool[Any]] = {tool.name: tool for tool in CUSTOM_TOOLS}
+def _failed(message: str, policy: ToolPolicy) -> ToolResult:
+    return ToolResult(
+        success=False, output=f"ERROR: {cap_output(message, policy.max_output_chars)}"
+    )
 
 
 async def _run_custom(
@@ -709,15 +518,20 @@ class ToolActivities:
     async def run_tool(self, request: ToolRequest) -> ToolResult:
         """Run one tool call confined to its workspace; failures come back as ``ERROR:`` data."""
         call = request.call
-        target = call_target(call.name, call.arguments)
+        # Parsed once here (the workflow sent the arguments it checked, as JSON): the target
+        # for the span and the arguments the tool runs with come from the same parse.
+        try:
+            args: ToolArgs | None = parse_arguments(call.name, call.arguments)
+        except ToolArgumentsError as exc:
+            args, refused = None, _failed(str(exc), request.policy)
+        target = short_target(TOOLS[call.name].target(args)) if args is not None else ""
         with telemetry.tool_call(call.name, call.id, target) as span:
-            result = await execute_tool(
-                Path(request.workspace),
-                request.call.name,
-                request.call.arguments,
-                request.policy,
-                confinement=self.confinement,
-            )
+            if args is None:
+                result = refused
+            else:
+                result = await _execute(
+                    Path(request.workspace), call.name, args, request.policy, self.confinement
+                )
             span.finished(result.success)
         activity.logger.info(
             "tool.finished tool=%s call_id=%s success=%s",

@@ -2,34 +2,43 @@
 
 A tool is one module::
 
+    from pydantic import Field
+
+    from activities.tools.custom import Tool, ToolArgs, ToolContext, ToolOutput
+
     class GitDiffArgs(ToolArgs):
         path: str = Field(".", description="File or directory to diff, relative to the workspace.")
 
     async def git_diff(args: GitDiffArgs, context: ToolContext) -> ToolOutput:
         ...
 
-    TOOL = Tool(
-        name="git_diff",
-        description="Show uncommitted changes in the workspace's git repository.",
-        args=GitDiffArgs,
-        run=git_diff,
-        target=lambda args: args.path,
+    TOOLS = (
+        Tool(
+            name="git_diff",
+            description="Show uncommitted changes in the workspace's git repository.",
+            args=GitDiffArgs,
+            run=git_diff,
+            target=lambda args: args.path,
+        ),
     )
 
-and one line in ``activities/tools/registry.py``. The argument model's field descriptions become
-the JSON Schema the model sees; the workflow validates every call against it before anything
-runs, so a bad call is an ``ERROR:`` observation. Custom tools get what the built-in ones get:
-approval (``needs_approval``, or the run's ``require_approval``), the blacklist, the run's choice
-of tools (``AgentConfig.tools``), parallel execution, progress tracking by ``target`` and
-``mutating``, summaries in the Web UI, the trace and the live stream.
+and a worker pointed at it: ``python worker.py --tools my_pkg.tools`` (or a ``treadle.tools``
+entry point of an installed package; see ``activities/tools/loading.py``). The examples that
+ship with Treadle are one line each in ``activities/tools/registry.py``. The argument model's
+field descriptions become the JSON Schema the model sees; the workflow validates every call
+against it before anything runs, so a bad call is an ``ERROR:`` observation. Your tools get
+what the built-in ones get: approval (``needs_approval``, or the run's ``require_approval``),
+the blacklist, the run's choice of tools (``AgentConfig.tools``), parallel execution, progress
+tracking by ``target`` and ``mutating``, summaries in the Web UI, the trace and the live stream.
 
 The function runs inside the ``run_tool`` activity, on the worker: it may do I/O. It returns a
 ``ToolOutput`` (or a plain string), and raises ``ToolError`` for a failure the model should read
 ("no such branch"); anything else is a bug, which Temporal retries. Long outputs are capped and
 stored like the built-in tools' outputs.
 
-This module is imported inside the workflow sandbox (passed through, via the catalogue): keep
-tool modules' top-level imports light, and do the I/O inside the functions.
+The worker adds the tools to the catalogue (``workflows.agent.catalogue.register``) when it
+loads them: the workflow layer never imports a tool module. Keep tool modules' top-level imports
+light, and do the I/O inside the functions.
 """
 
 from __future__ import annotations
@@ -37,17 +46,12 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from activities.errors import ToolError
 from activities.tools.output import ToolOutput
 from activities.tools.workspace import resolve
-from workflows.agent.tool_args import ToolArgs
-
-if TYPE_CHECKING:
-    # Only a type here: the catalogue imports this module (through the registry) while the
-    # models module is still importing the catalogue.
-    from workflows.agent.models import ToolPolicy
+from workflows.agent.tool_args import ToolArgs, ToolPolicy
 
 __all__ = ["Tool", "ToolArgs", "ToolContext", "ToolError", "ToolOutput"]
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 
 
@@ -22,3 +23,8 @@ class ToolOutput:
     omitted_chars: int = 0
     """Output dropped before ``text`` was built; for a command's flood of output this counts
     undecoded bytes, which equals characters for ASCII."""
+
+
+def content_hash(data: bytes) -> str:
+    """What a tool wrote (or a command printed), for progress tracking: sha256, 16 hex digits."""
+    return hashlib.sha256(data).hexdigest()[:16]

@@ -1,6 +1,10 @@
 """Where your own tools are registered: one line each (see ``activities/tools/custom.py``).
 
-The catalogue offers them to the model beside the built-in tools, in this order.
+Importing this module adds them to the catalogue (``workflows.agent.catalogue.register``), which
+offers them to the model beside the built-in tools, in this order. The worker imports it (with
+the tool activity); the workflow layer never does. Tools from your own modules, loaded by the
+worker (``worker.py --tools``, ``treadle.tools`` entry points), join them in ``BY_NAME``
+(``activities/tools/loading.py``).
 """
 
 from __future__ import annotations
@@ -9,7 +13,13 @@ from typing import Any
 
 from activities.tools import git_diff
 from activities.tools.custom import Tool
+from workflows.agent import catalogue
 
 CUSTOM_TOOLS: tuple[Tool[Any], ...] = (
     git_diff.TOOL,
 )  # fmt: skip
+
+catalogue.register(CUSTOM_TOOLS)
+
+BY_NAME: dict[str, Tool[Any]] = {tool.name: tool for tool in CUSTOM_TOOLS}
+"""Every one of your own tools this worker can run, by name: the tool activity looks here."""

@@ -32,7 +32,7 @@ from activities.hooks.git_commit import GitCommit
 from activities.mcp import McpActivities, parse_mcp_config
 from activities.model.activity import ProviderSettings, http_client
 from activities.store.blobs import FileBlobStore
-from activities.tools import builtin, git_diff
+from activities.tools import git_diff, registry
 from activities.tools.custom import Tool, ToolContext
 from tests.support.harness import TEST_STORE, replayer
 from tests.support.mcp_server import stdio_entry
@@ -244,7 +244,7 @@ def use_custom_tool(
     tool: Tool[Any] = Tool(
         name="git_diff", description="A custom tool.", args=git_diff.GitDiffArgs, run=run
     )
-    monkeypatch.setitem(builtin.CUSTOM_BY_NAME, "git_diff", tool)
+    monkeypatch.setitem(registry.BY_NAME, "git_diff", tool)
 
 
 # --------------------------------------------------------------------------------------------

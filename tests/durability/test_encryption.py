@@ -67,17 +67,30 @@ UI_ORIGIN = "http://127.0.0.1:8233"
 PATCH_MARKER = "core_patch"
 """The marker ``workflow.patched`` records. The SDK's core writes it, unencoded, and it holds
 only the patch id (e.g. ``carry-content-hashes``): code, not data."""
+LOCAL_ACTIVITY_MARKER = "core_local_activity"
+"""The marker of a local activity (the run's listing of its worker's loaded tools). Its
+``result`` is the activity's result, encoded like any payload; its ``data`` is the core's own
+record (activity id and type, attempt, time): code, not data, written unencoded."""
 
 
 def _payloads(message: Message) -> Iterator[Payload]:
     """Every payload inside a history event, except search attributes (indexed by the server,
-    so never encoded: they hold the run's state, step and model name) and patch markers."""
+    so never encoded: they hold the run's state, step and model name), patch markers and a
+    local activity marker's own ``data``."""
     if isinstance(message, Payload):
         yield message
         return
     if isinstance(message, HistoryEvent) and (
         message.marker_recorded_event_attributes.marker_name == PATCH_MARKER
     ):
+        return
+    if isinstance(message, HistoryEvent) and (
+        message.marker_recorded_event_attributes.marker_name == LOCAL_ACTIVITY_MARKER
+    ):
+        details = message.marker_recorded_event_attributes.details
+        for key, payloads in details.items():
+            if key != "data":
+                yield from payloads.payloads
         return
     for field, value in message.ListFields():
         if field.name == "search_attributes" or field.message_type is None:
@@ -394,7 +407,8 @@ async def test_history_holds_no_plaintext_when_encryption_is_on(
     history = await client.get_workflow_handle(workflow_id).fetch_history()
     assert canary.encode() not in History(events=history.events).SerializeToString()
     markers = [e.marker_recorded_event_attributes.marker_name for e in history.events]
-    assert PATCH_MARKER in markers  # so the exemption in _payloads is exercised, not hypothetical
+    # So the exemptions in _payloads are exercised, not hypothetical.
+    assert PATCH_MARKER in markers and LOCAL_ACTIVITY_MARKER in markers
     payloads = [p for e in history.events for p in _payloads(e)]
     assert len(payloads) > 5
     assert {p.metadata["encoding"] for p in payloads} == {ENCODING}

@@ -38,6 +38,7 @@ from workflows.agent.models import (
 )
 from workflows.agent.state import AgentRun
 from workflows.agent.state_machine import State
+from workflows.agent.toolbox import Toolbox
 from workflows.agent.workflow import AgentWorkflow
 
 WRITE = {"name": "write_file", "arguments": {"path": "notes.md", "content": "from the model"}}
@@ -263,7 +264,7 @@ def _waiting(state: State = State.WAITING_FOR_HUMAN) -> AgentRun:
     call = ToolCall(id="c1", name="write_file", arguments=json.dumps(WRITE["arguments"]))
     run.memory.current_tool_calls = (call,)
     run.memory.pending_approvals = approvals.approvals_needed(
-        (call,), ("write_file",), 1, run.started_at
+        (Toolbox(run.input.config).check(call),), ("write_file",), 1, run.started_at
     )
     run.state = state
     return run

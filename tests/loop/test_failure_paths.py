@@ -16,6 +16,7 @@ from temporalio.worker import Worker
 
 from activities.model.activity import ModelActivities, ProviderSettings, http_client
 from activities.tools.builtin import ToolActivities
+from activities.tools.loading import list_loaded_tools
 from tests.support.harness import Harness, scripted_worker
 from tests.support.misbehaving_agent import MisbehavingAgent
 from treadle.scripted_model import ScriptedModelServer
@@ -110,7 +111,7 @@ async def test_an_undeclared_transition_fails_the_agent_run(
             client,
             task_queue=task_queue,
             workflows=[MisbehavingAgent],
-            activities=[models.call_model, ToolActivities().run_tool],
+            activities=[models.call_model, ToolActivities().run_tool, list_loaded_tools],
             workflow_runner=workflow_runner(),
         ):
             handle = await client.start_workflow(

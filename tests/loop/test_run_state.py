@@ -16,11 +16,13 @@ from workflows.agent.memory import OwnershipViolation
 from workflows.agent.models import AgentConfig, AgentInput, TokenUsage, ToolCall
 from workflows.agent.state import AgentRun
 from workflows.agent.state_machine import State
+from workflows.agent.toolbox import Toolbox
 
 NOW = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
-AGENT_SOURCES = {  # the workflow class and the engine it is
+AGENT_SOURCES = {  # the workflow class, the engine it is and its handlers
     "AgentWorkflow": Path(__file__).resolve().parents[2] / "workflows" / "agent" / "workflow.py",
     "AgentEngine": Path(__file__).resolve().parents[2] / "workflows" / "agent" / "engine.py",
+    "AgentHandlers": Path(__file__).resolve().parents[2] / "workflows" / "agent" / "handlers.py",
 }
 
 
@@ -43,14 +45,14 @@ def busy_run() -> AgentRun:
     call = ToolCall(id="c1", name="write_file", arguments='{"path": "a.md", "content": "x"}')
     run.memory.current_tool_calls = (call,)
     run.memory.pending_approvals = approvals.approvals_needed(
-        (call,), run.input.config.require_approval, 1, NOW
+        (Toolbox(run.input.config).check(call),), run.input.config.require_approval, 1, NOW
     )
     run.spend("openai:gpt-4o", TokenUsage(prompt_tokens=10, completion_tokens=5, total_tokens=15))
     run.spend("openai:gpt-4o-mini", TokenUsage(prompt_tokens=3, total_tokens=3))
     run.tracker.record_tool_call("read_file", "a.md", success=True, mutating=False)
     run.record(State.PLANNING, "ModelResponse", "1 tool call(s), 15 tokens", NOW)
-    run.stuck_reason = "No progress in the last 10 actions"
-    run.hints_given = 1
+    run.recovery.stuck_reason = "No progress in the last 10 actions"
+    run.recovery.hints_given = 1
     run.state = State.WAITING_FOR_HUMAN
     return run
 
@@ -99,16 +101,50 @@ def test_the_workflow_class_keeps_nothing_but_the_run() -> None:
         and isinstance(target.value, ast.Name)
         and target.value.id == "self"
     }
-    # The live stream is the SDK's object beside the run; continue-as-new carries it in
-    # ``AgentInput.stream``. Search-attribute changes wait within one workflow task only (sent
-    # before any wait, and before continue-as-new), and each run decides anew whether they wait.
-    assert assigned == {
-        "_run",
-        "_stream",
-        "_events",
-        "_pending_attributes",
-        "_coalesce_attributes",
+    # The publisher holds the live stream (the SDK's object beside the run; continue-as-new
+    # carries it in ``AgentInput.stream``) and search-attribute changes that wait within one
+    # workflow task only. The tool runner holds only references to the run and the publisher.
+    assert assigned == {"_run", "_pub", "_tools"}
+
+
+def test_a_run_recorded_with_flat_fields_parses_into_its_groups() -> None:
+    """An ``AgentRun`` carried before its fields were grouped (flat ``inbox``, ``client_query``,
+    ``stuck_reason``...) parses, each field in its sub-model, and writes the grouped shape."""
+    run = busy_run()
+    grouped = run.model_dump(mode="json")
+    flat = {k: v for k, v in grouped.items() if k not in {"thread", "client", "recovery", "flags"}}
+    flat |= {
+        "inbox": ["next question"],
+        "closing": True,
+        "idle_since": "2026-01-01T00:00:00Z",
+        "client_query": None,
+        "client_answer": None,
+        "client_queries_asked": 2,
+        "client_query_parallel": True,
+        "stuck_reason": "No progress in the last 10 actions",
+        "hints_given": 1,
+        "pending_phase": {"description": "tests", "number": 2, "total_phases": None},
+        "last_step_mutated": True,
+        "reflect_reason": "every 3 steps",
+        "confidence_unavailable_noted": True,
     }
+    old = AgentRun.model_validate(flat)
+    assert old.thread.inbox == ["next question"] and old.thread.closing
+    assert old.thread.idle_since is not None
+    assert (old.client.asked, old.client.parallel, old.client.query) == (2, True, None)
+    assert (old.recovery.stuck_reason, old.recovery.hints_given) == (
+        "No progress in the last 10 actions",
+        1,
+    )
+    assert old.flags.pending_phase is not None and old.flags.pending_phase.number == 2
+    assert old.flags.last_step_mutated and old.flags.confidence_unavailable_noted
+    assert old.flags.reflect_reason == "every 3 steps"
+    dumped = old.model_dump(mode="json")
+    assert "inbox" not in dumped and dumped["thread"]["inbox"] == ["next question"]
+    assert AgentRun.model_validate(dumped).model_dump() == old.model_dump()
+    # A continue-as-new input recorded with the flat shape resumes a run.
+    resumed = run.input.model_copy(update={"resume": flat})
+    assert AgentRun.model_validate(resumed.resume).recovery.hints_given == 1
 
 
 def test_a_state_outside_the_table_is_refused_by_the_model() -> None:

@@ -26,6 +26,8 @@ from workflows.agent.mcp import (
     parse_arguments,
     unique_names,
 )
+from workflows.agent.models import AgentConfig, ToolCall
+from workflows.agent.toolbox import Toolbox
 
 
 def test_a_plain_name_is_prefixed_and_otherwise_unchanged() -> None:
@@ -152,3 +154,60 @@ def test_oversized_and_deeply_nested_arguments_are_refused() -> None:
     assert call_target('{"path": "a.md", "text": "x"}') == "a.md"
     assert call_target('{"b": 1, "a": 2}') == '{"a":2,"b":1}'
     assert call_target("{}") == "" and call_target("nope") == ""
+
+
+# --------------------------------------------------------------------------------------------
+# One toolbox: a call of any kind is checked once (workflows/agent/toolbox.py)
+# --------------------------------------------------------------------------------------------
+
+
+def _box(**config: object) -> Toolbox:
+    listed = McpToolList(
+        tools=(
+            McpToolInfo(
+                name="mcp__s__fetch", server="s", tool="fetch", mutating=False, needs_approval=False
+            ),
+        ),
+        unavailable={"down": "not running"},
+        listed_at=datetime(2026, 1, 1, tzinfo=UTC),
+    )
+    return Toolbox(AgentConfig.model_validate({"mcp_servers": ["s", "down"], **config}), listed)
+
+
+def test_the_toolbox_checks_a_call_of_any_kind_once() -> None:
+    """A catalogue call is validated and its target derived; an MCP call is a JSON object with
+    its target; both carry the tool they name and the arguments a human would see."""
+    box = _box()
+    write = box.check(
+        ToolCall(id="a", name="write_file", arguments='{"path": "a.md", "content": "x"}')
+    )
+    assert write.error is None and write.tool is not None and write.tool.runs == "activity"
+    assert write.arguments == {"path": "a.md", "content": "x"} and write.target == "a.md"
+    assert json.loads(write.request_arguments()) == write.arguments
+    fetch = box.check(ToolCall(id="b", name="mcp__s__fetch", arguments='{"url": "https://x"}'))
+    assert fetch.error is None and fetch.tool is not None and fetch.tool.runs == "mcp"
+    assert fetch.target == "https://x" and fetch.progress_target == "https://x"
+    phase = box.check(ToolCall(id="c", name="start_phase", arguments='{"description": "d"}'))
+    assert phase.tool is not None and phase.tool.runs == "workflow"
+    assert [t.name for t in box.offered_mcp()] == ["mcp__s__fetch"]
+    assert "write_file" in box.offered_names() and "mcp__s__fetch" not in box.approval_required()
+
+
+def test_a_call_the_toolbox_refuses_says_why() -> None:
+    """Bad arguments, an unknown tool and an MCP tool no listed server offers are refused with
+    the reason the model reads; an unoffered MCP call's arguments still parse (a human may be
+    asked about it), a malformed call's do not."""
+    box = _box()
+    bad = box.check(ToolCall(id="a", name="write_file", arguments='{"path": 1}'))
+    assert bad.error is not None and bad.error.startswith("ERROR: arguments for write_file")
+    assert bad.arguments is None and bad.progress_target == "write_file"
+    unknown = box.check(ToolCall(id="b", name="no_such_tool"))
+    assert unknown.error is not None and "unknown tool 'no_such_tool'" in unknown.error
+    gone = box.check(ToolCall(id="c", name="mcp__down__x", arguments='{"path": "p"}'))
+    assert gone.error == (
+        "ERROR: tool mcp__down__x is not offered in this run (MCP servers unavailable: down)"
+    )
+    assert gone.arguments == {"path": "p"} and gone.target == "p"
+    modified = box.check(ToolCall(id="d", name="write_file"), {"path": "b.md", "content": ""})
+    assert modified.error is None and modified.target == "b.md"
+    assert _box(blacklisted_tools=["mcp__s__fetch"]).offered_mcp() == ()

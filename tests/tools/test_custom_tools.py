@@ -5,20 +5,37 @@ registered example, ``git_diff``, runs no code the workspace's git configuration
 
 from __future__ import annotations
 
+import asyncio
+import os
+import subprocess
+import sys
+import uuid
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 from pydantic import ValidationError
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client
 
 from activities.tools import git_diff
 from activities.tools.custom import Tool, ToolContext
 from tests.support.harness import Harness, tool_messages
+from tests.support.processes import ROOT, clean_env, start_worker
 from tests.support.repos import git
 from tests.support.stream import events
-from workflows.agent import catalogue, planning
+from treadle.scripted_model import ScriptedModelServer
+from workflows.agent import catalogue, toolbox
 from workflows.agent.catalogue import TOOLS, ToolSpec
-from workflows.agent.models import AgentConfig, AgentResult, ApproveSignal, ToolPolicy
+from workflows.agent.models import (
+    AgentConfig,
+    AgentInput,
+    AgentResult,
+    ApproveSignal,
+    ToolPolicy,
+)
+from workflows.agent.toolbox import Toolbox
 from workflows.agent.workflow import AgentWorkflow
 
 
@@ -46,13 +63,13 @@ def test_a_registered_tool_is_in_the_catalogue_with_its_schema() -> None:
     schema = spec.json_schema()
     assert schema["properties"]["path"]["description"].startswith("File or directory")
     assert set(schema["properties"]) == {"path", "staged", "stat"}
-    assert "git_diff" in planning.offered_tools(AgentConfig())
+    assert "git_diff" in Toolbox(AgentConfig()).offered_names()
 
 
 def test_a_run_chooses_its_tools_by_name() -> None:
     config = AgentConfig(tools=["read_file", "git_diff"])
-    assert planning.offered_tools(config) == ("read_file", "git_diff")
-    assert planning.offered_tools(AgentConfig(tools="git_diff")) == ("git_diff",)
+    assert Toolbox(config).offered_names() == ("read_file", "git_diff")
+    assert Toolbox(AgentConfig(tools="git_diff")).offered_names() == ("git_diff",)
     with pytest.raises(ValidationError, match=r"unknown tool name.*gitt_diff"):
         AgentConfig(tools=["gitt_diff"])
 
@@ -61,25 +78,24 @@ def test_a_tool_that_declares_approval_always_waits(monkeypatch: pytest.MonkeyPa
     guarded = ToolSpec(
         "deploy", "Deploy.", git_diff.GitDiffArgs, mutating=True, target=str, needs_approval=True
     )
-    monkeypatch.setattr(planning, "TOOLS", {**TOOLS, "deploy": guarded})
-    assert planning.approval_required(AgentConfig()) == {"deploy"}
+    monkeypatch.setattr(toolbox, "TOOLS", {**TOOLS, "deploy": guarded})
+    assert Toolbox(AgentConfig()).approval_required() == {"deploy"}
     config = AgentConfig(require_approval=["write_file"])
-    assert planning.approval_required(config) == {"deploy", "write_file"}
+    assert Toolbox(config).approval_required() == {"deploy", "write_file"}
 
 
 @pytest.mark.parametrize(
     ("name", "problem"),
     [("Deploy", "does not match"), ("read_file", "registered twice"), ("x" * 65, "does not match")],
 )
-def test_a_bad_registration_stops_the_worker(
-    monkeypatch: pytest.MonkeyPatch, name: str, problem: str
-) -> None:
+def test_a_bad_registration_stops_the_worker(name: str, problem: str) -> None:
     tool: Tool[Any] = Tool(
         name=name, description="d", args=git_diff.GitDiffArgs, run=git_diff.git_diff
     )
-    monkeypatch.setattr(catalogue, "CUSTOM_TOOLS", (tool,))
+    before = dict(TOOLS)
     with pytest.raises(ValueError, match=problem):
-        catalogue._custom_specs()
+        catalogue.register([tool])
+    assert dict(TOOLS) == before
 
 
 # --------------------------------------------------------------------------------------------
@@ -178,3 +194,122 @@ async def test_a_tool_error_is_an_observation(harness: Harness) -> None:
     assert (await handle.result()).answer == "no repo here"
     [error] = tool_messages(harness.requests(model)[1])
     assert error["content"] == "ERROR: the workspace is not a git repository"
+
+
+# --------------------------------------------------------------------------------------------
+# Your own module, loaded by the worker (worker.py --tools), without forking
+# --------------------------------------------------------------------------------------------
+
+SHOUT_MODULE = """\
+from pydantic import Field
+
+from activities.tools.custom import Tool, ToolArgs, ToolContext
+
+
+class ShoutArgs(ToolArgs):
+    text: str = Field(description="What to shout.")
+
+
+async def shout(args: ShoutArgs, context: ToolContext) -> str:
+    return args.text.upper() + "!"
+
+
+TOOLS = (
+    Tool(
+        name="shout_it",
+        description="Shout the text.",
+        args=ShoutArgs,
+        run=shout,
+        target=lambda args: args.text,
+    ),
+)
+"""
+
+
+async def test_a_worker_loads_your_tool_module_and_runs_offer_it(
+    client: Client, model_server: ScriptedModelServer, tmp_path: Path
+) -> None:
+    """``worker.py --tools my_module``: the run lists the worker's loaded tools once (recorded),
+    offers them to the model and runs them like the registry's; a worker killed mid-run is
+    replaced by one with the same ``--tools``, which replays the listing and finishes."""
+    (tmp_path / "shout_tools.py").write_text(SHOUT_MODULE)
+    model = f"shout-{uuid.uuid4().hex[:8]}"
+    model_server.add_model(
+        model,
+        [
+            {"tool_calls": [{"name": "shout_it", "arguments": {"text": "hello"}}]},
+            {"content": "shouted", "delay": 3},
+        ],
+    )
+    path = os.pathsep.join(p for p in (str(tmp_path), os.environ.get("PYTHONPATH")) if p)
+    env = clean_env(OPENAI_BASE_URL=model_server.base_url, PYTHONPATH=path)
+    address = client.service_client.config.target_host
+    task_queue = f"test-{uuid.uuid4().hex[:12]}"
+    first = await start_worker(address, task_queue, env, "--tools", "shout_tools")
+    handle = await client.start_workflow(
+        AgentWorkflow.run,
+        AgentInput(task="shout", model=f"openai:{model}", workspace=str(tmp_path / "ws")),
+        id=f"shout-{uuid.uuid4().hex[:8]}",
+        task_queue=task_queue,
+        execution_timeout=timedelta(minutes=3),
+    )
+    for _ in range(300):  # the tool ran and the second model call is live
+        if len(model_server.requests_for(model)) >= 2:
+            break
+        await asyncio.sleep(0.1)
+    await first.kill()
+    second = await start_worker(address, task_queue, env, "--tools", "shout_tools")
+    try:
+        result: AgentResult = await asyncio.wait_for(handle.result(), 120)
+        trace = [(e.event, e.data) for e in (await handle.query(AgentWorkflow.trace)).entries]
+    finally:
+        assert await second.terminate() == 0
+
+    assert result.answer == "shouted"
+    assert ("LoadedToolsListed", "shout_it") in trace
+    requests = [r.body for r in model_server.requests_for(model)]
+    assert "shout_it" in [t["function"]["name"] for t in requests[0]["tools"]]
+    assert "git_diff" in [t["function"]["name"] for t in requests[0]["tools"]]
+    [shouted] = tool_messages(requests[-1])
+    assert shouted["content"] == "HELLO!"
+    history = await handle.fetch_history()
+    names = [
+        e.marker_recorded_event_attributes.marker_name
+        for e in history.events
+        if e.event_type == EventType.EVENT_TYPE_MARKER_RECORDED
+    ]
+    # Listed once, by a local activity whose answer is a marker: the second worker replayed it.
+    assert names.count("core_local_activity") == 1
+    assert names.count("core_patch") >= 1  # LOADED_TOOLS, among the run's other patches
+
+
+async def test_a_run_offers_no_tool_its_worker_did_not_load(harness: Harness) -> None:
+    """The test's own workers load no module: runs list none and offer only the code's tools;
+    a call of a tool no one loaded is an error observation."""
+    model = harness.script(
+        {"tool_calls": [{"name": "shout_it", "arguments": {"text": "x"}}]},
+        {"content": "done"},
+    )
+    handle = await harness.start(model)
+    assert (await handle.result()).answer == "done"
+    offered = [t["function"]["name"] for t in harness.requests(model)[0]["tools"]]
+    assert "shout_it" not in offered and "git_diff" in offered
+    [error] = tool_messages(harness.requests(model)[1])
+    assert error["content"].startswith("ERROR: unknown tool 'shout_it'")
+
+
+def test_a_module_without_tools_stops_the_worker(tmp_path: Path) -> None:
+    """``--tools`` naming a module that cannot be imported, or has no ``TOOLS``: exit 2."""
+    (tmp_path / "no_tools.py").write_text("X = 1\n")
+    path = os.pathsep.join(p for p in (str(tmp_path), os.environ.get("PYTHONPATH")) if p)
+    for module, problem in (("no_tools", "has no TOOLS"), ("nowhere_xyz", "cannot be imported")):
+        done = subprocess.run(
+            [sys.executable, str(ROOT / "worker.py"), "--tools", module],
+            env=clean_env(PYTHONPATH=path, TEMPORAL_ADDRESS="127.0.0.1:1"),
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert done.returncode == 2, done.stderr
+        assert problem in done.stderr and module in done.stderr

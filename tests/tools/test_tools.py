@@ -617,12 +617,13 @@ async def test_run_command_heartbeats_while_waiting(
 
 
 async def test_heartbeat_interval_follows_the_heartbeat_timeout(workspace: Path) -> None:
-    """With a 1.5 s heartbeat timeout a command heartbeats every 0.5 s, not every 5 s."""
+    """With a 1.5 s heartbeat timeout a command heartbeats every 0.5 s, not every 5 s (a 3 s
+    command: at least 3 beats after the first second, where a 5 s interval would send one)."""
     beats: list[Any] = []
     env = ActivityEnvironment()
     env.info = dataclasses.replace(env.info, heartbeat_timeout=timedelta(seconds=1.5))
     env.on_heartbeat = lambda *details: beats.append(details)
-    call = request(workspace, "run_command", json.dumps({"command": "sleep 1.5"}))
+    call = request(workspace, "run_command", json.dumps({"command": "sleep 3"}))
     result = await env.run(ToolActivities().run_tool, call.model_copy(update={"policy": COMMANDS}))
     assert result.success
     assert len(beats) >= 3

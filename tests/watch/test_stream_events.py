@@ -77,9 +77,14 @@ async def test_errors_and_refusals_are_published(harness: Harness) -> None:
     """A signal the run does not understand, a failed tool and the run's error are events."""
     missing = {"name": "read_file", "arguments": {"path": "nope.md"}}
     model = harness.script({"tool_calls": [missing]}, {"tool_calls": [missing]})
-    handle = await harness.start(model, max_steps=2)
-    await harness.trace_events(handle, "ToolObserved", 1)
+    # Each call waits for a human, so the misspelt signal reaches a run that is certain to be
+    # alive (a run left to itself could end before the signal arrives).
+    handle = await harness.start(model, max_steps=2, require_approval=["read_file"])
+    await harness.wait_for_state(handle, "WaitingForHuman")
     await handle.signal("aprove", {"call_id": "x"})
+    await handle.signal(AgentWorkflow.approve, ApproveSignal())
+    await harness.trace_events(handle, "AwaitingApproval", 2)
+    await handle.signal(AgentWorkflow.approve, ApproveSignal())
     result: AgentResult = await handle.result()
     assert result.status is RunStatus.ERROR
     stream = await events(handle)

@@ -11,9 +11,8 @@ Everything here is pure: checks raise ``Refused`` (the workflow records it in th
 
 from __future__ import annotations
 
-import json
 from collections.abc import Collection
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -21,8 +20,6 @@ from pydantic import ValidationError
 from pydantic_core import PydanticSerializationError
 from temporalio.exceptions import ApplicationError
 
-from workflows.agent import mcp
-from workflows.agent.catalogue import ToolArgumentsError, parse_arguments
 from workflows.agent.memory import AgentMemory
 from workflows.agent.models import (
     MAX_MODIFY_ARGUMENTS_BYTES,
@@ -39,6 +36,7 @@ from workflows.agent.models import (
 )
 from workflows.agent.state import AgentRun
 from workflows.agent.state_machine import Event, State
+from workflows.agent.toolbox import CheckedCall, Toolbox
 from workflows.base import Frozen, describe_errors
 
 
@@ -53,6 +51,8 @@ class Checked:
     pending: PendingApproval
     update: dict[str, Any]
     new_arguments: str | None = None
+    call: CheckedCall | None = None
+    """A ``modify``'s call as the toolbox checked it: what runs instead of the model's."""
 
 
 DECISION_BODIES: dict[str, type[ApproveSignal | RejectSignal | ModifySignal]] = {
@@ -63,27 +63,21 @@ DECISION_BODIES: dict[str, type[ApproveSignal | RejectSignal | ModifySignal]] = 
 
 
 def approvals_needed(
-    calls: tuple[ToolCall, ...], require_approval: Collection[str], step: int, now: datetime
+    calls: tuple[CheckedCall, ...], require_approval: Collection[str], step: int, now: datetime
 ) -> tuple[PendingApproval, ...]:
-    """The calls of one response that must wait for a human, with their parsed arguments."""
-    approvals = []
-    for call in calls:
-        if call.name not in require_approval:
-            continue
-        try:
-            arguments = _arguments(call.name, call.arguments)
-        except (ToolArgumentsError, mcp.McpArgumentsError):
-            continue  # invalid calls never run, so nobody needs to approve them
-        approvals.append(
-            PendingApproval(
-                call_id=call.id,
-                tool=call.name,
-                arguments=arguments,
-                step=step,
-                requested_at=now,
-            )
+    """The calls of one response that must wait for a human, with their checked arguments.
+    Calls whose arguments did not parse never run, so nobody needs to approve them."""
+    return tuple(
+        PendingApproval(
+            call_id=c.call.id,
+            tool=c.call.name,
+            arguments=c.arguments,
+            step=step,
+            requested_at=now,
         )
-    return tuple(approvals)
+        for c in calls
+        if c.call.name in require_approval and c.arguments is not None
+    )
 
 
 def check_decision(run: AgentRun, action: str, body: Any) -> Checked:
@@ -101,34 +95,18 @@ def check_decision(run: AgentRun, action: str, body: Any) -> Checked:
         return Checked(pending, {"decision": ApprovalDecision.APPROVED})
     if isinstance(signal, RejectSignal):
         return Checked(pending, {"decision": ApprovalDecision.REJECTED, "reason": signal.reason})
-    if mcp.is_mcp_name(pending.tool):
-        # The server checks its own schema when the call runs; a refusal is its observation.
-        try:
-            arguments = mcp.parse_arguments(pending.tool, signal.arguments)
-        except mcp.McpArgumentsError as exc:
-            raise Refused(str(exc)) from None
-        return Checked(
-            pending,
-            {"decision": ApprovalDecision.MODIFIED, "arguments": arguments},
-            new_arguments=json.dumps(arguments, separators=(",", ":")),
-        )
-    try:
-        args = parse_arguments(pending.tool, signal.arguments)
-    except ToolArgumentsError as exc:
-        raise Refused(str(exc)) from None
+    calls = [c for c in run.memory.current_tool_calls if c.id == pending.call_id]
+    call = calls[0] if calls else ToolCall(id=pending.call_id, name=pending.tool)
+    checked = Toolbox(run.input.config, run.mcp, run.loaded_tools).check(call, signal.arguments)
+    if checked.arguments is None:
+        raise Refused(checked.problem or "the arguments do not parse")
+    new_arguments = checked.request_arguments()
     return Checked(
         pending,
-        {"decision": ApprovalDecision.MODIFIED, "arguments": args.model_dump()},
-        new_arguments=args.model_dump_json(),
+        {"decision": ApprovalDecision.MODIFIED, "arguments": checked.arguments},
+        new_arguments=new_arguments,
+        call=replace(checked, call=call.model_copy(update={"arguments": new_arguments})),
     )
-
-
-def _arguments(tool: str, arguments: str) -> dict[str, Any]:
-    """A call's arguments as a human sees them to decide: schema-checked for catalogue tools,
-    a JSON object for MCP tools (their server checks the schema)."""
-    if mcp.is_mcp_name(tool):
-        return mcp.parse_arguments(tool, arguments)
-    return parse_arguments(tool, arguments).model_dump()
 
 
 def apply_decision(memory: AgentMemory, checked: Checked) -> PendingApproval:
@@ -211,7 +189,7 @@ def follow_guidance(run: AgentRun) -> Event:
         return Event.HUMAN_HALTED
     m.history = (*m.history, Turn(step=m.step, note=f"Guidance from a human: {guide.guidance}"))
     run.tracker.reset_after_recovery()
-    run.stuck_reason = None
+    run.recovery.stuck_reason = None
     return Event.HUMAN_GUIDED
 
 

@@ -3,6 +3,10 @@
 Pure data, shared by the workflow (which validates arguments before anything runs, so a bad call
 becomes an observation and a ``modify`` signal can be checked), by the model activity (which sends
 the schemas to the model as JSON Schema) and by the tool activity (which runs them).
+
+The built-in tools are declared here; your own tools are added with ``register`` by the module
+that holds them (``activities/tools/registry.py``, when the worker imports it). The catalogue
+never imports a tool module: the workflow layer imports no activity code for its data.
 """
 
 from __future__ import annotations
@@ -11,22 +15,16 @@ import copy
 import functools
 import json
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from pydantic import Field, ValidationError
 from pydantic_core import PydanticSerializationError
-from temporalio import workflow
 
 from workflows.agent.tool_args import ToolArgs as ToolArgs  # re-exported: the tools use it
 from workflows.base import describe_errors
-
-with workflow.unsafe.imports_passed_through():
-    # Your own tools: their argument models and facts are read here, their functions run only
-    # in the tool activity. Imported once per worker, not per run.
-    from activities.tools.registry import CUSTOM_TOOLS
 
 
 class ReadFileArgs(ToolArgs):
@@ -104,7 +102,10 @@ class ToolSpec:
     timeout_seconds: float | None = None
     """Start-to-close timeout of one call, instead of the run's ``tool_timeout_seconds``."""
     custom: bool = False
-    """One of your own tools (``activities/tools/registry.py``)."""
+    """One of your own tools (``activities/tools/registry.py``, or loaded by the worker)."""
+    loaded: bool = False
+    """Loaded by this worker (``worker.py --tools``, a ``treadle.tools`` entry point), not part
+    of the code: offered only to runs whose recorded listing names it (``Toolbox``)."""
 
     def json_schema(self) -> dict[str, Any]:
         """The arguments' JSON Schema, built once per tool (every model request offers it)."""
@@ -120,89 +121,113 @@ def _path(args: Any) -> str:
     return str(args.path)
 
 
-TOOLS: Mapping[str, ToolSpec] = MappingProxyType(
-    {
-        spec.name: spec
-        for spec in (
-            ToolSpec(
-                "read_file",
-                "Read a text file from the workspace, optionally a range of lines.",
-                ReadFileArgs,
-                mutating=False,
-                target=_path,
-            ),
-            ToolSpec(
-                "write_file",
-                "Create or overwrite a text file in the workspace.",
-                WriteFileArgs,
-                mutating=True,
-                target=_path,
-            ),
-            ToolSpec(
-                "edit_file",
-                "Replace one exact occurrence of old_text with new_text in a workspace file.",
-                EditFileArgs,
-                mutating=True,
-                target=_path,
-            ),
-            ToolSpec(
-                "list_dir",
-                "List the entries of a workspace directory.",
-                ListDirArgs,
-                mutating=False,
-                target=_path,
-            ),
-            ToolSpec(
-                "search_files",
-                "Search workspace text files for a string or regular expression.",
-                SearchFilesArgs,
-                mutating=False,
-                target=lambda args: str(args.pattern),
-            ),
-            ToolSpec(
-                "run_command",
-                "Run an allowed program in the workspace and return its exit code and output.",
-                RunCommandArgs,
-                mutating=True,
-                target=lambda args: str(args.command),
-            ),
-            ToolSpec(
-                "start_phase",
-                "Declare that the task moves to its next phase (completing the current one), "
-                "for long multi-phase work; progress tracking starts fresh for the new phase.",
-                StartPhaseArgs,
-                mutating=False,
-                target=lambda args: f"phase {args.number or 'next'}",
-                in_workflow=True,
-            ),
-            ToolSpec(
-                "ask_client",
-                "Ask the user's client for something only it has: a file on the user's machine, "
-                "an environment variable there, or an answer only the user knows. The run waits "
-                "for the answer, which comes back as this call's result.",
-                AskClientArgs,
-                mutating=False,
-                target=lambda args: f"{args.kind} {args.what}",
-                in_workflow=True,
-            ),
-        )
-    }
-)
+_TOOLS: dict[str, ToolSpec] = {
+    spec.name: spec
+    for spec in (
+        ToolSpec(
+            "read_file",
+            "Read a text file from the workspace, optionally a range of lines.",
+            ReadFileArgs,
+            mutating=False,
+            target=_path,
+        ),
+        ToolSpec(
+            "write_file",
+            "Create or overwrite a text file in the workspace.",
+            WriteFileArgs,
+            mutating=True,
+            target=_path,
+        ),
+        ToolSpec(
+            "edit_file",
+            "Replace one exact occurrence of old_text with new_text in a workspace file.",
+            EditFileArgs,
+            mutating=True,
+            target=_path,
+        ),
+        ToolSpec(
+            "list_dir",
+            "List the entries of a workspace directory.",
+            ListDirArgs,
+            mutating=False,
+            target=_path,
+        ),
+        ToolSpec(
+            "search_files",
+            "Search workspace text files for a string or regular expression.",
+            SearchFilesArgs,
+            mutating=False,
+            target=lambda args: str(args.pattern),
+        ),
+        ToolSpec(
+            "run_command",
+            "Run an allowed program in the workspace and return its exit code and output.",
+            RunCommandArgs,
+            mutating=True,
+            target=lambda args: str(args.command),
+        ),
+        ToolSpec(
+            "start_phase",
+            "Declare that the task moves to its next phase (completing the current one), "
+            "for long multi-phase work; progress tracking starts fresh for the new phase.",
+            StartPhaseArgs,
+            mutating=False,
+            target=lambda args: f"phase {args.number or 'next'}",
+            in_workflow=True,
+        ),
+        ToolSpec(
+            "ask_client",
+            "Ask the user's client for something only it has: a file on the user's machine, "
+            "an environment variable there, or an answer only the user knows. The run waits "
+            "for the answer, which comes back as this call's result.",
+            AskClientArgs,
+            mutating=False,
+            target=lambda args: f"{args.kind} {args.what}",
+            in_workflow=True,
+        ),
+    )
+}
+TOOLS: Mapping[str, ToolSpec] = MappingProxyType(_TOOLS)
+"""Every tool by name: the built-in ones, then your own in the order they were registered (a
+read-only view: ``register`` adds to it)."""
 BUILT_IN = tuple(TOOLS)
 """The built-in tools' names, in the order they are offered."""
 
 _TOOL_NAME = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
 
 
-def _custom_specs() -> dict[str, ToolSpec]:
+class DeclaredTool(Protocol):
+    """What the catalogue reads of one of your own tools (``activities.tools.custom.Tool``):
+    its schema and facts; its function runs only in the tool activity."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def description(self) -> str: ...
+    @property
+    def args(self) -> type[ToolArgs]: ...
+    @property
+    def mutating(self) -> bool: ...
+    @property
+    def needs_approval(self) -> bool: ...
+    @property
+    def timeout_seconds(self) -> float | None: ...
+    @property
+    def target(self) -> Callable[[Any], str]: ...
+
+
+def register(tools: Iterable[DeclaredTool], *, loaded: bool = False) -> None:
+    """Add your own tools to the catalogue, after the built-in ones (``loaded``: by this
+    worker, from a module it was pointed at). A bad registration (a name that does not fit, or
+    is taken; arguments that are not ``ToolArgs``) is a programming error: ``ValueError``, and
+    nothing of the batch is added, so the worker does not start."""
     specs: dict[str, ToolSpec] = {}
-    for tool in CUSTOM_TOOLS:
-        # A bad registration is a programming error: the worker must not start with it.
+    for tool in tools:
         if not _TOOL_NAME.match(tool.name):
             raise ValueError(f"tool name {tool.name!r} does not match {_TOOL_NAME.pattern}")
-        if tool.name in TOOLS or tool.name in specs:
+        if tool.name in _TOOLS or tool.name in specs:
             raise ValueError(f"tool name {tool.name!r} is registered twice")
-        if not issubclass(tool.args, ToolArgs):
+        if not (isinstance(tool.args, type) and issubclass(tool.args, ToolArgs)):
             raise ValueError(f"tool {tool.name!r}: args must subclass ToolArgs")
         specs[tool.name] = ToolSpec(
             tool.name,
@@ -213,11 +238,14 @@ def _custom_specs() -> dict[str, ToolSpec]:
             needs_approval=tool.needs_approval,
             timeout_seconds=tool.timeout_seconds,
             custom=True,
+            loaded=loaded,
         )
-    return specs
+    _TOOLS.update(specs)
 
 
-TOOLS = MappingProxyType({**TOOLS, **_custom_specs()})
+def loaded_names() -> tuple[str, ...]:
+    """The tools this worker loaded, in the order they were registered."""
+    return tuple(name for name, spec in _TOOLS.items() if spec.loaded)
 
 
 class ToolArgumentsError(ValueError):

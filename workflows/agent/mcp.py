@@ -48,8 +48,10 @@ __all__ = [
     "call_target",
     "check_server_name",
     "is_mcp_name",
+    "is_tool_name",
     "namespaced_name",
     "parse_arguments",
+    "server_of",
     "unique_names",
     "vanished",
 ]
@@ -106,6 +108,19 @@ def namespaced_name(server: str, tool: str) -> str:
 def is_mcp_name(name: str) -> bool:
     """Whether a tool name the model used names an MCP tool."""
     return name.startswith(MCP_PREFIX)
+
+
+def is_tool_name(name: str) -> bool:
+    """Whether a name in a run's config can name an MCP tool (known only once listed)."""
+    return is_mcp_name(name) and TOOL_NAME.match(name) is not None
+
+
+def server_of(name: str) -> str | None:
+    """The server an MCP tool's name names (``None``: not an MCP tool's name). Only for
+    config checks: the workflow maps a listed name back with ``McpToolList.find``."""
+    if not is_mcp_name(name):
+        return None
+    return name.removeprefix(MCP_PREFIX).split("__", 1)[0]
 
 
 class McpArgumentsError(ValueError):

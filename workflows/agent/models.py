@@ -18,10 +18,12 @@ from temporalio.contrib.workflow_streams import WorkflowStreamState
 from workflows.agent.catalogue import TOOLS
 from workflows.agent.events import ClientQuery
 from workflows.agent.hooks import check_hook_names, parse_author
-from workflows.agent.mcp import ALL_SERVERS, TOOL_NAME, check_server_name, is_mcp_name
+from workflows.agent.mcp import ALL_SERVERS, TOOL_NAME, check_server_name, is_tool_name, server_of
 from workflows.agent.progress import ProgressConfig, ProgressSummary
 from workflows.agent.providers import ModelStringError, resolve
 from workflows.agent.state_machine import State
+from workflows.agent.tool_args import DEFAULT_COMMAND_ALLOWLIST as DEFAULT_COMMAND_ALLOWLIST
+from workflows.agent.tool_args import ToolPolicy as ToolPolicy
 from workflows.base import Frozen
 
 TASK_QUEUE = "treadle-agent"
@@ -31,13 +33,6 @@ TASK_QUEUE = "treadle-agent"
 # --------------------------------------------------------------------------------------------
 # Configuration and input
 # --------------------------------------------------------------------------------------------
-
-DEFAULT_COMMAND_ALLOWLIST = (
-    "cat", "diff", "echo", "grep", "head", "ls", "pwd", "sort", "tail", "wc",
-)  # fmt: skip
-"""Programs that only read and print. Interpreters (python, node, sh) and git (hooks, aliases,
-``-c``) run arbitrary code as the worker's user: add them only for workers you would let run
-anything, e.g. in a container."""
 
 
 def _check_model(value: str) -> str:
@@ -222,11 +217,7 @@ class AgentConfig(Frozen):
         if value is None:
             return None
         # An MCP tool is known only when the run lists its server: its name's shape is checked.
-        unknown = sorted(
-            name
-            for name in set(value) - set(TOOLS)
-            if not (is_mcp_name(name) and TOOL_NAME.match(name))
-        )
+        unknown = sorted(name for name in set(value) - set(TOOLS) if not is_tool_name(name))
         if unknown:
             raise ValueError(
                 f"unknown tool name(s): {', '.join(unknown)} (known: {', '.join(sorted(TOOLS))}"
@@ -249,9 +240,13 @@ class AgentConfig(Frozen):
         """``tools`` / ``require_approval`` naming an MCP tool of a server the run does not list
         could never take effect: a config error, not a silent no-op."""
         named = {*(self.tools or ()), *self.require_approval}
-        for name in sorted(n for n in named if is_mcp_name(n)):
-            server = name.removeprefix("mcp__").split("__", 1)[0]
-            if ALL_SERVERS not in self.mcp_servers and server not in self.mcp_servers:
+        for name in sorted(named):
+            server = server_of(name)
+            if (
+                server is not None
+                and ALL_SERVERS not in self.mcp_servers
+                and server not in self.mcp_servers
+            ):
                 raise ValueError(
                     f"{name} is a tool of MCP server {server!r}, which mcp_servers does not list "
                     f"(mcp_servers: {', '.join(self.mcp_servers) or 'none'})"
@@ -618,13 +613,15 @@ class ModelResponse(Frozen):
     reply. ``None`` from a worker that keeps no store."""
 
 
-class ToolPolicy(Frozen):
-    """The part of the run's config a tool activity needs."""
+class LoadedToolsRequest(Frozen):
+    """Input of ``list_loaded_tools`` (nothing: the worker answers what it loaded)."""
 
-    allow_run_command: bool = False
-    command_allowlist: tuple[str, ...] = DEFAULT_COMMAND_ALLOWLIST
-    command_timeout_seconds: float = 60
-    max_output_chars: int = 12_000
+
+class LoadedTools(Frozen):
+    """What ``list_loaded_tools`` answers: the tools the worker loaded from your own modules
+    (``worker.py --tools``, ``treadle.tools`` entry points), which a run then offers."""
+
+    names: tuple[str, ...] = ()
 
 
 class ToolRequest(Frozen):

@@ -4,36 +4,23 @@ tracker. The workflow runs the activity and moves the state; these say what to d
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 
-from workflows.agent import mcp, reflection
-from workflows.agent.catalogue import (
-    TOOLS,
-    ToolArgs,
-    ToolArgumentsError,
-    estimate_prompt_tokens,
-    parse_arguments,
-)
-from workflows.agent.mcp import McpToolInfo
+from workflows.agent.catalogue import TOOLS, estimate_prompt_tokens
 from workflows.agent.models import (
-    AgentConfig,
     ModelRequest,
     ModelResponse,
     ToolCall,
     ToolOutcome,
-    ToolPolicy,
-    ToolRequest,
-    ToolResult,
-    ToolSchema,
     Turn,
 )
 from workflows.agent.progress import ProgressTracker
 from workflows.agent.state import AgentRun
 from workflows.agent.state_machine import Event, State
-from workflows.agent.status import cut, short_target
+from workflows.agent.toolbox import Toolbox
+from workflows.agent.toolbox import call_target as call_target  # the live CLI's import
 
 MAX_MODEL_INPUT_BYTES = 1_500_000
 """Temporal fails a payload over 2 MB: a request this large stops the run with a clear error.
@@ -50,75 +37,10 @@ class CannotCall:
     reason: str
 
 
-def approval_required(
-    config: AgentConfig, mcp_tools: Collection[McpToolInfo] = ()
-) -> frozenset[str]:
-    """Tools whose calls wait for a human in this run: the run's ``require_approval``, every
-    tool that declares ``needs_approval``, and the MCP tools ``config.mcp_approval`` picks."""
-    declared = {name for name, spec in TOOLS.items() if spec.needs_approval}
-    policy = config.mcp_approval
-    hinted = {
-        tool.name
-        for tool in mcp_tools
-        if policy == "all" or (policy == "hints" and tool.needs_approval)
-    }
-    return frozenset(config.require_approval) | declared | hinted
-
-
-def call_target(tool: str, arguments: str | Mapping[str, Any]) -> str:
-    """The file or command a call acts on, shortened for a line; ``""`` if it cannot be told."""
-    if mcp.is_mcp_name(tool):
-        return short_target(
-            mcp.call_target(dict(arguments) if isinstance(arguments, Mapping) else arguments)
-        )
-    try:
-        args = parse_arguments(tool, arguments)
-    except ToolArgumentsError:
-        return ""
-    return short_target(TOOLS[tool].target(args))
-
-
-def offered_tools(config: AgentConfig) -> tuple[str, ...]:
-    """The run's choice of tools (``config.tools``, or the whole catalogue) less blacklisted
-    ones, less ``run_command`` unless the run allows it, less ``ask_client`` without client
-    queries."""
-    chosen = TOOLS if config.tools is None else config.tools
-    return tuple(
-        name
-        for name in TOOLS
-        if name in chosen
-        and name not in config.blacklisted_tools
-        and (name != "run_command" or config.allow_run_command)
-        and (name != "ask_client" or config.client_queries)
-    )
-
-
-def offered_mcp_tools(run: AgentRun) -> tuple[McpToolInfo, ...]:
-    """The listed MCP tools this run offers: all of them, or those ``config.tools`` names; less
-    blacklisted ones."""
-    config = run.input.config
-    if run.mcp is None:
-        return ()
-    return tuple(
-        tool
-        for tool in run.mcp.tools
-        if (config.tools is None or tool.name in config.tools)
-        and tool.name not in config.blacklisted_tools
-    )
-
-
-def mutates(run: AgentRun, name: str) -> bool:
-    """Whether a call of tool ``name`` may change things (files, a server's state)."""
-    spec = TOOLS.get(name)
-    if spec is not None:
-        return spec.mutating
-    listed = run.mcp.find(name) if run.mcp is not None else None
-    return listed.mutating if listed is not None else False
-
-
 def model_request(run: AgentRun) -> ModelRequest | CannotCall:
     """The next planning request, its completion capped by what is left of the token budget."""
     m, config = run.memory, run.input.config
+    box = Toolbox(config, run.mcp, run.loaded_tools)
     head, sent, turns = m.conversation_head, m.conversation_sent, m.conversation_turns
     if head is None or turns > len(m.history):
         head, sent = None, 0
@@ -133,11 +55,8 @@ def model_request(run: AgentRun) -> ModelRequest | CannotCall:
         ),
         conversation=head,
         conversation_messages=sent,
-        tools=offered_tools(config),
-        tool_schemas=tuple(
-            ToolSchema(name=t.name, description=t.description, parameters=t.input_schema)
-            for t in offered_mcp_tools(run)
-        ),
+        tools=box.offered_names(),
+        tool_schemas=tuple(tool.schema() for tool in box.offered_mcp()),
         temperature=config.temperature,
         max_tokens=config.max_tokens,
         logprobs=config.confidence_threshold is not None,
@@ -164,22 +83,6 @@ def model_request(run: AgentRun) -> ModelRequest | CannotCall:
         )
     # The cap keeps one call from overshooting what is left.
     return request.model_copy(update={"max_tokens": min(cap, config.max_tokens or cap)})
-
-
-def tool_request(run: AgentRun, call: ToolCall, args: ToolArgs) -> ToolRequest:
-    """What a tool activity needs: the call with its checked arguments, the workspace, and the
-    part of the config that limits tools."""
-    config = run.input.config
-    return ToolRequest(
-        call=call.model_copy(update={"arguments": args.model_dump_json()}),
-        workspace=run.input.workspace,
-        policy=ToolPolicy(
-            allow_run_command=config.allow_run_command,
-            command_allowlist=config.command_allowlist,
-            command_timeout_seconds=config.command_timeout_seconds,
-            max_output_chars=config.max_observation_chars,
-        ),
-    )
 
 
 def describe_response(response: ModelResponse) -> str:
@@ -268,39 +171,25 @@ def blacklist_feedback(
     )
 
 
-def observed(call: ToolCall, result: ToolResult, max_chars: int, *, hashes: bool) -> ToolOutcome:
-    """What a tool activity's result becomes in the run: the observation cut to ``max_chars``,
-    with its stored whole, changed paths and (when ``hashes``) content hashes."""
-    return ToolOutcome(
-        call=call,
-        observation=cut(result.output, max_chars),
-        success=result.success,
-        mutated_paths=result.mutated_paths,
-        observation_ref=result.output_ref,
-        observation_chars=result.output_chars,
-        content_hashes=result.content_hashes if hashes else {},
-    )
-
-
 def track(
     tracker: ProgressTracker,
     outcome: ToolOutcome,
     test_commands: Collection[str],
     *,
-    mutating: bool | None = None,
+    target: str,
+    mutating: bool,
 ) -> None:
-    """Feed one observed call to Nexora's progress tracker (``mutating``: what the run knows
-    of a tool outside the catalogue, an MCP server's)."""
+    """Feed one observed call to Nexora's progress tracker: ``target`` and ``mutating`` as the
+    toolbox checked and knows them."""
     call, spec = outcome.call, TOOLS.get(outcome.call.name)
     if spec is not None and spec.in_workflow:
         return  # phase bookkeeping is not work
-    target = reflection.target(call)
     tracker.record_tool_call(
         call.name,
         target,
         success=outcome.success,
         error=None if outcome.success else outcome.observation,
-        mutating=spec.mutating if spec else bool(mutating),
+        mutating=mutating,
         content_hash=content_hash(outcome, target),
     )
     if call.name == "run_command" and any(t in target for t in test_commands):
@@ -327,8 +216,8 @@ def confidence_is_low(run: AgentRun, response: ModelResponse, now: datetime) -> 
     if threshold is None:
         return False
     if response.confidence is None:
-        if not run.confidence_unavailable_noted:
-            run.confidence_unavailable_noted = True
+        if not run.flags.confidence_unavailable_noted:
+            run.flags.confidence_unavailable_noted = True
             run.record(
                 State.PLANNING,
                 "ConfidenceUnavailable",
@@ -350,5 +239,5 @@ def confidence_is_low(run: AgentRun, response: ModelResponse, now: datetime) -> 
         return False
     m.retry_count += 1
     m.assistant_text = response.content or ""
-    run.reflect_reason = "low confidence"
+    run.flags.reflect_reason = "low confidence"
     return True

@@ -18,25 +18,25 @@ from workflows.agent.state_machine import Event, State
 def recover(run: AgentRun) -> Event:
     """Recovering: hint the model, ask a human, or halt, per ``config.recovery``."""
     m, config = run.memory, run.input.config
-    reason = run.stuck_reason or "stuck"
+    reason = run.recovery.stuck_reason or "stuck"
     if config.recovery == "ask_human":
         m.pending_guidance = reason
         return Event.HUMAN_GUIDANCE_REQUIRED
-    if config.recovery == "halt" or run.hints_given >= config.max_hints:
+    if config.recovery == "halt" or run.recovery.hints_given >= config.max_hints:
         m.error = f"halted: {reason}"
         if config.recovery == "hint":
             m.error += f" (still stuck after {config.max_hints} hint(s))"
         workflow.logger.warning("agent.halted", extra={"reason": m.error})
         return Event.HALT
-    run.hints_given += 1
+    run.recovery.hints_given += 1
     note = (
         f"You appear to be stuck: {reason}. That approach is not working. Stop repeating it "
         "and try something different (read the file again, change the plan, or explain "
-        f"what blocks you). Hint {run.hints_given} of {config.max_hints}."
+        f"what blocks you). Hint {run.recovery.hints_given} of {config.max_hints}."
     )
     m.history = (*m.history, Turn(step=m.step, note=note))
     run.tracker.reset_after_recovery()
-    run.stuck_reason = None
+    run.recovery.stuck_reason = None
     return Event.RECOVERED
 
 
@@ -45,12 +45,12 @@ def start_phase_call(
 ) -> ToolOutcome:
     """The ``start_phase`` tool changes only the run's own state: no activity needed."""
     current = run.tracker.summary(now, run.started_at).current_phase or 0
-    if run.pending_phase is not None:
+    if run.flags.pending_phase is not None:
         error = "ERROR: only one start_phase call per step"
     elif args.number is not None and args.number <= current:
         error = f"ERROR: phase {args.number} is not after the current phase {current}"
     else:
-        run.pending_phase = args
+        run.flags.pending_phase = args
         number = args.number or current + 1
         return ToolOutcome(call=call, observation=f"phase {number} started", success=True)
     return ToolOutcome(call=call, observation=error, success=False)
@@ -58,7 +58,7 @@ def start_phase_call(
 
 def phase_transition(run: AgentRun, now: datetime) -> Event:
     """PhaseTransition: complete the current phase, start the next, reset tracking."""
-    args, run.pending_phase = run.pending_phase, None
+    args, run.flags.pending_phase = run.flags.pending_phase, None
     if args is None:  # only a start_phase call leads here
         raise ApplicationError("PhaseTransition without a phase to start", type="InvalidTransition")
     current = run.tracker.summary(now, run.started_at).current_phase
@@ -75,4 +75,4 @@ def phase_transition(run: AgentRun, now: datetime) -> Event:
         )
         workflow.logger.info("agent.phase.completed", extra=finished.model_dump(mode="json"))
     run.record(State.PHASE_TRANSITION, "PhaseStarted", f"phase {number}: {args.description}", now)
-    return Event.FILES_CHANGED if run.last_step_mutated else Event.PHASE_STARTED
+    return Event.FILES_CHANGED if run.flags.last_step_mutated else Event.PHASE_STARTED

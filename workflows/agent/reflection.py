@@ -6,9 +6,8 @@ request it sends and the fallback it uses when that call fails replay identicall
 
 from __future__ import annotations
 
-from workflows.agent import mcp
-from workflows.agent.catalogue import TOOLS, ToolArgumentsError, parse_arguments
 from workflows.agent.models import ChatMessage, ModelRequest, ToolCall, Turn
+from workflows.agent.toolbox import progress_target
 
 SUMMARY_MAX_TOKENS = 800
 SUMMARY_SYSTEM_PROMPT = (
@@ -37,14 +36,7 @@ def reconsider_note(
 
 def target(call: ToolCall) -> str:
     """The file or command a call acted on (the tool's name when the call was malformed)."""
-    spec = TOOLS.get(call.name)
-    if spec is None:
-        # An MCP tool: what its arguments name (the same call repeated is the same target).
-        return (mcp.call_target(call.arguments) if mcp.is_mcp_name(call.name) else "") or call.name
-    try:
-        return spec.target(parse_arguments(call.name, call.arguments))
-    except ToolArgumentsError:
-        return call.name
+    return progress_target(call)
 
 
 def render(turns: tuple[Turn, ...], limit: int = 300) -> str:

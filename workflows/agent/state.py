@@ -12,8 +12,9 @@ Pure data plus small deterministic methods: the caller passes ``workflow.now()``
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from workflows.agent import providers, reflection
 from workflows.agent.catalogue import StartPhaseArgs
@@ -26,8 +27,84 @@ from workflows.agent.state_machine import State
 from workflows.base import Mutable
 
 
+class ThreadState(Mutable):
+    """A thread's (Loom's) place between turns."""
+
+    inbox: list[str] = Field(default_factory=list)
+    """The user's messages not yet answered, in the order they arrived."""
+    closing: bool = False
+    """``close`` was asked: the thread ends once it has answered what is in the inbox."""
+    idle_since: datetime | None = None
+    """When the thread began waiting for its user (carried, so the idle timer survives
+    continue-as-new)."""
+
+
+class ClientQueryState(Mutable):
+    """Loom's server query: what the run asked its client, and the answer so far."""
+
+    query: ClientQuery | None = None
+    """The query waiting for the client's answer (``WaitingForClient``)."""
+    answer: ClientAnswer | None = None
+    """The accepted answer to ``query``, until the call's observation is made of it."""
+    asked: int = 0
+    """Numbers the queries of the run: ``q1``, ``q2``..."""
+    parallel: bool = False
+    """The query was asked in ParallelActing: the step's other calls go on concurrently."""
+
+
+class RecoveryState(Mutable):
+    """What the run knows about being stuck (Nexora's recovery)."""
+
+    stuck_reason: str | None = None
+    """Why the tracker says the run is stuck, until Recovering or a human clears it."""
+    hints_given: int = 0
+
+
+class LoopFlags(Mutable):
+    """What one state leaves for the next within a step."""
+
+    pending_phase: StartPhaseArgs | None = None
+    """A ``start_phase`` call seen this step, applied by PhaseTransition."""
+    last_step_mutated: bool = False
+    """The last step's tools may have changed files: the post-tools hook runs."""
+    reflect_reason: str = ""
+    """Why Reflecting runs next: ``low confidence`` or the reflection interval."""
+    confidence_unavailable_noted: bool = False
+    """The endpoint returned no log-probabilities, and the trace already says so."""
+
+
+LIFTED: dict[str, dict[str, str]] = {
+    "thread": {"inbox": "inbox", "closing": "closing", "idle_since": "idle_since"},
+    "client": {
+        "client_query": "query",
+        "client_answer": "answer",
+        "client_queries_asked": "asked",
+        "client_query_parallel": "parallel",
+    },
+    "recovery": {"stuck_reason": "stuck_reason", "hints_given": "hints_given"},
+    "flags": {
+        "pending_phase": "pending_phase",
+        "last_step_mutated": "last_step_mutated",
+        "reflect_reason": "reflect_reason",
+        "confidence_unavailable_noted": "confidence_unavailable_noted",
+    },
+}
+"""Sub-model -> {field of the flat shape recorded before the grouping -> its name there}."""
+
+
 class AgentRun(Mutable):
-    """The whole state of one run; the workflow class is the loop that moves it."""
+    """The whole state of one run; the workflow class is the loop that moves it.
+
+    Carried whole across continue-as-new (and by ``starter.py import``): ``input`` and the
+    chosen ``model``; ``state`` in the transition table and ``started_at``; ``memory`` (the
+    conversation, the step's calls and approvals, usage); Nexora's ``tracker``; the ``trace``
+    tail with ``last_event`` and ``trace_earlier``; ``flags`` one state leaves for the next;
+    ``recovery`` (stuck reason, hints given); ``client`` (the client query and its answer);
+    ``mcp`` (the listed MCP tools); ``loaded_tools`` (the worker's own tools, listed);
+    ``thread`` (inbox, closing, idle since); ``runs`` (which
+    run of the chain this is). Runs recorded before the grouping carried these flat; they
+    still parse (``_lift_flat_fields``).
+    """
 
     input: AgentInput
     model: str
@@ -44,43 +121,38 @@ class AgentRun(Mutable):
     """Append-only: every state's significant actions."""
     last_event: str | None = None
     """The last trace entry as one line, for ``status``."""
+    trace_earlier: int = 0
+    """Trace entries left behind at earlier continue-as-new hand-overs."""
 
-    stuck_reason: str | None = None
-    """Why the tracker says the run is stuck, until Recovering or a human clears it."""
-    hints_given: int = 0
-    pending_phase: StartPhaseArgs | None = None
-    """A ``start_phase`` call seen this step, applied by PhaseTransition."""
-    last_step_mutated: bool = False
-    """The last step's tools may have changed files: the post-tools hook runs."""
-    reflect_reason: str = ""
-    """Why Reflecting runs next: ``low confidence`` or the reflection interval."""
-    confidence_unavailable_noted: bool = False
-    """The endpoint returned no log-probabilities, and the trace already says so."""
-
-    client_query: ClientQuery | None = None
-    """Loom's server query waiting for the client's answer (``WaitingForClient``)."""
-    client_answer: ClientAnswer | None = None
-    """The accepted answer to ``client_query``, until the call's observation is made of it."""
-    client_queries_asked: int = 0
-    """Numbers the queries of the run: ``q1``, ``q2``..."""
-    client_query_parallel: bool = False
-    """The query was asked in ParallelActing: the step's other calls go on concurrently."""
-
+    flags: LoopFlags = Field(default_factory=LoopFlags)
+    recovery: RecoveryState = Field(default_factory=RecoveryState)
+    client: ClientQueryState = Field(default_factory=ClientQueryState)
     mcp: McpToolList | None = None
     """The MCP tools of ``config.mcp_servers``, listed before the run's first model call and
     carried across continue-as-new; a tool that vanished from its server is dropped."""
-
-    inbox: list[str] = Field(default_factory=list)
-    """A thread's user messages not yet answered, in the order they arrived."""
-    closing: bool = False
-    """``close`` was asked: the thread ends once it has answered what is in the inbox."""
-    idle_since: datetime | None = None
-    """When a thread began waiting for its user (carried, so the idle timer survives
-    continue-as-new)."""
-    trace_earlier: int = 0
-    """Trace entries left behind at earlier continue-as-new hand-overs."""
+    loaded_tools: tuple[str, ...] | None = None
+    """The tools the worker loaded from your own modules, as listed before the run's first
+    model call (recorded, carried across continue-as-new); ``None``: never listed (a run from
+    before loading existed offers none)."""
+    thread: ThreadState = Field(default_factory=ThreadState)
     runs: int = 1
     """Which run of its continue-as-new chain this is (the workflow id stays the same)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _lift_flat_fields(cls, data: Any) -> Any:
+        """An ``AgentRun`` recorded before its fields were grouped (a continue-as-new input,
+        an export) carried them flat: move each into its sub-model."""
+        if not isinstance(data, dict) or not any(
+            old in data for names in LIFTED.values() for old in names
+        ):
+            return data
+        data = dict(data)
+        for group, names in LIFTED.items():
+            lifted = {new: data.pop(old) for old, new in names.items() if old in data}
+            if lifted:
+                data[group] = {**lifted, **(data.get(group) or {})}
+        return data
 
     def carried(self, trace_tail: int, max_bytes: int) -> AgentRun:
         """This run as the next run of the chain starts from: the trace's tail (with a count
@@ -152,7 +224,7 @@ class AgentRun(Mutable):
         every = self.input.config.reflect_every_n_steps
         due = bool(every) and self.memory.step % (every or 1) == 0
         if due:
-            self.reflect_reason = f"every {every} steps"
+            self.flags.reflect_reason = f"every {every} steps"
         return due
 
     def waiting_approvals(self) -> tuple[PendingApproval, ...]:

@@ -10,21 +10,12 @@ from datetime import datetime
 from workflows.agent.models import AgentStatus, Price, TokenUsage
 from workflows.agent.state import AgentRun
 
-SUMMARY_TARGET_CHARS = 60
-"""An activity summary names its target ("step 4 · read_file src/main.rs") up to this long."""
-
 
 def cut(text: str, limit: int) -> str:
     """``text`` up to ``limit`` characters, saying how much was cut."""
     if len(text) <= limit:
         return text
     return f"{text[:limit]}\n[... {len(text) - limit} more characters cut]"
-
-
-def short_target(target: str) -> str:
-    if len(target) > SUMMARY_TARGET_CHARS:
-        return target[: SUMMARY_TARGET_CHARS - 1] + "…"
-    return target
 
 
 def cost(usage_by_model: Mapping[str, TokenUsage], prices: Mapping[str, Price]) -> float | None:
@@ -67,11 +58,11 @@ def status(run: AgentRun, now: datetime, stream_offset: int = 0) -> AgentStatus:
         final_answer=m.final_answer,
         error=m.error,
         progress=run.tracker.summary(now, run.started_at),
-        stuck=m.pending_guidance or run.stuck_reason,
+        stuck=m.pending_guidance or run.recovery.stuck_reason,
         thread=run.input.thread,
-        queued_messages=len(run.inbox),
+        queued_messages=len(run.thread.inbox),
         run_in_chain=run.runs,
-        client_query=run.client_query,
+        client_query=run.client.query,
         stream_offset=stream_offset,
     )
 
@@ -87,21 +78,21 @@ def details(run: AgentRun, now: datetime) -> str:
     ]
     if run.input.thread:
         lines.append(
-            f"**Thread:** {len(run.inbox)} message(s) queued"
-            + (" · closing" if run.closing else "")
+            f"**Thread:** {len(run.thread.inbox)} message(s) queued"
+            + (" · closing" if run.thread.closing else "")
             + (f" · run {run.runs} of this id" if run.runs > 1 else "")
         )
     waiting = run.waiting_approvals()
     if waiting:
         lines.append("**Waiting for approval:**")
         lines.extend(f"- `{p.call_id}` {p.tool} {json.dumps(p.arguments)[:120]}" for p in waiting)
-    if run.client_query is not None:
-        q = run.client_query
+    if run.client.query is not None:
+        q = run.client.query
         lines.append(f"**Waiting for the client:** `{q.id}` {q.kind} {cut(q.what, 120)}")
     if m.pending_guidance:
         lines.append(f"**Stuck, waiting for guidance:** {m.pending_guidance}")
-    elif run.stuck_reason:
-        lines.append(f"**Stuck:** {run.stuck_reason}")
+    elif run.recovery.stuck_reason:
+        lines.append(f"**Stuck:** {run.recovery.stuck_reason}")
     lines.append(f"**Progress:** {run.tracker.summary(now, run.started_at).describe()}")
     if m.error:
         lines.append(f"**Error:** {m.error}")

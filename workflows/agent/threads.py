@@ -34,7 +34,7 @@ def check_message(run: AgentRun, message: UserMessage) -> None:
     """A thread that is open takes a non-empty message that can be written to history."""
     if not run.input.thread:
         raise _refuse("this run is not a thread: it ends at its answer (start one with --thread)")
-    if run.closing or run.state.is_terminal:
+    if run.thread.closing or run.state.is_terminal:
         raise _refuse("the thread is closed")
     if not message.text.strip():
         raise _refuse("the message is empty")
@@ -49,24 +49,25 @@ async def wait_for_user(run: AgentRun, hand_over_if_due: Callable[[], Awaitable[
     message (a timer for the idle timeout, no polling), then starts the next turn. Waiting is
     a safe point to continue as new (``hand_over_if_due``)."""
     m = run.memory
-    if not run.inbox and not run.closing:
+    if not run.thread.inbox and not run.thread.closing:
         await hand_over_if_due()
-        if run.idle_since is None:
-            run.idle_since = workflow.now()
+        if run.thread.idle_since is None:
+            run.thread.idle_since = workflow.now()
         workflow.set_current_details(status.details(run, workflow.now()))
         idle = run.input.config.thread_idle_timeout_seconds
-        waited = (workflow.now() - run.idle_since).total_seconds()
+        waited = (workflow.now() - run.thread.idle_since).total_seconds()
         try:
             await workflow.wait_condition(
-                lambda: bool(run.inbox) or run.closing, timeout=max(idle - waited, 0.001)
+                lambda: bool(run.thread.inbox) or run.thread.closing,
+                timeout=max(idle - waited, 0.001),
             )
         except TimeoutError:
             run.record(run.state, "IdleTimeout", f"no message for {idle:g}s", workflow.now())
             return Event.IDLE_TIMEOUT
-    if not run.inbox:
+    if not run.thread.inbox:
         return Event.THREAD_CLOSED
-    text = run.inbox.pop(0)
-    run.idle_since = None
+    text = run.thread.inbox.pop(0)
+    run.thread.idle_since = None
     m.history = (*m.history, Turn(step=m.step, user_message=text))
     m.turn_start_step = m.step
     return Event.USER_MESSAGE
@@ -75,7 +76,7 @@ async def wait_for_user(run: AgentRun, hand_over_if_due: Callable[[], Awaitable[
 def check_close(run: AgentRun) -> None:
     if not run.input.thread:
         raise _refuse("this run is not a thread (cancel a run instead)")
-    if run.closing or run.state.is_terminal:
+    if run.thread.closing or run.state.is_terminal:
         raise _refuse("the thread is already closed")
 
 

@@ -1,10 +1,27 @@
-"""The base of every tool's argument model (built-in, your own), apart from the catalogue so a
-tool module can import it without importing the catalogue that lists it."""
+"""What a tool module imports from the workflow side: the base of every tool's argument model
+(built-in, your own) and the run's tool policy. Apart from the catalogue and the run's models,
+so a tool module imports neither (and the catalogue never imports a tool module)."""
 
 from __future__ import annotations
 
 from workflows.base import Frozen
 
+DEFAULT_COMMAND_ALLOWLIST = (
+    "cat", "diff", "echo", "grep", "head", "ls", "pwd", "sort", "tail", "wc",
+)  # fmt: skip
+"""Programs that only read and print. Interpreters (python, node, sh) and git (hooks, aliases,
+``-c``) run arbitrary code as the worker's user: add them only for workers you would let run
+anything, e.g. in a container."""
+
 
 class ToolArgs(Frozen):
     """Base of every argument schema: unknown keys are an error, not silently dropped."""
+
+
+class ToolPolicy(Frozen):
+    """The part of the run's config a tool activity needs."""
+
+    allow_run_command: bool = False
+    command_allowlist: tuple[str, ...] = DEFAULT_COMMAND_ALLOWLIST
+    command_timeout_seconds: float = 60
+    max_output_chars: int = 12_000

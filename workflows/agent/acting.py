@@ -1,0 +1,394 @@
+"""Running a step's tool calls, whatever their kind: Acting, ParallelActing, WaitingForClient.
+
+``ToolRunner`` keeps the step's calls as the toolbox checked them (``check``, once, when the
+model asked; a human's ``modify`` replaces one with its own checked form), and runs each on one
+path (``act``): a call that did not pass its check is its ``ERROR:`` observation; one that
+runs in the workflow (``start_phase``) changes the run's state; one that runs in an activity
+(built-in and your own: ``run_tool``; an MCP server's: ``call_mcp_tool``) is awaited through
+``calls``. An ``ask_client`` call opens a client query instead, answered in WaitingForClient.
+It also lists the run's MCP tools, once, before the first model call.
+
+The checked forms live on the instance, not in ``AgentRun``: a step's calls are checked in the
+same run that acts on them (continue-as-new happens only between steps), and a replay checks
+them again on its way, deterministically.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Iterable
+
+from pydantic import ValidationError
+from temporalio import workflow
+from temporalio.exceptions import ActivityError, ApplicationError, is_cancelled_exception
+
+from workflows import telemetry
+from workflows.agent import calls, client_queries, events, mcp, recovery
+from workflows.agent.catalogue import AskClientArgs, StartPhaseArgs
+from workflows.agent.mcp import McpCallRequest, McpListRequest, McpToolList
+from workflows.agent.models import ToolCall, ToolOutcome, ToolPolicy, ToolRequest, ToolResult
+from workflows.agent.publishing import Publisher
+from workflows.agent.state import AgentRun
+from workflows.agent.state_machine import Event, State
+from workflows.agent.status import cut
+from workflows.agent.toolbox import CheckedCall, OfferedTool, Toolbox
+from workflows.base import describe_errors, failure_message
+
+CLIENT_QUERIES = "client-queries"
+"""``workflow.patched`` id: a final answer asking the client, and the ``ask_client`` tool, wait
+for the client (before, the answer ended the run and the tool was unknown)."""
+
+CARRY_CONTENT_HASHES = "carry-content-hashes"
+"""``workflow.patched`` id: tool results' content hashes reach the progress tracker."""
+
+LOADED_TOOLS = "loaded-tools"
+"""``workflow.patched`` id: a run lists the tools its worker loaded from your own modules
+before its first model call, and offers them (before, no worker loaded any)."""
+
+
+class ToolRunner:
+    """Checks, runs and publishes one run's tool calls."""
+
+    def __init__(self, run: AgentRun, publisher: Publisher) -> None:
+        self._run = run
+        self._pub = publisher
+        self._checked: dict[str, CheckedCall] = {}
+
+    def box(self) -> Toolbox:
+        """The run's toolbox as it is now (its MCP list changes when a tool vanishes)."""
+        return Toolbox(self._run.input.config, self._run.mcp, self._run.loaded_tools)
+
+    # ----------------------------------------------------------------------------------------
+    # Checked once, carried onward
+    # ----------------------------------------------------------------------------------------
+
+    def check(self, tool_calls: Iterable[ToolCall]) -> tuple[CheckedCall, ...]:
+        """The model's calls, checked by the toolbox."""
+        box = self.box()
+        return tuple(box.check(call) for call in tool_calls)
+
+    def carry(self, checked: Iterable[CheckedCall]) -> None:
+        """The step's calls as they will run (the previous step's are done)."""
+        self._checked = {c.call.id: c for c in checked}
+
+    def replace(self, checked: CheckedCall) -> None:
+        """A human modified a call: its new arguments, checked, run instead."""
+        self._checked[checked.call.id] = checked
+
+    def checked(self, call: ToolCall) -> CheckedCall:
+        """``call`` as it was checked (checked now only if this run never saw it checked)."""
+        found = self._checked.get(call.id)
+        if found is None or found.call.name != call.name or found.call.arguments != call.arguments:
+            found = self.box().check(call)
+            self._checked[call.id] = found
+        return found
+
+    def target_of(self, call_id: str) -> str:
+        """What the step's call ``call_id`` acts on, cut to a line."""
+        found = [c for c in self._run.memory.current_tool_calls if c.id == call_id]
+        return self.checked(found[0]).short_target if found else ""
+
+    # ----------------------------------------------------------------------------------------
+    # The tools the run offers beyond the code's: listed once, recorded
+    # ----------------------------------------------------------------------------------------
+
+    async def list_loaded_tools(self) -> None:
+        """Once per run (the list is carried across continue-as-new): which tools the worker
+        loaded from your own modules. Recorded, so a replay offers what the run offered."""
+        run = self._run
+        if run.loaded_tools is not None or not workflow.patched(LOADED_TOOLS):
+            return
+        try:
+            names = (await calls.list_loaded_tools(run.input.config)).names
+        except ActivityError as exc:
+            if is_cancelled_exception(exc):
+                raise
+            # A worker built without the activity (its own activity list): it loaded none.
+            names = ()
+            self._pub.record(run.state, "LoadedToolsUnavailable", failure_message(exc))
+        run.loaded_tools = names
+        if names:
+            self._pub.record(run.state, "LoadedToolsListed", ", ".join(names))
+
+    async def list_mcp_tools(self) -> None:
+        """List the tools of the run's MCP servers, once (the list is carried across
+        continue-as-new). A server that is down is a trace line; the run goes on without it."""
+        run, config = self._run, self._run.input.config
+        servers = () if mcp.ALL_SERVERS in config.mcp_servers else config.mcp_servers
+        try:
+            listed = await calls.list_mcp_tools(
+                config,
+                McpListRequest(servers=servers),
+                f"list MCP tools of {', '.join(config.mcp_servers)}",
+            )
+        except ActivityError as exc:
+            if is_cancelled_exception(exc):
+                raise
+            why = f"could not be listed: {failure_message(exc)}"
+            listed = McpToolList(
+                unavailable={name: why for name in servers or (mcp.ALL_SERVERS,)},
+                listed_at=workflow.now(),
+            )
+        run.mcp = listed
+        self._pub.record(run.state, "McpToolsListed", listed.describe())
+        missing = self.box().missing()
+        if missing:
+            self._pub.record(
+                run.state, "McpToolsMissing", f"not offered by any server: {', '.join(missing)}"
+            )
+        self._pub.emit("mcp_tools", listed.describe(), ok=not listed.unavailable)
+        if listed.unavailable:
+            workflow.logger.warning(
+                "agent.mcp_unavailable", extra={"unavailable": dict(listed.unavailable)}
+            )
+
+    # ----------------------------------------------------------------------------------------
+    # Acting
+    # ----------------------------------------------------------------------------------------
+
+    async def act(self) -> Event:
+        """Run every call not yet observed: concurrently in ParallelActing, else in order.
+        An ``ask_client`` call goes first: the run waits for the client (WaitingForClient),
+        then comes back here for the others."""
+        m = self._run.memory
+        done = {o.call.id for o in m.observations}
+        todo = [c for c in m.current_tool_calls if c.id not in done]
+        asks = [c for c in todo if c.name == client_queries.ASK_CLIENT]
+        # Runs recorded before client queries existed called no such tool (it was unknown).
+        if asks and workflow.patched(CLIENT_QUERIES):
+            for call in asks:
+                outcome = self._ask_client(self.checked(call))
+                if outcome is None:
+                    return Event.CLIENT_QUERY
+                m.observations = (*m.observations, outcome)
+            todo = [c for c in todo if c.name != client_queries.ASK_CLIENT]
+        checked = [self.checked(c) for c in todo]
+        if self._run.state is State.PARALLEL_ACTING:
+            outcomes = list(await asyncio.gather(*(self._run_call(c) for c in checked)))
+        else:
+            outcomes = [await self._run_call(c) for c in checked]
+        m.observations = m.observations + tuple(outcomes)
+        if all(o.success for o in m.observations):
+            return Event.TOOL_SUCCESS
+        return Event.TOOL_FAILURE
+
+    async def _run_call(self, checked: CheckedCall) -> ToolOutcome:
+        """The one path every call takes."""
+        call, tool = checked.call, checked.tool
+        if checked.error is not None or tool is None:
+            return self._finished(self._failed(call, checked.error))
+        if tool.runs == "workflow":
+            if isinstance(checked.args, StartPhaseArgs):
+                return recovery.start_phase_call(self._run, call, checked.args, workflow.now())
+            # Only replaying a run recorded before client queries (``act`` asks the others):
+            # the tool did not exist then, and no activity ran for it.
+            return self._failed(call, f"ERROR: unknown tool {call.name!r}")
+        if tool.runs == "mcp":
+            return await self._run_mcp(checked)
+        target = checked.short_target
+        self._pub.emit("tool_started", call.name, tool=call.name, call_id=call.id, target=target)
+        return self._finished(await self._run_activity(checked, tool, target), target)
+
+    def _failed(self, call: ToolCall, error: str | None) -> ToolOutcome:
+        return ToolOutcome(call=call, observation=error or "ERROR: not run", success=False)
+
+    def _finished(self, outcome: ToolOutcome, target: str | None = None) -> ToolOutcome:
+        """Publish a call's ``tool_finished`` event (its observation cut to a line's worth)."""
+        call = outcome.call
+        self._pub.emit(
+            "tool_finished",
+            cut(outcome.observation, 200),
+            tool=call.name,
+            call_id=call.id,
+            target=target,
+            ok=outcome.success,
+        )
+        return outcome
+
+    async def _run_activity(
+        self, checked: CheckedCall, tool: OfferedTool, target: str
+    ) -> ToolOutcome:
+        """A built-in tool or your own: the ``run_tool`` activity, on the run's tool queue."""
+        run, config, call = self._run, self._run.input.config, checked.call
+        try:
+            result = await calls.run_tool(
+                config,
+                tool_request(run, checked),
+                f"step {run.memory.step} · {call.name} {target}",
+                command=call.name == "run_command",
+                tool_timeout=tool.spec.timeout_seconds if tool.spec else None,
+            )
+        except ActivityError as exc:
+            if is_cancelled_exception(exc):
+                raise
+            return self._failed(call, f"ERROR: {call.name} failed: {failure_message(exc)}")
+        # Progress tracking tells a real change from the same content written again by these
+        # hashes. Runs recorded before they were carried keep replaying without.
+        carried = workflow.patched(CARRY_CONTENT_HASHES)
+        return observed(call, result, config.max_observation_chars, hashes=carried)
+
+    async def _run_mcp(self, checked: CheckedCall) -> ToolOutcome:
+        """An MCP server's tool: the ``call_mcp_tool`` activity. A tool its server no longer
+        offers is dropped from the run's list, so the model is not offered it again (and a
+        later call of it in the same step is not offered)."""
+        run, config, call = self._run, self._run.input.config, checked.call
+        info = next((t.mcp for t in self.box().offered_mcp() if t.name == call.name), None)
+        if info is None or checked.arguments is None:
+            return self._finished(self._failed(call, self.box().check(call).error))
+        target = checked.short_target
+        try:
+            request = McpCallRequest(
+                server=info.server,
+                tool=info.tool,
+                arguments=checked.arguments,
+                call_id=call.id,
+                step=run.memory.step,
+                max_output_chars=config.max_observation_chars,
+            )
+        except ValidationError as exc:
+            # A provider's call id or a server's tool name out of bounds: the call's error,
+            # not the run's (a ValidationError would fail the run).
+            error = f"ERROR: {call.name} cannot be called: {describe_errors(exc)}"
+            return self._finished(self._failed(call, error))
+        self._pub.emit("tool_started", call.name, tool=call.name, call_id=call.id, target=target)
+        try:
+            result = await calls.call_mcp_tool(
+                config,
+                request,
+                f"step {run.memory.step} · {call.name} {target}".strip(),
+                info.attempt_timeout(),
+            )
+        except ActivityError as exc:
+            if is_cancelled_exception(exc):
+                raise
+            result = ToolResult(
+                success=False, output=f"ERROR: {call.name} failed: {failure_message(exc)}"
+            )
+        if not result.success and result.output == f"ERROR: {mcp.vanished(info.server, info.tool)}":
+            if run.mcp is not None:
+                run.mcp = run.mcp.without(call.name)
+            self._pub.record(run.state, "McpToolVanished", f"{call.name}: {result.output}")
+        outcome = observed(call, result, config.max_observation_chars, hashes=True)
+        return self._finished(outcome, target)
+
+    # ----------------------------------------------------------------------------------------
+    # ask_client: a tool the client answers (Loom's server query)
+    # ----------------------------------------------------------------------------------------
+
+    def _ask_client(self, checked: CheckedCall) -> ToolOutcome | None:
+        """Open a client query for an ``ask_client`` call (``None``: wait for it), or the call's
+        outcome when it cannot be asked: bad arguments, or a run that does not offer the tool."""
+        run, config, call = self._run, self._run.input.config, checked.call
+        error = checked.error
+        if error is None and client_queries.ASK_CLIENT not in self.box().offered_names():
+            error = "ERROR: ask_client is not offered in this run (client_queries is off)"
+        args = checked.args
+        if error is not None or not isinstance(args, AskClientArgs):
+            error = error or "ERROR: ask_client arguments did not parse"
+            return self._finished(self._failed(call, error))
+        client = run.client
+        client.asked += 1
+        telemetry.client_query("asked")
+        client.parallel = run.state is State.PARALLEL_ACTING
+        client.query = client_queries.new_query(
+            call,
+            args.kind,
+            args.what,
+            number=client.asked,
+            step=run.memory.step,
+            now=workflow.now(),
+            timeout_seconds=config.client_query_timeout_seconds,
+            detected=call.id == client_queries.detected_id(run.memory.step),
+        )
+        client.answer = None
+        return None
+
+    async def wait_for_client(self) -> Event:
+        """WaitingForClient: durably, until the client answers or the timeout passes; either
+        way the ``ask_client`` call gets its observation and Acting goes on."""
+        run, m, config = self._run, self._run.memory, self._run.input.config
+        query = run.client.query
+        if query is None:  # cannot happen: Acting opened it
+            raise ApplicationError("WaitingForClient without a query", non_retryable=True)
+        self._pub.record(
+            State.WAITING_FOR_CLIENT,
+            "AwaitingClient",
+            f"{query.id} {query.kind}: {cut(query.what, 200)}",
+        )
+        self._pub.emit(
+            "client_query",
+            f"{query.kind}: {cut(query.what, 200)}",
+            query=query,
+            call_id=query.call_id,
+            commands=events.answer_commands(workflow.info().workflow_id, query),
+        )
+        self._pub.show()
+        timeout = config.client_query_timeout_seconds
+        waited = (workflow.now() - query.asked_at).total_seconds()
+        # A timeout is not an error here: the model is told, and the run goes on.
+        with contextlib.suppress(TimeoutError):
+            await workflow.wait_condition(
+                lambda: run.client.answer is not None,
+                timeout=max(timeout - waited, 0.001),
+                timeout_summary=f"client query {query.id}",
+            )
+        answer = run.client.answer
+        telemetry.client_query("answered" if answer is not None else "timed_out")
+        asked = [c for c in m.current_tool_calls if c.id == query.call_id]
+        if not asked:  # cannot happen: the query was opened for one of these calls
+            raise ApplicationError(f"no call {query.call_id} for {query.id}", non_retryable=True)
+        if answer is None:
+            self._pub.record(State.WAITING_FOR_CLIENT, "ClientQueryTimedOut", f"{query.id}")
+        observation = client_queries.observation(query, answer, timeout)
+        ok = answer is not None and answer.declined is None
+        m.observations = (
+            *m.observations,
+            ToolOutcome(
+                call=asked[0],
+                observation=cut(observation, config.max_observation_chars),
+                success=ok,
+            ),
+        )
+        parallel = run.client.parallel
+        run.client.query = None
+        run.client.answer = None
+        run.client.parallel = False
+        self._pub.emit(
+            "client_answered",
+            observation if not ok else f"{query.kind}: {len(observation)} characters",
+            query=query,
+            call_id=query.call_id,
+            ok=ok,
+        )
+        return Event.CLIENT_QUERY_DONE_PARALLEL if parallel else Event.CLIENT_QUERY_DONE
+
+
+def tool_request(run: AgentRun, checked: CheckedCall) -> ToolRequest:
+    """What a tool activity needs: the call with its checked arguments, the workspace, and the
+    part of the config that limits tools."""
+    config = run.input.config
+    return ToolRequest(
+        call=checked.call.model_copy(update={"arguments": checked.request_arguments()}),
+        workspace=run.input.workspace,
+        policy=ToolPolicy(
+            allow_run_command=config.allow_run_command,
+            command_allowlist=config.command_allowlist,
+            command_timeout_seconds=config.command_timeout_seconds,
+            max_output_chars=config.max_observation_chars,
+        ),
+    )
+
+
+def observed(call: ToolCall, result: ToolResult, max_chars: int, *, hashes: bool) -> ToolOutcome:
+    """What a tool activity's result becomes in the run: the observation cut to ``max_chars``,
+    with its stored whole, changed paths and (when ``hashes``) content hashes."""
+    return ToolOutcome(
+        call=call,
+        observation=cut(result.output, max_chars),
+        success=result.success,
+        mutated_paths=result.mutated_paths,
+        observation_ref=result.output_ref,
+        observation_chars=result.output_chars,
+        content_hashes=result.content_hashes if hashes else {},
+    )

@@ -1,0 +1,217 @@
+"""Every activity the agent loop calls, with its options: the only agent module that imports
+activities (inside the sandbox pass-through).
+
+Each function is one ``workflow.execute_activity_method`` with the options of its kind,
+declared once here. Temporal owns every retry: the activities themselves never loop. A failed
+activity raises ``ActivityError``; what it means for the run is the caller's decision.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+
+from workflows.agent import hooks
+from workflows.agent.hooks import HookRequest, HookResult
+from workflows.agent.mcp import McpCallRequest, McpListRequest, McpToolList
+from workflows.agent.models import (
+    AgentConfig,
+    LoadedTools,
+    LoadedToolsRequest,
+    ModelRequest,
+    ModelResponse,
+    ToolRequest,
+    ToolResult,
+)
+from workflows.base import FIRST_RETRY
+
+with workflow.unsafe.imports_passed_through():
+    # Activity classes are referenced by method (names by object, not string). Their modules
+    # load the HTTP client library, which must not be re-imported in the sandbox every run.
+    from activities.hooks import HookActivities
+    from activities.mcp import McpActivities
+    from activities.model.activity import ModelActivities
+    from activities.tools.builtin import ToolActivities
+    from activities.tools.loading import list_loaded_tools as list_loaded
+
+COMMAND_TIMEOUT_GRACE_SECONDS = 10
+"""A command's attempt may outlive its own timeout by this much: time to kill its process
+group and collect what it printed, so the command's timeout, not the activity's, ends it."""
+
+
+# --------------------------------------------------------------------------------------------
+# The calls
+# --------------------------------------------------------------------------------------------
+
+
+async def call_model(config: AgentConfig, request: ModelRequest, summary: str) -> ModelResponse:
+    """One planning call (``call_model``)."""
+    response: ModelResponse = await workflow.execute_activity_method(
+        ModelActivities.call_model, request, **model_call(config, summary)
+    )
+    return response
+
+
+async def summarise(config: AgentConfig, request: ModelRequest, summary: str) -> ModelResponse:
+    """Reflection's summary call (``call_model`` with fewer attempts)."""
+    response: ModelResponse = await workflow.execute_activity_method(
+        ModelActivities.call_model, request, **summary_call(config, summary)
+    )
+    return response
+
+
+async def run_tool(
+    config: AgentConfig,
+    request: ToolRequest,
+    summary: str,
+    *,
+    command: bool,
+    tool_timeout: float | None,
+) -> ToolResult:
+    """One built-in or custom tool call (``run_tool``), on the run's tool queue."""
+    result: ToolResult = await workflow.execute_activity_method(
+        ToolActivities.run_tool,
+        request,
+        **tool_call(config, summary, command=command, tool_timeout=tool_timeout),
+    )
+    return result
+
+
+async def list_loaded_tools(config: AgentConfig) -> LoadedTools:
+    """The tools the worker loaded from your own modules (``list_loaded_tools``): a local
+    activity, on the worker that checks the run's calls; its answer is one marker in history."""
+    loaded: LoadedTools = await workflow.execute_local_activity(
+        list_loaded,
+        LoadedToolsRequest(),
+        summary="list loaded tools",
+        start_to_close_timeout=timedelta(seconds=10),
+        retry_policy=RetryPolicy(
+            initial_interval=FIRST_RETRY, maximum_attempts=config.tool_max_attempts
+        ),
+    )
+    return loaded
+
+
+async def list_mcp_tools(config: AgentConfig, request: McpListRequest, summary: str) -> McpToolList:
+    """The tools of the run's MCP servers (``list_mcp_tools``)."""
+    listed: McpToolList = await workflow.execute_activity_method(
+        McpActivities.list_mcp_tools, request, **mcp_listing(config, summary)
+    )
+    return listed
+
+
+async def call_mcp_tool(
+    config: AgentConfig, request: McpCallRequest, summary: str, attempt_timeout: timedelta
+) -> ToolResult:
+    """One MCP tool call (``call_mcp_tool``)."""
+    result: ToolResult = await workflow.execute_activity_method(
+        McpActivities.call_mcp_tool, request, **mcp_call(config, summary, attempt_timeout)
+    )
+    return result
+
+
+async def run_hook(config: AgentConfig, request: HookRequest, summary: str) -> HookResult:
+    """One post-tools hook (``run_hook``), where the workspace's tools run."""
+    result: HookResult = await workflow.execute_activity_method(
+        HookActivities.run_hook,
+        request,
+        **hooks.hook_call(
+            summary,
+            heartbeat_timeout_seconds=config.heartbeat_timeout_seconds,
+            task_queue=config.tool_task_queue,
+        ),
+    )
+    return result
+
+
+# --------------------------------------------------------------------------------------------
+# Their options: each turns the run's config and the call's Web UI summary into a
+# ``workflow.ActivityConfig``.
+# --------------------------------------------------------------------------------------------
+
+
+def model_call(config: AgentConfig, summary: str) -> workflow.ActivityConfig:
+    """One planning call: backs off up to a minute between attempts (rate limits, overload);
+    a 429's ``Retry-After`` replaces the backoff; 4xx other than 408/409/429 fail at once."""
+    return workflow.ActivityConfig(
+        summary=summary,
+        start_to_close_timeout=timedelta(seconds=config.model_timeout_seconds),
+        heartbeat_timeout=timedelta(seconds=config.heartbeat_timeout_seconds),
+        retry_policy=RetryPolicy(
+            initial_interval=FIRST_RETRY,
+            backoff_coefficient=2.0,
+            maximum_interval=timedelta(seconds=60),
+            maximum_attempts=config.model_max_attempts,
+        ),
+    )
+
+
+def summary_call(config: AgentConfig, summary: str) -> workflow.ActivityConfig:
+    """Reflection's summary call: two attempts, because a failure has a cheap fallback
+    (compaction without a model)."""
+    return workflow.ActivityConfig(
+        summary=summary,
+        start_to_close_timeout=timedelta(seconds=config.model_timeout_seconds),
+        heartbeat_timeout=timedelta(seconds=config.heartbeat_timeout_seconds),
+        retry_policy=RetryPolicy(initial_interval=FIRST_RETRY, maximum_attempts=2),
+    )
+
+
+def tool_call(
+    config: AgentConfig, summary: str, *, command: bool, tool_timeout: float | None = None
+) -> workflow.ActivityConfig:
+    """One tool call. Only ``run_command`` runs long enough to heartbeat: file tools finish in
+    milliseconds and would trip a heartbeat timeout they never feed."""
+    timeout = config.tool_timeout_seconds if tool_timeout is None else tool_timeout
+    if command:
+        timeout = max(timeout, config.command_timeout_seconds + COMMAND_TIMEOUT_GRACE_SECONDS)
+    options = workflow.ActivityConfig(
+        summary=summary,
+        start_to_close_timeout=timedelta(seconds=timeout),
+        retry_policy=RetryPolicy(
+            initial_interval=FIRST_RETRY,
+            maximum_interval=timedelta(seconds=30),
+            maximum_attempts=config.tool_max_attempts,
+        ),
+    )
+    if command:
+        options["heartbeat_timeout"] = timedelta(seconds=config.heartbeat_timeout_seconds)
+    if config.tool_task_queue:
+        options["task_queue"] = config.tool_task_queue
+    return options
+
+
+def mcp_listing(config: AgentConfig, summary: str) -> workflow.ActivityConfig:
+    """Listing the run's MCP servers, once: the activity reports a server that is down instead
+    of failing, so its attempts are for a worker that dies; it heartbeats while servers start."""
+    return workflow.ActivityConfig(
+        summary=summary,
+        start_to_close_timeout=timedelta(minutes=5),
+        heartbeat_timeout=timedelta(seconds=config.heartbeat_timeout_seconds),
+        retry_policy=RetryPolicy(
+            initial_interval=FIRST_RETRY,
+            maximum_interval=timedelta(seconds=10),
+            maximum_attempts=3,
+        ),
+    )
+
+
+def mcp_call(
+    config: AgentConfig, summary: str, attempt_timeout: timedelta
+) -> workflow.ActivityConfig:
+    """One MCP tool call: the server's own timeouts plus a grace bound an attempt (see
+    ``McpToolInfo.attempt_timeout``); it heartbeats while the server works, so a dead worker is
+    noticed in ``heartbeat_timeout_seconds``; a server that does not answer is retried like
+    any tool."""
+    return workflow.ActivityConfig(
+        summary=summary,
+        start_to_close_timeout=attempt_timeout,
+        heartbeat_timeout=timedelta(seconds=config.heartbeat_timeout_seconds),
+        retry_policy=RetryPolicy(
+            initial_interval=FIRST_RETRY,
+            maximum_interval=timedelta(seconds=30),
+            maximum_attempts=config.tool_max_attempts,
+        ),
+    )

@@ -1,0 +1,230 @@
+"""The run's doors: its signals, updates and queries, as a mixin of the workflow class.
+
+Every check is elsewhere (``approvals``, ``threads``, ``client_queries``): a handler checks,
+writes the run's state, and leaves a trace line. A refused signal is a trace line and the run
+keeps waiting; a refused update is refused in its validator, before anything reaches history.
+The loop (``engine``) waits on what these handlers write.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from temporalio import workflow
+from temporalio.common import RawValue
+from temporalio.exceptions import ApplicationError
+
+from workflows.agent import approvals, client_queries, status, threads
+from workflows.agent.acting import ToolRunner
+from workflows.agent.approvals import Refused
+from workflows.agent.client_queries import AnswerRefused
+from workflows.agent.events import ClientAnswer, ClientQuery
+from workflows.agent.models import (
+    AgentStatus,
+    Decision,
+    GuideSignal,
+    PendingApproval,
+    SendReceipt,
+    ThreadExport,
+    Trace,
+    UserMessage,
+)
+from workflows.agent.progress import ProgressSummary
+from workflows.agent.publishing import Publisher
+from workflows.agent.state import AgentRun
+from workflows.agent.state_machine import State
+from workflows.agent.status import cut
+
+SIGNALS = ("approve", "reject", "modify", "guide")
+"""The signals a run understands; any other name is refused in the trace."""
+
+
+class AgentHandlers:
+    """Signals, updates and queries of ``AgentWorkflow``; the engine sets ``_run`` and ``_pub``."""
+
+    _run: AgentRun
+    _pub: Publisher
+    _tools: ToolRunner
+
+    # ----------------------------------------------------------------------------------------
+    # Human approval. Signal handlers take ``*bodies``: a handler that cannot take what arrives
+    # would fail the workflow task, which Temporal retries forever. Every body is checked, and a
+    # refusal is a trace line, never an exception.
+    # ----------------------------------------------------------------------------------------
+
+    @workflow.signal
+    def approve(self, *bodies: Any) -> None:
+        """``{"call_id": "..."}``: run the pending call as the model asked."""
+        self._signal("approve", bodies)
+
+    @workflow.signal
+    def reject(self, *bodies: Any) -> None:
+        """``{"call_id": "...", "reason": "..."}``: do not run it; the reason is the observation."""
+        self._signal("reject", bodies)
+
+    @workflow.signal
+    def modify(self, *bodies: Any) -> None:
+        """``{"call_id": "...", "arguments": {...}}``: run it with these (checked) arguments."""
+        self._signal("modify", bodies)
+
+    @workflow.signal
+    def guide(self, *bodies: Any) -> None:
+        """``{"guidance": "..."}`` or ``{"halt": true, "reason": "..."}`` for a stuck run."""
+        try:
+            signal = approvals.check_guide(self._run, approvals.signal_body("guide", bodies))
+        except Refused as exc:
+            self._refused("guide", exc)
+            return
+        self._apply_guide(signal)
+
+    @workflow.signal(dynamic=True)
+    def unknown_signal(self, name: str, bodies: Sequence[RawValue]) -> None:
+        """Any other signal name: Temporal accepts it, so the trace says it was not understood
+        (instead of a misspelt ``aprove`` vanishing)."""
+        self._refused(name, Refused(f"unknown signal (this run takes: {', '.join(SIGNALS)})"))
+
+    @workflow.update
+    def decide(self, decision: Decision) -> PendingApproval | None:
+        """Approve, reject or modify one pending call (returns it as decided), or guide a
+        stuck run (returns nothing)."""
+        checked = approvals.check_update(self._run, decision)
+        if isinstance(checked, GuideSignal):
+            self._apply_guide(checked)
+            return None
+        return self._apply(decision.action, checked)
+
+    @decide.validator
+    def _validate_decide(self, decision: Decision) -> None:
+        # Raised in the validator, the refusal rejects the update: nothing reaches the history.
+        approvals.check_update(self._run, decision)
+
+    def _signal(self, action: str, bodies: tuple[Any, ...]) -> None:
+        try:
+            body = approvals.signal_body(action, bodies)
+            checked = approvals.check_decision(self._run, action, body)
+        except Refused as exc:
+            self._refused(action, exc)
+            return
+        self._apply(action, checked)
+
+    def _refused(self, signal: str, why: Refused) -> None:
+        self._pub.record(self._run.state, "SignalRefused", f"{signal[:100]}: {why}")
+        self._pub.emit("refused", f"{signal[:100]}: {why}")
+        workflow.logger.warning("agent.signal.refused", extra={"signal": signal, "why": str(why)})
+
+    def _apply(self, action: str, checked: approvals.Checked) -> PendingApproval:
+        decided = approvals.apply_decision(self._run.memory, checked)
+        if checked.call is not None:
+            self._tools.replace(checked.call)
+        self._pub.record(self._run.state, "SignalReceived", f"{action} {decided.call_id}")
+        self._pub.emit(
+            "decided",
+            f"{action} {decided.call_id}" + (f": {decided.reason}" if decided.reason else ""),
+            tool=decided.tool,
+            call_id=decided.call_id,
+            arguments=decided.arguments,
+        )
+        self._pub.show()
+        return decided
+
+    def _apply_guide(self, signal: GuideSignal) -> None:
+        self._run.memory.human_guidance = signal
+        self._pub.record(
+            self._run.state, "SignalReceived", "guide: halt" if signal.halt else "guide"
+        )
+        self._pub.emit("decided", "guide: halt" if signal.halt else "guide")
+
+    # ----------------------------------------------------------------------------------------
+    # Threads: the user's next message, and closing.
+    # ----------------------------------------------------------------------------------------
+
+    @workflow.update
+    def send(self, message: UserMessage) -> SendReceipt:
+        """``{"text": "..."}``: the thread's next user message; queued behind a running turn."""
+        run, thread = self._run, self._run.thread
+        queued = run.state is not State.WAITING_FOR_USER_INPUT or bool(thread.inbox)
+        thread.inbox.append(message.text)
+        self._pub.record(
+            run.state,
+            "UserMessageReceived",
+            f"{'queued at ' + str(len(thread.inbox)) if queued else 'received'}: "
+            f"{cut(message.text, 200)}",
+        )
+        self._pub.emit("message", cut(message.text, 2_000))
+        return SendReceipt(queued=queued, position=len(thread.inbox), state=run.state)
+
+    @send.validator
+    def _validate_send(self, message: UserMessage) -> None:
+        threads.check_message(self._run, message)
+
+    @workflow.update
+    def close(self) -> AgentStatus:
+        """End the thread once it has answered the messages it already has."""
+        thread = self._run.thread
+        thread.closing = True
+        self._pub.record(
+            self._run.state, "CloseRequested", f"{len(thread.inbox)} message(s) to answer first"
+        )
+        return status.status(self._run, workflow.now(), self._pub.stream_end())
+
+    @close.validator
+    def _validate_close(self) -> None:
+        threads.check_close(self._run)
+
+    # ----------------------------------------------------------------------------------------
+    # Client queries (Loom's server query): the client's answer.
+    # ----------------------------------------------------------------------------------------
+
+    @workflow.update
+    def answer_query(self, answer: ClientAnswer) -> ClientQuery:
+        """``{"query_id": "q1", "kind": "file_read", "content": "..."}`` (or ``"declined"``):
+        the answer to the pending client query; returns the query it answered."""
+        run, client = self._run, self._run.client
+        query = client.query
+        if query is None or client.answer is not None:
+            # Two answers validated in one activation: the first one counts.
+            raise ApplicationError("the query was already answered", type="AnswerRefused")
+        client.answer = answer
+        self._pub.record(
+            run.state,
+            "ClientAnswerReceived",
+            f"{query.id}: " + ("declined" if answer.declined is not None else "answered"),
+        )
+        return query
+
+    @answer_query.validator
+    def _validate_answer_query(self, answer: ClientAnswer) -> None:
+        client = self._run.client
+        try:
+            client_queries.check_answer(
+                client.query if client.answer is None else None,
+                answer,
+                self._run.input.config.client_query_max_answer_chars,
+            )
+        except AnswerRefused as exc:
+            raise ApplicationError(str(exc), type="AnswerRefused", non_retryable=True) from None
+
+    # ----------------------------------------------------------------------------------------
+    # Queries
+    # ----------------------------------------------------------------------------------------
+
+    @workflow.query
+    def state(self) -> AgentStatus:
+        """Where the run is: state, step, pending approvals, token usage, last event."""
+        return status.status(self._run, workflow.now(), self._pub.stream_end())
+
+    @workflow.query
+    def export(self) -> ThreadExport:
+        """The conversation in Loom's shape: ``agent_state`` and ``conversation.messages``."""
+        return threads.export(self._run)
+
+    @workflow.query
+    def progress(self) -> ProgressSummary:
+        """Nexora's totals: phases completed / total, files, tool calls, tests, elapsed."""
+        return self._run.tracker.summary(workflow.now(), self._run.started_at)
+
+    @workflow.query
+    def trace(self) -> Trace:
+        """The append-only log: step, state, event, data, timestamp."""
+        return Trace(entries=tuple(self._run.trace), earlier=self._run.trace_earlier)

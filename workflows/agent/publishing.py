@@ -1,0 +1,93 @@
+"""What a run shows while it runs: the trace line of each move, the live stream (``events``),
+its search attributes (AgentState / AgentStep / AgentModel) and the Web UI's current details.
+
+None of it decides anything: the loop calls ``Publisher`` after it moved. Publishing on the
+stream adds no history event; search-attribute changes are held back and sent together before
+the run waits (``send_attributes``), so the transitions between two waits cost one upsert.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from temporalio import workflow
+from temporalio.common import SearchAttributeUpdate
+from temporalio.contrib.workflow_streams import WorkflowStream, WorkflowStreamState
+from temporalio.exceptions import ApplicationError
+
+from workflows.agent import events, status
+from workflows.agent.events import AgentEvent, EventKind
+from workflows.agent.state import AgentRun
+from workflows.agent.state_machine import State
+
+
+class Publisher:
+    """One run's trace, stream, search attributes and Web UI details."""
+
+    def __init__(self, run: AgentRun, prior: WorkflowStreamState | None) -> None:
+        self._run = run
+        # The live stream (its own signal, update and queries); its tail and offsets come
+        # along on continue-as-new. Built in the workflow's init, so its handlers exist first.
+        self.stream = WorkflowStream(prior_state=prior)
+        self._events = self.stream.topic(events.EVENTS_TOPIC, type=AgentEvent)
+        self._pending_attributes: dict[str, SearchAttributeUpdate[Any]] = {}
+        self.coalesce_attributes = False
+        """Hold search-attribute changes until the run waits (runs recorded before upserted
+        at every transition, and replay so: the engine sets this behind ``workflow.patched``)."""
+
+    def record(self, state: State, event: str, data: str) -> None:
+        """One trace line (at ``workflow.now()``)."""
+        self._run.record(state, event, data, workflow.now())
+
+    def emit(self, kind: EventKind, text: str = "", **fields: Any) -> None:
+        """Publish one event on the run's live stream (see ``events``)."""
+        run = self._run
+        # Bounded, so the stream (kept in memory, its tail carried across continue-as-new)
+        # stays small whatever the model writes: the whole text is in status and the trace.
+        self._events.publish(
+            events.bounded(
+                AgentEvent(
+                    kind=kind,
+                    step=run.memory.step,
+                    state=run.state.value,
+                    at=workflow.now(),
+                    text=text,
+                    run=run.runs,
+                    **fields,
+                )
+            )
+        )
+        # Keep the newest items only (the activity's token batches count too); offsets go on.
+        end = self.stream_end()
+        if end > events.EVENTS_KEPT:
+            self.stream.truncate(end - events.EVENTS_KEPT)
+
+    def stream_end(self) -> int:
+        """The stream's next offset, from its own offset query (what a watcher would see)."""
+        handler = workflow.get_query_handler(events.OFFSET_QUERY)
+        if handler is None:
+            raise ApplicationError(
+                f"the workflow stream registered no {events.OFFSET_QUERY} query",
+                non_retryable=True,
+            )
+        return int(handler())
+
+    def upsert(self, updates: list[SearchAttributeUpdate[Any]]) -> None:
+        """Keep AgentState / AgentStep / AgentModel current: the changes wait (the newest value
+        of each wins) until the run is about to wait or end (``send_attributes``)."""
+        if not self._run.input.config.search_attributes:
+            return
+        if not self.coalesce_attributes:
+            workflow.upsert_search_attributes(updates)
+            return
+        for update in updates:
+            self._pending_attributes[update.key.name] = update
+
+    def send_attributes(self) -> None:
+        if self._pending_attributes:
+            workflow.upsert_search_attributes(list(self._pending_attributes.values()))
+            self._pending_attributes.clear()
+
+    def show(self) -> None:
+        """The Web UI's current details: where the run is, in a few lines of markdown."""
+        workflow.set_current_details(status.details(self._run, workflow.now()))

@@ -1,0 +1,291 @@
+"""The toolbox: every tool a run can call, built-in, your own or an MCP server's, as one kind
+of thing, and the one place a call is checked.
+
+Like pydantic-ai's toolsets (``get_tools`` / ``call_tool``, which its function tools and its
+MCP servers both implement), the loop never asks what kind of tool it holds: it asks the
+toolbox which tools the run offers (``offered``) and to check a call (``check``), and it runs
+the ``CheckedCall`` it gets back (``acting``). A call is checked once, when the model asks for
+it: its arguments parsed and validated, its target derived. The checked form is what a human
+approves and what runs; a ``modify`` is checked here too and replaces it.
+
+Pure and deterministic: the workflow, approvals and the activities' clients may all use it.
+MCP's naming rule (``mcp__<server>__<tool>``) lives in ``mcp``, and only this module and that
+one ask whether a name is an MCP tool's.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, replace
+from typing import Any, Literal
+
+from workflows.agent import mcp
+from workflows.agent.catalogue import TOOLS, ToolArgs, ToolArgumentsError, ToolSpec, parse_arguments
+from workflows.agent.mcp import McpToolInfo, McpToolList
+from workflows.agent.models import AgentConfig, ToolCall, ToolSchema
+
+SUMMARY_TARGET_CHARS = 60
+"""An activity summary names its target ("step 4 · read_file src/main.rs") up to this long."""
+
+
+def short_target(target: str) -> str:
+    """``target`` cut to ``SUMMARY_TARGET_CHARS``."""
+    if len(target) > SUMMARY_TARGET_CHARS:
+        return target[: SUMMARY_TARGET_CHARS - 1] + "…"
+    return target
+
+
+Runs = Literal["workflow", "activity", "mcp"]
+"""Where a tool runs: in the workflow itself (``start_phase``, ``ask_client``), in the
+``run_tool`` activity (built-in and your own), or in ``call_mcp_tool`` (an MCP server's)."""
+
+
+@dataclass(frozen=True)
+class OfferedTool:
+    """One tool as the run knows it, whatever its kind."""
+
+    name: str
+    """What the model calls it."""
+    runs: Runs
+    mutating: bool
+    """A successful call may change something (files, a server's state)."""
+    needs_approval: bool
+    """Declared by the tool (or, for an MCP tool, hinted by its server)."""
+    spec: ToolSpec | None = None
+    """A catalogue tool's entry: its argument model, target and timeout."""
+    mcp: McpToolInfo | None = None
+    """An MCP tool's listing: its server, own name, schema and timeouts."""
+
+    def schema(self) -> ToolSchema:
+        """The tool as the model is shown it, for tools outside the catalogue (whose schemas
+        the model activity builds by name)."""
+        if self.mcp is None:
+            raise ValueError(f"{self.name} is a catalogue tool: it is offered by name")
+        info = self.mcp
+        return ToolSchema(
+            name=info.name, description=info.description, parameters=info.input_schema
+        )
+
+
+@dataclass(frozen=True)
+class CheckedCall:
+    """One call, checked: the tool it names, its parsed arguments and what it acts on.
+
+    ``problem`` says why it cannot run (an unknown tool, arguments that do not parse or do not
+    match the schema, an MCP tool the run does not offer); its observation is ``error``.
+    ``arguments`` is set whenever they parsed, even for a tool the run does not offer, so a
+    human can still be asked about it."""
+
+    call: ToolCall
+    tool: OfferedTool | None
+    arguments: dict[str, Any] | None
+    """What a human decides on: the schema-checked arguments (a catalogue tool), or the JSON
+    object (an MCP tool: its server checks its own schema)."""
+    args: ToolArgs | None
+    """A catalogue tool's validated argument model."""
+    target: str
+    """The file, command or thing the call acts on; ``""`` when it cannot be told."""
+    problem: str | None = None
+
+    @property
+    def error(self) -> str | None:
+        """The call's observation when it cannot run."""
+        return None if self.problem is None else f"ERROR: {self.problem}"
+
+    @property
+    def short_target(self) -> str:
+        """``target`` cut to a line's worth, for summaries and events."""
+        return short_target(self.target)
+
+    @property
+    def progress_target(self) -> str:
+        """What progress tracking counts the call against (the tool's name when the call
+        was malformed, or for an MCP call whose arguments name nothing)."""
+        if self.call.name in TOOLS:
+            return self.target if self.args is not None else self.call.name
+        return self.target or self.call.name
+
+    def with_id(self, call_id: str) -> CheckedCall:
+        """The same check for the call renamed to a run-unique id."""
+        if call_id == self.call.id:
+            return self
+        return replace(self, call=self.call.model_copy(update={"id": call_id}))
+
+    def request_arguments(self) -> str:
+        """The arguments as the tool's activity receives them: the checked model as JSON."""
+        if self.args is not None:
+            return self.args.model_dump_json()
+        return json.dumps(self.arguments or {}, separators=(",", ":"))
+
+
+def _catalogue_tool(spec: ToolSpec) -> OfferedTool:
+    return OfferedTool(
+        name=spec.name,
+        runs="workflow" if spec.in_workflow else "activity",
+        mutating=spec.mutating,
+        needs_approval=spec.needs_approval,
+        spec=spec,
+    )
+
+
+def _mcp_tool(info: McpToolInfo) -> OfferedTool:
+    return OfferedTool(
+        name=info.name,
+        runs="mcp",
+        mutating=info.mutating,
+        needs_approval=info.needs_approval,
+        mcp=info,
+    )
+
+
+class Toolbox:
+    """The tools one run knows: the catalogue's (built-in and your own), the ones the worker
+    loaded from your modules that the run listed, and the MCP tools it listed. Built from the
+    run's config and listings, whenever needed (it holds no state)."""
+
+    def __init__(
+        self,
+        config: AgentConfig,
+        listed: McpToolList | None = None,
+        loaded: Collection[str] | None = None,
+    ) -> None:
+        self.config = config
+        self.listed = listed
+        self.loaded = frozenset(loaded or ())
+
+    def knows(self, name: str) -> bool:
+        """A catalogue tool this run may call: not one the worker loaded that the run's
+        recorded listing does not name (another worker's, or loaded after the run began)."""
+        spec = TOOLS.get(name)
+        return spec is not None and (not spec.loaded or name in self.loaded)
+
+    # ----------------------------------------------------------------------------------------
+    # What the run offers
+    # ----------------------------------------------------------------------------------------
+
+    def offered_names(self) -> tuple[str, ...]:
+        """The catalogue tools this run offers: its choice (``config.tools``, or all of them)
+        less blacklisted ones, less ``run_command`` unless the run allows it, less
+        ``ask_client`` without client queries. In the catalogue's order."""
+        config = self.config
+        chosen = TOOLS if config.tools is None else config.tools
+        return tuple(
+            name
+            for name in TOOLS
+            if name in chosen
+            and self.knows(name)
+            and name not in config.blacklisted_tools
+            and (name != "run_command" or config.allow_run_command)
+            and (name != "ask_client" or config.client_queries)
+        )
+
+    def offered_mcp(self) -> tuple[OfferedTool, ...]:
+        """The listed MCP tools this run offers: all of them, or those ``config.tools`` names;
+        less blacklisted ones."""
+        config = self.config
+        if self.listed is None:
+            return ()
+        return tuple(
+            _mcp_tool(info)
+            for info in self.listed.tools
+            if (config.tools is None or info.name in config.tools)
+            and info.name not in config.blacklisted_tools
+        )
+
+    def offered(self) -> tuple[OfferedTool, ...]:
+        """Every tool the model is shown, catalogue tools first."""
+        return (*(_catalogue_tool(TOOLS[n]) for n in self.offered_names()), *self.offered_mcp())
+
+    def approval_required(self) -> frozenset[str]:
+        """Tools whose calls wait for a human in this run: the run's ``require_approval``,
+        every tool that declares ``needs_approval``, and the MCP tools ``config.mcp_approval``
+        picks (``hints``: those the server does not mark safe; ``all``; ``listed``: none)."""
+        declared = {name for name, spec in TOOLS.items() if spec.needs_approval}
+        policy = self.config.mcp_approval
+        hinted = {
+            tool.name
+            for tool in self.offered_mcp()
+            if policy == "all" or (policy == "hints" and tool.needs_approval)
+        }
+        return frozenset(self.config.require_approval) | declared | hinted
+
+    def mutates(self, name: str) -> bool:
+        """Whether a call of tool ``name`` may change things (files, a server's state)."""
+        spec = TOOLS.get(name)
+        if spec is not None:
+            return spec.mutating
+        listed = self.listed.find(name) if self.listed is not None else None
+        return listed.mutating if listed is not None else False
+
+    def missing(self) -> tuple[str, ...]:
+        """MCP tools ``config.tools`` names that no listed server offers."""
+        return tuple(
+            sorted(
+                name
+                for name in self.config.tools or ()
+                if mcp.is_mcp_name(name) and (self.listed is None or self.listed.find(name) is None)
+            )
+        )
+
+    # ----------------------------------------------------------------------------------------
+    # Checking a call: once
+    # ----------------------------------------------------------------------------------------
+
+    def check(self, call: ToolCall, arguments: Mapping[str, Any] | None = None) -> CheckedCall:
+        """``call`` checked against the tool it names (with ``arguments`` instead of its own,
+        for a human's ``modify``)."""
+        raw: str | Mapping[str, Any] = call.arguments if arguments is None else arguments
+        if mcp.is_mcp_name(call.name):
+            return self._check_mcp(call, raw)
+        if call.name in TOOLS and not self.knows(call.name):
+            return CheckedCall(
+                call, None, None, None, "", f"tool {call.name} is not offered in this run"
+            )
+        try:
+            args = parse_arguments(call.name, raw)
+        except ToolArgumentsError as exc:
+            return CheckedCall(call, None, None, None, "", problem=str(exc))
+        spec = TOOLS[call.name]
+        return CheckedCall(call, _catalogue_tool(spec), args.model_dump(), args, spec.target(args))
+
+    def _check_mcp(self, call: ToolCall, raw: str | Mapping[str, Any]) -> CheckedCall:
+        offered = next((t for t in self.offered_mcp() if t.name == call.name), None)
+        arguments: dict[str, Any] | None = None
+        problem: str | None = None
+        try:
+            arguments = mcp.parse_arguments(call.name, raw if isinstance(raw, str) else dict(raw))
+        except mcp.McpArgumentsError as exc:
+            problem = str(exc)
+        target = mcp.call_target(arguments) if arguments is not None else ""
+        if offered is None:
+            unavailable = self.listed.unavailable if self.listed is not None else {}
+            why = f" (MCP servers unavailable: {', '.join(unavailable)})" if unavailable else ""
+            problem = f"tool {call.name} is not offered in this run{why}"
+        return CheckedCall(call, offered, arguments, None, target, problem)
+
+
+def call_target(tool: str, arguments: str | Mapping[str, Any]) -> str:
+    """The file or command a call acts on, shortened for a line; ``""`` if it cannot be told.
+    (For a call the run has not checked: a client's view of a pending approval.)"""
+    if mcp.is_mcp_name(tool):
+        raw = dict(arguments) if isinstance(arguments, Mapping) else arguments
+        return short_target(mcp.call_target(raw))
+    try:
+        args = parse_arguments(tool, arguments)
+    except ToolArgumentsError:
+        return ""
+    return short_target(TOOLS[tool].target(args))
+
+
+def progress_target(call: ToolCall) -> str:
+    """What a past call acted on, for summaries of the history (the tool's name when the call
+    was malformed)."""
+    spec = TOOLS.get(call.name)
+    if spec is None:
+        # An MCP tool: what its arguments name (the same call repeated is the same target).
+        return (mcp.call_target(call.arguments) if mcp.is_mcp_name(call.name) else "") or call.name
+    try:
+        return spec.target(parse_arguments(call.name, call.arguments))
+    except ToolArgumentsError:
+        return call.name
