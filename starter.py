@@ -44,6 +44,7 @@ from pydantic import ValidationError
 from temporalio.client import (
     Client,
     WorkflowHandle,
+    WorkflowQueryFailedError,
     WorkflowUpdateFailedError,
 )
 from temporalio.common import WorkflowIDReusePolicy
@@ -61,7 +62,7 @@ from treadle.cli.exits import UsageError, run_and_exit
 from treadle.cli.tables import table
 from treadle.cli.workspaces import make_workspace, resolve_workspace
 from treadle.codec import EncryptionError
-from treadle.connection import TemporalConnectionError, check_settings, connect
+from treadle.connection import TemporalConnectionError, check_settings, connect, query_failure
 from treadle.devserver import DevServerError
 from treadle.scripted_model import ScriptError
 from workflows.agent.models import (
@@ -438,6 +439,14 @@ async def run(args: argparse.Namespace) -> int:
         args.id = args.id or f"agent-{uuid.uuid4().hex[:12]}"
         planned = build_input(args, args.id)
     client = await connect(address=args.address, namespace=args.namespace, profile=args.profile)
+    try:
+        return await _dispatch(client, args, planned)
+    except WorkflowQueryFailedError as exc:
+        # "Encoded failure" says nothing: the worker's reason, decoded (a missing key is exit 2).
+        raise await query_failure(client, exc) from exc
+
+
+async def _dispatch(client: Client, args: argparse.Namespace, planned: PlannedRun | None) -> int:
     if planned is not None:
         return await cmd_run(client, args, planned)
     handler = getattr(args, "handler", None)

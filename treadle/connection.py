@@ -37,11 +37,12 @@ from pathlib import Path
 from typing import Any
 
 from temporalio.api.enums.v1 import IndexedValueType
+from temporalio.api.errordetails.v1 import QueryFailedFailure
 from temporalio.api.operatorservice.v1 import (
     AddSearchAttributesRequest,
     ListSearchAttributesRequest,
 )
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowQueryFailedError
 from temporalio.common import SearchAttributeIndexedValueType
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.converter import (
@@ -52,7 +53,15 @@ from temporalio.envconfig import ClientConfigProfile
 from temporalio.runtime import Runtime
 from temporalio.service import RPCError, RPCStatusCode
 
-from treadle.codec import EncryptionCodec, EncryptionSettingsError, Keyring, NoKeysCodec
+from treadle.codec import (
+    READER_ERRORS,
+    EncryptionCodec,
+    EncryptionError,
+    EncryptionSettingsError,
+    Keyring,
+    NoKeysCodec,
+    WorkerCannotDecrypt,
+)
 from treadle.observability import TelemetrySettingsError, TracingSettings, client_plugins
 from treadle.stores import StoreLocation, StoreSettingsError, external_storage, parse_store
 
@@ -72,6 +81,7 @@ __all__ = [
     "data_converter",
     "ensure_search_attributes",
     "parse_address",
+    "query_failure",
     "search_attribute_type_name",
     "store_location",
 ]
@@ -242,6 +252,35 @@ def data_converter(environ: Mapping[str, str], store: str | Path | None = None) 
         failure_converter_class=DefaultFailureConverterWithEncodedAttributes,
         external_storage=external,
     )
+
+
+async def query_failure(client: Client, exc: WorkflowQueryFailedError) -> Exception:
+    """The worker's reason behind a failed query, decoded as every other failure is.
+
+    The SDK's ``WorkflowQueryFailedError`` carries only the failure's message, and with
+    encryption on that is ``"Encoded failure"`` (the real one is encrypted with it). The whole
+    failure travels in the gRPC status details: decoded here, a worker that cannot decrypt the
+    run's history is a :class:`~treadle.codec.WorkerCannotDecrypt` naming the key id, a client
+    that cannot decrypt the worker's reason is its own ``EncryptionError``, and any other
+    reason is the same error with the decoded message.
+    """
+    rpc = exc.__cause__ or exc.__context__  # the SDK raises it while handling the RPCError
+    if not isinstance(rpc, RPCError):
+        return exc
+    details = QueryFailedFailure()
+    found = [
+        d for d in rpc.grpc_status.details if d.Unpack(details) and details.HasField("failure")
+    ]
+    if not found:
+        return exc
+    try:
+        reason = await client.data_converter.decode_failure(details.failure)
+    except EncryptionError as unreadable:
+        return unreadable
+    message = _one_line(getattr(reason, "message", None) or str(reason)) or exc.message
+    if getattr(reason, "type", None) in READER_ERRORS:
+        return WorkerCannotDecrypt(f"the worker cannot read the run: {message}")
+    return WorkflowQueryFailedError(message)
 
 
 def store_location(
