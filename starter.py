@@ -451,7 +451,7 @@ async def _dispatch(client: Client, args: argparse.Namespace, planned: PlannedRu
         return await cmd_run(client, args, planned)
     handler = getattr(args, "handler", None)
     if handler is not None:  # jobs / monitors / serve register their own handlers
-        code = await handler(client, args)
+        code: int = await handler(client, args)
         return code
     commands = {
         "status": cmd_status,
