@@ -6,7 +6,8 @@ for its user between turns.
     python starter.py send ID "next message" [--wait] [--json]
     python starter.py close ID
     python starter.py export ID > thread.json
-    python starter.py import thread.json [--id ID] [--workspace DIR]
+    python starter.py import thread.json [--id ID] [--workspace DIR] [--model P:M]
+                             [--config FILE] [--require-approval TOOL,...] [--trust-file-config]
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from activities.errors import ThreadUnavailable, TreadleError
 from activities.store.conversation import ConversationStore
 from treadle.cli import live, shell
 from treadle.cli.exits import UsageError
+from treadle.cli.thread_import import ImportPlan, plan_import
 from treadle.cli.workspaces import make_workspace, resolve_workspace
 from treadle.connection import store_location
 from treadle.stores import open_blob_store
@@ -42,9 +44,10 @@ from workflows.agent.models import (
     AgentStatus,
     SendReceipt,
     ThreadExport,
+    ThreadSettings,
 )
 from workflows.agent.state_machine import State
-from workflows.agent.threads import ImportRefused, rebuild
+from workflows.agent.threads import ImportRefused
 from workflows.agent.workflow import AgentWorkflow
 from workflows.base import describe_errors
 
@@ -86,7 +89,16 @@ def register(subparsers: Any) -> None:
     load.add_argument("--id", help="the new thread's id (default: thread-<random>)")
     load.add_argument("--workspace", help="directory the tools work in (default: workspaces/ID)")
     load.add_argument("--create-workspace", action="store_true", help="create --workspace")
-    load.set_defaults(handler=cmd_import)
+    load.add_argument("--model", default="openai:gpt-4o", help="provider:model")
+    load.add_argument("--require-approval", metavar="TOOL,...", help="tools that need approval")
+    load.add_argument("--config", metavar="FILE", help="AgentConfig fields as JSON")
+    load.add_argument(
+        "--trust-file-config",
+        action="store_true",
+        help="apply the file's own settings (model, config, system prompt) instead of these",
+    )
+    # The file is read and checked before connecting: a file that cannot continue starts nothing.
+    load.set_defaults(handler=cmd_import, check=check_import)
 
 
 # --------------------------------------------------------------------------------------------
@@ -193,7 +205,9 @@ async def _filled_in(exported: ThreadExport) -> ThreadExport:
     return exported.model_copy(update={"conversation": conversation})
 
 
-async def cmd_import(client: Client, args: argparse.Namespace) -> int:
+def check_import(args: argparse.Namespace) -> None:
+    """Read the file and plan the thread under the importer's settings (``args.plan``), or
+    refuse it with one line, before anything connects or starts."""
     path = Path(args.file)
     try:
         thread = ThreadExport.model_validate_json(path.read_bytes())
@@ -201,22 +215,50 @@ async def cmd_import(client: Client, args: argparse.Namespace) -> int:
         raise UsageError(f"cannot read {path}: {exc.strerror}") from exc
     except ValidationError as exc:
         raise UsageError(f"{path} is not a thread: {describe_errors(exc, limit=3)}") from exc
-    thread_id = args.id or f"thread-{uuid.uuid4().hex[:12]}"
-    workspace = _workspace(args, thread_id)
+    args.id = args.id or f"thread-{uuid.uuid4().hex[:12]}"
+    workspace, args.create_workspace = resolve_workspace(
+        args.workspace, args.id, create=args.create_workspace
+    )
     try:
-        agent_input, run = rebuild(thread, str(workspace), datetime.now(UTC))
-    except (ImportRefused, ValidationError) as exc:
+        importer = ThreadSettings(model=args.model, config=_config(args))
+    except ValidationError as exc:
+        raise UsageError(f"invalid settings: {describe_errors(exc)}") from exc
+    try:
+        args.plan = plan_import(
+            thread,
+            importer=importer,
+            workspace=str(workspace),
+            now=datetime.now(UTC),
+            trust=args.trust_file_config,
+        )
+    except ImportRefused as exc:
         raise UsageError(f"{path} cannot be continued: {exc}") from exc
-    resumed = agent_input.model_copy(update={"resume": run.model_dump(mode="json")})
+    except ValidationError as exc:
+        raise UsageError(f"{path} cannot be continued: {describe_errors(exc)}") from exc
+
+
+async def cmd_import(client: Client, args: argparse.Namespace) -> int:
+    plan: ImportPlan = args.plan
+    if plan.trusted:
+        widens = "; ".join(plan.widened) or "nothing beyond the importer's"
+        print(f"applied the file's config, which widens: {widens}", file=sys.stderr)
+    elif plan.ignored:
+        print(
+            f"ignored the file's config: {', '.join(plan.ignored)} "
+            "(--trust-file-config applies it)",
+            file=sys.stderr,
+        )
+    if args.create_workspace:
+        make_workspace(Path(plan.input.workspace))
     await client.start_workflow(
         AgentWorkflow.run,
-        resumed,
-        id=thread_id,
+        plan.input,
+        id=args.id,
         task_queue=args.task_queue,
-        static_summary=f"thread (imported): {agent_input.task[:180]}",
+        static_summary=f"thread (imported): {plan.input.task[:180]}",
         id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
     )
-    print(thread_id)
+    print(args.id)
     return 0
 
 
@@ -234,24 +276,32 @@ def _workspace(args: argparse.Namespace, thread_id: str) -> Path:
     return workspace
 
 
-async def _start(
-    client: Client, args: argparse.Namespace, thread_id: str, first: str
-) -> WorkflowHandle[Any, Any]:
+def _config(args: argparse.Namespace) -> AgentConfig:
+    """The thread's config: ``--config`` (JSON), then the flags over it, then the defaults.
+    ``ValidationError`` for fields that do not validate."""
     config: dict[str, Any] = {}
     if args.config:
         try:
             config = json.loads(Path(args.config).read_text())
         except (OSError, ValueError) as exc:
             raise UsageError(f"cannot read the config {args.config}: {exc}") from exc
+        if not isinstance(config, dict):
+            raise UsageError(f"the config {args.config} must be a JSON object of AgentConfig")
     if args.require_approval:
         config["require_approval"] = args.require_approval
+    return AgentConfig.model_validate(config)
+
+
+async def _start(
+    client: Client, args: argparse.Namespace, thread_id: str, first: str
+) -> WorkflowHandle[Any, Any]:
     try:
         agent_input = AgentInput(
             task=first,
             model=args.model,
             workspace=str(_workspace(args, thread_id)),
             thread=True,
-            config=AgentConfig.model_validate(config),
+            config=_config(args),
         )
     except ValidationError as exc:
         raise UsageError(f"invalid thread: {describe_errors(exc)}") from exc
