@@ -13,13 +13,15 @@ for its user between turns.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import sys
 import uuid
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import ValidationError
 from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
@@ -53,6 +55,11 @@ from workflows.base import describe_errors
 
 QUERY_TIMEOUT = threads.QUERY_TIMEOUT
 EXIT_WORDS = {"/exit", "/quit"}
+HANDOVER_ATTEMPTS = 40
+HANDOVER_PAUSE_SECONDS = 0.25
+"""A thread continues as new in milliseconds: a request that met it between two runs is made
+again, every quarter second for ten seconds (``_across_handover``)."""
+T = TypeVar("T")
 
 
 def register(subparsers: Any) -> None:
@@ -143,7 +150,7 @@ async def cmd_chat(client: Client, args: argparse.Namespace) -> int:
             print(f"(the thread waits; continue with: {shell.starter('chat', '--id', thread_id)})")
             return 0
         if text == "/close":
-            await handle.execute_update(AgentWorkflow.close)
+            await _close(handle)
             print("closed")
             return 0
         await _send(handle, text)
@@ -165,13 +172,7 @@ async def cmd_send(client: Client, args: argparse.Namespace) -> int:
 
 
 async def cmd_close(client: Client, args: argparse.Namespace) -> int:
-    handle = client.get_workflow_handle(args.workflow_id)
-    try:
-        status: AgentStatus = await handle.execute_update(AgentWorkflow.close)
-    except WorkflowUpdateFailedError as exc:
-        raise UsageError(threads.refusal(exc)) from exc
-    except RPCError as exc:
-        raise UsageError(await threads.why_not(handle, exc)) from exc
+    status = await _close(client.get_workflow_handle(args.workflow_id))
     print(f"closing {args.workflow_id}: {status.queued_messages} message(s) to answer first")
     return 0
 
@@ -316,14 +317,48 @@ async def _start(
 
 
 async def _send(handle: WorkflowHandle[Any, Any], text: str) -> SendReceipt:
+    # One update id for every attempt: a message sent again across a handover is one message.
+    update_id = f"send-{uuid.uuid4().hex}"
     try:
-        return await threads.send_message(handle, text)
+        return await _across_handover(
+            handle, lambda: threads.send_message(handle, text, update_id=update_id)
+        )
     except ValidationError as exc:
         raise UsageError(f"invalid message: {describe_errors(exc)}") from exc
-    except ThreadUnavailable as exc:
-        raise UsageError(str(exc)) from exc
-    except RPCError as exc:
-        raise UsageError(threads.missing(handle.id, exc)) from exc
+
+
+async def _close(handle: WorkflowHandle[Any, Any]) -> AgentStatus:
+    async def close() -> AgentStatus:
+        status: AgentStatus = await handle.execute_update(AgentWorkflow.close)
+        return status
+
+    return await _across_handover(handle, close)
+
+
+async def _across_handover(
+    handle: WorkflowHandle[Any, Any], request: Callable[[], Awaitable[T]]
+) -> T:
+    """``request`` (an update of the thread), made again while the thread is between two runs
+    of its chain: an update that reaches a run as it continues as new is answered NOT_FOUND,
+    and ``threads.why_not`` tells that race (the thread still runs: it raises the error again)
+    from a thread that is gone (its reason). Any refusal is a ``UsageError``."""
+    for attempt in range(1, HANDOVER_ATTEMPTS + 1):
+        try:
+            return await request()
+        except WorkflowUpdateFailedError as exc:
+            raise UsageError(threads.refusal(exc)) from exc
+        except ThreadUnavailable as exc:
+            raise UsageError(str(exc)) from exc
+        except RPCError as exc:
+            try:
+                reason = await threads.why_not(handle, exc)
+            except RPCError as again:
+                if again is not exc or attempt == HANDOVER_ATTEMPTS:
+                    raise
+                await asyncio.sleep(HANDOVER_PAUSE_SECONDS)
+                continue
+            raise UsageError(reason) from exc
+    raise AssertionError("unreachable: the last attempt returns or raises")
 
 
 async def _status_or_none(handle: WorkflowHandle[Any, Any]) -> AgentStatus | None:
