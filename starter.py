@@ -46,6 +46,7 @@ from temporalio.client import (
     WorkflowHandle,
     WorkflowQueryFailedError,
     WorkflowUpdateFailedError,
+    WorkflowUpdateRPCTimeoutOrCancelledError,
 )
 from temporalio.common import WorkflowIDReusePolicy
 from temporalio.exceptions import TemporalError, WorkflowAlreadyStartedError
@@ -62,7 +63,13 @@ from treadle.cli.exits import UsageError, run_and_exit
 from treadle.cli.tables import table
 from treadle.cli.workspaces import make_workspace, resolve_workspace
 from treadle.codec import EncryptionError
-from treadle.connection import TemporalConnectionError, check_settings, connect, query_failure
+from treadle.connection import (
+    TemporalConnectionError,
+    check_settings,
+    connect,
+    query_failure,
+    workflow_task_failure,
+)
 from treadle.devserver import DevServerError
 from treadle.scripted_model import ScriptError
 from workflows.agent.models import (
@@ -444,6 +451,24 @@ async def run(args: argparse.Namespace) -> int:
     except WorkflowQueryFailedError as exc:
         # "Encoded failure" says nothing: the worker's reason, decoded (a missing key is exit 2).
         raise await query_failure(client, exc) from exc
+    except (RPCError, UsageError, WorkflowUpdateRPCTimeoutOrCancelledError) as exc:
+        # Nor does "Workflow Task in failed state" (often behind a UsageError): read why.
+        workflow_id = getattr(args, "workflow_id", None)
+        if not (workflow_id and _task_may_fail(exc)):
+            raise
+        reason = await workflow_task_failure(client, workflow_id)
+        if reason is None:
+            raise
+        raise reason from exc
+
+
+def _task_may_fail(exc: Exception) -> bool:
+    """Temporal's answers when a run's worker fails its workflow task: FAILED_PRECONDITION
+    (maybe the cause of a ``UsageError``), or an update that timed out waiting."""
+    if isinstance(exc, WorkflowUpdateRPCTimeoutOrCancelledError):
+        return True
+    rpc = exc if isinstance(exc, RPCError) else exc.__cause__
+    return isinstance(rpc, RPCError) and rpc.status is RPCStatusCode.FAILED_PRECONDITION
 
 
 async def _dispatch(client: Client, args: argparse.Namespace, planned: PlannedRun | None) -> int:
