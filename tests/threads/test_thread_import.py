@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +14,9 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from tests.support.harness import Harness
 from tests.support.processes import run_cli
+from treadle.cli.thread_import import plan_import
 from workflows.agent.memory import DEFAULT_SYSTEM_PROMPT
+from workflows.agent.models import AgentConfig, ThreadExport, ThreadSettings
 from workflows.agent.planning import MAX_MODEL_INPUT_BYTES
 from workflows.agent.state_machine import State
 from workflows.agent.workflow import AgentWorkflow
@@ -178,3 +181,57 @@ async def test_an_import_the_importer_agrees_with_says_nothing(
     status = await harness.client.get_workflow_handle(thread_id).query(AgentWorkflow.state)
     assert status.state is State.WAITING_FOR_USER_INPUT
     await _next_turn(harness, thread_id)
+
+
+def test_every_setting_a_file_could_grant_itself_is_ignored_or_named() -> None:
+    """MCP servers, hooks, another tools queue, laxer MCP approvals and more tools: ignored
+    unless trusted, and each named when trusted; what the file leaves out stays the
+    importer's."""
+    thread = ThreadExport.model_validate(
+        {
+            "agent_state": {"kind": "waiting_for_user_input"},
+            "conversation": {
+                "messages": [
+                    {"role": "user", "content": "hello"},
+                    {"role": "assistant", "content": "hi"},
+                ]
+            },
+            "treadle": {
+                "config": {
+                    "mcp_servers": ["*"],
+                    "mcp_approval": "listed",
+                    "hooks": ["git_commit"],
+                    "tool_task_queue": "their-machine",
+                    "tools": None,
+                    "blacklisted_tools": [],
+                }
+            },
+        }
+    )
+    importer = ThreadSettings(
+        model="openai:gpt-4o",
+        config=AgentConfig(
+            tools=("read_file", "list_dir"), blacklisted_tools=("write_file",), max_steps=7
+        ),
+    )
+    kept = plan_import(
+        thread, importer=importer, workspace="/w", now=datetime.now(UTC), trust=False
+    )
+    assert kept.input.config == importer.config
+    assert kept.ignored == (
+        "blacklisted_tools", "hooks", "tools", "mcp_servers", "mcp_approval", "tool_task_queue"
+    )  # fmt: skip
+    assert kept.widened == ()
+
+    trusted = plan_import(
+        thread, importer=importer, workspace="/w", now=datetime.now(UTC), trust=True
+    )
+    assert trusted.input.config.max_steps == 7  # left out by the file: the importer's
+    assert trusted.widened == (
+        "mcp_approval listed (not hints)",
+        "MCP servers *",
+        "hooks git_commit",
+        "tools adds every tool",
+        "no longer blacklisted: write_file",
+        "tools run on task queue their-machine",
+    )

@@ -3,9 +3,10 @@
 The file brings its messages; the settings (model, task type, ``AgentConfig``, system prompt)
 come from the importer's command line and the defaults, as for ``chat``. A file that asks for
 other settings is imported without them, with one line naming what was ignored; the file's own
-settings apply only with ``--trust-file-config``, which lists what they grant beyond the
-importer's (``run_command``, allowlist additions, approvals removed, MCP servers, hooks, another
-tools queue, another model, a system prompt of its own...).
+settings (over the importer's, for what it leaves out) apply only with ``--trust-file-config``,
+which lists what they grant beyond the importer's (``run_command``, allowlist additions,
+approvals removed, MCP servers, hooks, another tools queue, another model, a system prompt of
+its own...).
 
 An import that could not take a single turn (its conversation is over the model input limit the
 workflow enforces, say) is refused here, before anything starts: the check is the workflow's own
@@ -69,7 +70,9 @@ def plan_import(
         workspace,
         now,
     )
-    theirs = _rebuild(thread, workspace, now)
+    theirs = _rebuild(
+        thread.model_copy(update={"treadle": _overlaid(importer, thread)}), workspace, now
+    )
     chosen = theirs if trust else own
     request = model_request(chosen.run)
     if isinstance(request, CannotCall):
@@ -79,6 +82,25 @@ def plan_import(
         ignored=_ignored(thread, own, theirs),
         widened=_widened(own, theirs) if trust else (),
         trusted=trust,
+    )
+
+
+def _overlaid(importer: ThreadSettings, thread: ThreadExport) -> ThreadSettings:
+    """The importer's settings with what the file sets over them (a field the file leaves out,
+    as an export leaves out defaults, stays the importer's)."""
+    if "treadle" not in thread.model_fields_set:
+        return importer
+    said = thread.treadle
+    config = importer.config
+    if "config" in said.model_fields_set:
+        fields = said.config.model_fields_set
+        config = AgentConfig.model_validate(
+            {**config.model_dump(), **said.config.model_dump(include=fields)}
+        )
+    return ThreadSettings(
+        model=said.model if "model" in said.model_fields_set else importer.model,
+        task_type=said.task_type if "task_type" in said.model_fields_set else importer.task_type,
+        config=config,
     )
 
 
