@@ -44,7 +44,9 @@ from pydantic import ValidationError
 from temporalio.client import (
     Client,
     WorkflowHandle,
+    WorkflowQueryFailedError,
     WorkflowUpdateFailedError,
+    WorkflowUpdateRPCTimeoutOrCancelledError,
 )
 from temporalio.common import WorkflowIDReusePolicy
 from temporalio.exceptions import TemporalError, WorkflowAlreadyStartedError
@@ -61,7 +63,13 @@ from treadle.cli.exits import UsageError, run_and_exit
 from treadle.cli.tables import table
 from treadle.cli.workspaces import make_workspace, resolve_workspace
 from treadle.codec import EncryptionError
-from treadle.connection import TemporalConnectionError, check_settings, connect
+from treadle.connection import (
+    TemporalConnectionError,
+    check_settings,
+    connect,
+    query_failure,
+    workflow_task_failure,
+)
 from treadle.devserver import DevServerError
 from treadle.scripted_model import ScriptError
 from workflows.agent.models import (
@@ -438,11 +446,37 @@ async def run(args: argparse.Namespace) -> int:
         args.id = args.id or f"agent-{uuid.uuid4().hex[:12]}"
         planned = build_input(args, args.id)
     client = await connect(address=args.address, namespace=args.namespace, profile=args.profile)
+    try:
+        return await _dispatch(client, args, planned)
+    except WorkflowQueryFailedError as exc:
+        # "Encoded failure" says nothing: the worker's reason, decoded (a missing key is exit 2).
+        raise await query_failure(client, exc) from exc
+    except (RPCError, UsageError, WorkflowUpdateRPCTimeoutOrCancelledError) as exc:
+        # Nor does "Workflow Task in failed state" (often behind a UsageError): read why.
+        workflow_id = getattr(args, "workflow_id", None)
+        if not (workflow_id and _task_may_fail(exc)):
+            raise
+        reason = await workflow_task_failure(client, workflow_id)
+        if reason is None:
+            raise
+        raise reason from exc
+
+
+def _task_may_fail(exc: Exception) -> bool:
+    """Temporal's answers when a run's worker fails its workflow task: FAILED_PRECONDITION
+    (maybe the cause of a ``UsageError``), or an update that timed out waiting."""
+    if isinstance(exc, WorkflowUpdateRPCTimeoutOrCancelledError):
+        return True
+    rpc = exc if isinstance(exc, RPCError) else exc.__cause__
+    return isinstance(rpc, RPCError) and rpc.status is RPCStatusCode.FAILED_PRECONDITION
+
+
+async def _dispatch(client: Client, args: argparse.Namespace, planned: PlannedRun | None) -> int:
     if planned is not None:
         return await cmd_run(client, args, planned)
     handler = getattr(args, "handler", None)
     if handler is not None:  # jobs / monitors / serve register their own handlers
-        code = await handler(client, args)
+        code: int = await handler(client, args)
         return code
     commands = {
         "status": cmd_status,

@@ -23,8 +23,10 @@ The error tree (every message is one line and never shows key material)::
     ├── EncryptionSettingsError   TREADLE_ENCRYPTION_KEYS cannot be used
     ├── KeysNotSet                an encrypted payload met a process without the setting
     ├── UnknownKeyError           data encrypted with a key id the keyring lacks
-    └── DecryptionFailed          the key id is known but the data does not authenticate
-                                  (another key under the same id, or altered data)
+    ├── DecryptionFailed          the key id is known but the data does not authenticate
+    │                             (another key under the same id, or altered data)
+    └── WorkerCannotDecrypt       one of the above met by the worker answering a query (the
+                                  run's history holds data the worker's keys cannot read)
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ __all__ = [
     "ENCODING",
     "ENV_VAR",
     "KEY_ID_METADATA",
+    "READER_ERRORS",
     "DecryptionFailed",
     "EncryptionCodec",
     "EncryptionError",
@@ -55,6 +58,7 @@ __all__ = [
     "NoKeysCodec",
     "Sealed",
     "UnknownKeyError",
+    "WorkerCannotDecrypt",
 ]
 
 ENV_VAR = "TREADLE_ENCRYPTION_KEYS"
@@ -90,6 +94,16 @@ class UnknownKeyError(EncryptionError):
 
 class DecryptionFailed(EncryptionError):
     """The data did not authenticate under the key its id names."""
+
+
+class WorkerCannotDecrypt(EncryptionError):
+    """The worker that answered a query could not decrypt the run's history (its message is the
+    worker's own error, naming the key id)."""
+
+
+READER_ERRORS = frozenset({"KeysNotSet", "UnknownKeyError", "DecryptionFailed"})
+"""The error types a reader meets for data it cannot decrypt, by name: a failure reported by
+another process (a worker) carries its type as a name."""
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ The error tree (every message is one line that says what to do)::
     ├── ConnectionSettingsError        the address, the envconfig file or profile, or the
     │                                  encryption keys cannot be used
     ├── ConnectionFailed               no Temporal server answered at the address
+    ├── WorkflowTaskFailing            a run's worker fails its workflow task (its reason)
     └── SearchAttributeError
         ├── SearchAttributesRejected     the server would not list or add them (Temporal Cloud
         │                                wants them created in its UI or with tcld)
@@ -31,17 +32,19 @@ import asyncio
 import dataclasses
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 from temporalio.api.enums.v1 import IndexedValueType
+from temporalio.api.errordetails.v1 import QueryFailedFailure
+from temporalio.api.failure.v1 import Failure
 from temporalio.api.operatorservice.v1 import (
     AddSearchAttributesRequest,
     ListSearchAttributesRequest,
 )
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowQueryFailedError
 from temporalio.common import SearchAttributeIndexedValueType
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.converter import (
@@ -52,7 +55,15 @@ from temporalio.envconfig import ClientConfigProfile
 from temporalio.runtime import Runtime
 from temporalio.service import RPCError, RPCStatusCode
 
-from treadle.codec import EncryptionCodec, EncryptionSettingsError, Keyring, NoKeysCodec
+from treadle.codec import (
+    READER_ERRORS,
+    EncryptionCodec,
+    EncryptionError,
+    EncryptionSettingsError,
+    Keyring,
+    NoKeysCodec,
+    WorkerCannotDecrypt,
+)
 from treadle.observability import TelemetrySettingsError, TracingSettings, client_plugins
 from treadle.stores import StoreLocation, StoreSettingsError, external_storage, parse_store
 
@@ -67,13 +78,16 @@ __all__ = [
     "SearchAttributeTypeConflict",
     "SearchAttributesRejected",
     "TemporalConnectionError",
+    "WorkflowTaskFailing",
     "check_settings",
     "connect",
     "data_converter",
     "ensure_search_attributes",
     "parse_address",
+    "query_failure",
     "search_attribute_type_name",
     "store_location",
+    "workflow_task_failure",
 ]
 
 DEFAULT_ADDRESS = "127.0.0.1:7233"
@@ -116,6 +130,11 @@ class ConnectionSettingsError(TemporalConnectionError):
 
 class ConnectionFailed(TemporalConnectionError):
     """No Temporal server answered at the configured address."""
+
+
+class WorkflowTaskFailing(TemporalConnectionError):
+    """The run's worker fails its workflow task, so Temporal answers none of its queries or
+    updates; the message is the worker's reason."""
 
 
 class SearchAttributeError(TemporalConnectionError):
@@ -242,6 +261,68 @@ def data_converter(environ: Mapping[str, str], store: str | Path | None = None) 
         failure_converter_class=DefaultFailureConverterWithEncodedAttributes,
         external_storage=external,
     )
+
+
+async def query_failure(client: Client, exc: WorkflowQueryFailedError) -> Exception:
+    """The worker's reason behind a failed query, decoded as every other failure is.
+
+    The SDK's ``WorkflowQueryFailedError`` carries only the failure's message, and with
+    encryption on that is ``"Encoded failure"`` (the real one is encrypted with it). The whole
+    failure travels in the gRPC status details: decoded here, a worker that cannot decrypt the
+    run's history is a :class:`~treadle.codec.WorkerCannotDecrypt` naming the key id, a client
+    that cannot decrypt the worker's reason is its own ``EncryptionError``, and any other
+    reason is the same error with the decoded message.
+    """
+    rpc = exc.__cause__ or exc.__context__  # the SDK raises it while handling the RPCError
+    if not isinstance(rpc, RPCError):
+        return exc
+    details = QueryFailedFailure()
+    found = [
+        d for d in rpc.grpc_status.details if d.Unpack(details) and details.HasField("failure")
+    ]
+    if not found:
+        return exc
+    return await _worker_reason(client, details.failure, WorkflowQueryFailedError)
+
+
+async def workflow_task_failure(client: Client, workflow_id: str) -> Exception | None:
+    """Why the run's worker fails its workflow task, from the run's history, decoded.
+
+    Temporal answers the queries and updates of such a run only ``Workflow Task in failed
+    state`` (FAILED_PRECONDITION). A worker that cannot decrypt the history is a
+    :class:`~treadle.codec.WorkerCannotDecrypt` naming the key id; another reason is a
+    :class:`WorkflowTaskFailing`; ``None`` when the history holds no such failure.
+    """
+    failure = None
+    async for event in client.get_workflow_handle(workflow_id).fetch_history_events():
+        if event.HasField("workflow_task_failed_event_attributes"):
+            failure = event.workflow_task_failed_event_attributes.failure
+        elif event.HasField("workflow_task_completed_event_attributes"):
+            failure = None
+    if failure is None:
+        return None
+    return await _worker_reason(
+        client,
+        failure,
+        lambda message: WorkflowTaskFailing(
+            f"the worker of run {workflow_id!r} fails its workflow task: {message}"
+        ),
+    )
+
+
+async def _worker_reason(
+    client: Client, failure: Failure, other: Callable[[str], Exception]
+) -> Exception:
+    """A failure a worker reported, decoded: ``WorkerCannotDecrypt`` for a key it lacks, the
+    client's own ``EncryptionError`` if it cannot decrypt the failure, else ``other(message)``."""
+    try:
+        reason = await client.data_converter.decode_failure(failure)
+    except EncryptionError as unreadable:
+        return unreadable
+    message = _one_line(getattr(reason, "message", None) or str(reason)) or failure.message
+    if getattr(reason, "type", None) in READER_ERRORS:
+        return WorkerCannotDecrypt(f"the worker cannot read the run: {message}")
+    return other(message)
 
 
 def store_location(

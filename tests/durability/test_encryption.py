@@ -630,3 +630,74 @@ async def test_connect_refuses_a_bad_key_setting() -> None:
     connection settings error, before dialling anything."""
     with pytest.raises(ConnectionSettingsError, match="is set but empty"):
         await connect(address=f"127.0.0.1:{free_port()}", environ={ENV_VAR: " "})
+
+
+async def test_a_worker_missing_the_old_key_fails_a_query_with_the_key_id(
+    temporal_address: str, model_server: ScriptedModelServer, tmp_path: Path
+) -> None:
+    """A run written under the old key, then served by a worker and read by a client that hold
+    only the new one: ``status``, ``trace`` and ``approve`` say which key id is missing (one
+    line, exit 2), not ``WorkflowQueryFailedError: Encoded failure``."""
+    write = {"name": "write_file", "arguments": {"path": "note.md", "content": "old"}}
+    model = _model(model_server, {"tool_calls": [write]}, {"content": "unreached"})
+    task_queue = f"enc-{uuid.uuid4().hex[:12]}"
+    before = await _encrypted_client(temporal_address, OLD)
+    async with _worker(before, task_queue, model_server):
+        handle = await _start(
+            before, task_queue, model, "Write", tmp_path, require_approval=["write_file"]
+        )
+        await _wait_for(handle, State.WAITING_FOR_HUMAN)
+
+    rotated = await _encrypted_client(temporal_address, NEW)  # the old key left out
+    common = ("--address", temporal_address, "--task-queue", task_queue)
+    async with _worker(rotated, task_queue, model_server):
+        shown = await run_cli(*common, "status", handle.id, env=clean_env(**{ENV_VAR: NEW}))
+        traced = await run_cli(*common, "trace", handle.id, env=clean_env(**{ENV_VAR: NEW}))
+        approved = await run_cli(*common, "approve", handle.id, env=clean_env(**{ENV_VAR: NEW}))
+    for done in (shown, traced, approved):
+        assert done.returncode == 2, done.stderr
+        lines = done.stderr.strip().splitlines()
+        assert len(lines) == 1, done.stderr
+        assert lines[0].startswith(
+            "error: the worker cannot read the run: data encrypted with key id 'old'"
+        ), lines[0]
+
+
+async def test_a_thread_whose_worker_lacks_the_old_key_is_refused_naming_it(
+    temporal_address: str, model_server: ScriptedModelServer, tmp_path: Path
+) -> None:
+    """A thread written under the old key whose worker holds only the new one fails its
+    workflow task; Temporal then answers ``Workflow Task in failed state``: ``send``, ``close``,
+    ``export`` and ``status`` say instead which key id the worker lacks (one line, exit 2)."""
+    model = _model(model_server, {"content": "hi"}, {"content": "unreached"})
+    task_queue = f"enc-{uuid.uuid4().hex[:12]}"
+    before = await _encrypted_client(temporal_address, OLD)
+    async with _worker(before, task_queue, model_server):
+        handle = await before.start_workflow(
+            AgentWorkflow.run,
+            AgentInput(task="hello", model=model, workspace=str(tmp_path), thread=True),
+            id=f"enc-{uuid.uuid4().hex[:12]}",
+            task_queue=task_queue,
+        )
+        await _wait_for(handle, State.WAITING_FOR_USER_INPUT)
+
+    rotated = await _encrypted_client(temporal_address, NEW)  # the old key left out
+    common = ("--address", temporal_address, "--task-queue", task_queue)
+    env = clean_env(**{ENV_VAR: NEW})
+    async with _worker(rotated, task_queue, model_server):
+        done = [
+            await run_cli(*common, *command, env=env)
+            for command in (
+                ("send", handle.id, "more"),
+                ("close", handle.id),
+                ("export", handle.id),
+                ("status", handle.id),
+            )
+        ]
+    for shown in done:
+        assert shown.returncode == 2, shown.stderr
+        lines = shown.stderr.strip().splitlines()
+        assert len(lines) == 1, shown.stderr
+        assert lines[0].startswith(
+            "error: the worker cannot read the run: data encrypted with key id 'old'"
+        ), lines[0]

@@ -91,15 +91,15 @@ async def test_send_wait_close_export_and_import(harness: Harness, tmp_path: Pat
 
     path = tmp_path / "thread.json"
     follow_up = harness.script({"content": "third"})
-    data = json.loads(exported.stdout)
-    data["treadle"]["model"] = follow_up
-    path.write_text(json.dumps(data))
+    path.write_text(exported.stdout)
     new_id = _thread_id(harness)
     imported = await run_cli(
         *harness.cli_args(), "import", str(path), "--id", new_id,
-        "--workspace", str(harness.workspace),
+        "--workspace", str(harness.workspace), "--model", follow_up,
     )  # fmt: skip
     assert (imported.returncode, imported.stdout.strip()) == (0, new_id), imported.stderr
+    # The importer's --model, not the file's: one line says the file's was ignored.
+    assert imported.stderr.startswith("ignored the file's config: model "), imported.stderr
     answer = await run_cli(*harness.cli_args(), "send", new_id, "and now?", "--wait")
     assert (answer.returncode, answer.stdout.strip()) == (0, "third"), answer.stderr
     await run_cli(*harness.cli_args(), "close", new_id)

@@ -6,19 +6,22 @@ for its user between turns.
     python starter.py send ID "next message" [--wait] [--json]
     python starter.py close ID
     python starter.py export ID > thread.json
-    python starter.py import thread.json [--id ID] [--workspace DIR]
+    python starter.py import thread.json [--id ID] [--workspace DIR] [--model P:M]
+                             [--config FILE] [--require-approval TOOL,...] [--trust-file-config]
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import sys
 import uuid
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import ValidationError
 from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
@@ -30,6 +33,7 @@ from activities.errors import ThreadUnavailable, TreadleError
 from activities.store.conversation import ConversationStore
 from treadle.cli import live, shell
 from treadle.cli.exits import UsageError
+from treadle.cli.thread_import import ImportPlan, plan_import
 from treadle.cli.workspaces import make_workspace, resolve_workspace
 from treadle.connection import store_location
 from treadle.stores import open_blob_store
@@ -42,14 +46,20 @@ from workflows.agent.models import (
     AgentStatus,
     SendReceipt,
     ThreadExport,
+    ThreadSettings,
 )
 from workflows.agent.state_machine import State
-from workflows.agent.threads import ImportRefused, rebuild
+from workflows.agent.threads import ImportRefused
 from workflows.agent.workflow import AgentWorkflow
 from workflows.base import describe_errors
 
 QUERY_TIMEOUT = threads.QUERY_TIMEOUT
 EXIT_WORDS = {"/exit", "/quit"}
+HANDOVER_ATTEMPTS = 40
+HANDOVER_PAUSE_SECONDS = 0.25
+"""A thread continues as new in milliseconds: a request that met it between two runs is made
+again, every quarter second for ten seconds (``_across_handover``)."""
+T = TypeVar("T")
 
 
 def register(subparsers: Any) -> None:
@@ -86,7 +96,16 @@ def register(subparsers: Any) -> None:
     load.add_argument("--id", help="the new thread's id (default: thread-<random>)")
     load.add_argument("--workspace", help="directory the tools work in (default: workspaces/ID)")
     load.add_argument("--create-workspace", action="store_true", help="create --workspace")
-    load.set_defaults(handler=cmd_import)
+    load.add_argument("--model", default="openai:gpt-4o", help="provider:model")
+    load.add_argument("--require-approval", metavar="TOOL,...", help="tools that need approval")
+    load.add_argument("--config", metavar="FILE", help="AgentConfig fields as JSON")
+    load.add_argument(
+        "--trust-file-config",
+        action="store_true",
+        help="apply the file's own settings (model, config, system prompt) instead of these",
+    )
+    # The file is read and checked before connecting: a file that cannot continue starts nothing.
+    load.set_defaults(handler=cmd_import, check=check_import)
 
 
 # --------------------------------------------------------------------------------------------
@@ -131,7 +150,7 @@ async def cmd_chat(client: Client, args: argparse.Namespace) -> int:
             print(f"(the thread waits; continue with: {shell.starter('chat', '--id', thread_id)})")
             return 0
         if text == "/close":
-            await handle.execute_update(AgentWorkflow.close)
+            await _close(handle)
             print("closed")
             return 0
         await _send(handle, text)
@@ -153,13 +172,7 @@ async def cmd_send(client: Client, args: argparse.Namespace) -> int:
 
 
 async def cmd_close(client: Client, args: argparse.Namespace) -> int:
-    handle = client.get_workflow_handle(args.workflow_id)
-    try:
-        status: AgentStatus = await handle.execute_update(AgentWorkflow.close)
-    except WorkflowUpdateFailedError as exc:
-        raise UsageError(threads.refusal(exc)) from exc
-    except RPCError as exc:
-        raise UsageError(await threads.why_not(handle, exc)) from exc
+    status = await _close(client.get_workflow_handle(args.workflow_id))
     print(f"closing {args.workflow_id}: {status.queued_messages} message(s) to answer first")
     return 0
 
@@ -193,7 +206,9 @@ async def _filled_in(exported: ThreadExport) -> ThreadExport:
     return exported.model_copy(update={"conversation": conversation})
 
 
-async def cmd_import(client: Client, args: argparse.Namespace) -> int:
+def check_import(args: argparse.Namespace) -> None:
+    """Read the file and plan the thread under the importer's settings (``args.plan``), or
+    refuse it with one line, before anything connects or starts."""
     path = Path(args.file)
     try:
         thread = ThreadExport.model_validate_json(path.read_bytes())
@@ -201,22 +216,50 @@ async def cmd_import(client: Client, args: argparse.Namespace) -> int:
         raise UsageError(f"cannot read {path}: {exc.strerror}") from exc
     except ValidationError as exc:
         raise UsageError(f"{path} is not a thread: {describe_errors(exc, limit=3)}") from exc
-    thread_id = args.id or f"thread-{uuid.uuid4().hex[:12]}"
-    workspace = _workspace(args, thread_id)
+    args.id = args.id or f"thread-{uuid.uuid4().hex[:12]}"
+    workspace, args.create_workspace = resolve_workspace(
+        args.workspace, args.id, create=args.create_workspace
+    )
     try:
-        agent_input, run = rebuild(thread, str(workspace), datetime.now(UTC))
-    except (ImportRefused, ValidationError) as exc:
+        importer = ThreadSettings(model=args.model, config=_config(args))
+    except ValidationError as exc:
+        raise UsageError(f"invalid settings: {describe_errors(exc)}") from exc
+    try:
+        args.plan = plan_import(
+            thread,
+            importer=importer,
+            workspace=str(workspace),
+            now=datetime.now(UTC),
+            trust=args.trust_file_config,
+        )
+    except ImportRefused as exc:
         raise UsageError(f"{path} cannot be continued: {exc}") from exc
-    resumed = agent_input.model_copy(update={"resume": run.model_dump(mode="json")})
+    except ValidationError as exc:
+        raise UsageError(f"{path} cannot be continued: {describe_errors(exc)}") from exc
+
+
+async def cmd_import(client: Client, args: argparse.Namespace) -> int:
+    plan: ImportPlan = args.plan
+    if plan.trusted:
+        widens = "; ".join(plan.widened) or "nothing beyond the importer's"
+        print(f"applied the file's config, which widens: {widens}", file=sys.stderr)
+    elif plan.ignored:
+        print(
+            f"ignored the file's config: {', '.join(plan.ignored)} "
+            "(--trust-file-config applies it)",
+            file=sys.stderr,
+        )
+    if args.create_workspace:
+        make_workspace(Path(plan.input.workspace))
     await client.start_workflow(
         AgentWorkflow.run,
-        resumed,
-        id=thread_id,
+        plan.input,
+        id=args.id,
         task_queue=args.task_queue,
-        static_summary=f"thread (imported): {agent_input.task[:180]}",
+        static_summary=f"thread (imported): {plan.input.task[:180]}",
         id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
     )
-    print(thread_id)
+    print(args.id)
     return 0
 
 
@@ -234,24 +277,32 @@ def _workspace(args: argparse.Namespace, thread_id: str) -> Path:
     return workspace
 
 
-async def _start(
-    client: Client, args: argparse.Namespace, thread_id: str, first: str
-) -> WorkflowHandle[Any, Any]:
+def _config(args: argparse.Namespace) -> AgentConfig:
+    """The thread's config: ``--config`` (JSON), then the flags over it, then the defaults.
+    ``ValidationError`` for fields that do not validate."""
     config: dict[str, Any] = {}
     if args.config:
         try:
             config = json.loads(Path(args.config).read_text())
         except (OSError, ValueError) as exc:
             raise UsageError(f"cannot read the config {args.config}: {exc}") from exc
+        if not isinstance(config, dict):
+            raise UsageError(f"the config {args.config} must be a JSON object of AgentConfig")
     if args.require_approval:
         config["require_approval"] = args.require_approval
+    return AgentConfig.model_validate(config)
+
+
+async def _start(
+    client: Client, args: argparse.Namespace, thread_id: str, first: str
+) -> WorkflowHandle[Any, Any]:
     try:
         agent_input = AgentInput(
             task=first,
             model=args.model,
             workspace=str(_workspace(args, thread_id)),
             thread=True,
-            config=AgentConfig.model_validate(config),
+            config=_config(args),
         )
     except ValidationError as exc:
         raise UsageError(f"invalid thread: {describe_errors(exc)}") from exc
@@ -266,14 +317,48 @@ async def _start(
 
 
 async def _send(handle: WorkflowHandle[Any, Any], text: str) -> SendReceipt:
+    # One update id for every attempt: a message sent again across a handover is one message.
+    update_id = f"send-{uuid.uuid4().hex}"
     try:
-        return await threads.send_message(handle, text)
+        return await _across_handover(
+            handle, lambda: threads.send_message(handle, text, update_id=update_id)
+        )
     except ValidationError as exc:
         raise UsageError(f"invalid message: {describe_errors(exc)}") from exc
-    except ThreadUnavailable as exc:
-        raise UsageError(str(exc)) from exc
-    except RPCError as exc:
-        raise UsageError(threads.missing(handle.id, exc)) from exc
+
+
+async def _close(handle: WorkflowHandle[Any, Any]) -> AgentStatus:
+    async def close() -> AgentStatus:
+        status: AgentStatus = await handle.execute_update(AgentWorkflow.close)
+        return status
+
+    return await _across_handover(handle, close)
+
+
+async def _across_handover(
+    handle: WorkflowHandle[Any, Any], request: Callable[[], Awaitable[T]]
+) -> T:
+    """``request`` (an update of the thread), made again while the thread is between two runs
+    of its chain: an update that reaches a run as it continues as new is answered NOT_FOUND,
+    and ``threads.why_not`` tells that race (the thread still runs: it raises the error again)
+    from a thread that is gone (its reason). Any refusal is a ``UsageError``."""
+    for attempt in range(1, HANDOVER_ATTEMPTS + 1):
+        try:
+            return await request()
+        except WorkflowUpdateFailedError as exc:
+            raise UsageError(threads.refusal(exc)) from exc
+        except ThreadUnavailable as exc:
+            raise UsageError(str(exc)) from exc
+        except RPCError as exc:
+            try:
+                reason = await threads.why_not(handle, exc)
+            except RPCError as again:
+                if again is not exc or attempt == HANDOVER_ATTEMPTS:
+                    raise
+                await asyncio.sleep(HANDOVER_PAUSE_SECONDS)
+                continue
+            raise UsageError(reason) from exc
+    raise AssertionError("unreachable: the last attempt returns or raises")
 
 
 async def _status_or_none(handle: WorkflowHandle[Any, Any]) -> AgentStatus | None:
