@@ -6,7 +6,7 @@ Each activity wraps its work in one of the context managers here. They make
   carries the run's trace context in the activity's headers): ``chat <model>`` with the
   OpenTelemetry GenAI semantic conventions for a model call, ``execute_tool <tool>`` for a tool
   call, ``hook <name>`` for a post-tools hook. Without a tracer provider (nothing configured,
-  see ``treadle.telemetry``) OpenTelemetry hands out non-recording spans: no cost but a call;
+  see ``treadle.observability``) OpenTelemetry hands out non-recording spans: no cost but a call;
 - Treadle's activity metrics through ``_meter()``, the worker's Temporal runtime
   meter: on its Prometheus endpoint when ``worker.py --metrics-port`` is given, a no-op
   otherwise. An activity's metrics are recorded by the attempt that ran, so a retried call
@@ -14,7 +14,7 @@ Each activity wraps its work in one of the context managers here. They make
 - the run's step, for the worker's log lines (``current_step``, read by ``treadle.logs``).
 
 Prompts and completions go on a span only when content capture is on
-(``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true``, set by ``treadle.telemetry``),
+(``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true``, set by ``treadle.observability``),
 with the worker's secrets redacted (``activities.content``); API keys never do otherwise:
 nothing here reads a request's headers, and an error is recorded by its type, not its message.
 """

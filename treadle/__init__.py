@@ -3,4 +3,4 @@ the dev-server launcher, the job schedule sync, the ping service, the scripted m
 (demo and tests) and the command-line sub-commands (``treadle.cli``).
 
 Never imported by ``workflows/`` or ``activities/``; never imports ``worker.py`` or
-``starter.py`` (tests/test_architecture.py checks both)."""
+``starter.py`` (tests/architecture/test_architecture.py checks both)."""

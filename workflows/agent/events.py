@@ -12,7 +12,7 @@ topics:
   event.
 
 A client reads both with the stream's own ``__temporal_workflow_stream_poll`` *query* (see
-``treadle/cli/live.py``), which adds nothing to the run's history however long it watches.
+``treadle/cli/live/``), which adds nothing to the run's history however long it watches.
 
 Pure data: safe in the workflow sandbox.
 """
