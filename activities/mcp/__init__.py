@@ -34,7 +34,8 @@ process, and retiring a connection on a transport failure or timeout rather than
 Like it, calls are at-least-once: a tool with side effects may run again when a worker dies
 after the server acted; the workflow's approval and the server's own idempotency are the guard.
 
-Measured with tests/support/mcp_server.py (a Python ``MCPServer``), median of repeated ``add`` calls:
+Measured with tests/support/mcp_server.py (a Python ``MCPServer``), median of repeated ``add``
+calls:
 over a kept stdio session 4 ms a call; a fresh stdio session 1.3 s to start the server and
 call once, plus 0.3 s to stop it. Streamable HTTP: 6 ms a call kept, 56 ms fresh. Hence one
 kept session per server and worker (``sessions`` says how it stays safe).

@@ -1,10 +1,10 @@
 """One live MCP session per configured server and worker process, shared by every call.
 
 Why not a fresh session per call: starting a stdio server is starting a process (measured with
-tests/support/mcp_server.py: a median 1.3 s to start it and call once, 0.3 s to stop it, against 4 ms a
-call over a kept session; streamable HTTP: 56 ms fresh, 6 ms kept), and many stdio servers keep
-state between calls (an open browser page, a database connection) that a fresh process would
-lose.
+tests/support/mcp_server.py: a median 1.3 s to start it and call once, 0.3 s to stop it, against
+4 ms a call over a kept session; streamable HTTP: 56 ms fresh, 6 ms kept), and many stdio
+servers keep state between calls (an open browser page, a database connection) that a fresh
+process would lose.
 
 How a kept session stays safe:
 
