@@ -32,6 +32,7 @@ from typing import Any
 from temporalio import activity
 
 from activities import telemetry
+from activities.content import redaction
 from activities.errors import ToolError
 from activities.store.conversation import ConversationStore
 from activities.tools import registry
@@ -557,12 +558,15 @@ async def store_long_output(store: ConversationStore | None, result: ToolResult)
     """
     if store is None or len(result.output) <= STORE_OUTPUT_OVER_CHARS:
         return result
-    key = await store.put_text(result.output)
+    # Redacted whole before the preview cuts it: a cut key-shaped string would no longer look
+    # like one to the door at the activity's boundary.
+    output = redaction.current()(result.output)
+    key = await store.put_text(output)
     return result.model_copy(
         update={
-            "output": preview(result.output),
+            "output": preview(output),
             "output_ref": key,
-            "output_chars": len(result.output),
+            "output_chars": len(output),
         }
     )
 

@@ -166,9 +166,9 @@ class Door:
         for place, text in places.items():
             for what, secret in self.canaries.known().items():
                 assert not leaks(text, secret), f"{what} leaked into the {place}"
-            # Known only by its shape: never whole (a cut, like a long output's preview, may
-            # leave a stub too short to be recognised as a key).
-            assert self.canaries.shaped.casefold() not in text.casefold(), f"sk-... in {place}"
+            # Known only by its shape, and redacted before a long output's preview cuts it: not
+            # even a fragment of it is anywhere.
+            assert not leaks(text, self.canaries.shaped), f"sk-... in {place}"
         return places
 
 
@@ -260,6 +260,9 @@ async def test_a_key_file_read_by_read_file_and_cat_leaks_nowhere(door: MakeDoor
         (d.workspace / "short.txt").write_text(d.canaries.text())
         filler = "x" * 3000
         (d.workspace / "long.txt").write_text(f"{d.canaries.text()}{filler}\n{d.canaries.text()}")
+        # The key-shaped string across the point where a long output's preview is cut (after
+        # cat's "exit code 0" line it stands at characters 292 to 327; the preview keeps 300).
+        (d.workspace / "cut.txt").write_text("y" * 279 + " " + d.canaries.shaped + " " + filler)
         handle = await d.run(
             {
                 "tool_calls": [
@@ -267,6 +270,7 @@ async def test_a_key_file_read_by_read_file_and_cat_leaks_nowhere(door: MakeDoor
                     call("read_file", path="long.txt"),
                     call("run_command", command="cat short.txt"),
                     call("run_command", command="cat long.txt"),
+                    call("run_command", command="cat cut.txt"),
                 ]
             },
             {"content": "read them"},
