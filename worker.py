@@ -40,6 +40,7 @@ from activities import jobs as job_activities
 from activities import threads as thread_activities
 from activities.content import RedactedBlobs, RedactingInterceptor, Redactor, worker_secrets
 from activities.content import logs as log_redaction
+from activities.content.logs import redact_every_line
 from activities.heartbeat import MIN_INTERVAL_SECONDS
 from activities.hooks import HookActivities
 from activities.mcp import McpActivities, McpConfig, McpConfigError, load_mcp_config
@@ -427,6 +428,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         check_store(args.store, os.environ)  # an S3 bucket that does not answer: refused now
         mcp_config = load_mcp_config(Path(args.mcp_config), os.environ) if args.mcp_config else None
         load_tool_modules(args.tools)  # before any run is checked: runs list what is loaded
+        # Every line this process logs passes the door, whichever logger wrote it.
+        redact_every_line(
+            Redactor(
+                [
+                    *ProviderSettings.from_env(os.environ).api_keys(),
+                    *worker_secrets((), os.environ, _mcp_variables(mcp_config)),
+                ]
+            )
+        )
         return asyncio.run(run(args, mcp_config))
     except (
         DevServerError,

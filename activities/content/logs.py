@@ -13,9 +13,9 @@ from __future__ import annotations
 import logging
 import traceback
 
-from activities.content.redaction import current, redact_error
+from activities.content.redaction import Redactor, current, redact_error
 
-__all__ = ["ACTIVITY_LOGGER", "RedactingLogFilter", "install"]
+__all__ = ["ACTIVITY_LOGGER", "RedactingLogFilter", "install", "redact_every_line"]
 
 ACTIVITY_LOGGER = "temporalio.activity"
 """The logger behind ``temporalio.activity.logger``: every activity's own lines."""
@@ -25,10 +25,15 @@ _STANDARD = frozenset(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {
 
 
 class RedactingLogFilter(logging.Filter):
-    """Redacts a record in place; never drops one."""
+    """Redacts a record in place; never drops one. With a ``redactor`` it uses that one (the
+    worker's, for lines logged outside any activity); else the running activity's."""
+
+    def __init__(self, redactor: Redactor | None = None) -> None:
+        super().__init__()
+        self._redactor = redactor
 
     def filter(self, record: logging.LogRecord) -> bool:
-        redactor = current()
+        redactor = self._redactor or current()
         message = record.getMessage()
         clean = redact_error(message, redactor)
         if clean != message:
@@ -50,3 +55,12 @@ def install(logger: logging.Logger | None = None) -> None:
     target = logger or logging.getLogger(ACTIVITY_LOGGER)
     if not any(isinstance(f, RedactingLogFilter) for f in target.filters):
         target.addFilter(RedactingLogFilter())
+
+
+def redact_every_line(redactor: Redactor) -> None:
+    """Put a filter with the worker's ``redactor`` on every handler of the root logger: each line
+    the worker process logs passes the door, not only what activities log (an MCP session's own
+    lines, a library's). Call it after logging is configured."""
+    for handler in logging.getLogger().handlers:
+        if not any(isinstance(f, RedactingLogFilter) for f in handler.filters):
+            handler.addFilter(RedactingLogFilter(redactor))

@@ -195,3 +195,23 @@ def test_an_activitys_log_lines_are_redacted_with_the_running_workers_secrets() 
     assert "RuntimeError: boom [redacted]" in listing.exc_text
     assert KEY.lower() not in logging.Formatter().format(listing)
     assert plain.args == ("words",)
+
+
+def test_every_line_the_worker_logs_is_redacted_whichever_logger_wrote_it() -> None:
+    """Outside any activity (an MCP session's own lines, a library's), the worker's handler
+    filter redacts its secrets from each line, and leaves other lines as they were."""
+    secret = "Zq8vN2kLp4Rt7wXy"
+    root = logging.getLogger()
+    handler = logging.Handler()
+    seen: list[str] = []
+    handler.emit = lambda record: seen.append(record.getMessage())  # type: ignore[method-assign]
+    root.addHandler(handler)
+    try:
+        content_logs.redact_every_line(Redactor([secret]))
+        content_logs.redact_every_line(Redactor([secret]))  # once per handler, however often
+        assert sum(isinstance(f, content_logs.RedactingLogFilter) for f in handler.filters) == 1
+        logging.getLogger("mcp.client.stdio").warning("server said %s", secret.lower())
+        logging.getLogger("some.library").warning("nothing to hide")
+    finally:
+        root.removeHandler(handler)
+    assert seen == [f"server said {REDACTED}", "nothing to hide"]
