@@ -252,6 +252,20 @@ async def _empty_home() -> AsyncIterator[str]:
         await asyncio.to_thread(shutil.rmtree, home, True)
 
 
+def _trust_workspace(home: str, root: Path) -> str | None:
+    """A global config of one line, ``safe.directory = <workspace>``, or ``None`` when the path
+    cannot be written in one. Git refuses a repository another user owns, and a root worker's
+    commands run as an unprivileged user (``activities.tools.confinement``) that may own it
+    now; the hook trusts the workspace anyway, having switched off what its config could run."""
+    text = os.fspath(root)
+    if any(not ch.isprintable() for ch in text):
+        return None
+    quoted = text.replace("\\", "\\\\").replace('"', '\\"')
+    config = Path(home, "trust.gitconfig")
+    config.write_text(f'[safe]\n\tdirectory = "{quoted}"\n', encoding="utf-8")
+    return os.fspath(config)
+
+
 def _workspace_root(workspace: str) -> Path:
     """The workspace's real path; ``HookFailed`` unless it is a directory."""
     real = Path(os.path.realpath(workspace))
@@ -311,6 +325,9 @@ class GitCommit:
             # A ceiling with a ':' in it cannot be written down; the layout check still holds.
             parent = os.fspath(root.parent)
             env = git_environment(environ, home, ceiling=None if ":" in parent else parent)
+            trusting = await asyncio.to_thread(_trust_workspace, home, root)
+            if trusting is not None:
+                env["GIT_CONFIG_GLOBAL"] = trusting
             git = _Git(program, root, env)
             skipped = await self._repository(git, root, environ, home)
             if skipped is not None:
