@@ -8,9 +8,21 @@ lies inside a larger repository (a home directory under version control, the dir
 holds all workspaces) is skipped, never committed to. A ``.git`` that points out of the
 workspace (a ``gitdir:`` file, ``core.worktree``) and is not a worktree of it is refused.
 
-**What is committed.** Everything that changed under the workspace, also files a command
-changed that no tool reported: ``git add -A -- .`` from its top level, then ``git commit -- .``,
-which commits those paths only, whatever else the index holds. ``.gitignore`` is honoured.
+**What is committed.** Exactly what the step's tools changed, never what the user had staged
+or changed: the paths the tools reported (``write_file``, ``edit_file``) and, after a step in
+which a tool that reports nothing ran (a command, a custom or MCP tool), every path that changed
+since the hook last looked. The hook remembers the work tree as it left it, per workflow id, as
+a tree under ``refs/treadle/seen/``; before its first look for a run, a path counts as the
+step's when its inode changed after the run started (a command's deletion is then missed).
+A user's edit made *during* a run, between two hooks, is not told apart from a command's.
+``.gitignore`` is honoured.
+
+**The user's index and work tree are not touched.** The commit is built in an index of its own
+(``GIT_INDEX_FILE``, read from HEAD), written with ``write-tree`` and ``commit-tree``, and HEAD
+moves with ``update-ref`` from the commit it was built on (compare-and-swap). Afterwards the
+user's index takes the committed paths as committed (``git reset <commit> -- <paths>``, as
+``git commit <paths>`` would leave them); everything else it holds stays as it was. While a
+merge, rebase, cherry-pick or revert is unfinished the hook commits nothing.
 
 **How git runs.** No shell, and an environment of our own: no system or user configuration
 (``GIT_CONFIG_NOSYSTEM``, ``GIT_CONFIG_GLOBAL=/dev/null``, an empty ``HOME``), so the worker's
@@ -22,18 +34,21 @@ What is *not* confined: links inside ``.git`` itself (an ``objects`` directory l
 the workspace is written through), and git's own resource use.
 
 **Idempotence.** The message ends with a trailer ``Treadle-Step: <workflow id>/<run id>/<step>``.
-Before staging, the last commits are searched for it: an attempt that runs again after a
+Before building, the last commits are searched for it: an attempt that runs again after a
 worker died mid-hook (maybe after its commit) returns that commit and commits nothing more.
+HEAD moves in one atomic ``update-ref``, so a killed attempt either moved it or did not.
 
-**Failures.** A lock another git process holds (``index.lock``, a ref's lock) is ``HookBusy``,
-retried by Temporal; every other refusal of git is ``HookFailed``, recorded and the run goes on.
-A git that is running when the attempt is cancelled is left to finish, so no lock is left.
+**Failures.** A lock a live git process holds (``index.lock``, a ref's lock) is ``HookBusy``,
+retried by Temporal; a lock no process holds (its git was killed) is removed and the command
+run again (``activities.hooks.locks``). Every other refusal of git is ``HookFailed``, recorded
+and the run goes on. A git that is running when the attempt is cancelled is left to finish.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import os
 import re
 import shutil
@@ -42,6 +57,10 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from temporalio import activity
+from temporalio.service import RPCError
+
+from activities.hooks import locks
 from activities.hooks.base import HookBusy, HookFailed
 from activities.tools.workspace import is_inside
 from workflows.agent.hooks import DEFAULT_COMMIT_AUTHOR, HookRequest, HookResult, parse_author
@@ -65,6 +84,14 @@ MAX_LISTED_FILES = 50
 GIT_FINISH_GRACE_SECONDS = 30.0
 """On cancellation, how long a running git is given to finish rather than be killed holding
 its lock."""
+REPORTING_TOOLS = frozenset({"write_file", "edit_file"})
+"""Tools that report every path they change; after a step of only these, only those paths are
+committed. Any other tool (a command, a custom or MCP tool) may change files unreported."""
+SEEN_REFS = "refs/treadle/seen/"
+"""Under this prefix, per workflow id, the tree of the work tree as the hook last left it: what
+changed since is what the next step's commands did."""
+DESCRIBE_SECONDS = 10.0
+"""How long Temporal is asked for the run's start before the hook goes on without it."""
 MESSAGE_CHARS = 600
 """Git's complaint is cut to this many characters in a ``failed`` result."""
 
@@ -178,8 +205,9 @@ class _Git:
     def with_env(self, **extra: str) -> _Git:
         return _Git(self.program, self.cwd, {**self.env, **extra}, self.overrides)
 
-    async def __call__(self, *args: str, ok: Sequence[int] = (0,)) -> _Completed:
-        """Run ``git <args>``; an exit code not in ``ok`` raises the hook's error."""
+    async def __call__(self, *args: str, ok: Sequence[int] | None = (0,)) -> _Completed:
+        """Run ``git <args>``; an exit code not in ``ok`` raises the hook's error (``None``:
+        any code is returned)."""
         running = asyncio.ensure_future(self._run(args))
         try:
             done = await asyncio.shield(running)
@@ -188,7 +216,7 @@ class _Git:
             # finish instead (the next attempt finds its commit either way).
             await asyncio.wait({running}, timeout=GIT_FINISH_GRACE_SECONDS)
             raise
-        if done.code not in ok:
+        if ok is not None and done.code not in ok:
             raise _failure(done)
         return done
 
@@ -222,6 +250,20 @@ async def _empty_home() -> AsyncIterator[str]:
         yield home
     finally:
         await asyncio.to_thread(shutil.rmtree, home, True)
+
+
+def _trust_workspace(home: str, root: Path) -> str | None:
+    """A global config of one line, ``safe.directory = <workspace>``, or ``None`` when the path
+    cannot be written in one. Git refuses a repository another user owns, and a root worker's
+    commands run as an unprivileged user (``activities.tools.confinement``) that may own it
+    now; the hook trusts the workspace anyway, having switched off what its config could run."""
+    text = os.fspath(root)
+    if any(not ch.isprintable() for ch in text):
+        return None
+    quoted = text.replace("\\", "\\\\").replace('"', '\\"')
+    config = Path(home, "trust.gitconfig")
+    config.write_text(f'[safe]\n\tdirectory = "{quoted}"\n', encoding="utf-8")
+    return os.fspath(config)
 
 
 def _workspace_root(workspace: str) -> Path:
@@ -283,11 +325,16 @@ class GitCommit:
             # A ceiling with a ':' in it cannot be written down; the layout check still holds.
             parent = os.fspath(root.parent)
             env = git_environment(environ, home, ceiling=None if ":" in parent else parent)
+            trusting = await asyncio.to_thread(_trust_workspace, home, root)
+            if trusting is not None:
+                env["GIT_CONFIG_GLOBAL"] = trusting
             git = _Git(program, root, env)
             skipped = await self._repository(git, root, environ, home)
             if skipped is not None:
                 return HookResult(hook=self.name, outcome="skipped", detail=skipped)
-            return await self._commit(git, request, author)
+            scratch = Path(home, "scratch")
+            await asyncio.to_thread(scratch.mkdir)
+            return await self._commit(git, request, author, scratch)
 
     async def _repository(
         self, git: _Git, root: Path, environ: Mapping[str, str], home: str
@@ -315,24 +362,39 @@ class GitCommit:
             )
         return "the workspace is not a git repository"
 
-    async def _commit(self, git: _Git, request: HookRequest, author: tuple[str, str]) -> HookResult:
+    async def _commit(
+        self, git: _Git, request: HookRequest, author: tuple[str, str], scratch: Path
+    ) -> HookResult:
         trailer = f"{STEP_TRAILER}: {step_key(request)}"
+        git = git.with_overrides(await _filters_off(git))
+        await _refuse_unfinished(git)
         earlier = await _commit_with(git, trailer)
         if earlier is not None:
+            await _settle(git, request, scratch, earlier, None)
             return self._already(request, earlier)
-        git = git.with_overrides(await _filters_off(git))
-        await git("add", "--all", "--", ".")
-        changes = await _staged(git)
+        head = await _head(git)
+        staging = git.with_env(GIT_INDEX_FILE=os.fspath(scratch / "step.index"))
+        await staging("read-tree", *((head,) if head else ("--empty",)))
+        dirty = await _differing(staging)
+        paths = sorted(dirty & await self._step_paths(git, request, scratch, dirty))
+        if paths:
+            await staging(*_pathspec_args(scratch, "add", "--all", paths=paths))
+        changes = await _staged(staging) if paths else []
         if not changes:
             # A git left running by a killed attempt may have committed since the look above.
             earlier = await _commit_with(git, trailer)
             if earlier is not None:
+                await _settle(git, request, scratch, earlier, None)
                 return self._already(request, earlier)
+            await _settle(git, request, scratch, None, None)
             return HookResult(
                 hook=self.name,
                 outcome="nothing",
-                detail="nothing to commit: no change in the workspace since the last commit",
+                detail="nothing to commit: the step's tools changed nothing since the last commit",
             )
+        tree = (await staging("write-tree")).stdout.decode("ascii").strip()
+        message = scratch / "message"
+        await asyncio.to_thread(message.write_bytes, commit_message(request, changes).encode())
         name, email = author
         committing = git.with_env(
             GIT_AUTHOR_NAME=name,
@@ -340,24 +402,46 @@ class GitCommit:
             GIT_COMMITTER_NAME=name,
             GIT_COMMITTER_EMAIL=email,
         )
-        await committing(
-            "commit",
-            "--quiet",
-            "--no-verify",
-            "--no-gpg-sign",
-            "--cleanup=verbatim",
-            "--message",
-            commit_message(request, changes),
-            "--",
-            ".",
+        parents = ("-p", head) if head else ()
+        made = await committing("commit-tree", tree, *parents, "-F", os.fspath(message))
+        commit = made.stdout.decode("ascii").strip()
+        # Compare-and-swap: HEAD moves only from the commit the step was built on.
+        moved = await _locked(
+            git, "update-ref", "-m", f"treadle: step {request.step}", "HEAD", commit, head or ""
         )
-        made = await _commit_with(git, trailer)
-        if made is None:
-            raise HookFailed("git committed, but the commit is not on HEAD any more")
+        if moved.code != 0:
+            earlier = await _commit_with(git, trailer)
+            if earlier is not None:  # a git of a killed attempt got there first
+                await _settle(git, request, scratch, earlier, None)
+                return self._already(request, earlier)
+            raise HookBusy(f"HEAD moved while the step was being committed ({_said(moved)})")
+        await _settle(git, request, scratch, commit, paths)
         count = f"{len(changes)} file{'s' if len(changes) != 1 else ''}"
         return HookResult(
-            hook=self.name, outcome="done", detail=f"committed {count} as {made[:12]}", commit=made
+            hook=self.name,
+            outcome="done",
+            detail=f"committed {count} as {commit[:12]}",
+            commit=commit,
         )
+
+    async def _step_paths(
+        self, git: _Git, request: HookRequest, scratch: Path, dirty: set[str]
+    ) -> set[str]:
+        """The paths the step's tools changed: those they reported, and, when a tool that
+        reports nothing ran (a command), every path changed since the hook last looked."""
+        reported = {os.path.normpath(path) for path in request.files}
+        if set(request.tools) <= REPORTING_TOOLS:
+            return reported
+        seen = await _seen_tree(git, request)
+        if seen is not None:
+            looking = git.with_env(GIT_INDEX_FILE=os.fspath(scratch / "seen.index"))
+            await looking("read-tree", seen)
+            return reported | await _differing(looking)
+        started = await _run_started()
+        if started is None:
+            return reported
+        root = git.cwd
+        return reported | await asyncio.to_thread(_changed_after, root, dirty, started)
 
     def _already(self, request: HookRequest, commit: str) -> HookResult:
         return HookResult(
@@ -366,6 +450,146 @@ class GitCommit:
             detail=f"step {request.step} was already committed as {commit[:12]}",
             commit=commit,
         )
+
+
+def _said(done: _Completed) -> str:
+    return "; ".join(line.strip() for line in done.stderr.splitlines() if line.strip())
+
+
+async def _head(git: _Git) -> str | None:
+    found = await git("rev-parse", "--verify", "--quiet", "HEAD^{commit}", ok=(0, 1, 128))
+    return found.stdout.decode("ascii").strip() if found.code == 0 else None
+
+
+_UNFINISHED = {
+    "MERGE_HEAD": "a merge",
+    "CHERRY_PICK_HEAD": "a cherry-pick",
+    "REVERT_HEAD": "a revert",
+    "rebase-merge": "a rebase",
+    "rebase-apply": "a rebase or am",
+}
+
+
+async def _refuse_unfinished(git: _Git) -> None:
+    """``HookFailed`` while a merge, rebase, cherry-pick or revert waits for the user: a step
+    commit in the middle of one would be taken into it."""
+    found = await git("rev-parse", *(w for name in _UNFINISHED for w in ("--git-path", name)))
+    for name, path in zip(_UNFINISHED, os.fsdecode(found.stdout).splitlines(), strict=False):
+        if await asyncio.to_thread(os.path.lexists, git.cwd / path):
+            raise HookFailed(
+                f"the repository is in the middle of {_UNFINISHED[name]} ({name} exists); the "
+                "hook commits nothing until it is finished"
+            )
+
+
+async def _differing(git: _Git) -> set[str]:
+    """Paths whose work-tree state differs from ``git``'s index (changed, deleted, untracked
+    and not ignored), relative to the top level."""
+    found = await git(
+        "status",
+        "--porcelain=v1",
+        "-z",
+        "--untracked-files=all",
+        "--no-renames",
+        "--ignore-submodules=all",
+    )
+    # ``XY path``: X compares the index with HEAD, Y the work tree with the index.
+    return {
+        os.fsdecode(entry[3:])
+        for entry in found.stdout.split(b"\0")
+        if len(entry) > 3 and entry[1:2] != b" "
+    }
+
+
+def _changed_after(root: Path, paths: set[str], since: float) -> set[str]:
+    """Of ``paths``, those whose inode changed at or after ``since`` (a deletion has none)."""
+    changed = set()
+    for path in paths:
+        with contextlib.suppress(OSError):
+            if os.lstat(root / path).st_ctime >= since:
+                changed.add(path)
+    return changed
+
+
+async def _run_started() -> float | None:
+    """When the run calling the hook started (server time), asked of Temporal; ``None`` outside a
+    worker or when it cannot be told."""
+    if not activity.in_activity():
+        return None
+    try:
+        info = activity.info()  # the run that called the hook: the request's
+        if info.workflow_id is None:
+            return None
+        handle = activity.client().get_workflow_handle(
+            info.workflow_id, run_id=info.workflow_run_id
+        )
+        described = await asyncio.wait_for(handle.describe(), DESCRIBE_SECONDS)
+    except (RuntimeError, TimeoutError, RPCError) as exc:
+        activity.logger.info("hook.run_start_unknown", extra={"error": type(exc).__name__})
+        return None
+    return described.start_time.timestamp()
+
+
+def _seen_ref(request: HookRequest) -> str:
+    digest = hashlib.sha256(request.workflow_id.encode("utf-8", "surrogatepass")).hexdigest()
+    return f"{SEEN_REFS}{digest[:32]}"
+
+
+async def _seen_tree(git: _Git, request: HookRequest) -> str | None:
+    found = await git(
+        "rev-parse", "--verify", "--quiet", f"{_seen_ref(request)}^{{tree}}", ok=(0, 1, 128)
+    )
+    return found.stdout.decode("ascii").strip() if found.code == 0 else None
+
+
+def _pathspec_args(scratch: Path, *args: str, paths: Sequence[str]) -> tuple[str, ...]:
+    """``args`` with ``paths`` given through a file (any number, any characters)."""
+    fd, spec = tempfile.mkstemp(prefix="paths-", dir=scratch)
+    with os.fdopen(fd, "wb") as out:
+        out.write(b"".join(os.fsencode(path) + b"\0" for path in paths))
+    return (*args, f"--pathspec-from-file={spec}", "--pathspec-file-nul")
+
+
+async def _settle(
+    git: _Git,
+    request: HookRequest,
+    scratch: Path,
+    commit: str | None,
+    paths: Sequence[str] | None,
+) -> None:
+    """After the step's commit (or none): the user's index takes the committed paths as
+    committed (nothing else in it changes), and what the work tree holds now is remembered,
+    so the next step's commands are told apart from what was there before."""
+    if commit is not None:
+        if paths is None:
+            listed = await git(
+                "diff-tree", "--no-commit-id", "--root", "-r", "-z", "--name-only", commit
+            )
+            paths = [os.fsdecode(p) for p in listed.stdout.split(b"\0") if p]
+        if paths:
+            done = await _locked(git, *_pathspec_args(scratch, "reset", "-q", commit, paths=paths))
+            if done.code != 0:
+                raise _failure(done)
+    head = await _head(git)
+    seeing = git.with_env(GIT_INDEX_FILE=os.fspath(scratch / "now.index"))
+    await seeing("read-tree", *((head,) if head else ("--empty",)))
+    await seeing("add", "--all", "--", ".")
+    tree = (await seeing("write-tree")).stdout.decode("ascii").strip()
+    await _locked(git, "update-ref", _seen_ref(request), tree)
+
+
+async def _locked(git: _Git, *args: str) -> _Completed:
+    """``git <args>``, once more after removing a lock a dead process left; a lock a live
+    process holds is ``HookBusy``. Other refusals are returned, not raised."""
+    for _ in range(2):
+        done = await git(*args, ok=None)
+        lock = _LOCK.search(done.stderr)
+        if lock is None:
+            return done
+        path = git.cwd / lock["path"]
+        if not await asyncio.to_thread(locks.remove_if_stale, path):
+            raise _failure(done)
+    return done
 
 
 async def _commit_with(git: _Git, trailer: str) -> str | None:

@@ -7,6 +7,14 @@ started or reached, closes the connection, outlives its timeout) fails the attem
 retryable ``ApplicationError`` (``McpUnavailableError.to_application_error``); Temporal
 retries it, and the workflow turns the final failure into an ``ERROR`` observation.
 
+A call of a tool that is not safe to repeat (its annotations do not say ``readOnlyHint`` or
+``idempotentHint``) is recorded in the attempt's heartbeat details before it is sent; an attempt
+that finds an earlier one sent it (the worker died, or the server stopped answering) does not
+send it again but tells the model the outcome is unknown. Safe tools are simply called again.
+
+The SDK is imported off the event loop, and inside the heartbeats: a first MCP use on a busy
+worker, or a slow server start, never costs an attempt its heartbeat timeout.
+
 After any failed call the server's tool list is fetched again: when the tool is gone the model
 reads "ERROR: tool X is no longer offered by server Y", whatever the server's own wording, and
 the worker's cached listing is updated.
@@ -25,7 +33,7 @@ from typing import TYPE_CHECKING
 from temporalio import activity
 
 from activities import telemetry
-from activities.heartbeat import heartbeating
+from activities.heartbeat import FIRST_BEAT_SECONDS, heartbeating, interval_seconds
 from activities.mcp.config import McpConfig, McpServerConfig
 from activities.mcp.errors import McpUnavailableError
 from activities.store.conversation import ConversationStore
@@ -47,6 +55,14 @@ if TYPE_CHECKING:
     from mcp.types import Tool
 
     from activities.mcp.sessions import McpSessions
+
+
+SENT_MARK = "mcp_call_sent"
+"""Key of the heartbeat detail that names a call sent to its server (not safe to repeat)."""
+THROTTLE_SHARE = 0.8
+MAX_THROTTLE_SECONDS = 60.0
+"""Temporal's workers send a heartbeat at most every ``THROTTLE_SHARE`` of the heartbeat
+timeout (and at most ``MAX_THROTTLE_SECONDS`` apart); a later one waits for its turn."""
 
 
 @dataclass(frozen=True)
@@ -117,6 +133,7 @@ class McpActivities:
         # is alive, so the workflow can give a long start-to-close timeout and a short
         # heartbeat timeout.
         async with heartbeating("listing MCP servers"):
+            await load_sdk()
             outcomes = await asyncio.gather(
                 *(self._listing(name, request.refresh) for name in names)
             )
@@ -222,18 +239,32 @@ class McpActivities:
             return _error(
                 f"MCP server {request.server!r} is not configured on this worker", request
             )
-        from activities.mcp.protocol import call_tool
-        from activities.mcp.results import result_text
-
         timeout = request.timeout_seconds or server.timeout_seconds
         loop = asyncio.get_running_loop()
         started = loop.time()
+        mark: dict[str, str | None] = {SENT_MARK: None}  # every beat carries it as it is
 
         def running_for() -> str:
             return f"{request.server}/{request.tool} running for {loop.time() - started:.0f}s"
 
-        async with heartbeating(progress=running_for):
+        async with heartbeating(mark, progress=running_for):
+            await load_sdk()
+            from activities.mcp.protocol import call_tool
+            from activities.mcp.results import result_text
+
+            repeatable = await self._repeatable(server, request.tool)
+            if not repeatable and _sent_before(request.call_id):
+                activity.logger.warning(
+                    "mcp.call_outcome_unknown server=%s tool=%s call_id=%s",
+                    request.server,
+                    request.tool,
+                    request.call_id,
+                )
+                return _error(outcome_unknown(request.tool), request)
             async with self.sessions.session(server, timeout=server.list_timeout_seconds) as conn:
+                if not repeatable:
+                    mark[SENT_MARK] = request.call_id
+                    await _record_sent(mark, running_for(), since=loop.time() - started)
                 answer = await call_tool(conn, request, timeout)
             if isinstance(answer, str) or answer.is_error:
                 refusal = answer if isinstance(answer, str) else result_text(answer)
@@ -249,6 +280,18 @@ class McpActivities:
             content_hashes={namespaced_name(request.server, request.tool): digest},
         )
 
+    async def _repeatable(self, server: McpServerConfig, tool: str) -> bool:
+        """Whether calling ``tool`` twice is as good as once: the server's annotations say it
+        is read-only or idempotent. A tool without them, or not listed, is not."""
+        listing = self._listings.get(server.name)
+        if listing is None or all(listed.name != tool for listed in listing.tools):
+            listing = await self.refresh_listing(server)
+        for listed in listing.tools:
+            if listed.name == tool and listed.annotations is not None:
+                hints = listed.annotations
+                return hints.read_only_hint is True or hints.idempotent_hint is True
+        return False
+
     async def _vanished(self, server: McpServerConfig, tool: str) -> bool:
         """After a failed call: is the tool missing from a fresh listing? A server that cannot
         be listed now does not prove it gone: ``False``."""
@@ -257,6 +300,53 @@ class McpActivities:
         except McpUnavailableError:
             return False
         return all(listed.name != tool for listed in listing.tools)
+
+
+def outcome_unknown(tool: str) -> str:
+    """What the model reads when a call of a tool that is not safe to repeat may have run."""
+    return (
+        f"outcome unknown: the worker running {tool} died after sending the call; check "
+        "before calling again"
+    )
+
+
+async def load_sdk() -> None:
+    """Import the ``mcp`` SDK (about a second) in a thread: the event loop keeps running, so
+    every activity on the worker keeps heartbeating while a first MCP use imports it."""
+    await asyncio.to_thread(_import_sdk)
+
+
+def _import_sdk() -> None:
+    import activities.mcp.protocol
+    import activities.mcp.results
+    import activities.mcp.sessions  # noqa: F401
+
+
+def _sent_before(call_id: str) -> bool:
+    """Whether an earlier attempt of this activity recorded that it sent ``call_id``."""
+    if not activity.in_activity():
+        return False
+    return any(
+        isinstance(detail, dict) and detail.get(SENT_MARK) == call_id
+        for detail in activity.info().heartbeat_details
+    )
+
+
+async def _record_sent(*details: object, since: float) -> None:
+    """Heartbeat that the call is about to be sent, and make sure Temporal has it first.
+
+    The worker's SDK sends the first heartbeat of an attempt at once and later ones at most
+    every ``THROTTLE_SHARE`` of the heartbeat timeout: when this attempt may have heartbeated
+    already (it had to open the session), the call waits out that throttle, so a worker killed
+    mid-call has left the mark for the next attempt."""
+    if not activity.in_activity():
+        return
+    activity.heartbeat(*details)
+    timeout = activity.info().heartbeat_timeout
+    if timeout and since >= min(FIRST_BEAT_SECONDS, interval_seconds()):
+        await asyncio.sleep(min(timeout.total_seconds() * THROTTLE_SHARE, MAX_THROTTLE_SECONDS))
+    else:
+        await asyncio.sleep(0)  # the SDK hands the heartbeat on from a task of its own
 
 
 def _error(text: str, request: McpCallRequest) -> ToolResult:

@@ -23,6 +23,18 @@ Two layers, because only the second is a sandbox:
   The sandbox dies with the process that started it (``--die-with-parent``), and all its
   processes die when its first one ends (the pid namespace ends).
 
+* **An unprivileged user** when the worker runs as root: dropping capabilities inside a user
+  namespace does not change the uid the host checks files against, so a root worker's command
+  would still read root's files (``/etc/shadow``, ``/etc`` is visible). So bubblewrap itself is
+  started through ``setpriv`` as a real unprivileged user, with no supplementary groups and no
+  way to gain privileges: the workspace's owner when that is not root, otherwise
+  ``SANDBOX_UID``/``SANDBOX_GID`` (``nobody``; ``TREADLE_SANDBOX_UID``/``_GID`` choose another).
+  So that it can work in the workspace, the entries there that root owns (the workspace a root
+  worker made, the files its tools wrote) are handed to that user before each command (the
+  workspace directory and its ``.git`` stay root's, opened to the user's group, so git run by
+  the root worker still trusts the repository); what the command creates is that user's,
+  which the root worker reads and writes as before.
+
 ``Confinement`` chooses: ``auto`` (bubblewrap when a probe run works, otherwise argument checks
 only, logged once), ``bwrap`` (refuse to run commands without it), ``off`` (argument checks only).
 """
@@ -33,6 +45,7 @@ import enum
 import functools
 import os
 import shutil
+import stat
 import subprocess
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -48,7 +61,10 @@ __all__ = [
     "Sandbox",
     "check_arguments",
     "detect",
+    "hand_over",
+    "sandbox_ids",
     "sandboxed_argv",
+    "workspace_ids",
 ]
 
 SYSTEM_PATHS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")
@@ -56,6 +72,9 @@ SYSTEM_PATHS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", 
 PROGRAM_DIR_NAMES = frozenset({"bin", "sbin", "shims"})
 """A program found in a directory of one of these names brings that directory's parent into the
 sandbox (``~/.pyenv/shims/python3`` -> ``~/.pyenv``), so its libraries come with it."""
+SANDBOX_UID = 65534
+SANDBOX_GID = 65534
+"""Who a root worker's commands run as when the workspace is root's: ``nobody``/``nogroup``."""
 PROBE_TIMEOUT_SECONDS = 10.0
 MAX_LINK_HOPS = 40
 MAX_INTERPRETER_DEPTH = 3
@@ -108,8 +127,13 @@ def detect(mode: Confinement) -> Sandbox:
 
 @functools.cache
 def _probe(bwrap: str) -> Sandbox:
-    """Whether ``bwrap`` can build the sandbox here (user namespaces may be disabled)."""
-    argv = [bwrap, *_namespace_options(), *_system_mounts(), "--", "true"]
+    """Whether ``bwrap`` can build the sandbox here (user namespaces may be disabled), as the
+    unprivileged user a root worker's commands run as."""
+    try:
+        drop = _drop_privileges(sandbox_ids())
+    except ToolError as exc:
+        return Sandbox(None, str(exc))
+    argv = [bwrap, *_namespace_options(), *_system_mounts(), "--", *drop, "true"]
     try:
         done = subprocess.run(
             argv, capture_output=True, text=True, timeout=PROBE_TIMEOUT_SECONDS, check=False
@@ -140,10 +164,20 @@ def _announce(sandbox: Sandbox) -> None:
 
 
 def _namespace_options() -> list[str]:
+    if os.geteuid() == 0:
+        # Root needs no user namespace (one would keep the host's uid 0 for file access): the
+        # other namespaces, every capability dropped but the two ``setpriv`` needs to become
+        # the unprivileged user, which lose their effect as it does (uid 0 -> other).
+        return [
+            *("--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts"),
+            "--unshare-cgroup-try",
+            "--die-with-parent",
+            *("--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"),
+        ]
     return [
         "--unshare-all",  # mount, pid, net, ipc, uts, cgroup; user where it can
         "--die-with-parent",
-        "--cap-drop",  # a worker running as root must not hand root's powers to the command
+        "--cap-drop",  # no capability reaches the command
         "ALL",
     ]
 
@@ -156,7 +190,7 @@ def _system_mounts() -> list[str]:
         elif os.path.isdir(path):
             mounts += ["--ro-bind", path, path]
     # After the system mounts, before anything that may live under /tmp (the workspace).
-    return [*mounts, "--tmpfs", "/tmp", "--dev", "/dev", "--proc", "/proc"]
+    return [*mounts, "--perms", "1777", "--tmpfs", "/tmp", "--dev", "/dev", "--proc", "/proc"]
 
 
 def sandboxed_argv(
@@ -166,25 +200,122 @@ def sandboxed_argv(
 
     ``executable`` is where the worker found the program; its installation is made visible so
     the program starts, and inside the sandbox it is found on ``PATH`` as it would be outside.
+    A root worker's command runs as an unprivileged user (see the module docstring).
     """
-    program_mounts: list[str] = []
+    as_root = os.geteuid() == 0
+    # As root the mounts are made before the command drops to its user: what bubblewrap
+    # creates must let that user through (it copies a 0700 parent's mode from the host).
+    opened = ["--perms", "0777"] if as_root else []
+    mounts: list[str] = []
     home = env.get("HOME", "")
     if os.path.isabs(home) and not any(_under(home, system) for system in ("/", *SYSTEM_PATHS)):
         # An empty home of its own, so tools that keep caches and settings there still work;
         # mounted first, so a program installed under the real home is mounted over it.
-        program_mounts += ["--tmpfs", home]
-    for directory in _program_dirs(executable, env):
-        program_mounts += ["--ro-bind", directory, directory]
+        mounts += [*opened, "--tmpfs", home]
+    targets = [*_program_dirs(executable, env), os.fspath(root)]
+    for index, directory in enumerate(targets):
+        if as_root:
+            mounts += _passable_parents(directory, home)
+        bind = "--bind" if index == len(targets) - 1 else "--ro-bind"
+        mounts += [bind, directory, directory]
+    drop: list[str] = []
+    if as_root:
+        ids = workspace_ids(root)
+        hand_over(root, ids)
+        drop = _drop_privileges(ids)
     return [
         bwrap,
         *_namespace_options(),
         *_system_mounts(),
-        *program_mounts,
-        *("--bind", os.fspath(root), os.fspath(root)),
+        *mounts,
         *("--chdir", os.fspath(root)),
         *("--setenv", "TMPDIR", "/tmp"),
         "--",
+        *drop,
         *argv,
+    ]
+
+
+def _passable_parents(directory: str, home: str) -> list[str]:
+    """``--dir`` for each parent of ``directory`` that the sandbox makes (not a system path,
+    ``/tmp`` or the home it mounts), with a mode every user may pass through."""
+    words: list[str] = []
+    parents = Path(directory).parents
+    for parent in reversed(parents):
+        text = os.fspath(parent)
+        if text in ("/", "/tmp", home) or any(_under(text, s) for s in SYSTEM_PATHS):
+            continue
+        words += ["--perms", "0755", "--dir", text]
+    return words
+
+
+def sandbox_ids(environ: Mapping[str, str] | None = None) -> tuple[int, int]:
+    """The unprivileged ``(uid, gid)`` for a root worker's commands in a workspace of root's."""
+    environ = os.environ if environ is None else environ
+    try:
+        uid = int(environ.get("TREADLE_SANDBOX_UID", SANDBOX_UID))
+        gid = int(environ.get("TREADLE_SANDBOX_GID", SANDBOX_GID))
+    except ValueError as exc:
+        raise ToolError(f"TREADLE_SANDBOX_UID/_GID must be numbers: {exc}") from None
+    if uid <= 0 or gid <= 0:
+        raise ToolError("TREADLE_SANDBOX_UID/_GID must name an unprivileged user, not root")
+    return uid, gid
+
+
+def workspace_ids(root: Path) -> tuple[int, int]:
+    """Who a root worker's commands in ``root`` run as: its owner, unless that is root."""
+    status = os.stat(root)
+    if status.st_uid == 0:
+        return sandbox_ids()
+    return status.st_uid, status.st_gid if status.st_gid != 0 else status.st_uid
+
+
+def hand_over(root: Path, ids: tuple[int, int]) -> None:
+    """Give what root owns in the workspace to ``ids`` (links themselves, never their targets),
+    so the unprivileged command can work on it; what others own is left alone.
+
+    The workspace directory and its ``.git`` directory stay root's (git run by the root worker
+    refuses a repository another user owns) and are opened to the group of ``ids`` instead."""
+    uid, gid = ids
+    keep = {os.fspath(root), os.path.join(root, ".git")}
+
+    def give(path: str) -> None:
+        try:
+            status = os.lstat(path)
+            if status.st_uid != 0:
+                return
+            if path in keep and stat.S_ISDIR(status.st_mode):
+                if status.st_gid != gid:
+                    os.chown(path, -1, gid)
+                if status.st_mode & 0o070 != 0o070:
+                    os.chmod(path, stat.S_IMODE(status.st_mode) | 0o070)
+            else:
+                os.lchown(path, uid, gid)
+        except FileNotFoundError:
+            pass
+
+    give(os.fspath(root))
+    for directory, subdirs, files in os.walk(root):
+        for name in (*subdirs, *files):
+            give(os.path.join(directory, name))
+
+
+def _drop_privileges(ids: tuple[int, int]) -> list[str]:
+    """The ``setpriv`` words that make a root worker's command a real unprivileged user (no
+    supplementary groups, no way back up); none for a worker that is not root."""
+    if os.geteuid() != 0:
+        return []
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        raise ToolError(
+            "setpriv (util-linux) is not installed: a root worker cannot run commands as an "
+            "unprivileged user without it"
+        )
+    uid, gid = ids
+    return [
+        setpriv,
+        *(f"--reuid={uid}", f"--regid={gid}", "--clear-groups"),
+        *("--no-new-privs", "--inh-caps=-all", "--"),
     ]
 
 

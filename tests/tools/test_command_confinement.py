@@ -321,6 +321,56 @@ async def test_a_confined_program_has_no_network(workspace: Path) -> None:
         assert reached.success
 
 
+needs_root_and_bwrap = pytest.mark.skipif(
+    os.geteuid() != 0 or not BWRAP_WORKS,
+    reason="needs a worker running as root with bubblewrap (apt-get install bubblewrap)",
+)
+
+
+@needs_root_and_bwrap
+async def test_a_root_workers_command_runs_as_an_unprivileged_user(workspace: Path) -> None:
+    """The worker is root, the command is not: its uid, gid and groups are unprivileged, it
+    has no capability, and root-only files (/etc/shadow) cannot be read, however it asks."""
+    assert Path("/etc/shadow").exists()
+    named = await command(workspace, "cat /etc/shadow", Confinement.BWRAP)
+    assert_refused(named, REFUSED)
+    code = (
+        "import os; "
+        "print(os.getuid(), os.geteuid(), os.getgid(), os.getgroups()); "
+        "print([l for l in open('/proc/self/status') if l.startswith('CapEff')][0].split()[1]); "
+        "open('/etc/shadow').read()"
+    )
+    result = await command(workspace, python(code), Confinement.BWRAP)
+    assert not result.success, result.output
+    assert "PermissionError: [Errno 13] Permission denied: '/etc/shadow'" in result.output
+    lines = result.output.splitlines()
+    assert "65534 65534 65534 []" in lines  # uid, euid, gid, no supplementary groups
+    assert "0000000000000000" in lines  # no effective capability
+    shadow = python("print(len(open('/etc/shadow').read()) > 0)")
+    unconfined = await command(workspace, shadow, Confinement.OFF)
+    assert unconfined.success  # argument checks alone do not stop it: the sandbox does
+
+
+@needs_root_and_bwrap
+async def test_a_root_workers_command_still_works_in_the_workspace(workspace: Path) -> None:
+    """The unprivileged command edits a file the root worker wrote and makes a new one in a
+    workspace the root worker made; the worker reads both, and the workspace directory stays
+    root's (git run by the worker trusts a repository only its own user owns)."""
+    assert workspace.stat().st_uid == 0
+    (workspace / "sub").mkdir()
+    code = (
+        "open('a.txt', 'a').write('c\\n'); open('sub/new.txt', 'w').write('made\\n'); "
+        "import os; print(os.getuid())"
+    )
+    result = await command(workspace, python(code), Confinement.BWRAP)
+    assert (result.success, result.output) == (True, "exit code 0\n65534\n")
+    assert (workspace / "a.txt").read_text() == "b\na\nc\n"
+    assert (workspace / "sub" / "new.txt").read_text() == "made\n"
+    assert (workspace / "sub" / "new.txt").stat().st_uid == 65534
+    assert workspace.stat().st_uid == 0
+    (workspace / "sub" / "new.txt").write_text("the worker writes it too\n")
+
+
 # --------------------------------------------------------------------------------------------
 # Choosing the confinement
 # --------------------------------------------------------------------------------------------

@@ -51,6 +51,13 @@ def request(workspace: Path, step: int = 3, **fields: object) -> HookRequest:
     return HookRequest.model_validate(values)
 
 
+async def look(repo: Repo) -> None:
+    """An earlier step of the run's hook, changing nothing: the hook has looked at the work
+    tree, so what commands change from here on is told apart from what was there."""
+    result = await run_hook(request(repo.path, step=1, tools=("run_command",), files=()))
+    assert result.outcome == "nothing"
+
+
 async def run_hook(req: HookRequest, activities_: HookActivities | None = None) -> HookResult:
     acts = activities_ or HookActivities()
     result: HookResult = await ActivityEnvironment().run(acts.run_hook, req)
@@ -99,10 +106,11 @@ async def test_without_an_author_treadle_commits(repo: Repo) -> None:
 
 
 async def test_files_a_command_changed_are_committed_too(repo: Repo) -> None:
-    """A file made by ``run_command`` (no tool reported it) and a deletion are in the commit;
-    what ``.gitignore`` lists is not."""
+    """A file made by ``run_command`` (no tool reported it) and a deletion are in the commit,
+    being changes since the hook last looked; what ``.gitignore`` lists is not."""
     repo.write(".gitignore", "*.log\n")
     repo.commit_all("ignore logs")
+    await look(repo)
     policy = ToolPolicy(allow_run_command=True, command_allowlist=("touch", "rm"))
     for command in ("touch made-by-command.txt build.log", "rm README.md"):
         outcome = await execute_tool(repo.path, "run_command", {"command": command}, policy)
@@ -123,6 +131,30 @@ async def test_files_a_command_changed_are_committed_too(repo: Repo) -> None:
     assert (repo.path / "build.log").exists()
 
 
+async def test_the_users_staged_and_unstaged_work_stays_out_and_as_it_was(repo: Repo) -> None:
+    """The user's unstaged edit of README.md and staged user-staged.txt are neither in the
+    step's commit nor changed in the user's index: the first stays unstaged, the second staged.
+    The commit holds what the step's tools changed: a written file and a command's file."""
+    repo.write("README.md", "# the user's edit, not staged\n")
+    repo.write("user-staged.txt", "the user's, staged\n")
+    repo.git("add", "user-staged.txt")
+    await look(repo)
+    policy = ToolPolicy(allow_run_command=True, command_allowlist=("touch",))
+    outcome = await execute_tool(repo.path, "run_command", {"command": "touch by-command"}, policy)
+    assert outcome.success, outcome.output
+    repo.write("agent.txt", "the agent's\n")
+
+    result = await run_hook(
+        request(repo.path, tools=("write_file", "run_command"), files=("agent.txt",))
+    )
+
+    assert result.outcome == "done", result.detail
+    assert result.commit == repo.head()
+    assert repo.changed_in(result.commit) == ["A\tagent.txt", "A\tby-command"]
+    assert repo.status() == " M README.md\nA  user-staged.txt\n"
+    assert repo.git("show", ":user-staged.txt") == "the user's, staged\n"
+
+
 async def test_a_repository_without_commits_gets_its_first(tmp_path: Path, home: Path) -> None:
     """A freshly initialised repository (no HEAD yet) gets the step's commit as its first."""
     repo = make_repo(tmp_path / "ws", home, commit=False)
@@ -135,6 +167,7 @@ async def test_a_repository_without_commits_gets_its_first(tmp_path: Path, home:
 
 async def test_a_long_list_of_files_is_cut_in_the_message(repo: Repo) -> None:
     """Every changed file is committed; the message lists the first 50 and counts the rest."""
+    await look(repo)
     for n in range(MAX_LISTED_FILES + 5):
         repo.write(f"gen/file{n:03}.txt", f"{n}\n")
     result = await run_hook(request(repo.path, tools=("run_command",)))
@@ -157,7 +190,7 @@ async def test_nothing_changed_makes_no_commit(repo: Repo) -> None:
     assert result == HookResult(
         hook="git_commit",
         outcome="nothing",
-        detail="nothing to commit: no change in the workspace since the last commit",
+        detail="nothing to commit: the step's tools changed nothing since the last commit",
     )
     assert repo.count() == 1
 
@@ -366,11 +399,11 @@ async def test_the_step_commit_is_found_under_later_commits(repo: Repo) -> None:
 async def test_other_steps_and_runs_commit_anew(repo: Repo) -> None:
     """The idempotence key is run and step: step 30 is not step 3, another run is another."""
     repo.write("a.md", "a\n")
-    three = await run_hook(request(repo.path, step=3))
+    three = await run_hook(request(repo.path, step=3, files=("a.md",)))
     repo.write("b.md", "b\n")
-    thirty = await run_hook(request(repo.path, step=30))
+    thirty = await run_hook(request(repo.path, step=30, files=("b.md",)))
     repo.write("c.md", "c\n")
-    other_run = await run_hook(request(repo.path, step=3, run_id="run-9999"))
+    other_run = await run_hook(request(repo.path, step=3, run_id="run-9999", files=("c.md",)))
     commits = {three.commit, thirty.commit, other_run.commit}
     assert None not in commits
     assert len(commits) == 3
@@ -378,34 +411,54 @@ async def test_other_steps_and_runs_commit_anew(repo: Repo) -> None:
 
 
 async def test_a_held_index_lock_is_retried(repo: Repo) -> None:
-    """A lock held by another git process fails the attempt as retryable ``HookBusy``."""
+    """A lock a live process holds open fails the attempt as retryable ``HookBusy``; the step
+    is committed by an attempt after it is let go."""
     repo.write("notes.md", "notes\n")
-    (repo.path / ".git" / "index.lock").write_text("")
-    with pytest.raises(ApplicationError) as caught:
+    lock = repo.path / ".git" / "index.lock"
+    # This test's process is the live holder.
+    with lock.open("w"), pytest.raises(ApplicationError) as caught:
         await run_hook(request(repo.path))
     assert caught.value.type == "HookBusy"
     assert not caught.value.non_retryable
     assert "index.lock exists" in caught.value.message
-    (repo.path / ".git" / "index.lock").unlink()
+    lock.unlink()
     assert (await run_hook(request(repo.path))).outcome == "done"
 
 
-async def test_a_refusal_of_git_is_a_failed_result(repo: Repo) -> None:
-    """Git refusing to commit (here: a merge in progress) is a ``failed`` result with git's
-    reason, not an activity failure."""
+@pytest.mark.parametrize("lock", ["index.lock", "HEAD.lock", "refs/heads/main.lock"])
+async def test_a_lock_a_dead_process_left_is_recovered(repo: Repo, lock: str) -> None:
+    """A lock nobody holds open any more (its git was killed) is removed, not waited out: the
+    same attempt commits the step."""
+    repo.write("notes.md", "notes\n")
+    left = subprocess.run(["sh", "-c", f'echo x > "{repo.path / ".git" / lock}"'], check=True)
+    assert left.returncode == 0
+    result = await run_hook(request(repo.path))
+    assert result.outcome == "done", result.detail
+    assert result.commit == repo.head()
+    assert not (repo.path / ".git" / lock).exists()
+    assert repo.status() == ""
+
+
+async def test_an_unfinished_merge_is_a_failed_result(repo: Repo) -> None:
+    """A merge in progress (the user's, waiting for a resolution) gets no step commit: a
+    ``failed`` result saying why, not an activity failure."""
     repo.git("checkout", "--quiet", "-b", "side")
     repo.write("src/app.py", "print('side')\n")
     repo.commit_all("side")
     repo.git("checkout", "--quiet", "main")
     repo.write("src/app.py", "print('main')\n")
     repo.commit_all("main")
+    head = repo.head()
     with pytest.raises(subprocess.CalledProcessError):
         repo.git("merge", "--quiet", "side")  # a conflict leaves the merge in progress
     repo.write("src/app.py", "print('resolved')\n")
     result = await run_hook(request(repo.path))
-    assert result.outcome == "failed"
-    assert result.detail.startswith("git commit failed (exit code 128): ")
-    assert "merge" in result.detail
+    assert result == HookResult.failure(
+        "git_commit",
+        "the repository is in the middle of a merge (MERGE_HEAD exists); the hook commits "
+        "nothing until it is finished",
+    )
+    assert repo.head() == head
 
 
 async def test_a_worker_without_git_says_so(repo: Repo, tmp_path: Path) -> None:
@@ -418,15 +471,15 @@ async def test_a_worker_without_git_says_so(repo: Repo, tmp_path: Path) -> None:
 
 
 async def test_a_cancelled_attempt_lets_a_running_git_finish(repo: Repo, tmp_path: Path) -> None:
-    """Cancelled while ``git commit`` runs, the attempt waits for git instead of killing it
-    halfway (which would leave ``index.lock`` behind for every later attempt)."""
+    """Cancelled while ``git update-ref`` moves HEAD, the attempt waits for git instead of
+    killing it halfway (which would leave ``index.lock`` behind for every later attempt)."""
     real = shutil.which("git")
     started = tmp_path / "commit-started"
     slow = tmp_path / "slow-git"
     slow.write_text(
         "#!/bin/sh\n"
         'for arg in "$@"; do\n'
-        f'  if [ "$arg" = commit ]; then touch "{started}"; sleep 1; fi\n'
+        f'  if [ "$arg" = update-ref ]; then touch "{started}"; sleep 1; fi\n'
         "done\n"
         f'exec "{real}" "$@"\n'
     )

@@ -3,7 +3,8 @@ step is committed exactly once.
 
 To land the kill inside the hook deterministically, the workers find a ``git`` on their PATH
 that runs the real git and then, once, sleeps after the chosen subcommand (``add``: nothing is
-committed yet; ``commit``: the commit exists but the activity never reported it). Nothing in
+committed yet; ``update-ref``: HEAD names the step's commit but the activity never reported
+it; ``reset``: the user's index has been told too). Nothing in
 the product knows about it.
 """
 
@@ -57,13 +58,38 @@ class HookOnceWorkflow:
         )
 
 
+@workflow.defn(sandboxed=False)
+class HookOnGoWorkflow:
+    """As ``HookOnceWorkflow``, once signalled ``go``: the step's files are made after the
+    run started, as a step's commands make them."""
+
+    def __init__(self) -> None:
+        self.go = False
+
+    @workflow.signal
+    def proceed(self) -> None:
+        self.go = True
+
+    @workflow.run
+    async def run(self, request: HookRequest) -> HookResult:
+        await workflow.wait_condition(lambda: self.go)
+        return await workflow.execute_activity_method(
+            HookActivities.run_hook,
+            request,
+            **hook_call(
+                f"step {request.step} · {request.hook}",
+                heartbeat_timeout_seconds=HEARTBEAT_SECONDS,
+            ),
+        )
+
+
 async def serve(address: str, task_queue: str) -> None:
     """The worker process of these tests: ``HookOnceWorkflow`` and the real ``run_hook``."""
     client = await connect(address=address, namespace="default")
     worker = Worker(
         client,
         task_queue=task_queue,
-        workflows=[HookOnceWorkflow],
+        workflows=[HookOnceWorkflow, HookOnGoWorkflow],
         activities=[HookActivities().run_hook],
         # No sticky cache: after a kill the workflow task goes straight to the live worker.
         max_cached_workflows=0,
@@ -171,12 +197,14 @@ def step_commits(repo: Repo) -> int:
     return repo.git("log", "--format=%B").count("Treadle-Step: ")
 
 
-@pytest.mark.parametrize("killed_after", ["add", "commit"])
+@pytest.mark.parametrize("killed_after", ["add", "update-ref", "reset"])
 async def test_a_worker_killed_mid_hook_commits_the_step_once(
     client: Client, tmp_path: Path, killed_after: str
 ) -> None:
-    """SIGKILL after ``git add`` or after ``git commit``: the attempt on the next worker
-    commits the step (or finds the commit made) and the step has exactly one commit."""
+    """SIGKILL after ``git add`` (nothing committed), after ``git update-ref`` (HEAD moved,
+    the user's index not yet told) or after ``git reset`` (all done but the report): the
+    attempt on the next worker commits the step (or finds the commit made) and the step has
+    exactly one commit."""
     repo = make_repo(tmp_path / "ws", tmp_path)
     repo.write("notes.md", "notes\n")
     git = SlowGit(tmp_path / "slow-git", killed_after)
@@ -200,7 +228,7 @@ async def test_a_worker_killed_mid_hook_commits_the_step_once(
             execution_timeout=timedelta(minutes=2),
         )
         await git.wait_until_paused()
-        assert step_commits(repo) == (1 if killed_after == "commit" else 0)
+        assert step_commits(repo) == (0 if killed_after == "add" else 1)
         await first.kill()
 
         second = await start_hook_worker(_address(client), task_queue, git.env())
@@ -218,12 +246,71 @@ async def test_a_worker_killed_mid_hook_commits_the_step_once(
     assert repo.count() == 2
     assert step_commits(repo) == 1
     assert repo.changed_in(result.commit) == ["A\tnotes.md"]
-    if killed_after == "commit":
+    assert repo.status() == ""
+    if killed_after != "add":
         assert result.detail == f"step 1 was already committed as {result.commit[:12]}"
     else:
         assert result.detail == f"committed 1 file as {result.commit[:12]}"
     scheduled, attempt = await hook_attempts(handle)
     assert (scheduled, attempt) == (1, 2)  # one call, retried once, on the second worker
+
+
+async def test_a_worker_killed_mid_add_commits_a_commands_60_files_once(
+    client: Client, tmp_path: Path
+) -> None:
+    """A command's 60 new files (no tool reported them, made after the run started), with the
+    user's unstaged edit and staged file from before: the worker is SIGKILLed in the middle of
+    the hook's ``git add``; after the retry there is exactly one step commit, holding the 60
+    files and nothing of the user's, whose index and work tree are as they were."""
+    repo = make_repo(tmp_path / "ws", tmp_path)
+    repo.write("README.md", "# the user's edit, not staged\n")
+    repo.write("user-staged.txt", "the user's, staged\n")
+    repo.git("add", "user-staged.txt")
+    git = SlowGit(tmp_path / "slow-git", "add")
+    task_queue = f"test-{uuid.uuid4().hex[:12]}"
+    workflow_id = f"hook-kill-60-{uuid.uuid4().hex[:8]}"
+    first = await start_hook_worker(_address(client), task_queue, git.env())
+    try:
+        handle = await client.start_workflow(
+            HookOnGoWorkflow.run,
+            HookRequest(
+                hook="git_commit",
+                workspace=str(repo.path),
+                step=1,
+                tools=("run_command",),
+                workflow_id=workflow_id,
+                run_id="run-1",
+            ),
+            id=workflow_id,
+            task_queue=task_queue,
+            execution_timeout=timedelta(minutes=2),
+        )
+        for n in range(60):  # what the step's command made, after the run started
+            repo.write(f"gen/file{n:02}.txt", f"{n}\n")
+        await handle.signal(HookOnGoWorkflow.proceed)
+        await git.wait_until_paused()
+        assert step_commits(repo) == 0
+        await first.kill()
+
+        second = await start_hook_worker(_address(client), task_queue, git.env())
+        try:
+            result: HookResult = await asyncio.wait_for(handle.result(), 60)
+        finally:
+            await second.kill()
+    finally:
+        git.release()
+        if first.process.returncode is None:
+            await first.kill()
+
+    assert result.outcome == "done", result.detail
+    assert result.commit == repo.head()
+    assert repo.count() == 2
+    assert step_commits(repo) == 1
+    assert repo.changed_in(result.commit) == [f"A\tgen/file{n:02}.txt" for n in range(60)]
+    assert repo.status() == " M README.md\nA  user-staged.txt\n"
+    assert repo.git("show", ":user-staged.txt") == "the user's, staged\n"
+    scheduled, attempt = await hook_attempts(handle)
+    assert (scheduled, attempt) == (1, 2)
 
 
 # Ready for the agent loop: enabled as soon as the run's config can name hooks (and worker.py
@@ -250,7 +337,7 @@ async def test_an_agent_run_killed_mid_hook_commits_the_step_once(
         ],
     )
     repo = make_repo(tmp_path / "ws", tmp_path)
-    git = SlowGit(tmp_path / "slow-git", "commit")
+    git = SlowGit(tmp_path / "slow-git", "update-ref")
     env = git.env(OPENAI_BASE_URL=model_server.base_url)
     task_queue = f"test-{uuid.uuid4().hex[:12]}"
     first = await start_worker(_address(client), task_queue, env)
