@@ -75,8 +75,8 @@ record (activity id and type, attempt, time): code, not data, written unencoded.
 
 def _payloads(message: Message) -> Iterator[Payload]:
     """Every payload inside a history event, except search attributes (indexed by the server,
-    so never encoded: they hold the run's state, step and model name), patch markers and a
-    local activity marker's own ``data``."""
+    so never encoded: they hold the run's state, step and model name), headers (trace context),
+    patch markers and a local activity marker's own ``data``."""
     if isinstance(message, Payload):
         yield message
         return
@@ -94,6 +94,10 @@ def _payloads(message: Message) -> Iterator[Payload]:
         return
     for field, value in message.ListFields():
         if field.name == "search_attributes" or field.message_type is None:
+            continue
+        if field.name == "header":
+            # Trace context (``traceparent``) that the tracing interceptor puts in headers when
+            # an earlier test of the session set tracing up: trace ids, not data, and unencoded.
             continue
         if isinstance(value, Message):
             values: Any = [value]
