@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
@@ -34,6 +35,11 @@ from treadle.connection import connect
 from treadle.devserver import DevServer, DevServerConfig
 from treadle.scripted_model import ScriptedModelServer
 from workflows.agent import search_attributes
+
+# Property tests assert behaviour, never durations: no example may fail for taking longer than
+# hypothesis's default 200 ms on a busy machine (that failed as "Flaky" in full runs).
+settings.register_profile("treadle", deadline=None)
+settings.load_profile("treadle")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -523,8 +523,9 @@ async def start_group(
     )
     leader = subprocess.Popen([sys.executable, "-c", code], env=env, start_new_session=True)
     sleepers.append(leader)
-    deadline = time.monotonic() + 10
-    while not (found := pids_with(word)) and time.monotonic() < deadline:
+    deadline = time.monotonic() + 60  # a watchdog against a hang, not a measured duration
+    # One process with the word: a busy machine may show a fork between its fork and its exec.
+    while len(found := pids_with(word) - {leader.pid}) != 1 and time.monotonic() < deadline:
         await asyncio.sleep(0.05)
     (member,) = found
     sleepers.append(member)
