@@ -22,13 +22,7 @@ from typing import Any
 
 from activities.errors import ModelResponseError
 from activities.model import http_errors
-from activities.model.payload import (
-    DEFAULT_MAX_TOKENS,
-    offered_schemas,
-    parse_checked,
-    rejoined,
-    token_count,
-)
+from activities.model import payload as wire  # values read from JSON, shared by the protocols
 from activities.model.streaming import (
     ErrorEvent,
     ServerSentEvent,
@@ -57,7 +51,7 @@ def tool_definitions(request: ModelRequest) -> list[dict[str, Any]]:
             "type": "function",
             "function": {"name": name, "description": description, "parameters": schema},
         }
-        for name, description, schema in offered_schemas(request)
+        for name, description, schema in wire.offered_schemas(request)
     ]
 
 
@@ -93,7 +87,7 @@ def build_body(request: ModelRequest, model_name: str) -> dict[str, Any]:
         body["tool_choice"] = "auto"
     if request.temperature is not None:
         body["temperature"] = request.temperature
-    body["max_tokens"] = request.max_tokens or DEFAULT_MAX_TOKENS
+    body["max_tokens"] = request.max_tokens or wire.DEFAULT_MAX_TOKENS
     if request.logprobs:
         # Without top_logprobs some servers (llama.cpp's) return no log-probabilities at all.
         body["logprobs"] = True
@@ -142,7 +136,7 @@ def error_message(payload: Any) -> str | None:
 def parse_response(payload: Any, provider: str) -> ModelResponse:
     """Check the body against what the protocol promises and translate it (see
     ``payload.parse_checked``)."""
-    return parse_checked(payload, provider, _parse)
+    return wire.parse_checked(payload, provider, _parse)
 
 
 def _parse(payload: dict[str, Any], provider: str) -> ModelResponse:
@@ -183,9 +177,9 @@ def _parse(payload: dict[str, Any], provider: str) -> ModelResponse:
     raw_usage = payload.get("usage")
     usage: dict[str, Any] = raw_usage if isinstance(raw_usage, dict) else {}
     details = usage.get("prompt_tokens_details")
-    prompt = token_count(usage, "prompt_tokens", provider)
-    completion = token_count(usage, "completion_tokens", provider)
-    total = token_count(usage, "total_tokens", provider)
+    prompt = wire.token_count(usage, "prompt_tokens", provider)
+    completion = wire.token_count(usage, "completion_tokens", provider)
+    total = wire.token_count(usage, "total_tokens", provider)
     finish_reason = choices[0].get("finish_reason")
     model = payload.get("model")
     return ModelResponse(
@@ -195,7 +189,7 @@ def _parse(payload: dict[str, Any], provider: str) -> ModelResponse:
             prompt_tokens=prompt,
             completion_tokens=completion,
             total_tokens=total or prompt + completion,
-            cached_tokens=token_count(details, "cached_tokens", provider)
+            cached_tokens=wire.token_count(details, "cached_tokens", provider)
             if isinstance(details, dict)
             else 0,
         ),
@@ -223,7 +217,7 @@ class _Call:
     def body(self) -> dict[str, Any]:
         arguments = self.whole
         if self.pieces is not None:
-            arguments = rejoined("".join(self.pieces))
+            arguments = wire.rejoined("".join(self.pieces))
         return {"id": self.id, "function": {"name": self.name, "arguments": arguments}}
 
 

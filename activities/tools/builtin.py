@@ -242,11 +242,7 @@ def _write_file(workspace: Path, args: WriteFileArgs) -> ToolOutput:
             ) from None
         data = args.content.encode("utf-8")
         _atomic_write(real, data)
-    return ToolOutput(
-        f"wrote {len(data)} bytes to {rel}",
-        mutated_paths=(rel,),
-        content_hashes=((rel, content_hash(data)),),
-    )
+    return _changed(rel, data, f"wrote {len(data)} bytes to {rel}")
 
 
 async def edit_file(workspace: Path, args: EditFileArgs, policy: ToolPolicy) -> ToolOutput:
@@ -270,11 +266,13 @@ def _edit_file(workspace: Path, args: EditFileArgs) -> ToolOutput:
         line = text.count("\n", 0, index) + 1
         edited = (text[:index] + args.new_text + text[index + len(args.old_text) :]).encode()
         _atomic_write(real, edited)
-    return ToolOutput(
-        f"edited {rel}: replaced 1 occurrence at line {line}",
-        mutated_paths=(rel,),
-        content_hashes=((rel, content_hash(edited)),),
-    )
+    return _changed(rel, edited, f"edited {rel}: replaced 1 occurrence at line {line}")
+
+
+def _changed(rel: str, data: bytes, text: str) -> ToolOutput:
+    """What a write to ``rel`` tells the loop: the path, and its new content's hash for
+    progress tracking (the same content written again is no progress)."""
+    return ToolOutput(text, mutated_paths=(rel,), content_hashes=((rel, content_hash(data)),))
 
 
 async def list_dir(workspace: Path, args: ListDirArgs, policy: ToolPolicy) -> ToolOutput:

@@ -18,7 +18,7 @@ import signal
 import sys
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,7 +26,6 @@ from typing import Any
 import pytest
 from temporalio.client import Client, WorkflowHandle
 
-from activities import telemetry as activity_telemetry
 from activities.content import REDACTED, worker_secrets
 from activities.hooks.git_commit import GitCommit
 from activities.mcp import McpActivities, parse_mcp_config
@@ -38,7 +37,7 @@ from tests.support.harness import TEST_STORE, replayer
 from tests.support.mcp_server import stdio_entry
 from tests.support.processes import ROOT, clean_env, run_cli
 from tests.support.stream import stream_items
-from tests.support.telemetry import Observed, flush_spans, observed_client
+from tests.support.telemetry import Observed, content_capture, flush_spans, observed_client
 from treadle.scripted_model import ScriptedModelServer
 from worker import build_worker
 from workflows.agent.hooks import HookRequest, HookResult
@@ -86,17 +85,6 @@ class Canaries:
             f"OPENAI_API_KEY={self.key}\nDEPLOY_TOKEN='{self.env_value}'\n"
             f"legacy={self.shaped}\nlowered={self.key.lower()}\n"
         )
-
-
-@contextmanager
-def content_capture() -> Iterator[None]:
-    """Prompts and completions on the model-call spans (set after tracing is installed)."""
-    before = activity_telemetry.content_capture()
-    activity_telemetry.set_content_capture(True)
-    try:
-        yield
-    finally:
-        activity_telemetry.set_content_capture(before)
 
 
 @dataclass

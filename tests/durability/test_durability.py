@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import sys
 import uuid
-from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -13,13 +12,18 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
 from tests.support.commands import BWRAP_WORKS, gone_within, pids_with
-from tests.support.harness import keep_history, replayer
+from tests.support.harness import keep_history, replayer, start_agent
 from tests.support.processes import clean_env, start_worker
 from treadle.scripted_model import ScriptedModelServer
-from workflows.agent.models import AgentConfig, AgentInput, AgentResult, Decision, RunStatus
+from workflows.agent.models import AgentConfig, AgentResult, Decision, RunStatus
 from workflows.agent.workflow import AgentWorkflow
 
 APPEND_ONCE = "python3 -c \"open('ran.log', 'a').write('ran\\n')\""
+
+RUN_PYTHON = AgentConfig(
+    allow_run_command=True, command_allowlist=("python3",), heartbeat_timeout_seconds=2
+)
+"""A run that may start python3, and notices a dead worker two seconds after its last beat."""
 
 
 def _address(client: Client) -> str:
@@ -66,20 +70,10 @@ async def test_worker_killed_mid_run_and_restarted(
     env = clean_env(OPENAI_BASE_URL=model_server.base_url)
     workspace = tmp_path / "ws"
     first = await start_worker(_address(client), task_queue, env)
-    handle = await client.start_workflow(
-        AgentWorkflow.run,
-        AgentInput(
-            task="append once",
-            model=f"openai:{model}",
-            workspace=str(workspace),
-            config=AgentConfig(
-                allow_run_command=True, command_allowlist=("python3",), heartbeat_timeout_seconds=2
-            ),
-        ),
-        id=f"crash-{uuid.uuid4().hex[:8]}",
-        task_queue=task_queue,
-        execution_timeout=timedelta(minutes=3),
-    )
+    handle = await start_agent(
+        client, task_queue, f"openai:{model}", workspace, "append once",
+        config=RUN_PYTHON, id_prefix="crash",
+    )  # fmt: skip
     await _wait_for_requests(model_server, model, 2)  # the tool ran; the 2nd model call is live
     await first.kill()
 
@@ -113,12 +107,8 @@ async def test_sigterm_hands_in_flight_work_to_another_worker(
     task_queue = f"test-{uuid.uuid4().hex[:12]}"
     env = clean_env(OPENAI_BASE_URL=model_server.base_url)
     first = await start_worker(_address(client), task_queue, env, "--graceful-shutdown", "0.5")
-    handle = await client.start_workflow(
-        AgentWorkflow.run,
-        AgentInput(task="slow answer", model=f"openai:{model}", workspace=str(tmp_path)),
-        id=f"handover-{uuid.uuid4().hex[:8]}",
-        task_queue=task_queue,
-        execution_timeout=timedelta(minutes=3),
+    handle = await start_agent(
+        client, task_queue, f"openai:{model}", tmp_path, "slow answer", id_prefix="handover"
     )
     await _wait_for_requests(model_server, model, 1)
     assert await first.terminate() == 0
@@ -158,18 +148,10 @@ async def test_a_pending_approval_survives_a_worker_restart(
     task_queue = f"test-{uuid.uuid4().hex[:12]}"
     env = clean_env(OPENAI_BASE_URL=model_server.base_url)
     first = await start_worker(_address(client), task_queue, env)
-    handle = await client.start_workflow(
-        AgentWorkflow.run,
-        AgentInput(
-            task="write a",
-            model=f"openai:{model}",
-            workspace=str(tmp_path),
-            config=AgentConfig(require_approval=("write_file",)),
-        ),
-        id=f"restart-{uuid.uuid4().hex[:8]}",
-        task_queue=task_queue,
-        execution_timeout=timedelta(minutes=3),
-    )
+    handle = await start_agent(
+        client, task_queue, f"openai:{model}", tmp_path, "write a",
+        config=AgentConfig(require_approval=("write_file",)), id_prefix="restart",
+    )  # fmt: skip
     for _ in range(300):
         if (await handle.query(AgentWorkflow.state)).state == "WaitingForHuman":
             break
@@ -255,20 +237,10 @@ async def test_a_command_dies_with_its_worker_and_runs_once_after_the_retry(
         env["PATH"] = str(bin_dir)
     task_queue = f"test-{uuid.uuid4().hex[:12]}"
     first = await start_worker(_address(client), task_queue, env)
-    handle = await client.start_workflow(
-        AgentWorkflow.run,
-        AgentInput(
-            task="run the job once",
-            model=f"openai:{model}",
-            workspace=str(workspace),
-            config=AgentConfig(
-                allow_run_command=True, command_allowlist=("python3",), heartbeat_timeout_seconds=2
-            ),
-        ),
-        id=f"command-crash-{uuid.uuid4().hex[:8]}",
-        task_queue=task_queue,
-        execution_timeout=timedelta(minutes=3),
-    )
+    handle = await start_agent(
+        client, task_queue, f"openai:{model}", workspace, "run the job once",
+        config=RUN_PYTHON, id_prefix="command-crash",
+    )  # fmt: skip
     log = workspace / "ran.log"
     second = None
     try:

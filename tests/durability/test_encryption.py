@@ -537,14 +537,17 @@ async def test_codec_server_decodes_a_payload_from_history(
         assert "key id 'old'" in unknown.json()["error"]
 
 
-async def test_history_written_with_an_old_key_decodes_when_it_is_listed_second(
-    temporal_address: str, model_server: ScriptedModelServer, tmp_path: Path
-) -> None:
-    """A run started under the old key, waiting for approval, is finished by a worker and client
-    whose keys were rotated (new first, old second): old payloads still decode, new ones use the
-    new key."""
-    write = {"name": "write_file", "arguments": {"path": "note.md", "content": "rotated"}}
-    model = _model(model_server, {"tool_calls": [write]}, {"content": "after rotation"})
+async def _waiting_under_the_old_key(
+    temporal_address: str,
+    model_server: ScriptedModelServer,
+    tmp_path: Path,
+    content: str,
+    answer: str,
+) -> tuple[WorkflowHandle[Any, Any], str]:
+    """A run started under the old key, left waiting for approval of a write of ``content``
+    (``answer`` follows it); its worker gone. Returns the run and its task queue."""
+    write = {"name": "write_file", "arguments": {"path": "note.md", "content": content}}
+    model = _model(model_server, {"tool_calls": [write]}, {"content": answer})
     task_queue = f"enc-{uuid.uuid4().hex[:12]}"
     before = await _encrypted_client(temporal_address, OLD)
     async with _worker(before, task_queue, model_server):
@@ -552,6 +555,18 @@ async def test_history_written_with_an_old_key_decodes_when_it_is_listed_second(
             before, task_queue, model, "Write", tmp_path, require_approval=["write_file"]
         )
         await _wait_for(handle, State.WAITING_FOR_HUMAN)
+    return handle, task_queue
+
+
+async def test_history_written_with_an_old_key_decodes_when_it_is_listed_second(
+    temporal_address: str, model_server: ScriptedModelServer, tmp_path: Path
+) -> None:
+    """A run started under the old key, waiting for approval, is finished by a worker and client
+    whose keys were rotated (new first, old second): old payloads still decode, new ones use the
+    new key."""
+    handle, task_queue = await _waiting_under_the_old_key(
+        temporal_address, model_server, tmp_path, "rotated", "after rotation"
+    )
 
     after = await _encrypted_client(temporal_address, f"{NEW},{OLD}")
     rotated = after.get_workflow_handle_for(AgentWorkflow.run, handle.id)
@@ -642,15 +657,9 @@ async def test_a_worker_missing_the_old_key_fails_a_query_with_the_key_id(
     """A run written under the old key, then served by a worker and read by a client that hold
     only the new one: ``status``, ``trace`` and ``approve`` say which key id is missing (one
     line, exit 2), not ``WorkflowQueryFailedError: Encoded failure``."""
-    write = {"name": "write_file", "arguments": {"path": "note.md", "content": "old"}}
-    model = _model(model_server, {"tool_calls": [write]}, {"content": "unreached"})
-    task_queue = f"enc-{uuid.uuid4().hex[:12]}"
-    before = await _encrypted_client(temporal_address, OLD)
-    async with _worker(before, task_queue, model_server):
-        handle = await _start(
-            before, task_queue, model, "Write", tmp_path, require_approval=["write_file"]
-        )
-        await _wait_for(handle, State.WAITING_FOR_HUMAN)
+    handle, task_queue = await _waiting_under_the_old_key(
+        temporal_address, model_server, tmp_path, "old", "unreached"
+    )
 
     rotated = await _encrypted_client(temporal_address, NEW)  # the old key left out
     common = ("--address", temporal_address, "--task-queue", task_queue)

@@ -14,11 +14,10 @@ from temporalio.client import Client, WorkflowHandle
 
 from activities.model.activity import http_client
 from activities.store.blobs import FileBlobStore
-from tests.support.harness import Harness, scripted_worker
+from tests.support.harness import Harness, scripted_worker, start_agent
 from treadle.scripted_model import ScriptedModelServer
 from workflows.agent.models import (
     AgentConfig,
-    AgentInput,
     AgentResult,
     RunStatus,
     UserMessage,
@@ -62,17 +61,10 @@ async def _run_reads(
         (workspace / f"f{i}.txt").write_text(f"{i}" * BIG)
     name = f"reads-{uuid.uuid4().hex[:8]}"
     models.add_model(name, _reads(STEPS))
-    handle = await client.start_workflow(
-        AgentWorkflow.run,
-        AgentInput(
-            task="Read the files.",
-            model=f"openai:{name}",
-            workspace=str(workspace),
-            config=AgentConfig(max_observation_chars=60_000),
-        ),
-        id=f"reads-{uuid.uuid4().hex[:8]}",
-        task_queue=task_queue,
-    )
+    handle = await start_agent(
+        client, task_queue, f"openai:{name}", workspace, "Read the files.",
+        config=AgentConfig(max_observation_chars=60_000), id_prefix="reads",
+    )  # fmt: skip
     result: AgentResult = await handle.result()
     assert result.status is RunStatus.DONE, result
     return handle, name
@@ -122,18 +114,10 @@ async def test_a_missing_blob_is_a_clear_error_that_names_it(
         http_client() as http,
         scripted_worker(client, task_queue, model_server, http, store=FileBlobStore(root)),
     ):
-        handle = await client.start_workflow(
-            AgentWorkflow.run,
-            AgentInput(
-                task="hello",
-                model=f"openai:{name}",
-                workspace=str(workspace),
-                thread=True,
-                config=AgentConfig(model_max_attempts=1),
-            ),
-            id=f"lost-{uuid.uuid4().hex[:8]}",
-            task_queue=task_queue,
-        )
+        handle = await start_agent(
+            client, task_queue, f"openai:{name}", workspace, "hello", thread=True,
+            config=AgentConfig(model_max_attempts=1), id_prefix="lost",
+        )  # fmt: skip
         while (await handle.query(AgentWorkflow.state)).final_answer != "one":
             await asyncio.sleep(0.05)
     shutil.rmtree(root)

@@ -17,7 +17,7 @@ from temporalio.worker import Worker
 from activities.model.activity import ModelActivities, ProviderSettings, http_client
 from activities.tools.builtin import ToolActivities
 from activities.tools.loading import list_loaded_tools
-from tests.support.harness import Harness, scripted_worker
+from tests.support.harness import Harness, scripted_worker, start_agent
 from tests.support.misbehaving_agent import MisbehavingAgent
 from treadle.scripted_model import ScriptedModelServer
 from worker import workflow_runner
@@ -149,17 +149,10 @@ async def test_a_run_dropped_by_a_stopping_worker_records_nothing(
         write = {"name": "write_file", "arguments": {"path": "a", "content": "a"}}
         model_server.add_model(name, [{"tool_calls": [write]}, {"content": "done"}])
         async with http_client() as http, scripted_worker(client, task_queue, model_server, http):
-            handle = await client.start_workflow(
-                AgentWorkflow.run,
-                AgentInput(
-                    task="write",
-                    model=f"openai:{name}",
-                    workspace=str(tmp_path),
-                    config=AgentConfig(require_approval=("write_file",)),
-                ),
-                id=f"dropped-{uuid.uuid4().hex[:8]}",
-                task_queue=task_queue,
-            )
+            handle = await start_agent(
+                client, task_queue, f"openai:{name}", tmp_path, "write",
+                config=AgentConfig(require_approval=("write_file",)), id_prefix="dropped",
+            )  # fmt: skip
             while (await handle.query(AgentWorkflow.state)).state != "WaitingForHuman":
                 await asyncio.sleep(0.05)
         gc.collect()

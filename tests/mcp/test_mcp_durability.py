@@ -19,7 +19,14 @@ from temporalio.worker import Worker
 
 from activities.mcp import McpActivities, parse_mcp_config
 from activities.mcp.activity import outcome_unknown
-from tests.support.processes import ROOT, WorkerProcess, clean_env
+from tests.support.processes import (
+    ROOT,
+    WorkerProcess,
+    clean_env,
+    poll_until_killed,
+    serve_command,
+    start_python,
+)
 from treadle.connection import connect
 from workflows.agent.mcp import McpCallRequest, McpListRequest, McpToolList
 from workflows.agent.models import ToolResult
@@ -31,8 +38,15 @@ START_DELAY_SECONDS = 3
 timeout, so only heartbeats sent while it starts keep the attempt alive."""
 
 
-def _retries() -> RetryPolicy:
-    return RetryPolicy(initial_interval=timedelta(milliseconds=200), maximum_attempts=3)
+def _options() -> dict[str, Any]:
+    """Each test activity's options: a dead worker's attempt is noticed quickly, and retried."""
+    return {
+        "start_to_close_timeout": timedelta(minutes=2),
+        "heartbeat_timeout": timedelta(seconds=HEARTBEAT_SECONDS),
+        "retry_policy": RetryPolicy(
+            initial_interval=timedelta(milliseconds=200), maximum_attempts=3
+        ),
+    }
 
 
 @workflow.defn(sandboxed=False)
@@ -40,11 +54,7 @@ class McpListOnceWorkflow:
     @workflow.run
     async def run(self, request: McpListRequest) -> McpToolList:
         return await workflow.execute_activity_method(
-            McpActivities.list_mcp_tools,
-            request,
-            start_to_close_timeout=timedelta(minutes=2),
-            heartbeat_timeout=timedelta(seconds=HEARTBEAT_SECONDS),
-            retry_policy=_retries(),
+            McpActivities.list_mcp_tools, request, **_options()
         )
 
 
@@ -53,11 +63,7 @@ class McpCallOnceWorkflow:
     @workflow.run
     async def run(self, request: McpCallRequest) -> ToolResult:
         return await workflow.execute_activity_method(
-            McpActivities.call_mcp_tool,
-            request,
-            start_to_close_timeout=timedelta(minutes=2),
-            heartbeat_timeout=timedelta(seconds=HEARTBEAT_SECONDS),
-            retry_policy=_retries(),
+            McpActivities.call_mcp_tool, request, **_options()
         )
 
 
@@ -92,40 +98,20 @@ async def serve(address: str, task_queue: str, notes: str) -> None:
             activities=[mcp.list_mcp_tools, mcp.call_mcp_tool],
             max_cached_workflows=0,
         )
-        async with worker:
-            print("Worker polling", flush=True)
-            await asyncio.Event().wait()
+        await poll_until_killed(worker)
 
 
-SERVE = (
-    f"import asyncio, sys; from {__name__} import serve; "
-    "asyncio.run(serve(sys.argv[1], sys.argv[2], sys.argv[3]))"
-)
+SERVE = serve_command(__name__, 3)
 
 
 async def start_mcp_worker(client: Client, task_queue: str, notes: Path) -> WorkerProcess:
     address = client.service_client.config.target_host
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-c",
-        SERVE,
-        address,
-        task_queue,
-        str(notes),
-        cwd=ROOT,
-        env=clean_env(),
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.STDOUT,
+    return await start_python(
+        ["-c", SERVE, address, task_queue, str(notes)],
+        clean_env(),
+        ready=lambda line: line == "Worker polling",
+        what="the MCP worker",
     )
-    worker = WorkerProcess(process, [])
-    assert process.stdout is not None
-    while True:
-        raw = await asyncio.wait_for(process.stdout.readline(), 60)
-        if not raw:
-            raise AssertionError("the MCP worker exited early:\n" + "\n".join(worker.output))
-        worker.output.append(raw.decode().rstrip())
-        if worker.output[-1] == "Worker polling":
-            return worker
 
 
 async def attempts(handle: WorkflowHandle[Any, Any]) -> list[int]:

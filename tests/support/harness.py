@@ -89,16 +89,14 @@ class Harness:
     async def start(
         self, model: str, task: str = "Do the task.", **config: Any
     ) -> WorkflowHandle[Any, Any]:
-        handle = await self.client.start_workflow(
-            AgentWorkflow.run,
-            AgentInput(
-                task=task,
-                model=model,
-                workspace=str(self.workspace),
-                config=AgentConfig.model_validate(config),
-            ),
-            id=f"test-{uuid.uuid4().hex[:12]}",
-            task_queue=self.task_queue,
+        handle = await start_agent(
+            self.client,
+            self.task_queue,
+            model,
+            self.workspace,
+            task,
+            config=AgentConfig.model_validate(config),
+            id_prefix="test",
             static_summary=task,
             execution_timeout=timedelta(minutes=5),
         )
@@ -130,6 +128,37 @@ class Harness:
             if asyncio.get_running_loop().time() > deadline:
                 raise AssertionError(f"{len(found)} {event} entries, expected {count}")
             await asyncio.sleep(0.05)
+
+
+async def start_agent(
+    client: Client,
+    task_queue: str,
+    model: str,
+    workspace: Path | str,
+    task: str = "Do the task.",
+    *,
+    config: AgentConfig | None = None,
+    thread: bool = False,
+    id_prefix: str = "run",
+    execution_timeout: timedelta | None = None,
+    **options: Any,
+) -> WorkflowHandle[Any, Any]:
+    """Start an agent run (or a thread) with a fresh id, as a client does; ``options`` go to
+    ``start_workflow`` (``static_summary``...), the input's other fields keep their defaults."""
+    return await client.start_workflow(
+        AgentWorkflow.run,
+        AgentInput(
+            task=task,
+            model=model,
+            workspace=str(workspace),
+            thread=thread,
+            config=config or AgentConfig(),
+        ),
+        id=f"{id_prefix}-{uuid.uuid4().hex[:12]}",
+        task_queue=task_queue,
+        execution_timeout=execution_timeout,
+        **options,
+    )
 
 
 async def run_to_end_on_time_skipping(

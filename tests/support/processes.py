@@ -8,9 +8,11 @@ import signal
 import socket
 import subprocess
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+from temporalio.worker import Worker
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -62,16 +64,24 @@ async def start_worker(
     address: str, task_queue: str, env: Mapping[str, str], *extra_args: str
 ) -> WorkerProcess:
     """Start ``worker.py`` and wait until it polls its task queue."""
+    argv = [str(ROOT / "worker.py"), "--address", address, "--task-queue", task_queue]
+    return await start_python(
+        [*argv, "--log-level", "WARNING", *extra_args],
+        env,
+        # "Worker polling ...", "Tools-only worker polling ..."
+        ready=lambda line: "orker polling task queue" in line,
+        what="worker.py",
+    )
+
+
+async def start_python(
+    argv: Sequence[str], env: Mapping[str, str], *, ready: Callable[[str], bool], what: str
+) -> WorkerProcess:
+    """Start ``python ARGV`` in the repository and wait for the output line ``ready`` accepts
+    (a worker that polls); a process that exits first fails the test with its output."""
     process = await asyncio.create_subprocess_exec(
         sys.executable,
-        str(ROOT / "worker.py"),
-        "--address",
-        address,
-        "--task-queue",
-        task_queue,
-        "--log-level",
-        "WARNING",
-        *extra_args,
+        *argv,
         cwd=ROOT,
         env=dict(env),
         stdout=asyncio.subprocess.PIPE,
@@ -82,10 +92,9 @@ async def start_worker(
     while True:
         raw = await asyncio.wait_for(process.stdout.readline(), 60)
         if not raw:
-            raise AssertionError("worker.py exited early:\n" + "\n".join(worker.output))
-        line = raw.decode().rstrip()
-        worker.output.append(line)
-        if "orker polling task queue" in line:  # "Worker polling", "Tools-only worker polling"
+            raise AssertionError(f"{what} exited early:\n" + "\n".join(worker.output))
+        worker.output.append(raw.decode().rstrip())
+        if ready(worker.output[-1]):
             return worker
 
 
@@ -102,3 +111,18 @@ async def run_cli(
         text=True,
         timeout=120,
     )
+
+
+def serve_command(module: str, arguments: int) -> str:
+    """``python -c`` code that runs ``module.serve(...)`` with the command line's first
+    ``arguments`` arguments: a test module's own worker, started as a process it can kill."""
+    args = ", ".join(f"sys.argv[{i}]" for i in range(1, arguments + 1))
+    return f"import asyncio, sys; from {module} import serve; asyncio.run(serve({args}))"
+
+
+async def poll_until_killed(worker: Worker) -> None:
+    """Run ``worker`` in this process until the test kills it, saying ``Worker polling`` once
+    it polls (what ``start_python`` waits for)."""
+    async with worker:
+        print("Worker polling", flush=True)
+        await asyncio.Event().wait()

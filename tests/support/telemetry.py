@@ -32,6 +32,7 @@ from temporalio import activity, workflow
 from temporalio.client import Client
 from temporalio.worker import Worker
 
+from activities import telemetry as activity_telemetry
 from tests.support.processes import free_port
 from treadle import observability
 from treadle.connection import connect
@@ -234,3 +235,15 @@ def worker_log(formatter: logging.Formatter) -> Iterator[io.StringIO]:
         root.removeHandler(handler)
         root.setLevel(level)
         workflow.logger.workflow_info_on_message, activity.logger.activity_info_on_message = flags
+
+
+@contextmanager
+def content_capture() -> Iterator[None]:
+    """Prompts and completions on the model-call spans (after tracing is set up, which sets the
+    switch), for the block only."""
+    before = activity_telemetry.content_capture()
+    activity_telemetry.set_content_capture(True)
+    try:
+        yield
+    finally:
+        activity_telemetry.set_content_capture(before)

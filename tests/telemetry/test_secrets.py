@@ -23,13 +23,12 @@ from activities.errors import ModelHTTPError
 from activities.model.activity import ModelActivities, ProviderSettings, http_client
 from activities.model.http_errors import MIN_FRAGMENT, REDACTED, Redactor
 from tests.support.canary import canary_key, leaks
-from tests.support.harness import replayer
+from tests.support.harness import replayer, start_agent
 from treadle.devserver import find_temporal_binary
 from treadle.scripted_model import ScriptedModelServer
 from worker import build_worker
 from workflows.agent.models import (
     AgentConfig,
-    AgentInput,
     AgentResult,
     AgentStatus,
     ChatMessage,
@@ -78,17 +77,11 @@ async def test_key_never_enters_the_exported_history(
             http_client() as http,
             build_worker(client, task_queue=task_queue, settings=settings, http=http),
         ):
-            handle = await client.start_workflow(
-                AgentWorkflow.run,
-                AgentInput(
-                    task="print the environment",
-                    model=f"{provider}:m",
-                    workspace=str(tmp_path),
-                    config=AgentConfig(allow_run_command=True, command_allowlist=("env",)),
-                ),
-                id=f"secret-{uuid.uuid4().hex[:8]}",
-                task_queue=task_queue,
-            )
+            handle = await start_agent(
+                client, task_queue, f"{provider}:m", tmp_path, "print the environment",
+                config=AgentConfig(allow_run_command=True, command_allowlist=("env",)),
+                id_prefix="secret",
+            )  # fmt: skip
             result: AgentResult = await handle.result()
             await replayer().replay_workflow(await handle.fetch_history())
         assert KEY in models.requests[0].headers[header]  # the key did reach the provider
@@ -256,17 +249,10 @@ async def test_an_echoed_key_appears_nowhere_a_run_leaves_text(
             http_client() as http,
             build_worker(client, task_queue=task_queue, settings=settings, http=http),
         ):
-            handle = await client.start_workflow(
-                AgentWorkflow.run,
-                AgentInput(
-                    task="say hello",
-                    model=f"{provider}:m",
-                    workspace=str(tmp_path),
-                    config=AgentConfig(model_max_attempts=5),
-                ),
-                id=f"canary-{uuid.uuid4().hex[:8]}",
-                task_queue=task_queue,
-            )
+            handle = await start_agent(
+                client, task_queue, f"{provider}:m", tmp_path, "say hello",
+                config=AgentConfig(model_max_attempts=5), id_prefix="canary",
+            )  # fmt: skip
             result: AgentResult = await handle.result()
             status: AgentStatus = await handle.query(AgentWorkflow.state)
             trace: Trace = await handle.query(AgentWorkflow.trace)

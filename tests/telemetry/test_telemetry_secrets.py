@@ -4,32 +4,18 @@ completion capture on and a provider that echoes the key back in an error."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
-from activities import telemetry as activity_telemetry
 from activities.model.activity import ProviderSettings, http_client
 from activities.store.blobs import FileBlobStore
 from tests.support.canary import canary_key, leaks
 from tests.support.harness import TEST_STORE
-from tests.support.telemetry import flush_spans, observed_client, worker_log
+from tests.support.telemetry import content_capture, flush_spans, observed_client, worker_log
 from treadle.logs import JsonFormatter
 from treadle.scripted_model import ScriptedModelServer
 from worker import build_worker
 from workflows.agent.models import AgentConfig, AgentInput
 from workflows.agent.workflow import AgentWorkflow
-
-
-@contextmanager
-def content_capture() -> Iterator[None]:
-    """Capture prompts and completions (after tracing is set up, which sets the switch)."""
-    before = activity_telemetry.content_capture()
-    activity_telemetry.set_content_capture(True)
-    try:
-        yield
-    finally:
-        activity_telemetry.set_content_capture(before)
 
 
 async def test_a_canary_key_reaches_no_span_metric_or_log_line(

@@ -7,14 +7,13 @@ import asyncio
 import os
 import signal
 import uuid
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
 
-from tests.support.harness import keep_history, replayer
+from tests.support.harness import keep_history, replayer, start_agent
 from tests.support.processes import WorkerProcess, clean_env, free_port, run_cli, start_worker
 from treadle.connection import connect
 from treadle.devserver import DevServer, DevServerConfig
@@ -22,7 +21,6 @@ from treadle.scripted_model import ScriptedModelServer
 from workflows.agent import search_attributes
 from workflows.agent.models import (
     AgentConfig,
-    AgentInput,
     AgentResult,
     AgentStatus,
     RunStatus,
@@ -42,19 +40,10 @@ def _address(client: Client) -> str:
 async def _start_thread(
     client: Client, model: str, task_queue: str, workspace: Path, **config: Any
 ) -> WorkflowHandle[Any, Any]:
-    return await client.start_workflow(
-        AgentWorkflow.run,
-        AgentInput(
-            task=FIRST,
-            model=f"openai:{model}",
-            workspace=str(workspace),
-            thread=True,
-            config=AgentConfig.model_validate(config),
-        ),
-        id=f"thread-{uuid.uuid4().hex[:12]}",
-        task_queue=task_queue,
-        execution_timeout=timedelta(minutes=5),
-    )
+    return await start_agent(
+        client, task_queue, f"openai:{model}", workspace, FIRST, thread=True,
+        config=AgentConfig.model_validate(config), id_prefix="thread",
+    )  # fmt: skip
 
 
 async def _send(handle: WorkflowHandle[Any, Any], text: str) -> SendReceipt:

@@ -15,7 +15,6 @@ import contextlib
 import os
 import shutil
 import signal
-import sys
 import uuid
 from collections.abc import Mapping
 from datetime import timedelta
@@ -30,7 +29,14 @@ from temporalio.worker import Worker
 
 from activities.hooks import HookActivities
 from tests.support.harness import replayer
-from tests.support.processes import ROOT, WorkerProcess, clean_env, start_worker
+from tests.support.processes import (
+    WorkerProcess,
+    clean_env,
+    poll_until_killed,
+    serve_command,
+    start_python,
+    start_worker,
+)
 from tests.support.repos import Repo, make_repo
 from treadle.connection import connect
 from treadle.scripted_model import ScriptedModelServer
@@ -94,38 +100,19 @@ async def serve(address: str, task_queue: str) -> None:
         # No sticky cache: after a kill the workflow task goes straight to the live worker.
         max_cached_workflows=0,
     )
-    async with worker:
-        print("Worker polling", flush=True)
-        await asyncio.Event().wait()
+    await poll_until_killed(worker)
 
 
-SERVE = (
-    f"import asyncio, sys; from {__name__} import serve; "
-    "asyncio.run(serve(sys.argv[1], sys.argv[2]))"
-)
+SERVE = serve_command(__name__, 2)
 
 
 async def start_hook_worker(address: str, task_queue: str, env: Mapping[str, str]) -> WorkerProcess:
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-c",
-        SERVE,
-        address,
-        task_queue,
-        cwd=ROOT,
-        env=dict(env),
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.STDOUT,
+    return await start_python(
+        ["-c", SERVE, address, task_queue],
+        env,
+        ready=lambda line: line == "Worker polling",
+        what="the hook worker",
     )
-    worker = WorkerProcess(process, [])
-    assert process.stdout is not None
-    while True:
-        raw = await asyncio.wait_for(process.stdout.readline(), 60)
-        if not raw:
-            raise AssertionError("the hook worker exited early:\n" + "\n".join(worker.output))
-        worker.output.append(raw.decode().rstrip())
-        if worker.output[-1] == "Worker polling":
-            return worker
 
 
 class SlowGit:
