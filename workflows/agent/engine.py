@@ -69,6 +69,7 @@ __all__ = [
     "CARRY_CONTENT_HASHES",
     "CLIENT_QUERIES",
     "COALESCED_SEARCH_ATTRIBUTES",
+    "EXPLORATION_IS_PROGRESS",
     "LOADED_TOOLS",
     "SIGNALS",
     "WAITING_STATES",
@@ -78,6 +79,10 @@ __all__ = [
 COALESCED_SEARCH_ATTRIBUTES = "coalesced-search-attributes"
 """``workflow.patched`` id: search-attribute changes are sent once before the run waits, not
 at every transition (a step costs 2 upsert events instead of 4)."""
+
+EXPLORATION_IS_PROGRESS = "exploration-is-progress"
+"""``workflow.patched`` id: a read or listing of something not seen before counts as progress
+(before, no read did, so a run reading ten files in a row was stuck)."""
 
 WAITING_STATES = frozenset(
     {
@@ -478,6 +483,7 @@ class AgentEngine(AgentHandlers):
                 run.input.config.test_commands,
                 target=self._tools.checked(o.call).progress_target,
                 mutating=box.mutates(o.call.name),
+                exploration=workflow.patched(EXPLORATION_IS_PROGRESS),
             )
         repeated = run.tracker.record_message(m.assistant_text or "")
         m.history = (

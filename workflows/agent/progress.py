@@ -16,8 +16,10 @@ processes). Its whole state is one pydantic model, so continue-as-new can carry 
 3. **No progress** - among the last ``progress_window`` actions (tool calls and tests since the
    last reset) fewer than ``min_progress`` count as progress: distinct targets of successful
    writes that changed something (a file written with the hash it already had did not; a command
-   whose output hash equals its last run in the window did not; an unknown hash did) plus passing
-   tests.
+   whose output hash equals its last run in the window did not; an unknown hash did), distinct
+   targets explored (a read or listing of a target not read before in the run, or whose content
+   hash differs from the last read of it; re-reading what was already seen is not progress) plus
+   passing tests.
 4. **Repeated message** - ``record_message`` saw a verbatim repeat of one of the model's last
    ``message_dedup_window`` messages; the reason stays latched until the next reset.
 
@@ -80,6 +82,10 @@ class ProgressConfig(Frozen):
     """Test results kept verbatim (the counts cover all of them)."""
     command_tools: tuple[str, ...] = ("run_command",)
     """Tools whose target is a command, not a file: they never oscillate or modify files."""
+    exploration_is_progress: bool = True
+    """A read or listing of something not seen before counts as progress (exploration)."""
+    max_seen_reads: int = Field(500, ge=1, le=100_000)
+    """Read targets remembered with their content hash (the oldest are forgotten first)."""
 
     @field_validator("oscillation_window")
     @classmethod
@@ -232,6 +238,9 @@ class ProgressTracker(BaseModel):
     tool_calls: int = 0
     files_modified: dict[str, str | None] = Field(default_factory=dict)
     """path -> content hash of the last successful write (``None`` when unknown)."""
+    seen_reads: dict[str, str | None] = Field(default_factory=dict)
+    """target -> content hash of its last successful read or listing (``None`` when unknown),
+    oldest first: what the run has already explored."""
     tests_passed: int = 0
     tests_failed: int = 0
     test_history: list[TestRecord] = Field(default_factory=list)
@@ -264,10 +273,13 @@ class ProgressTracker(BaseModel):
         error: str | None = None,
         mutating: bool,
         content_hash: str | None = None,
+        exploration: bool = True,
     ) -> None:
         """Record one tool call; ``target`` is the file path or the command.
 
-        ``content_hash`` is the hash of what a file write left on disk, or of a command's output.
+        ``content_hash`` is the hash of what a file write left on disk, of a command's output, or
+        of what a read saw. ``exploration=False`` keeps the rule runs recorded before
+        exploration counted (reads are never progress), for replaying their histories.
         """
         self.tool_calls += 1
         if self.phase is not None:
@@ -293,6 +305,8 @@ class ProgressTracker(BaseModel):
             _push(self.recent_writes, target, self.config.oscillation_window)
             if self.phase is not None and target not in self.phase.files_changed:
                 self.phase.files_changed.append(target)
+        elif kind is ActionKind.READ_ONLY:
+            changed = self._explored(target, content_hash) and exploration
         elif kind is ActionKind.COMMAND:
             changed = content_hash is None or not any(
                 a.kind is ActionKind.COMMAND
@@ -477,6 +491,17 @@ class ProgressTracker(BaseModel):
             ActionRecord(kind=kind, tool=tool, target=target, success=False, error_hash=error_hash)
         )
 
+    def _explored(self, target: str, content_hash: str | None) -> bool:
+        """Whether this read saw something new, remembering what it saw."""
+        seen = target in self.seen_reads
+        new = not seen or (content_hash is not None and self.seen_reads[target] != content_hash)
+        # Re-insert so the targets read longest ago are the ones forgotten first.
+        self.seen_reads.pop(target, None)
+        self.seen_reads[target] = content_hash
+        for old in list(self.seen_reads)[: -self.config.max_seen_reads]:
+            del self.seen_reads[old]
+        return new
+
     def _end_error_run(self) -> None:
         self.error_run_target = self.error_run_hash = None
         self.error_run_text = ""
@@ -517,7 +542,7 @@ class ProgressTracker(BaseModel):
                 label = "passing test"
             elif action.success and action.changed:
                 changed[action.target] = None
-                label = "change" if action.kind is ActionKind.FILE_WRITE else "command"
+                label = _PROGRESS_LABELS[action.kind]
             else:
                 label = _LABELS[action.kind, action.success]
             kinds[label] = kinds.get(label, 0) + 1
@@ -542,6 +567,12 @@ _LABELS = {
     (ActionKind.FILE_WRITE, False): "failed",
     (ActionKind.COMMAND, False): "failed",
 }
+_PROGRESS_LABELS = {
+    ActionKind.FILE_WRITE: "change",
+    ActionKind.COMMAND: "command",
+    ActionKind.READ_ONLY: "new read",
+    ActionKind.TEST: "passing test",
+}
 _LABEL_ORDER = (
     "read-only",
     "failed",
@@ -550,6 +581,7 @@ _LABEL_ORDER = (
     "failed test",
     "change",
     "command",
+    "new read",
     "passing test",
 )
 _ADJECTIVES = frozenset({"read-only", "failed"})
