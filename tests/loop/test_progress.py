@@ -599,3 +599,20 @@ def test_the_tracker_round_trips_through_json_unchanged() -> None:
         fail(t, "main.go")
     assert tracker.check() is not None
     assert copy.check() == tracker.check()
+
+
+def test_empty_replies_in_a_row_are_stuck_and_any_other_reply_ends_the_run() -> None:
+    """``max_empty_replies`` empty replies in a row are stuck; a non-empty one resets the count,
+    and so does a recovery."""
+    tracker = ProgressTracker()
+    assert tracker.record_reply(empty=True) is None
+    assert tracker.record_reply(empty=True) is None
+    assert tracker.record_reply(empty=False) is None
+    assert tracker.record_reply(empty=True) is None
+    assert tracker.record_reply(empty=True) is None
+    reason = tracker.record_reply(empty=True)
+    assert reason == "The model replied with nothing (no text, no tool call) 3 times in a row"
+    assert tracker.check() == reason
+    assert tracker.stuck_kind() == "empty_replies"
+    tracker.reset_after_recovery()
+    assert tracker.check() is None

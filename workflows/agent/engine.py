@@ -69,6 +69,7 @@ __all__ = [
     "CARRY_CONTENT_HASHES",
     "CLIENT_QUERIES",
     "COALESCED_SEARCH_ATTRIBUTES",
+    "EMPTY_REPLIES_STUCK",
     "EXPLORATION_IS_PROGRESS",
     "LOADED_TOOLS",
     "SIGNALS",
@@ -83,6 +84,10 @@ at every transition (a step costs 2 upsert events instead of 4)."""
 EXPLORATION_IS_PROGRESS = "exploration-is-progress"
 """``workflow.patched`` id: a read or listing of something not seen before counts as progress
 (before, no read did, so a run reading ten files in a row was stuck)."""
+
+EMPTY_REPLIES_STUCK = "empty-replies-stuck"
+"""``workflow.patched`` id: replies with no text and no tool call, ``max_empty_replies`` in a
+row, make the run stuck (Planning -Stuck-> Recovering); before, each was only sent back."""
 
 WAITING_STATES = frozenset(
     {
@@ -294,8 +299,12 @@ class AgentEngine(AgentHandlers):
         if planning.confidence_is_low(run, response, workflow.now()):
             return Event.LOW_CONFIDENCE
         if response.tool_calls:
+            run.tracker.record_reply(empty=False)
             return self._plan_tools(response, checked)
         answer = (response.content or "").strip()
+        empty = run.tracker.record_reply(empty=not answer)
+        if empty is not None and workflow.patched(EMPTY_REPLIES_STUCK):
+            return self._stuck(empty)
         asked = self._detect_client_query(answer)
         if asked is not None:
             # Loom's QueryDetectionStrategy: the reply asks for something only the client has.
@@ -498,12 +507,7 @@ class AgentEngine(AgentHandlers):
 
         stuck = run.tracker.check() or repeated
         if stuck:
-            run.recovery.stuck_reason = stuck
-            self._pub.record(State.OBSERVING, "Stuck", stuck)
-            self._pub.emit("stuck", stuck)
-            workflow.logger.warning("agent.stuck", extra={"reason": stuck, "step": m.step})
-            telemetry.stuck(run.tracker.stuck_kind())
-            return Event.STUCK
+            return self._stuck(stuck)
         if run.tracker.should_report():
             progress = run.tracker.summary(workflow.now(), run.started_at)
             self._pub.record(run.state, "Progress", progress.describe())
@@ -514,6 +518,16 @@ class AgentEngine(AgentHandlers):
         if run.flags.last_step_mutated:
             return Event.FILES_CHANGED
         return Event.NEEDS_REFLECTION if self._run.reflection_due() else Event.CONTINUE
+
+    def _stuck(self, reason: str) -> Event:
+        """Nexora's check found the run stuck: say why everywhere, then recover."""
+        run = self._run
+        run.recovery.stuck_reason = reason
+        self._pub.record(run.state, "Stuck", reason)
+        self._pub.emit("stuck", reason)
+        workflow.logger.warning("agent.stuck", extra={"reason": reason, "step": run.memory.step})
+        telemetry.stuck(run.tracker.stuck_kind())
+        return Event.STUCK
 
     async def _post_tools_hook(self) -> Event:
         """Loom's post-tools hook: each hook of the config, in order, after a step whose tools

@@ -20,11 +20,14 @@ processes). Its whole state is one pydantic model, so continue-as-new can carry 
    targets explored (a read or listing of a target not read before in the run, or whose content
    hash differs from the last read of it; re-reading what was already seen is not progress) plus
    passing tests.
-4. **Repeated message** - ``record_message`` saw a verbatim repeat of one of the model's last
+4. **Empty replies** - ``record_reply`` saw ``max_empty_replies`` replies in a row with no text
+   and no tool call (the caller asks right after the reply, since no tool call follows one).
+5. **Repeated message** - ``record_message`` saw a verbatim repeat of one of the model's last
    ``message_dedup_window`` messages; the reason stays latched until the next reset.
 
 ``reset_after_recovery()`` and ``start_phase()`` clear the error run, the recent actions and
-errors and the latch, so the model gets a fresh window; files modified and test history are kept.
+errors, the run of empty replies and the latch, so the model gets a fresh window; files
+modified, reads seen and test history are kept.
 """
 
 from __future__ import annotations
@@ -82,6 +85,8 @@ class ProgressConfig(Frozen):
     """Test results kept verbatim (the counts cover all of them)."""
     command_tools: tuple[str, ...] = ("run_command",)
     """Tools whose target is a command, not a file: they never oscillate or modify files."""
+    max_empty_replies: int = Field(3, ge=1, le=1000)
+    """Replies in a row with no text and no tool call that mean stuck."""
     exploration_is_progress: bool = True
     """A read or listing of something not seen before counts as progress (exploration)."""
     max_seen_reads: int = Field(500, ge=1, le=100_000)
@@ -256,6 +261,8 @@ class ProgressTracker(BaseModel):
     error_run_text: str = ""
     error_run_count: int = 0
     message_latch: str | None = None
+    empty_replies: int = 0
+    """Replies in a row with no text and no tool call."""
     phase: _Phase | None = None
     phases: list[PhaseRecord] = Field(default_factory=list)
     last_report_at: int = 0
@@ -353,6 +360,12 @@ class ProgressTracker(BaseModel):
             ActionRecord(kind=ActionKind.TEST, tool="test", target=command, success=passed)
         )
 
+    def record_reply(self, *, empty: bool) -> str | None:
+        """Record whether the model's reply was empty (no text, no tool call); the reason when
+        ``max_empty_replies`` came in a row."""
+        self.empty_replies = self.empty_replies + 1 if empty else 0
+        return self._empty_replies()
+
     def record_message(self, text: str) -> str | None:
         """Record the model's own message; a reason when it repeats a recent one verbatim."""
         stripped = text.strip()
@@ -380,19 +393,22 @@ class ProgressTracker(BaseModel):
             self._repeated_error()
             or self._oscillation()
             or self._no_progress()
+            or self._empty_replies()
             or self.message_latch
         )
 
     def stuck_kind(self) -> str:
         """Which rule says the run is stuck, as a short name for metrics (few distinct values,
-        where ``check`` is a sentence): ``repeated_error``, ``oscillation``, ``no_progress`` or
-        ``repeated_message``."""
+        where ``check`` is a sentence): ``repeated_error``, ``oscillation``, ``no_progress``,
+        ``empty_replies`` or ``repeated_message``."""
         if self._repeated_error():
             return "repeated_error"
         if self._oscillation():
             return "oscillation"
         if self._no_progress():
             return "no_progress"
+        if self._empty_replies():
+            return "empty_replies"
         return "repeated_message"
 
     def reset_after_recovery(self) -> None:
@@ -402,6 +418,7 @@ class ProgressTracker(BaseModel):
         self.recent_errors.clear()
         self.recent_writes.clear()
         self.message_latch = None
+        self.empty_replies = 0
 
     def should_report(self) -> bool:
         """True once per ``progress_report_every`` tool calls (even when several arrive at once)."""
@@ -516,6 +533,14 @@ class ProgressTracker(BaseModel):
         return (
             f"Same error on '{self.error_run_target}' repeated {self.error_run_count} times: "
             f"{self.error_run_text}"
+        )
+
+    def _empty_replies(self) -> str | None:
+        if self.empty_replies < self.config.max_empty_replies:
+            return None
+        return (
+            f"The model replied with nothing (no text, no tool call) "
+            f"{self.empty_replies} times in a row"
         )
 
     def _oscillation(self) -> str | None:

@@ -118,6 +118,8 @@ TRANSITIONS: Mapping[tuple[State, Event], State] = MappingProxyType(
         (S.PLANNING, E.HUMAN_APPROVAL_REQUIRED): S.WAITING_FOR_HUMAN,
         (S.PLANNING, E.FATAL_ERROR): S.ERROR,
         (S.PLANNING, E.BUDGET_EXCEEDED): S.ERROR,
+        # Replies with nothing in them (no text, no tool call), several in a row: stuck.
+        (S.PLANNING, E.STUCK): S.RECOVERING,
         # Waiting for a human: durable, for as long as it takes.
         (S.WAITING_FOR_HUMAN, E.HUMAN_APPROVED): S.ACTING,
         (S.WAITING_FOR_HUMAN, E.HUMAN_MODIFIED): S.ACTING,
