@@ -40,6 +40,7 @@ from workflows.agent import (
     reflection,
     status,
     threads,
+    waiting,
 )
 from workflows.agent import search_attributes as sa
 from workflows.agent.acting import (
@@ -96,6 +97,7 @@ WAITING_STATES = frozenset(
         State.PARALLEL_ACTING,
         State.WAITING_FOR_HUMAN,
         State.WAITING_FOR_CLIENT,
+        State.WAITING,
         State.WAITING_FOR_USER_INPUT,
         State.REFLECTING,
     }
@@ -133,6 +135,7 @@ class AgentEngine(AgentHandlers):
             State.PARALLEL_ACTING: self._tools.act,
             State.WAITING_FOR_HUMAN: self._wait_for_human,
             State.WAITING_FOR_CLIENT: self._tools.wait_for_client,
+            State.WAITING: self._tools.wait,
             State.OBSERVING: self._observe,
             State.POST_TOOLS_HOOK: self._post_tools_hook,
             State.REFLECTING: self._reflect,
@@ -259,6 +262,11 @@ class AgentEngine(AgentHandlers):
                 f"max steps reached: the model gave no final answer within {config.max_steps} steps"
             )
             return Event.MAX_STEPS
+        if run.wait_offered is None:
+            # Decided once: runs recorded before the tool offered a different list. Asked before
+            # the local activity below: a replay learns of a patch marker recorded after a
+            # local activity's result only once that result has been handed over.
+            run.wait_offered = workflow.patched(waiting.WAIT_TOOL)
         await self._tools.list_loaded_tools()
         if config.mcp_servers and run.mcp is None:
             await self._tools.list_mcp_tools()

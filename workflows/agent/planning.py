@@ -41,7 +41,7 @@ class CannotCall:
 def model_request(run: AgentRun) -> ModelRequest | CannotCall:
     """The next planning request, its completion capped by what is left of the token budget."""
     m, config = run.memory, run.input.config
-    box = Toolbox(config, run.mcp, run.loaded_tools)
+    box = Toolbox(config, run.mcp, run.loaded_tools, wait=bool(run.wait_offered))
     head, sent, turns = m.conversation_head, m.conversation_sent, m.conversation_turns
     if head is None or turns > len(m.history):
         head, sent = None, 0
