@@ -163,7 +163,9 @@ async def test_a_misspelt_signal_shows_in_the_trace_and_status(harness: Harness)
     handle = await _waiting_run(harness)
     await _cli_signal(harness, handle, "--name", "aprove", "--input", "{}")
     [refused] = await _refusals(handle, 1)
-    assert refused == "aprove: unknown signal (this run takes: approve, reject, modify, guide)"
+    assert (
+        refused == "aprove: unknown signal (this run takes: approve, reject, modify, guide, wake)"
+    )
     status: AgentStatus = await handle.query(AgentWorkflow.state)
     assert status.last_event is not None and "aprove: unknown signal" in status.last_event
     await _approve_and_finish(harness, handle)

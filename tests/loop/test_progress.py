@@ -176,27 +176,30 @@ def test_failed_writes_do_not_count_towards_oscillation() -> None:
 # --- Rule 3: no unique progress ---------------------------------------------------------------
 
 
-def test_ten_reads_make_no_progress() -> None:
-    """Ten read-only calls in a row are stuck, and the reason says what they were."""
+def test_ten_rereads_make_no_progress() -> None:
+    """Ten re-reads of one file after its first read are stuck; the reason says what they were."""
     tracker = ProgressTracker()
-    for i in range(10):
-        read(tracker, f"f{i}.go")
+    for _ in range(10):
+        read(tracker)
+    assert tracker.check() is None  # the first read was exploration
+    read(tracker)
     assert tracker.check() == "No progress in the last 10 actions: 10 read-only"
 
 
-def test_nine_reads_are_not_yet_a_full_window() -> None:
+def test_nine_rereads_are_not_yet_a_full_window() -> None:
     """The window must be full before the rule applies."""
     tracker = ProgressTracker()
-    for i in range(9):
-        read(tracker, f"f{i}.go")
+    for _ in range(10):
+        read(tracker)
     assert tracker.check() is None
 
 
 def test_the_reason_summarises_the_window_by_kind() -> None:
-    """Reads and failures on different files are counted by kind."""
+    """Re-reads and failures on different files are counted by kind."""
     tracker = ProgressTracker()
-    for i in range(7):
-        read(tracker, f"f{i}.go")
+    read(tracker)
+    for _ in range(7):
+        read(tracker)
     for i in range(3):
         fail(tracker, f"g{i}.go", f"error {i}")
     assert tracker.check() == "No progress in the last 10 actions: 7 read-only, 3 failed"
@@ -222,10 +225,11 @@ def test_a_write_with_new_content_is_progress() -> None:
 
 
 def test_a_passing_test_in_the_window_is_progress() -> None:
-    """Nine reads and a passing test are not stuck."""
+    """Nine re-reads and a passing test are not stuck."""
     tracker = ProgressTracker()
-    for i in range(9):
-        read(tracker, f"f{i}.go")
+    read(tracker)
+    for _ in range(9):
+        read(tracker)
     tracker.record_test("pytest", passed=True, output="3 passed")
     assert tracker.check() is None
     read(tracker)
@@ -233,10 +237,11 @@ def test_a_passing_test_in_the_window_is_progress() -> None:
 
 
 def test_a_failing_test_is_not_progress() -> None:
-    """Nine reads and a failing test are stuck."""
+    """Nine re-reads and a failing test are stuck."""
     tracker = ProgressTracker()
-    for i in range(9):
-        read(tracker, f"f{i}.go")
+    read(tracker)
+    for _ in range(9):
+        read(tracker)
     tracker.record_test("pytest", passed=False, output="1 failed")
     assert tracker.check() == "No progress in the last 10 actions: 9 read-only, 1 failed test"
 
@@ -254,12 +259,87 @@ def test_a_command_repeating_its_output_is_not_progress() -> None:
 def test_min_progress_can_demand_more() -> None:
     """With ``min_progress=2`` one change in the window is too little, and the reason says so."""
     tracker = ProgressTracker(config=ProgressConfig(min_progress=2))
+    read(tracker)
     edit(tracker, "main.go", "v1")
     for _ in range(9):
         read(tracker)
     assert tracker.check() == (
         "Too little progress in the last 10 actions (1 of 2 needed): 9 read-only, 1 change"
     )
+
+
+def test_fifty_distinct_reads_are_exploration() -> None:
+    """Reading fifty different files before the first write is progress, never stuck."""
+    tracker = ProgressTracker()
+    for i in range(50):
+        read(tracker, f"src/f{i}.py")
+        assert tracker.check() is None
+    edit(tracker, "src/f0.py")
+    assert tracker.check() is None
+
+
+def test_a_listing_not_seen_before_is_exploration() -> None:
+    """Listing new directories is exploration like reading new files."""
+    tracker = ProgressTracker()
+    for i in range(15):
+        tracker.record_tool_call(
+            "list_dir", f"dir{i}", success=True, mutating=False, content_hash=f"l{i}"
+        )
+    assert tracker.check() is None
+
+
+def test_rereading_a_file_whose_content_changed_is_exploration() -> None:
+    """The same target read with a new content hash saw something new; the same hash did not."""
+    tracker = ProgressTracker()
+    for i in range(12):
+        tracker.record_tool_call(
+            "read_file", "log.txt", success=True, mutating=False, content_hash=f"v{i}"
+        )
+    assert tracker.check() is None
+    for _ in range(10):
+        tracker.record_tool_call(
+            "read_file", "log.txt", success=True, mutating=False, content_hash="v11"
+        )
+    assert tracker.check() == "No progress in the last 10 actions: 10 read-only"
+
+
+def test_the_same_file_read_eleven_times_is_stuck() -> None:
+    """The first read explores; ten more of the same content fill the window with no progress."""
+    tracker = ProgressTracker()
+    for _ in range(11):
+        tracker.record_tool_call(
+            "read_file", "main.go", success=True, mutating=False, content_hash="same"
+        )
+    assert tracker.check() == "No progress in the last 10 actions: 10 read-only"
+
+
+def test_reads_seen_before_a_recovery_are_still_seen_after_it() -> None:
+    """A hint clears the window, not the memory of what was read."""
+    tracker = ProgressTracker()
+    for i in range(10):
+        read(tracker, f"f{i}.go")
+    tracker.reset_after_recovery()
+    for i in range(10):
+        read(tracker, f"f{i}.go")
+    assert tracker.check() == "No progress in the last 10 actions: 10 read-only"
+
+
+def test_without_exploration_reads_are_never_progress() -> None:
+    """``exploration=False`` (runs recorded before exploration counted) keeps the old rule."""
+    tracker = ProgressTracker()
+    for i in range(10):
+        tracker.record_tool_call(
+            "read_file", f"f{i}.go", success=True, mutating=False, exploration=False
+        )
+    assert tracker.check() == "No progress in the last 10 actions: 10 read-only"
+
+
+def test_the_seen_reads_are_bounded_oldest_first() -> None:
+    """``max_seen_reads`` bounds what is remembered; the target read longest ago goes first."""
+    tracker = ProgressTracker(config=ProgressConfig(max_seen_reads=3))
+    for path in ("a", "b", "c", "a", "d"):
+        read(tracker, path)
+    assert list(tracker.seen_reads) == ["c", "a", "d"]
 
 
 # --- Rule 4: message dedup --------------------------------------------------------------------
@@ -448,13 +528,13 @@ def test_reset_after_recovery_starts_a_fresh_window() -> None:
     tracker = ProgressTracker()
     edit(tracker, "a.go", "ha")
     tracker.record_test("pytest", passed=True)
-    for i in range(10):
-        read(tracker, f"f{i}.go")
+    for _ in range(11):
+        read(tracker)
     assert tracker.check() is not None
     tracker.reset_after_recovery()
     assert tracker.check() is None
-    for i in range(9):
-        read(tracker, f"f{i}.go")
+    for _ in range(9):
+        read(tracker)
     assert tracker.check() is None
     fail(tracker, "main.go")
     fail(tracker, "main.go")
@@ -519,3 +599,20 @@ def test_the_tracker_round_trips_through_json_unchanged() -> None:
         fail(t, "main.go")
     assert tracker.check() is not None
     assert copy.check() == tracker.check()
+
+
+def test_empty_replies_in_a_row_are_stuck_and_any_other_reply_ends_the_run() -> None:
+    """``max_empty_replies`` empty replies in a row are stuck; a non-empty one resets the count,
+    and so does a recovery."""
+    tracker = ProgressTracker()
+    assert tracker.record_reply(empty=True) is None
+    assert tracker.record_reply(empty=True) is None
+    assert tracker.record_reply(empty=False) is None
+    assert tracker.record_reply(empty=True) is None
+    assert tracker.record_reply(empty=True) is None
+    reason = tracker.record_reply(empty=True)
+    assert reason == "The model replied with nothing (no text, no tool call) 3 times in a row"
+    assert tracker.check() == reason
+    assert tracker.stuck_kind() == "empty_replies"
+    tracker.reset_after_recovery()
+    assert tracker.check() is None

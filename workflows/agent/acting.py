@@ -24,8 +24,8 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError, is_cancelled_exception
 
 from workflows import telemetry
-from workflows.agent import calls, client_queries, events, mcp, recovery
-from workflows.agent.catalogue import AskClientArgs, StartPhaseArgs
+from workflows.agent import calls, client_queries, events, mcp, recovery, waiting
+from workflows.agent.catalogue import AskClientArgs, StartPhaseArgs, WaitArgs
 from workflows.agent.mcp import McpCallRequest, McpListRequest, McpToolList
 from workflows.agent.models import ToolCall, ToolOutcome, ToolPolicy, ToolRequest, ToolResult
 from workflows.agent.publishing import Publisher
@@ -57,7 +57,8 @@ class ToolRunner:
 
     def box(self) -> Toolbox:
         """The run's toolbox as it is now (its MCP list changes when a tool vanishes)."""
-        return Toolbox(self._run.input.config, self._run.mcp, self._run.loaded_tools)
+        run = self._run
+        return Toolbox(run.input.config, run.mcp, run.loaded_tools, wait=bool(run.wait_offered))
 
     # ----------------------------------------------------------------------------------------
     # Checked once, carried onward
@@ -152,6 +153,7 @@ class ToolRunner:
         An ``ask_client`` call goes first: the run waits for the client (WaitingForClient),
         then comes back here for the others."""
         m = self._run.memory
+        self._finish_wait()
         done = {o.call.id for o in m.observations}
         todo = [c for c in m.current_tool_calls if c.id not in done]
         asks = [c for c in todo if c.name == client_queries.ASK_CLIENT]
@@ -163,6 +165,15 @@ class ToolRunner:
                     return Event.CLIENT_QUERY
                 m.observations = (*m.observations, outcome)
             todo = [c for c in todo if c.name != client_queries.ASK_CLIENT]
+        waits = [c for c in todo if c.name == waiting.WAIT]
+        # Only runs that call ``wait`` get a timer: no run recorded before the tool reaches it.
+        if waits and workflow.patched(waiting.WAIT_TOOL):
+            for call in waits:
+                outcome = self._open_wait(self.checked(call))
+                if outcome is None:
+                    return Event.WAIT
+                m.observations = (*m.observations, outcome)
+            todo = [c for c in todo if c.name != waiting.WAIT]
         checked = [self.checked(c) for c in todo]
         if self._run.state is State.PARALLEL_ACTING:
             outcomes = list(await asyncio.gather(*(self._run_call(c) for c in checked)))
@@ -362,6 +373,69 @@ class ToolRunner:
             ok=ok,
         )
         return Event.CLIENT_QUERY_DONE_PARALLEL if parallel else Event.CLIENT_QUERY_DONE
+
+    # ----------------------------------------------------------------------------------------
+    # wait: a durable timer (Waiting), ended on time or early
+    # ----------------------------------------------------------------------------------------
+
+    def _open_wait(self, checked: CheckedCall) -> ToolOutcome | None:
+        """Open the wait a ``wait`` call asks for (``None``: go to Waiting), or the call's
+        outcome: bad arguments, a run that does not offer the tool, a time already passed."""
+        run, config, call = self._run, self._run.input.config, checked.call
+        error = checked.error
+        if error is None and waiting.WAIT not in self.box().offered_names():
+            error = "ERROR: wait is not offered in this run (its max_wait_seconds is 0)"
+        args = checked.args
+        if error is not None or not isinstance(args, WaitArgs):
+            return self._finished(
+                self._failed(call, error or "ERROR: wait arguments did not parse")
+            )
+        opened = waiting.open_wait(
+            call,
+            args,
+            workflow.now(),
+            config.max_wait_seconds,
+            parallel=run.state is State.PARALLEL_ACTING,
+        )
+        if isinstance(opened, str):
+            return self._finished(ToolOutcome(call=call, observation=opened, success=True))
+        run.waiting = opened
+        return None
+
+    async def wait(self) -> Event:
+        """Waiting: parked on a durable timer (no activity, no worker busy) until it wakes on
+        time, or early when a user message, guidance or a ``wake`` signal arrives."""
+        run = self._run
+        w = run.waiting
+        if not w.active:  # cannot happen: Acting opened it
+            raise ApplicationError("Waiting without a wait", non_retryable=True)
+        self._pub.record(State.WAITING, "WaitStarted", waiting.describe(w))
+        self._pub.emit("tool_started", waiting.describe(w), tool=waiting.WAIT, call_id=w.call_id)
+        self._pub.show()
+        remaining = waiting.remaining_seconds(w, workflow.now())
+        if remaining > 0 and w.woken_by is None:
+            # Waking on time is not an error: the timeout is the timer.
+            with contextlib.suppress(TimeoutError):
+                await workflow.wait_condition(
+                    lambda: run.waiting.woken_by is not None,
+                    timeout=remaining,
+                    timeout_summary=f"wait {w.call_id}",
+                )
+        w.result = waiting.observation(w, workflow.now(), run.input.config.max_wait_seconds)
+        self._pub.record(State.WAITING, "WaitEnded", w.result)
+        return Event.WOKE_PARALLEL if w.parallel else Event.WOKE
+
+    def _finish_wait(self) -> None:
+        """Back from Waiting: the ``wait`` call's observation joins the step's."""
+        run, m = self._run, self._run.memory
+        w = run.waiting
+        if w.result is None:
+            return
+        asked = [c for c in m.current_tool_calls if c.id == w.call_id]
+        if asked:
+            outcome = ToolOutcome(call=asked[0], observation=w.result, success=True)
+            m.observations = (*m.observations, self._finished(outcome))
+        run.waiting = waiting.WaitState()
 
 
 def tool_request(run: AgentRun, checked: CheckedCall) -> ToolRequest:

@@ -17,10 +17,11 @@ import json
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from types import MappingProxyType
 from typing import Any, Literal, Protocol
 
-from pydantic import Field, ValidationError
+from pydantic import Field, ValidationError, model_validator
 from pydantic_core import PydanticSerializationError
 
 from workflows.agent.tool_args import ToolArgs as ToolArgs  # re-exported: the tools use it
@@ -84,6 +85,18 @@ class AskClientArgs(ToolArgs):
         description="The file path (relative to the user's working directory), the variable "
         "name, or the question.",
     )
+
+
+class WaitArgs(ToolArgs):
+    seconds: float | None = Field(None, gt=0, description="Seconds to wait (or give until).")
+    until: datetime | None = Field(None, description="ISO 8601 time to wake at.")
+    reason: str = Field(min_length=1, max_length=500, description="What the run waits for.")
+
+    @model_validator(mode="after")
+    def _one_of(self) -> WaitArgs:
+        if (self.seconds is None) == (self.until is None):
+            raise ValueError("give exactly one of seconds and until")
+        return self
 
 
 @dataclass(frozen=True)
@@ -183,6 +196,15 @@ _TOOLS: dict[str, ToolSpec] = {
             AskClientArgs,
             mutating=False,
             target=lambda args: f"{args.kind} {args.what}",
+            in_workflow=True,
+        ),
+        ToolSpec(
+            "wait",
+            "Pause the run on a durable timer (e.g. to check a build again later); a user "
+            "message or a wake signal ends it early.",
+            WaitArgs,
+            mutating=False,
+            target=lambda args: f"{args.seconds:g}s" if args.seconds else str(args.until),
             in_workflow=True,
         ),
     )

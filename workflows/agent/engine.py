@@ -40,6 +40,7 @@ from workflows.agent import (
     reflection,
     status,
     threads,
+    waiting,
 )
 from workflows.agent import search_attributes as sa
 from workflows.agent.acting import (
@@ -69,6 +70,8 @@ __all__ = [
     "CARRY_CONTENT_HASHES",
     "CLIENT_QUERIES",
     "COALESCED_SEARCH_ATTRIBUTES",
+    "EMPTY_REPLIES_STUCK",
+    "EXPLORATION_IS_PROGRESS",
     "LOADED_TOOLS",
     "SIGNALS",
     "WAITING_STATES",
@@ -79,6 +82,14 @@ COALESCED_SEARCH_ATTRIBUTES = "coalesced-search-attributes"
 """``workflow.patched`` id: search-attribute changes are sent once before the run waits, not
 at every transition (a step costs 2 upsert events instead of 4)."""
 
+EXPLORATION_IS_PROGRESS = "exploration-is-progress"
+"""``workflow.patched`` id: a read or listing of something not seen before counts as progress
+(before, no read did, so a run reading ten files in a row was stuck)."""
+
+EMPTY_REPLIES_STUCK = "empty-replies-stuck"
+"""``workflow.patched`` id: replies with no text and no tool call, ``max_empty_replies`` in a
+row, make the run stuck (Planning -Stuck-> Recovering); before, each was only sent back."""
+
 WAITING_STATES = frozenset(
     {
         State.PLANNING,
@@ -86,6 +97,7 @@ WAITING_STATES = frozenset(
         State.PARALLEL_ACTING,
         State.WAITING_FOR_HUMAN,
         State.WAITING_FOR_CLIENT,
+        State.WAITING,
         State.WAITING_FOR_USER_INPUT,
         State.REFLECTING,
     }
@@ -123,6 +135,7 @@ class AgentEngine(AgentHandlers):
             State.PARALLEL_ACTING: self._tools.act,
             State.WAITING_FOR_HUMAN: self._wait_for_human,
             State.WAITING_FOR_CLIENT: self._tools.wait_for_client,
+            State.WAITING: self._tools.wait,
             State.OBSERVING: self._observe,
             State.POST_TOOLS_HOOK: self._post_tools_hook,
             State.REFLECTING: self._reflect,
@@ -249,6 +262,11 @@ class AgentEngine(AgentHandlers):
                 f"max steps reached: the model gave no final answer within {config.max_steps} steps"
             )
             return Event.MAX_STEPS
+        if run.wait_offered is None:
+            # Decided once: runs recorded before the tool offered a different list. Asked before
+            # the local activity below: a replay learns of a patch marker recorded after a
+            # local activity's result only once that result has been handed over.
+            run.wait_offered = workflow.patched(waiting.WAIT_TOOL)
         await self._tools.list_loaded_tools()
         if config.mcp_servers and run.mcp is None:
             await self._tools.list_mcp_tools()
@@ -289,8 +307,12 @@ class AgentEngine(AgentHandlers):
         if planning.confidence_is_low(run, response, workflow.now()):
             return Event.LOW_CONFIDENCE
         if response.tool_calls:
+            run.tracker.record_reply(empty=False)
             return self._plan_tools(response, checked)
         answer = (response.content or "").strip()
+        empty = run.tracker.record_reply(empty=not answer)
+        if empty is not None and workflow.patched(EMPTY_REPLIES_STUCK):
+            return self._stuck(empty)
         asked = self._detect_client_query(answer)
         if asked is not None:
             # Loom's QueryDetectionStrategy: the reply asks for something only the client has.
@@ -478,6 +500,7 @@ class AgentEngine(AgentHandlers):
                 run.input.config.test_commands,
                 target=self._tools.checked(o.call).progress_target,
                 mutating=box.mutates(o.call.name),
+                exploration=workflow.patched(EXPLORATION_IS_PROGRESS),
             )
         repeated = run.tracker.record_message(m.assistant_text or "")
         m.history = (
@@ -492,12 +515,7 @@ class AgentEngine(AgentHandlers):
 
         stuck = run.tracker.check() or repeated
         if stuck:
-            run.recovery.stuck_reason = stuck
-            self._pub.record(State.OBSERVING, "Stuck", stuck)
-            self._pub.emit("stuck", stuck)
-            workflow.logger.warning("agent.stuck", extra={"reason": stuck, "step": m.step})
-            telemetry.stuck(run.tracker.stuck_kind())
-            return Event.STUCK
+            return self._stuck(stuck)
         if run.tracker.should_report():
             progress = run.tracker.summary(workflow.now(), run.started_at)
             self._pub.record(run.state, "Progress", progress.describe())
@@ -508,6 +526,16 @@ class AgentEngine(AgentHandlers):
         if run.flags.last_step_mutated:
             return Event.FILES_CHANGED
         return Event.NEEDS_REFLECTION if self._run.reflection_due() else Event.CONTINUE
+
+    def _stuck(self, reason: str) -> Event:
+        """Nexora's check found the run stuck: say why everywhere, then recover."""
+        run = self._run
+        run.recovery.stuck_reason = reason
+        self._pub.record(run.state, "Stuck", reason)
+        self._pub.emit("stuck", reason)
+        workflow.logger.warning("agent.stuck", extra={"reason": reason, "step": run.memory.step})
+        telemetry.stuck(run.tracker.stuck_kind())
+        return Event.STUCK
 
     async def _post_tools_hook(self) -> Event:
         """Loom's post-tools hook: each hook of the config, in order, after a step whose tools

@@ -8,14 +8,14 @@ The loop (``engine``) waits on what these handlers write.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from temporalio import workflow
 from temporalio.common import RawValue
 from temporalio.exceptions import ApplicationError
 
-from workflows.agent import approvals, client_queries, status, threads
+from workflows.agent import approvals, client_queries, status, threads, waiting
 from workflows.agent.acting import ToolRunner
 from workflows.agent.approvals import Refused
 from workflows.agent.client_queries import AnswerRefused
@@ -36,7 +36,7 @@ from workflows.agent.state import AgentRun
 from workflows.agent.state_machine import State
 from workflows.agent.status import cut
 
-SIGNALS = ("approve", "reject", "modify", "guide")
+SIGNALS = ("approve", "reject", "modify", "guide", "wake")
 """The signals a run understands; any other name is refused in the trace."""
 
 
@@ -70,13 +70,33 @@ class AgentHandlers:
 
     @workflow.signal
     def guide(self, *bodies: Any) -> None:
-        """``{"guidance": "..."}`` or ``{"halt": true, "reason": "..."}`` for a stuck run."""
+        """``{"guidance": "..."}`` or ``{"halt": true, "reason": "..."}`` for a stuck run; guidance
+        also wakes a run parked by the ``wait`` tool, and the model reads it."""
+        if self._run.state is State.WAITING:
+            self._wake("guide", lambda: waiting.guidance(bodies))
+            return
         try:
             signal = approvals.check_guide(self._run, approvals.signal_body("guide", bodies))
         except Refused as exc:
             self._refused("guide", exc)
             return
         self._apply_guide(signal)
+
+    @workflow.signal
+    def wake(self, *bodies: Any) -> None:
+        """``{"reason": "..."}`` (optional): end the ``wait`` tool's wait now."""
+        self._wake("wake", lambda: waiting.wake_reason(bodies))
+
+    def _wake(self, signal: str, why: Callable[[], str]) -> None:
+        try:
+            reason = why()
+        except waiting.WakeRefused as exc:
+            self._refused(signal, Refused(str(exc)))
+            return
+        if not waiting.wake(self._run.waiting, reason):
+            self._refused(signal, Refused("the run is not waiting (no wait tool call)"))
+            return
+        self._pub.record(self._run.state, "SignalReceived", f"{signal}: {cut(reason, 200)}")
 
     @workflow.signal(dynamic=True)
     def unknown_signal(self, name: str, bodies: Sequence[RawValue]) -> None:
@@ -87,7 +107,11 @@ class AgentHandlers:
     @workflow.update
     def decide(self, decision: Decision) -> PendingApproval | None:
         """Approve, reject or modify one pending call (returns it as decided), or guide a
-        stuck run (returns nothing)."""
+        stuck run (returns nothing); guidance also wakes a run parked by the ``wait`` tool."""
+        guidance = self._guidance_while_waiting(decision)
+        if guidance is not None:
+            self._wake("guide", lambda: guidance)
+            return None
         checked = approvals.check_update(self._run, decision)
         if isinstance(checked, GuideSignal):
             self._apply_guide(checked)
@@ -97,7 +121,17 @@ class AgentHandlers:
     @decide.validator
     def _validate_decide(self, decision: Decision) -> None:
         # Raised in the validator, the refusal rejects the update: nothing reaches the history.
-        approvals.check_update(self._run, decision)
+        if self._guidance_while_waiting(decision) is None:
+            approvals.check_update(self._run, decision)
+
+    def _guidance_while_waiting(self, decision: Decision) -> str | None:
+        """Guidance for a run the ``wait`` tool parked: it ends the wait (``None``: not that)."""
+        if decision.action != "guide" or self._run.state is not State.WAITING:
+            return None
+        try:
+            return waiting.guidance((decision.body(),))
+        except waiting.WakeRefused as exc:
+            raise ApplicationError(str(exc), type="DecisionRefused", non_retryable=True) from None
 
     def _signal(self, action: str, bodies: tuple[Any, ...]) -> None:
         try:
@@ -145,6 +179,7 @@ class AgentHandlers:
         run, thread = self._run, self._run.thread
         queued = run.state is not State.WAITING_FOR_USER_INPUT or bool(thread.inbox)
         thread.inbox.append(message.text)
+        waiting.wake(run.waiting, f"a user message arrived (queued): {cut(message.text, 200)}")
         self._pub.record(
             run.state,
             "UserMessageReceived",

@@ -117,6 +117,8 @@ class AgentConfig(Frozen):
     """On stuck: ``hint`` tells the model what repeats (at most ``max_hints`` times, then
     halts), ``ask_human`` waits for a ``guide`` signal, ``halt`` ends the run halted."""
     max_hints: int = Field(2, ge=0, le=100)
+    max_wait_seconds: float = Field(86_400, ge=0, le=366 * 86_400)
+    """Longest the ``wait`` tool may park the run on a durable timer; 0 does not offer it."""
     phases: tuple[str, ...] = ()
     """Phase descriptions, if the task is planned in phases; phase 1 starts with the run and the
     model moves on with the ``start_phase`` tool (which also works without this)."""
@@ -410,6 +412,8 @@ class AgentStatus(Frozen):
     """Which run of its continue-as-new chain answers (the workflow id stays the same)."""
     client_query: ClientQuery | None = None
     """Loom's server query waiting for the client (``WaitingForClient``)."""
+    wakes_at: datetime | None = None
+    """When a run parked by the ``wait`` tool (``Waiting``) wakes, unless woken earlier."""
     stream_offset: int = 0
     """Where the run's live stream ends now: ``watch --from`` this to see only what follows."""
 

@@ -4,6 +4,7 @@ tracker. The workflow runs the activity and moves the state; these say what to d
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime
@@ -40,7 +41,7 @@ class CannotCall:
 def model_request(run: AgentRun) -> ModelRequest | CannotCall:
     """The next planning request, its completion capped by what is left of the token budget."""
     m, config = run.memory, run.input.config
-    box = Toolbox(config, run.mcp, run.loaded_tools)
+    box = Toolbox(config, run.mcp, run.loaded_tools, wait=bool(run.wait_offered))
     head, sent, turns = m.conversation_head, m.conversation_sent, m.conversation_turns
     if head is None or turns > len(m.history):
         head, sent = None, 0
@@ -178,19 +179,24 @@ def track(
     *,
     target: str,
     mutating: bool,
+    exploration: bool = True,
 ) -> None:
     """Feed one observed call to Nexora's progress tracker: ``target`` and ``mutating`` as the
-    toolbox checked and knows them."""
+    toolbox checked and knows them; ``exploration`` as the run's patch allows it."""
     call, spec = outcome.call, TOOLS.get(outcome.call.name)
     if spec is not None and spec.in_workflow:
         return  # phase bookkeeping is not work
+    digest = content_hash(outcome, target)
+    if digest is None and not mutating and outcome.success:
+        digest = observation_hash(outcome)
     tracker.record_tool_call(
         call.name,
         target,
         success=outcome.success,
         error=None if outcome.success else outcome.observation,
         mutating=mutating,
-        content_hash=content_hash(outcome, target),
+        content_hash=digest,
+        exploration=exploration,
     )
     if call.name == "run_command" and any(t in target for t in test_commands):
         tracker.record_test(target, passed=outcome.success, output=outcome.observation)
@@ -206,6 +212,13 @@ def content_hash(outcome: ToolOutcome, target: str) -> str | None:
     if target in hashes:
         return hashes[target]
     return next(iter(hashes.values())) if len(hashes) == 1 else None
+
+
+def observation_hash(outcome: ToolOutcome) -> str:
+    """What a read saw, for telling a new read from a re-read: its stored blob's reference when
+    the observation was too long to keep inline (the reference names the content), else the text."""
+    seen = outcome.observation_ref or outcome.observation
+    return hashlib.sha256(seen.encode()).hexdigest()[:16]
 
 
 def confidence_is_low(run: AgentRun, response: ModelResponse, now: datetime) -> bool:

@@ -16,13 +16,18 @@ processes). Its whole state is one pydantic model, so continue-as-new can carry 
 3. **No progress** - among the last ``progress_window`` actions (tool calls and tests since the
    last reset) fewer than ``min_progress`` count as progress: distinct targets of successful
    writes that changed something (a file written with the hash it already had did not; a command
-   whose output hash equals its last run in the window did not; an unknown hash did) plus passing
-   tests.
-4. **Repeated message** - ``record_message`` saw a verbatim repeat of one of the model's last
+   whose output hash equals its last run in the window did not; an unknown hash did), distinct
+   targets explored (a read or listing of a target not read before in the run, or whose content
+   hash differs from the last read of it; re-reading what was already seen is not progress) plus
+   passing tests.
+4. **Empty replies** - ``record_reply`` saw ``max_empty_replies`` replies in a row with no text
+   and no tool call (the caller asks right after the reply, since no tool call follows one).
+5. **Repeated message** - ``record_message`` saw a verbatim repeat of one of the model's last
    ``message_dedup_window`` messages; the reason stays latched until the next reset.
 
 ``reset_after_recovery()`` and ``start_phase()`` clear the error run, the recent actions and
-errors and the latch, so the model gets a fresh window; files modified and test history are kept.
+errors, the run of empty replies and the latch, so the model gets a fresh window; files
+modified, reads seen and test history are kept.
 """
 
 from __future__ import annotations
@@ -80,6 +85,12 @@ class ProgressConfig(Frozen):
     """Test results kept verbatim (the counts cover all of them)."""
     command_tools: tuple[str, ...] = ("run_command",)
     """Tools whose target is a command, not a file: they never oscillate or modify files."""
+    max_empty_replies: int = Field(3, ge=1, le=1000)
+    """Replies in a row with no text and no tool call that mean stuck."""
+    exploration_is_progress: bool = True
+    """A read or listing of something not seen before counts as progress (exploration)."""
+    max_seen_reads: int = Field(500, ge=1, le=100_000)
+    """Read targets remembered with their content hash (the oldest are forgotten first)."""
 
     @field_validator("oscillation_window")
     @classmethod
@@ -232,6 +243,9 @@ class ProgressTracker(BaseModel):
     tool_calls: int = 0
     files_modified: dict[str, str | None] = Field(default_factory=dict)
     """path -> content hash of the last successful write (``None`` when unknown)."""
+    seen_reads: dict[str, str | None] = Field(default_factory=dict)
+    """target -> content hash of its last successful read or listing (``None`` when unknown),
+    oldest first: what the run has already explored."""
     tests_passed: int = 0
     tests_failed: int = 0
     test_history: list[TestRecord] = Field(default_factory=list)
@@ -247,6 +261,8 @@ class ProgressTracker(BaseModel):
     error_run_text: str = ""
     error_run_count: int = 0
     message_latch: str | None = None
+    empty_replies: int = 0
+    """Replies in a row with no text and no tool call."""
     phase: _Phase | None = None
     phases: list[PhaseRecord] = Field(default_factory=list)
     last_report_at: int = 0
@@ -264,10 +280,13 @@ class ProgressTracker(BaseModel):
         error: str | None = None,
         mutating: bool,
         content_hash: str | None = None,
+        exploration: bool = True,
     ) -> None:
         """Record one tool call; ``target`` is the file path or the command.
 
-        ``content_hash`` is the hash of what a file write left on disk, or of a command's output.
+        ``content_hash`` is the hash of what a file write left on disk, of a command's output, or
+        of what a read saw. ``exploration=False`` keeps the rule runs recorded before
+        exploration counted (reads are never progress), for replaying their histories.
         """
         self.tool_calls += 1
         if self.phase is not None:
@@ -293,6 +312,8 @@ class ProgressTracker(BaseModel):
             _push(self.recent_writes, target, self.config.oscillation_window)
             if self.phase is not None and target not in self.phase.files_changed:
                 self.phase.files_changed.append(target)
+        elif kind is ActionKind.READ_ONLY:
+            changed = self._explored(target, content_hash) and exploration
         elif kind is ActionKind.COMMAND:
             changed = content_hash is None or not any(
                 a.kind is ActionKind.COMMAND
@@ -339,6 +360,12 @@ class ProgressTracker(BaseModel):
             ActionRecord(kind=ActionKind.TEST, tool="test", target=command, success=passed)
         )
 
+    def record_reply(self, *, empty: bool) -> str | None:
+        """Record whether the model's reply was empty (no text, no tool call); the reason when
+        ``max_empty_replies`` came in a row."""
+        self.empty_replies = self.empty_replies + 1 if empty else 0
+        return self._empty_replies()
+
     def record_message(self, text: str) -> str | None:
         """Record the model's own message; a reason when it repeats a recent one verbatim."""
         stripped = text.strip()
@@ -366,19 +393,22 @@ class ProgressTracker(BaseModel):
             self._repeated_error()
             or self._oscillation()
             or self._no_progress()
+            or self._empty_replies()
             or self.message_latch
         )
 
     def stuck_kind(self) -> str:
         """Which rule says the run is stuck, as a short name for metrics (few distinct values,
-        where ``check`` is a sentence): ``repeated_error``, ``oscillation``, ``no_progress`` or
-        ``repeated_message``."""
+        where ``check`` is a sentence): ``repeated_error``, ``oscillation``, ``no_progress``,
+        ``empty_replies`` or ``repeated_message``."""
         if self._repeated_error():
             return "repeated_error"
         if self._oscillation():
             return "oscillation"
         if self._no_progress():
             return "no_progress"
+        if self._empty_replies():
+            return "empty_replies"
         return "repeated_message"
 
     def reset_after_recovery(self) -> None:
@@ -388,6 +418,7 @@ class ProgressTracker(BaseModel):
         self.recent_errors.clear()
         self.recent_writes.clear()
         self.message_latch = None
+        self.empty_replies = 0
 
     def should_report(self) -> bool:
         """True once per ``progress_report_every`` tool calls (even when several arrive at once)."""
@@ -477,6 +508,17 @@ class ProgressTracker(BaseModel):
             ActionRecord(kind=kind, tool=tool, target=target, success=False, error_hash=error_hash)
         )
 
+    def _explored(self, target: str, content_hash: str | None) -> bool:
+        """Whether this read saw something new, remembering what it saw."""
+        seen = target in self.seen_reads
+        new = not seen or (content_hash is not None and self.seen_reads[target] != content_hash)
+        # Re-insert so the targets read longest ago are the ones forgotten first.
+        self.seen_reads.pop(target, None)
+        self.seen_reads[target] = content_hash
+        for old in list(self.seen_reads)[: -self.config.max_seen_reads]:
+            del self.seen_reads[old]
+        return new
+
     def _end_error_run(self) -> None:
         self.error_run_target = self.error_run_hash = None
         self.error_run_text = ""
@@ -491,6 +533,14 @@ class ProgressTracker(BaseModel):
         return (
             f"Same error on '{self.error_run_target}' repeated {self.error_run_count} times: "
             f"{self.error_run_text}"
+        )
+
+    def _empty_replies(self) -> str | None:
+        if self.empty_replies < self.config.max_empty_replies:
+            return None
+        return (
+            f"The model replied with nothing (no text, no tool call) "
+            f"{self.empty_replies} times in a row"
         )
 
     def _oscillation(self) -> str | None:
@@ -517,7 +567,7 @@ class ProgressTracker(BaseModel):
                 label = "passing test"
             elif action.success and action.changed:
                 changed[action.target] = None
-                label = "change" if action.kind is ActionKind.FILE_WRITE else "command"
+                label = _PROGRESS_LABELS[action.kind]
             else:
                 label = _LABELS[action.kind, action.success]
             kinds[label] = kinds.get(label, 0) + 1
@@ -542,6 +592,12 @@ _LABELS = {
     (ActionKind.FILE_WRITE, False): "failed",
     (ActionKind.COMMAND, False): "failed",
 }
+_PROGRESS_LABELS = {
+    ActionKind.FILE_WRITE: "change",
+    ActionKind.COMMAND: "command",
+    ActionKind.READ_ONLY: "new read",
+    ActionKind.TEST: "passing test",
+}
 _LABEL_ORDER = (
     "read-only",
     "failed",
@@ -550,6 +606,7 @@ _LABEL_ORDER = (
     "failed test",
     "change",
     "command",
+    "new read",
     "passing test",
 )
 _ADJECTIVES = frozenset({"read-only", "failed"})

@@ -24,6 +24,7 @@ from workflows.agent.memory import AgentMemory
 from workflows.agent.models import AgentInput, PendingApproval, TokenUsage, TraceEntry
 from workflows.agent.progress import ProgressTracker
 from workflows.agent.state_machine import State
+from workflows.agent.waiting import WaitState
 from workflows.base import Mutable
 
 
@@ -135,6 +136,11 @@ class AgentRun(Mutable):
     model call (recorded, carried across continue-as-new); ``None``: never listed (a run from
     before loading existed offers none)."""
     thread: ThreadState = Field(default_factory=ThreadState)
+    waiting: WaitState = Field(default_factory=WaitState)
+    """A ``wait`` call parking the run on a timer (``Waiting``)."""
+    wait_offered: bool | None = None
+    """The run offers the ``wait`` tool; ``None``: not decided yet (before the first model
+    call, behind the ``wait-tool`` patch, then carried across continue-as-new)."""
     runs: int = 1
     """Which run of its continue-as-new chain this is (the workflow id stays the same)."""
 

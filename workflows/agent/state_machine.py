@@ -24,6 +24,8 @@ class State(enum.StrEnum):
     WAITING_FOR_HUMAN = "WaitingForHuman"
     WAITING_FOR_CLIENT = "WaitingForClient"
     """Loom's server query: the model asked for something only the client has."""
+    WAITING = "Waiting"
+    """Parked on a durable timer by the ``wait`` tool, until it wakes on time or early."""
     OBSERVING = "Observing"
     POST_TOOLS_HOOK = "PostToolsHook"
     REFLECTING = "Reflecting"
@@ -76,6 +78,11 @@ class Event(enum.StrEnum):
     """The query has its result: the answer, the client's refusal, or the timeout."""
     CLIENT_QUERY_DONE_PARALLEL = "ClientQueryDoneParallel"
     """The same, back to running the step's other calls concurrently."""
+    # The wait tool: parked on a durable timer in Acting, then back to it (or ParallelActing).
+    WAIT = "Wait"
+    WOKE = "Woke"
+    """The wait ended, on time or early (a user message, guidance, a wake signal)."""
+    WOKE_PARALLEL = "WokeParallel"
     # Acting outcomes
     TOOL_SUCCESS = "ToolSuccess"
     TOOL_FAILURE = "ToolFailure"
@@ -118,6 +125,8 @@ TRANSITIONS: Mapping[tuple[State, Event], State] = MappingProxyType(
         (S.PLANNING, E.HUMAN_APPROVAL_REQUIRED): S.WAITING_FOR_HUMAN,
         (S.PLANNING, E.FATAL_ERROR): S.ERROR,
         (S.PLANNING, E.BUDGET_EXCEEDED): S.ERROR,
+        # Replies with nothing in them (no text, no tool call), several in a row: stuck.
+        (S.PLANNING, E.STUCK): S.RECOVERING,
         # Waiting for a human: durable, for as long as it takes.
         (S.WAITING_FOR_HUMAN, E.HUMAN_APPROVED): S.ACTING,
         (S.WAITING_FOR_HUMAN, E.HUMAN_MODIFIED): S.ACTING,
@@ -131,6 +140,11 @@ TRANSITIONS: Mapping[tuple[State, Event], State] = MappingProxyType(
         (S.PARALLEL_ACTING, E.CLIENT_QUERY): S.WAITING_FOR_CLIENT,
         (S.WAITING_FOR_CLIENT, E.CLIENT_QUERY_DONE): S.ACTING,
         (S.WAITING_FOR_CLIENT, E.CLIENT_QUERY_DONE_PARALLEL): S.PARALLEL_ACTING,
+        # The wait tool: a durable timer, ended early by a message, guidance or a wake signal.
+        (S.ACTING, E.WAIT): S.WAITING,
+        (S.PARALLEL_ACTING, E.WAIT): S.WAITING,
+        (S.WAITING, E.WOKE): S.ACTING,
+        (S.WAITING, E.WOKE_PARALLEL): S.PARALLEL_ACTING,
         # Acting: tool failures are data, so both outcomes go to Observing.
         (S.ACTING, E.TOOL_SUCCESS): S.OBSERVING,
         (S.ACTING, E.TOOL_FAILURE): S.OBSERVING,

@@ -9,6 +9,7 @@ from datetime import datetime
 
 from workflows.agent.models import AgentStatus, Price, TokenUsage
 from workflows.agent.state import AgentRun
+from workflows.agent.waiting import describe
 
 
 def cut(text: str, limit: int) -> str:
@@ -63,6 +64,7 @@ def status(run: AgentRun, now: datetime, stream_offset: int = 0) -> AgentStatus:
         queued_messages=len(run.thread.inbox),
         run_in_chain=run.runs,
         client_query=run.client.query,
+        wakes_at=run.waiting.wakes_at if run.waiting.active else None,
         stream_offset=stream_offset,
     )
 
@@ -89,6 +91,8 @@ def details(run: AgentRun, now: datetime) -> str:
     if run.client.query is not None:
         q = run.client.query
         lines.append(f"**Waiting for the client:** `{q.id}` {q.kind} {cut(q.what, 120)}")
+    if run.waiting.active:
+        lines.append(f"**Waiting {waiting_line(run)}**")
     if m.pending_guidance:
         lines.append(f"**Stuck, waiting for guidance:** {m.pending_guidance}")
     elif run.recovery.stuck_reason:
@@ -99,3 +103,8 @@ def details(run: AgentRun, now: datetime) -> str:
     if m.final_answer:
         lines.append(f"**Answer:** {cut(m.final_answer, 300)}")
     return "\n\n".join(lines)
+
+
+def waiting_line(run: AgentRun) -> str:
+    """A parked run's wake time and reason (the Web UI's details)."""
+    return describe(run.waiting)

@@ -97,6 +97,7 @@ LOOM_KIND: dict[State, str] = {
     State.PARALLEL_ACTING: "executing_tools",
     State.WAITING_FOR_HUMAN: "executing_tools",
     State.WAITING_FOR_CLIENT: "executing_tools",
+    State.WAITING: "executing_tools",
     State.POST_TOOLS_HOOK: "post_tools_hook",
     State.ERROR: "error",
     State.HALTED: "error",
