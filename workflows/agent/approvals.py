@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 
 from pydantic import ValidationError
 from pydantic_core import PydanticSerializationError
+from temporalio.common import RawValue
 from temporalio.exceptions import ApplicationError
 
 from workflows.agent.memory import AgentMemory
@@ -196,10 +197,20 @@ def follow_guidance(run: AgentRun) -> Event:
 def signal_body(action: str, bodies: tuple[Any, ...]) -> Any:
     """The one body a signal carries. Signal handlers take any number of payloads, because a
     handler called with the wrong number would fail the workflow task (and Temporal retries a
-    failed task forever): two bodies (``--input`` given twice) are refused here instead."""
+    failed task forever): two bodies (``--input`` given twice) are refused here instead, and so
+    is a body the converter could not decode (it arrives raw)."""
     if len(bodies) > 1:
         raise Refused(f"{action} takes one JSON body; got {len(bodies)}")
-    return bodies[0] if bodies else None
+    body = bodies[0] if bodies else None
+    if isinstance(body, RawValue):
+        raise Refused(f"the body cannot be decoded (encoding {encoding(body)!r})")
+    return body
+
+
+def encoding(value: RawValue) -> str:
+    """The encoding an undecodable payload claims: the converter hands such a payload over raw
+    (``treadle.payloads``), where the SDK alone would drop the signal with a log line."""
+    return value.payload.metadata.get("encoding", b"<none>").decode(errors="replace")
 
 
 _S = TypeVar("_S", bound=Frozen)

@@ -62,6 +62,10 @@ def one_input(update: str, model: type[_M], inputs: tuple[Any, ...]) -> _M:
         raise _input_refused(
             f"{update} takes one JSON object, {SHAPES[update]}; got {len(inputs)} inputs"
         )
+    if isinstance(inputs[0], RawValue):
+        raise _input_refused(
+            f"{update}: the input cannot be decoded (encoding {approvals.encoding(inputs[0])!r})"
+        )
     try:
         return model.model_validate(inputs[0])
     except ValidationError as exc:
