@@ -155,7 +155,8 @@ class AgentConfig(Frozen):
     steps, or while a thread waits): about 55 steps. It bounds what a worker replays after a
     cache miss (a restart, an eviction, another worker taking over) to under a second.
     Temporal's own suggestion (4,096 events or 4 MB) applies always; ``None`` leaves only it.
-    An input recorded before this field existed keeps only Temporal's (``handover.event_bound``)."""
+    Every new run gets it, named or not; a run recorded before that (``handover.event_bound``)
+    whose input left the field out keeps only Temporal's."""
     stream_tokens: bool = True
     """Ask the provider to stream its reply, so watchers see the text as it is generated. The
     text reaches the run's stream in at most 6 batches per attempt and 10 per call (each one
