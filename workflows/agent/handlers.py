@@ -72,6 +72,11 @@ def one_input(update: str, model: type[_M], inputs: tuple[Any, ...]) -> _M:
         raise _input_refused(f"{update}: {describe_errors(exc)}") from None
 
 
+def _by(name: str | None) -> str:
+    """`` by NAME`` for a trace line, when the sender said who they are."""
+    return f" by {name}" if name else ""
+
+
 def _input_refused(message: str) -> ApplicationError:
     return ApplicationError(message, type="InputRefused", non_retryable=True)
 
@@ -154,23 +159,24 @@ class AgentHandlers:
         decided = approvals.apply_decision(self._run.memory, checked)
         if checked.call is not None:
             self._tools.replace(checked.call)
-        self._pub.record(self._run.state, "SignalReceived", f"{action} {decided.call_id}")
+        by = _by(decided.decided_by)
+        self._pub.record(self._run.state, "SignalReceived", f"{action} {decided.call_id}{by}")
         self._pub.emit(
             "decided",
-            f"{action} {decided.call_id}" + (f": {decided.reason}" if decided.reason else ""),
+            f"{action} {decided.call_id}{by}" + (f": {decided.reason}" if decided.reason else ""),
             tool=decided.tool,
             call_id=decided.call_id,
             arguments=decided.arguments,
+            decided_by=decided.decided_by,
         )
         self._pub.show()
         return decided
 
     def _apply_guide(self, signal: GuideSignal) -> None:
         self._run.memory.human_guidance = signal
-        self._pub.record(
-            self._run.state, "SignalReceived", "guide: halt" if signal.halt else "guide"
-        )
-        self._pub.emit("decided", "guide: halt" if signal.halt else "guide")
+        what = ("guide: halt" if signal.halt else "guide") + _by(signal.decided_by)
+        self._pub.record(self._run.state, "SignalReceived", what)
+        self._pub.emit("decided", what, decided_by=signal.decided_by)
 
     # ----------------------------------------------------------------------------------------
     # Threads: the user's next message, and closing.
@@ -230,7 +236,9 @@ class AgentHandlers:
         self._pub.record(
             run.state,
             "ClientAnswerReceived",
-            f"{query.id}: " + ("declined" if answer.declined is not None else "answered"),
+            f"{query.id}: "
+            + ("declined" if answer.declined is not None else "answered")
+            + _by(answer.decided_by),
         )
         return query
 

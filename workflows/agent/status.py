@@ -64,7 +64,16 @@ def status(run: AgentRun, now: datetime, stream_offset: int = 0) -> AgentStatus:
         run_in_chain=run.runs,
         client_query=run.client.query,
         stream_offset=stream_offset,
+        last_decision=last_decision(run),
     )
+
+
+def last_decision(run: AgentRun) -> str | None:
+    """The trace's last decision or client answer (it names who sent it)."""
+    for entry in reversed(run.trace):
+        if entry.event in ("SignalReceived", "ClientAnswerReceived"):
+            return entry.data
+    return None
 
 
 def details(run: AgentRun, now: datetime) -> str:
