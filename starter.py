@@ -4,12 +4,12 @@
     python starter.py run TASK --workspace DIR [--create-workspace]   # DIR must exist unless asked
     python starter.py run TASK --mcp-servers files,search   # offer the worker's MCP servers' tools
     python starter.py status ID [--json]        python starter.py trace ID [--json]
-    python starter.py approve ID [--call CALL_ID]
-    python starter.py reject ID [--call CALL_ID] --reason TEXT
-    python starter.py modify ID [--call CALL_ID] --args JSON
-    python starter.py guide ID (--guidance TEXT | --halt [--reason TEXT])
+    python starter.py approve ID [--call CALL_ID] [--as NAME]   # NAME: who decides (USER@HOST)
+    python starter.py reject ID [--call CALL_ID] --reason TEXT [--as NAME]
+    python starter.py modify ID [--call CALL_ID] --args JSON [--as NAME]
+    python starter.py guide ID (--guidance TEXT | --halt [--reason TEXT]) [--as NAME]
     python starter.py watch ID [--from-start | --from N] [--json] [--interactive]  # live
-    python starter.py answer ID QUERY_ID TEXT | --decline REASON   # a run's client query
+    python starter.py answer ID QUERY_ID TEXT | --decline REASON [--as NAME]  # a client query
     python starter.py chat [--id ID] [FIRST MESSAGE]     # a thread: type, see the answer, again
     python starter.py send ID TEXT [--wait]     python starter.py close ID
     python starter.py export ID > thread.json   python starter.py import thread.json
@@ -55,6 +55,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from treadle.cli import chat as cli_chat
 from treadle.cli import codec_server as cli_codec_server
 from treadle.cli import demo as cli_demo
+from treadle.cli import identity
 from treadle.cli import jobs as cli_jobs
 from treadle.cli import live as cli_live
 from treadle.cli import monitors as cli_monitors
@@ -138,6 +139,8 @@ def _format_status(status: AgentStatus) -> str:
     if status.progress is not None:
         p = status.progress
         lines.append(f"progress: {p.describe()}, {p.elapsed_seconds:.0f}s")
+    if status.last_decision:
+        lines.append(f"decided:  {status.last_decision}")
     if status.stuck:
         lines.append(f"stuck:    {status.stuck}")
     for pending in status.pending_approvals:
@@ -310,6 +313,7 @@ async def cmd_decide(client: Client, args: argparse.Namespace) -> int:
             guidance=args.guidance,
             halt=bool(args.halt),
             reason=args.reason,
+            decided_by=identity.decided_by(args),
         )
     else:
         decision = Decision(
@@ -317,6 +321,7 @@ async def cmd_decide(client: Client, args: argparse.Namespace) -> int:
             call_id=args.call,
             reason=getattr(args, "reason", None),
             arguments=arguments,
+            decided_by=identity.decided_by(args),
         )
     try:
         decided = await handle.execute_update(
@@ -407,12 +412,14 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
             p.add_argument("--reason", required=True)
         if name == "modify":
             p.add_argument("--args", required=True, help="new arguments as a JSON object")
+        identity.add_as_option(p)
 
     guide = sub.add_parser("guide", help="continue a stuck run with guidance, or halt it")
     guide.add_argument("workflow_id")
     guide.add_argument("--guidance", help="advice for the model; the run continues")
     guide.add_argument("--halt", action="store_true", help="stop the run (status halted)")
     guide.add_argument("--reason", help="why, with --halt")
+    identity.add_as_option(guide)
 
     for name in ("status", "trace"):
         p = sub.add_parser(name, help=f"show a run's {name}")

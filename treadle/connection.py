@@ -65,6 +65,7 @@ from treadle.codec import (
     WorkerCannotDecrypt,
 )
 from treadle.observability import TelemetrySettingsError, TracingSettings, client_plugins
+from treadle.payloads import TolerantPayloadConverter
 from treadle.stores import StoreLocation, StoreSettingsError, external_storage, parse_store
 
 __all__ = [
@@ -253,10 +254,14 @@ def data_converter(environ: Mapping[str, str], store: str | Path | None = None) 
         raise ConnectionSettingsError(str(exc)) from exc
     if keyring is None:
         return dataclasses.replace(
-            pydantic_data_converter, payload_codec=NoKeysCodec(), external_storage=external
+            pydantic_data_converter,
+            payload_converter_class=TolerantPayloadConverter,
+            payload_codec=NoKeysCodec(),
+            external_storage=external,
         )
     return dataclasses.replace(
         pydantic_data_converter,
+        payload_converter_class=TolerantPayloadConverter,
         payload_codec=EncryptionCodec(keyring),
         failure_converter_class=DefaultFailureConverterWithEncodedAttributes,
         external_storage=external,

@@ -154,18 +154,27 @@ def test_a_state_outside_the_table_is_refused_by_the_model() -> None:
         run.state = "Dreaming"  # type: ignore[assignment]
 
 
-def test_an_input_recorded_without_the_event_bound_keeps_temporals_only() -> None:
-    """``continue_as_new_after_events`` (800 by default) bounds a run only where its input names
-    it: an input recorded before the field existed replays as it ran, to Temporal's suggestion.
-    An input written now carries the field, default included, through the data converter."""
+def test_an_input_without_the_event_bound_gets_the_default_behind_its_patch() -> None:
+    """``continue_as_new_after_events`` (800 by default) bounds every new run, whether its input
+    names the field or not (plain JSON from another client leaves it out); a run recorded
+    before the ``default-event-bound`` patch, whose input left it out, replays unbounded."""
+
+    def new(_: str) -> bool:
+        return True
+
+    def recorded_before(_: str) -> bool:
+        return False
+
     fresh = AgentInput(task="t", model="openai:x", workspace="/tmp/ws")
     payloads = pydantic_data_converter.payload_converter.to_payloads([fresh])
     [written] = pydantic_data_converter.payload_converter.from_payloads(payloads, [AgentInput])
-    assert handover.event_bound(written.config) == 800
+    assert handover.event_bound(written.config, recorded_before) == 800
     old = written.model_dump(mode="json")
     del old["config"]["continue_as_new_after_events"]
-    assert handover.event_bound(AgentInput.model_validate(old).config) is None
+    silent = AgentInput.model_validate(old).config
+    assert handover.event_bound(silent, recorded_before) is None
+    assert handover.event_bound(silent, new) == 800
     run = AgentRun.begin(AgentInput.model_validate(old), NOW)
-    assert handover.event_bound(run.input.config) is None
+    assert handover.event_bound(run.input.config, recorded_before) is None
     unbounded = AgentConfig.model_validate({"continue_as_new_after_events": None})
-    assert handover.event_bound(unbounded) is None
+    assert handover.event_bound(unbounded, new) is None

@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 
 from pydantic import ValidationError
 from pydantic_core import PydanticSerializationError
+from temporalio.common import RawValue
 from temporalio.exceptions import ApplicationError
 
 from workflows.agent.memory import AgentMemory
@@ -83,6 +84,7 @@ def approvals_needed(
 def check_decision(run: AgentRun, action: str, body: Any) -> Checked:
     """Everything that could refuse ``approve`` / ``reject`` / ``modify``, changing nothing."""
     signal = _parse(DECISION_BODIES[action], body)
+    check_approver(run, signal.decided_by)
     if isinstance(signal, ModifySignal):
         size = len(signal.model_dump_json())
         if size > MAX_MODIFY_ARGUMENTS_BYTES:
@@ -90,11 +92,12 @@ def check_decision(run: AgentRun, action: str, body: Any) -> Checked:
                 f"the new arguments are {size // 1024} KiB; at most "
                 f"{MAX_MODIFY_ARGUMENTS_BYTES // 1024} KiB"
             )
-    pending = _find_pending(run, signal.call_id)
+    pending, by = _find_pending(run, signal.call_id), signal.decided_by
     if isinstance(signal, ApproveSignal):
-        return Checked(pending, {"decision": ApprovalDecision.APPROVED})
+        return Checked(pending, {"decision": ApprovalDecision.APPROVED, "decided_by": by})
     if isinstance(signal, RejectSignal):
-        return Checked(pending, {"decision": ApprovalDecision.REJECTED, "reason": signal.reason})
+        rejected = {"decision": ApprovalDecision.REJECTED, "reason": signal.reason}
+        return Checked(pending, {**rejected, "decided_by": by})
     calls = [c for c in run.memory.current_tool_calls if c.id == pending.call_id]
     call = calls[0] if calls else ToolCall(id=pending.call_id, name=pending.tool)
     checked = Toolbox(run.input.config, run.mcp, run.loaded_tools).check(call, signal.arguments)
@@ -103,7 +106,11 @@ def check_decision(run: AgentRun, action: str, body: Any) -> Checked:
     new_arguments = checked.request_arguments()
     return Checked(
         pending,
-        {"decision": ApprovalDecision.MODIFIED, "arguments": checked.arguments},
+        {
+            "decision": ApprovalDecision.MODIFIED,
+            "arguments": checked.arguments,
+            "decided_by": by,
+        },
         new_arguments=new_arguments,
         call=replace(checked, call=call.model_copy(update={"arguments": new_arguments})),
     )
@@ -139,9 +146,25 @@ def check_update(run: AgentRun, decision: Decision) -> GuideSignal | Checked:
 def check_guide(run: AgentRun, body: Any) -> GuideSignal:
     """A ``guide`` body for a run that waits for guidance, or ``Refused``."""
     signal = _parse(GuideSignal, body)
+    check_approver(run, signal.decided_by)
     if run.state is not State.WAITING_FOR_HUMAN or run.memory.pending_guidance is None:
         raise Refused("the run is not waiting for guidance")
     return signal
+
+
+def check_approver(run: AgentRun, name: str | None) -> None:
+    """A run that names its ``approvers`` takes decisions from them only. The name is what the
+    sender wrote (attribution): who may signal the run at all is the server's authorizer's job."""
+    approvers = run.input.config.approvers
+    if approvers is None or name in approvers:
+        return
+    listed = ", ".join(approvers) or "none"
+    if name is None:
+        raise Refused(
+            f"this run takes decisions from its approvers only ({listed}); "
+            "say who decides with decided_by (starter.py --as NAME)"
+        )
+    raise Refused(f"{name!r} is not one of this run's approvers ({listed})")
 
 
 def all_decided(memory: AgentMemory) -> bool:
@@ -196,10 +219,20 @@ def follow_guidance(run: AgentRun) -> Event:
 def signal_body(action: str, bodies: tuple[Any, ...]) -> Any:
     """The one body a signal carries. Signal handlers take any number of payloads, because a
     handler called with the wrong number would fail the workflow task (and Temporal retries a
-    failed task forever): two bodies (``--input`` given twice) are refused here instead."""
+    failed task forever): two bodies (``--input`` given twice) are refused here instead, and so
+    is a body the converter could not decode (it arrives raw)."""
     if len(bodies) > 1:
         raise Refused(f"{action} takes one JSON body; got {len(bodies)}")
-    return bodies[0] if bodies else None
+    body = bodies[0] if bodies else None
+    if isinstance(body, RawValue):
+        raise Refused(f"the body cannot be decoded (encoding {encoding(body)!r})")
+    return body
+
+
+def encoding(value: RawValue) -> str:
+    """The encoding an undecodable payload claims: the converter hands such a payload over raw
+    (``treadle.payloads``), where the SDK alone would drop the signal with a log line."""
+    return value.payload.metadata.get("encoding", b"<none>").decode(errors="replace")
 
 
 _S = TypeVar("_S", bound=Frozen)

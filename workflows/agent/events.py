@@ -113,6 +113,8 @@ class ClientAnswer(Frozen):
     kind: Literal["file_read", "environment", "question"]
     content: str | None = None
     declined: str | None = Field(default=None, max_length=MAX_DECLINE_CHARS)
+    decided_by: str | None = Field(default=None, min_length=1, max_length=200)
+    """Who answered (``starter.py answer --as NAME``); attribution only, like a decision's."""
 
 
 class AgentEvent(Frozen):
@@ -143,6 +145,8 @@ class AgentEvent(Frozen):
     completion_tokens: int | None = None
     total_tokens: int | None = None
     """Run totals after a ``model`` event."""
+    decided_by: str | None = None
+    """``decided``: who decided, as the decision said."""
 
 
 class TokenDelta(Frozen):

@@ -9,8 +9,9 @@ The loop (``engine``) waits on what these handlers write.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
+from pydantic import ValidationError
 from temporalio import workflow
 from temporalio.common import RawValue
 from temporalio.exceptions import ApplicationError
@@ -35,9 +36,49 @@ from workflows.agent.publishing import Publisher
 from workflows.agent.state import AgentRun
 from workflows.agent.state_machine import State
 from workflows.agent.status import cut
+from workflows.base import Frozen, describe_errors
+
+_M = TypeVar("_M", bound=Frozen)
+
+SHAPES = {
+    "decide": '{"action": "approve", "call_id": "..."}',
+    "send": '{"text": "..."}',
+    "answer_query": '{"query_id": "...", "kind": "...", "content": "..."}',
+}
+"""What each update's one input looks like, for the refusal of a wrong number of inputs."""
 
 SIGNALS = ("approve", "reject", "modify", "guide", "wake")
 """The signals a run understands; any other name is refused in the trace."""
+
+
+def one_input(update: str, model: type[_M], inputs: tuple[Any, ...]) -> _M:
+    """The one JSON object an update takes, parsed.
+
+    Updates take ``*inputs``, as signals take ``*bodies``: typed with one parameter, an update
+    given two inputs (``--input`` twice) or none would be refused with a ``TypeError`` about
+    positional arguments. Its validator refuses with what it takes instead, before anything
+    reaches the history; the handler parses the same input again (validators do not replay)."""
+    if len(inputs) != 1:
+        raise _input_refused(
+            f"{update} takes one JSON object, {SHAPES[update]}; got {len(inputs)} inputs"
+        )
+    if isinstance(inputs[0], RawValue):
+        raise _input_refused(
+            f"{update}: the input cannot be decoded (encoding {approvals.encoding(inputs[0])!r})"
+        )
+    try:
+        return model.model_validate(inputs[0])
+    except ValidationError as exc:
+        raise _input_refused(f"{update}: {describe_errors(exc)}") from None
+
+
+def _by(name: str | None) -> str:
+    """`` by NAME`` for a trace line, when the sender said who they are."""
+    return f" by {name}" if name else ""
+
+
+def _input_refused(message: str) -> ApplicationError:
+    return ApplicationError(message, type="InputRefused", non_retryable=True)
 
 
 class AgentHandlers:
@@ -105,9 +146,11 @@ class AgentHandlers:
         self._refused(name, Refused(f"unknown signal (this run takes: {', '.join(SIGNALS)})"))
 
     @workflow.update
-    def decide(self, decision: Decision) -> PendingApproval | None:
-        """Approve, reject or modify one pending call (returns it as decided), or guide a
-        stuck run (returns nothing); guidance also wakes a run parked by the ``wait`` tool."""
+    def decide(self, *inputs: Any) -> PendingApproval | None:
+        """``{"action": "approve", "call_id": "..."}`` (a ``Decision``): approve, reject or
+        modify one pending call (returns it as decided), or guide a stuck run (returns nothing);
+        guidance also wakes a run parked by the ``wait`` tool."""
+        decision = one_input("decide", Decision, inputs)
         guidance = self._guidance_while_waiting(decision)
         if guidance is not None:
             self._wake("guide", lambda: guidance)
@@ -119,8 +162,9 @@ class AgentHandlers:
         return self._apply(decision.action, checked)
 
     @decide.validator
-    def _validate_decide(self, decision: Decision) -> None:
+    def _validate_decide(self, *inputs: Any) -> None:
         # Raised in the validator, the refusal rejects the update: nothing reaches the history.
+        decision = one_input("decide", Decision, inputs)
         if self._guidance_while_waiting(decision) is None:
             approvals.check_update(self._run, decision)
 
@@ -151,31 +195,33 @@ class AgentHandlers:
         decided = approvals.apply_decision(self._run.memory, checked)
         if checked.call is not None:
             self._tools.replace(checked.call)
-        self._pub.record(self._run.state, "SignalReceived", f"{action} {decided.call_id}")
+        by = _by(decided.decided_by)
+        self._pub.record(self._run.state, "SignalReceived", f"{action} {decided.call_id}{by}")
         self._pub.emit(
             "decided",
-            f"{action} {decided.call_id}" + (f": {decided.reason}" if decided.reason else ""),
+            f"{action} {decided.call_id}{by}" + (f": {decided.reason}" if decided.reason else ""),
             tool=decided.tool,
             call_id=decided.call_id,
             arguments=decided.arguments,
+            decided_by=decided.decided_by,
         )
         self._pub.show()
         return decided
 
     def _apply_guide(self, signal: GuideSignal) -> None:
         self._run.memory.human_guidance = signal
-        self._pub.record(
-            self._run.state, "SignalReceived", "guide: halt" if signal.halt else "guide"
-        )
-        self._pub.emit("decided", "guide: halt" if signal.halt else "guide")
+        what = ("guide: halt" if signal.halt else "guide") + _by(signal.decided_by)
+        self._pub.record(self._run.state, "SignalReceived", what)
+        self._pub.emit("decided", what, decided_by=signal.decided_by)
 
     # ----------------------------------------------------------------------------------------
     # Threads: the user's next message, and closing.
     # ----------------------------------------------------------------------------------------
 
     @workflow.update
-    def send(self, message: UserMessage) -> SendReceipt:
+    def send(self, *inputs: Any) -> SendReceipt:
         """``{"text": "..."}``: the thread's next user message; queued behind a running turn."""
+        message = one_input("send", UserMessage, inputs)
         run, thread = self._run, self._run.thread
         queued = run.state is not State.WAITING_FOR_USER_INPUT or bool(thread.inbox)
         thread.inbox.append(message.text)
@@ -190,11 +236,11 @@ class AgentHandlers:
         return SendReceipt(queued=queued, position=len(thread.inbox), state=run.state)
 
     @send.validator
-    def _validate_send(self, message: UserMessage) -> None:
-        threads.check_message(self._run, message)
+    def _validate_send(self, *inputs: Any) -> None:
+        threads.check_message(self._run, one_input("send", UserMessage, inputs))
 
     @workflow.update
-    def close(self) -> AgentStatus:
+    def close(self, *inputs: Any) -> AgentStatus:
         """End the thread once it has answered the messages it already has."""
         thread = self._run.thread
         thread.closing = True
@@ -204,7 +250,9 @@ class AgentHandlers:
         return status.status(self._run, workflow.now(), self._pub.stream_end())
 
     @close.validator
-    def _validate_close(self) -> None:
+    def _validate_close(self, *inputs: Any) -> None:
+        if inputs:
+            raise _input_refused(f"close takes no input; got {len(inputs)}")
         threads.check_close(self._run)
 
     # ----------------------------------------------------------------------------------------
@@ -212,9 +260,10 @@ class AgentHandlers:
     # ----------------------------------------------------------------------------------------
 
     @workflow.update
-    def answer_query(self, answer: ClientAnswer) -> ClientQuery:
+    def answer_query(self, *inputs: Any) -> ClientQuery:
         """``{"query_id": "q1", "kind": "file_read", "content": "..."}`` (or ``"declined"``):
         the answer to the pending client query; returns the query it answered."""
+        answer = one_input("answer_query", ClientAnswer, inputs)
         run, client = self._run, self._run.client
         query = client.query
         if query is None or client.answer is not None:
@@ -224,12 +273,15 @@ class AgentHandlers:
         self._pub.record(
             run.state,
             "ClientAnswerReceived",
-            f"{query.id}: " + ("declined" if answer.declined is not None else "answered"),
+            f"{query.id}: "
+            + ("declined" if answer.declined is not None else "answered")
+            + _by(answer.decided_by),
         )
         return query
 
     @answer_query.validator
-    def _validate_answer_query(self, answer: ClientAnswer) -> None:
+    def _validate_answer_query(self, *inputs: Any) -> None:
+        answer = one_input("answer_query", ClientAnswer, inputs)
         client = self._run.client
         try:
             client_queries.check_answer(

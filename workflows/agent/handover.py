@@ -3,6 +3,7 @@ workflow id, so its history stays bounded however long it lives."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import NoReturn
 
 from temporalio import workflow
@@ -19,14 +20,21 @@ MAX_CARRIED_MEMORY_BYTES = 1_000_000
 well under Temporal's 2 MB payload limit."""
 
 
-def event_bound(config: AgentConfig) -> int | None:
-    """The run's own continue-as-new bound, in events.
+DEFAULT_EVENT_BOUND = "default-event-bound"
+"""Patch id: an input that does not name ``continue_as_new_after_events`` gets its default too
+(before it, only an input that named the field was bounded; see ``event_bound``)."""
 
-    Only where the input names the field: an input recorded before it existed has no key, and
-    its run grew to Temporal's suggestion, so it must replay that way (the default of 1,000
-    would hand over at a point where the recorded run called the model). Every input written
-    since carries the field (the data converter writes every field), so new runs get it."""
-    if "continue_as_new_after_events" not in config.model_fields_set:
+
+def event_bound(config: AgentConfig, patched: Callable[[str], bool]) -> int | None:
+    """The run's own continue-as-new bound, in events (``None``: Temporal's suggestion only).
+
+    Every new run gets it, whichever client started it: a ``temporal workflow start`` with plain
+    JSON, or another SDK, leaves the field out. Runs recorded before ``DEFAULT_EVENT_BOUND``
+    were bounded only where the input named the field (an input from before the field existed,
+    or from such a client, grew to Temporal's suggestion), so without the patch's marker they
+    replay that way. ``patched`` is ``workflow.patched``, asked only when the input is silent."""
+    named = "continue_as_new_after_events" in config.model_fields_set
+    if not named and not patched(DEFAULT_EVENT_BOUND):
         return None
     return config.continue_as_new_after_events
 
@@ -34,7 +42,7 @@ def event_bound(config: AgentConfig) -> int | None:
 def due(run: AgentRun) -> str | None:
     """Why the run should continue as new now (Temporal suggests it, or
     ``continue_as_new_after_events`` is reached), or ``None``."""
-    info, limit = workflow.info(), event_bound(run.input.config)
+    info, limit = workflow.info(), event_bound(run.input.config, workflow.patched)
     length = info.get_current_history_length()
     if not info.is_continue_as_new_suggested() and (limit is None or length < limit):
         return None

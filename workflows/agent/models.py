@@ -16,6 +16,17 @@ from pydantic import Field, field_validator, model_validator
 from temporalio.contrib.workflow_streams import WorkflowStreamState
 
 from workflows.agent.catalogue import TOOLS
+from workflows.agent.decisions import MAX_CALL_ID_CHARS as MAX_CALL_ID_CHARS
+from workflows.agent.decisions import MAX_HUMAN_TEXT_CHARS as MAX_HUMAN_TEXT_CHARS
+from workflows.agent.decisions import MAX_MODIFY_ARGUMENTS_BYTES as MAX_MODIFY_ARGUMENTS_BYTES
+from workflows.agent.decisions import ApprovalDecision as ApprovalDecision
+from workflows.agent.decisions import ApproveSignal as ApproveSignal
+from workflows.agent.decisions import Decision as Decision
+from workflows.agent.decisions import GuideSignal as GuideSignal
+from workflows.agent.decisions import ModifySignal as ModifySignal
+from workflows.agent.decisions import Name
+from workflows.agent.decisions import PendingApproval as PendingApproval
+from workflows.agent.decisions import RejectSignal as RejectSignal
 from workflows.agent.events import ClientQuery
 from workflows.agent.hooks import check_hook_names, parse_author
 from workflows.agent.mcp import ALL_SERVERS, TOOL_NAME, check_server_name, is_tool_name, server_of
@@ -59,6 +70,10 @@ class AgentConfig(Frozen):
     """Hard cap on planning cycles (model calls); the run ends with a max-steps error."""
     require_approval: tuple[str, ...] = ()
     """Tools whose calls wait for a human ``approve`` / ``reject`` / ``modify`` signal."""
+    approvers: tuple[Name, ...] | None = None
+    """The names whose decisions (approve, reject, modify, guide) the run takes, as their
+    ``decided_by`` says; any other name, or none, is refused. ``None``: anyone's. Attribution,
+    not authentication: who may signal a run at all is the Temporal server's authorizer's."""
     blacklisted_tools: tuple[str, ...] = ()
     """Tools the model may not call; a call becomes an ``ERROR:`` observation."""
     hooks: tuple[str, ...] = ()
@@ -157,7 +172,8 @@ class AgentConfig(Frozen):
     steps, or while a thread waits): about 55 steps. It bounds what a worker replays after a
     cache miss (a restart, an eviction, another worker taking over) to under a second.
     Temporal's own suggestion (4,096 events or 4 MB) applies always; ``None`` leaves only it.
-    An input recorded before this field existed keeps only Temporal's (``handover.event_bound``)."""
+    Every new run gets it, named or not; a run recorded before that (``handover.event_bound``)
+    whose input left the field out keeps only Temporal's."""
     stream_tokens: bool = True
     """Ask the provider to stream its reply, so watchers see the text as it is generated. The
     text reaches the run's stream in at most 6 batches per attempt and 10 per call (each one
@@ -201,6 +217,7 @@ class AgentConfig(Frozen):
 
     @field_validator(
         "require_approval",
+        "approvers",
         "blacklisted_tools",
         "command_allowlist",
         "tools",
@@ -358,24 +375,6 @@ class Trace(Frozen):
     carried, so a run of days keeps a bounded trace)."""
 
 
-class ApprovalDecision(enum.StrEnum):
-    APPROVED = "approved"
-    REJECTED = "rejected"
-    MODIFIED = "modified"
-
-
-class PendingApproval(Frozen):
-    """A tool call waiting for a human. ``arguments`` is the parsed, schema-valid argument set."""
-
-    call_id: str
-    tool: str
-    arguments: dict[str, Any]
-    step: int
-    requested_at: datetime
-    decision: ApprovalDecision | None = None
-    reason: str | None = None
-
-
 class RunStatus(enum.StrEnum):
     RUNNING = "running"
     DONE = "done"
@@ -416,6 +415,9 @@ class AgentStatus(Frozen):
     """When a run parked by the ``wait`` tool (``Waiting``) wakes, unless woken earlier."""
     stream_offset: int = 0
     """Where the run's live stream ends now: ``watch --from`` this to see only what follows."""
+    last_decision: str | None = None
+    """The last approval, rejection, modification, guidance or client answer, with who sent it
+    (``approve call_1 by alice@laptop``), as the trace has it."""
 
 
 class AgentResult(Frozen):
@@ -430,53 +432,8 @@ class AgentResult(Frozen):
 
 
 # --------------------------------------------------------------------------------------------
-# Signal bodies: small JSON objects, so `temporal workflow signal --input '{...}'` works.
+# Threads: a user's message, and Loom's JSON shape
 # --------------------------------------------------------------------------------------------
-
-
-MAX_HUMAN_TEXT_CHARS = 4_000
-"""A rejection reason or guidance is sent to the model on every later step: longer is refused."""
-MAX_CALL_ID_CHARS = 200
-
-
-MAX_MODIFY_ARGUMENTS_BYTES = 256 * 1024
-"""New arguments from a human (``modify``) travel in history: larger bodies are refused."""
-
-
-class ApproveSignal(Frozen):
-    """``{"call_id": "..."}``; ``call_id`` may be left out when exactly one call is pending."""
-
-    call_id: str | None = Field(None, max_length=MAX_CALL_ID_CHARS)
-
-
-class RejectSignal(Frozen):
-    """``{"call_id": "...", "reason": "..."}``; the reason is the model's next observation."""
-
-    call_id: str | None = Field(None, max_length=MAX_CALL_ID_CHARS)
-    reason: str = Field(min_length=1, max_length=MAX_HUMAN_TEXT_CHARS)
-
-
-class ModifySignal(Frozen):
-    """``{"call_id": "...", "arguments": {...}}``; arguments must pass the tool's schema."""
-
-    call_id: str | None = Field(None, max_length=MAX_CALL_ID_CHARS)
-    arguments: dict[str, Any]
-
-
-class GuideSignal(Frozen):
-    """``{"guidance": "..."}`` to continue a stuck run with advice for the model, or
-    ``{"halt": true, "reason": "..."}`` to stop it."""
-
-    guidance: str | None = Field(None, min_length=1, max_length=MAX_HUMAN_TEXT_CHARS)
-    halt: bool = False
-    reason: str | None = Field(None, max_length=MAX_HUMAN_TEXT_CHARS)
-
-    @model_validator(mode="after")
-    def _one_choice(self) -> GuideSignal:
-        if self.halt == (self.guidance is not None):
-            raise ValueError("give either guidance (to continue) or halt: true")
-        return self
-
 
 MAX_USER_MESSAGE_CHARS = 100_000
 
@@ -532,21 +489,6 @@ class ThreadExport(Frozen):
     agent_state: LoomAgentState
     conversation: LoomConversation
     treadle: ThreadSettings = ThreadSettings()
-
-
-class Decision(Frozen):
-    """Input of the ``decide`` update: one signal body plus which action it is."""
-
-    action: Literal["approve", "reject", "modify", "guide"]
-    call_id: str | None = None
-    reason: str | None = None
-    arguments: dict[str, Any] | None = None
-    guidance: str | None = None
-    halt: bool | None = None
-
-    def body(self) -> dict[str, Any]:
-        """The equivalent signal body, so both doors share one set of checks."""
-        return self.model_dump(exclude={"action"}, exclude_none=True)
 
 
 # --------------------------------------------------------------------------------------------

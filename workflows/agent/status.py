@@ -66,7 +66,16 @@ def status(run: AgentRun, now: datetime, stream_offset: int = 0) -> AgentStatus:
         client_query=run.client.query,
         wakes_at=run.waiting.wakes_at if run.waiting.active else None,
         stream_offset=stream_offset,
+        last_decision=last_decision(run),
     )
+
+
+def last_decision(run: AgentRun) -> str | None:
+    """The trace's last decision or client answer (it names who sent it)."""
+    for entry in reversed(run.trace):
+        if entry.event in ("SignalReceived", "ClientAnswerReceived"):
+            return entry.data
+    return None
 
 
 def details(run: AgentRun, now: datetime) -> str:

@@ -16,6 +16,7 @@ from temporalio.client import (
 )
 from temporalio.service import RPCError, RPCStatusCode
 
+from treadle.cli import identity
 from treadle.cli.exits import UsageError
 from treadle.cli.live.follow import follow, outcome
 from treadle.cli.live.lines import short
@@ -50,6 +51,7 @@ def register(subparsers: Any) -> None:
     answer.add_argument("query_id")
     answer.add_argument("text", nargs="?", help='the answer ("-": read it from standard input)')
     answer.add_argument("--decline", metavar="REASON", help="refuse to answer, saying why")
+    identity.add_as_option(answer)
     answer.set_defaults(handler=cmd_answer)
 
 
@@ -100,7 +102,11 @@ async def cmd_answer(client: Client, args: argparse.Namespace) -> int:
         raise UsageError(f"run {args.workflow_id} has no client query waiting")
     try:
         answer = ClientAnswer(
-            query_id=args.query_id, kind=query.kind, content=text, declined=args.decline
+            query_id=args.query_id,
+            kind=query.kind,
+            content=text,
+            declined=args.decline,
+            decided_by=identity.decided_by(args),
         )
     except ValidationError as exc:
         raise UsageError(f"invalid answer: {describe_errors(exc)}") from exc
