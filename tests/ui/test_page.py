@@ -218,3 +218,28 @@ async def test_two_pages_deciding_one_call_one_wins_the_other_is_told(
     assert ["by you" in o for o in outcomes].count(True) == 1, outcomes
     await expect(state(page)).to_have_text("Done")
     await expect(state(other)).to_have_text("Done")
+
+
+async def test_a_stuck_run_asks_for_guidance_on_a_card(
+    harness: Harness, ui: str, page: Page
+) -> None:
+    """A run stuck on the same failing call (recovery ask_human) is a card saying why; the
+    guidance typed there reaches the model and the run goes on."""
+    (harness.workspace / "main.go").write_text("package main\n")
+    bad = {
+        "name": "edit_file",
+        "arguments": {"path": "main.go", "old_text": "func missing()", "new_text": "x"},
+    }
+    model = harness.script(
+        {"tool_calls": [bad]}, {"tool_calls": [bad]}, {"tool_calls": [bad]}, {"content": "ok"}
+    )
+    handle = await harness.start(model, "Fix main.go.", recovery="ask_human")
+    await open_run(page, ui, handle.id)
+    await expect(card(page).locator("h2")).to_have_text("The run is stuck and asks for guidance")
+    await expect(page.locator("[data-fact=Stuck]")).not_to_be_empty()
+    await card(page).get_by_label("guidance for the model").fill("there is no such function")
+    await card(page).get_by_role("button", name="Guide").click()
+    await expect(card(page)).to_contain_text("Guidance sent by you")
+    await expect(state(page)).to_have_text("Done")
+    last = harness.requests(model)[-1]["messages"][-1]
+    assert last["content"] == "Guidance from a human: there is no such function"

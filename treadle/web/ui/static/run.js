@@ -86,6 +86,9 @@ async function follow() {
     return;
   }
   const source = new EventSource(`${base}/events?from=${offset}`);
+  // The status read at load may predate the transcript: read it again once the stream is
+  // open (and after every reconnection), so what waits matches what the transcript shows.
+  source.addEventListener("open", refreshSoon);
   source.addEventListener("ops", (event) => {
     document.getElementById("stream-note").textContent = "";
     for (const op of JSON.parse(event.data)) apply(op);
@@ -109,7 +112,22 @@ function refreshSoon() {
   statusTimer = setTimeout(refresh, 150);
 }
 
+// One refresh at a time, so an older answer never overwrites a newer one; asked again while
+// one runs, it runs once more after it.
+let refreshing = false;
+let refreshAgain = false;
+
 async function refresh() {
+  if (refreshing) { refreshAgain = true; return; }
+  refreshing = true;
+  try {
+    do { refreshAgain = false; await refreshOnce(); } while (refreshAgain);
+  } finally {
+    refreshing = false;
+  }
+}
+
+async function refreshOnce() {
   let view;
   try {
     view = await api(base);
