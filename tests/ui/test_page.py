@@ -11,7 +11,7 @@ import re
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from playwright.async_api import BrowserContext, Page, expect
+from playwright.async_api import Browser, BrowserContext, Page, expect
 
 from tests.support.harness import Harness, tool_messages
 
@@ -243,3 +243,33 @@ async def test_a_stuck_run_asks_for_guidance_on_a_card(
     await expect(state(page)).to_have_text("Done")
     last = harness.requests(model)[-1]["messages"][-1]
     assert last["content"] == "Guidance from a human: there is no such function"
+
+
+async def test_on_a_phone_sized_screen_the_keyboard_alone_approves(
+    harness: Harness, ui: str, browser: Browser, screenshot: Shot
+) -> None:
+    """At 390 px nothing needs sideways scrolling, the state is a word, and tabbing from the
+    top reaches Approve, which Enter presses."""
+    _, handle = await waiting_write(harness, {"content": "Written."})
+    phone = await browser.new_context(viewport={"width": 390, "height": 844}, is_mobile=True)
+    try:
+        page = await phone.new_page()
+        await open_run(page, ui, handle.id)
+        approve = card(page).get_by_role("button", name="Approve")
+        await expect(approve).to_be_visible()
+        await expect(state(page)).to_have_text("WaitingForHuman")
+        overflow = await page.evaluate(
+            "document.documentElement.scrollWidth - document.documentElement.clientWidth"
+        )
+        assert overflow <= 0
+        await screenshot(page, "ui-phone")
+        for _ in range(30):
+            await page.keyboard.press("Tab")
+            if await approve.evaluate("button => button === document.activeElement"):
+                break
+        await expect(approve).to_be_focused()
+        await page.keyboard.press("Enter")
+        await expect(card(page)).to_contain_text("Approved by you")
+        await expect(state(page)).to_have_text("Done")
+    finally:
+        await phone.close()

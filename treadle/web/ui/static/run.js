@@ -160,7 +160,8 @@ function renderStatus(view) {
     ["Stuck", s.stuck],
     ["Last", s.last_event],
     ["Queued messages", s.thread && s.queued_messages ? String(s.queued_messages) : null],
-    ["Answer", s.final_answer],
+    // The answer is in the conversation; here only when the stream could not show it.
+    ["Answer", transcript.querySelector(".block-model") ? null : s.final_answer],
     ["Error", s.error],
   ];
   const list = el("dl", { class: "facts" });
