@@ -56,7 +56,8 @@ class Fold:
     _notes: int = 0
 
     def snapshot(self) -> dict[str, Any]:
-        return {"blocks": self.blocks, "offset": self.offset}
+        """The blocks so far (a copy: folding goes on) and the offset they reach."""
+        return {"blocks": [dict(block) for block in self.blocks], "offset": self.offset}
 
     def apply(self, item: StreamItem) -> list[Op]:
         """Fold one item; returns the ops that bring a page showing the blocks up to date."""
