@@ -29,7 +29,8 @@ from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.types import ASGIApp
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowQueryFailedError, WorkflowQueryRejectedError
+from temporalio.service import RPCError
 
 from treadle.stream import StreamNotice, StreamUnavailable, read_items, watch_events
 from treadle.web.http import HttpError, json_app, read_body, route
@@ -38,6 +39,9 @@ from treadle.web.ui.guard import Guard
 from treadle.web.ui.transcript import Fold
 
 __all__ = ["ui_app"]
+
+_UNANSWERED = (RPCError, WorkflowQueryFailedError, WorkflowQueryRejectedError)
+"""What a stream query raises when the run cannot answer now (no worker, a failing one)."""
 
 log = logging.getLogger("treadle.ui")
 
@@ -88,9 +92,13 @@ def ui_app(
         try:
             for item in await read_items(client, request.path_params["id"]):
                 fold.apply(item)
-        except Exception as exc:  # no worker, no stream: the page shows the status alone
-            log.info("ui.transcript.unavailable", extra={"why": str(exc)})
+        except StreamUnavailable as exc:  # an older run without a stream: the status alone
             return JSONResponse({"blocks": [], "offset": None, "unavailable": str(exc)})
+        except _UNANSWERED as exc:
+            # No worker answers now: the page starts from the stream's start, which the live
+            # view reads once a worker answers (saying it waits for one meanwhile).
+            log.info("ui.transcript.unanswered", extra={"why": str(exc)})
+            return JSONResponse({"blocks": [], "offset": 0})
         return JSONResponse(fold.snapshot())
 
     async def events(request: Request) -> Response:
@@ -169,10 +177,14 @@ async def _ops(client: Client, workflow_id: str, start_at: int) -> AsyncIterator
     yield "retry: 1000\n\n"
     try:
         if start_at > 0:
-            for item in await read_items(client, workflow_id):
-                if item.offset >= start_at:
-                    break
-                fold.apply(item)
+            try:
+                for item in await read_items(client, workflow_id):
+                    if item.offset >= start_at:
+                        break
+                    fold.apply(item)
+            except _UNANSWERED:
+                pass  # no worker now: the blocks after start_at get fresh ids, nothing else
+
         stream = watch_events(client, workflow_id, from_offset=start_at, on_notice=notices.append)
         async with contextlib.aclosing(stream):
             async for item in stream:
