@@ -8,12 +8,15 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from playwright.async_api import Browser, BrowserContext, Page, expect
 
 from tests.support.harness import Harness, tool_messages
+from workflows.agent.models import AgentInput
+from workflows.agent.workflow import AgentWorkflow
 
 WRITE = {"name": "write_file", "arguments": {"path": "notes.md", "content": "hello"}}
 Shot = Callable[[Page, str], Awaitable[None]]
@@ -101,6 +104,10 @@ async def test_approving_a_write_by_clicking_runs_the_tool(
     await expect(page.locator(".block-tool .outcome")).to_contain_text("done:")
     await expect(state(page)).to_have_text("Done")
     await expect(page.locator(".block-model .text").last).to_have_text("Written.")
+    tool = page.locator(".block-tool")
+    await tool.get_by_text("arguments and result").click()
+    await expect(tool.locator("pre.arguments")).to_contain_text('"path": "notes.md"')
+    await expect(tool.locator("pre.result")).to_contain_text("notes.md")
     assert (harness.workspace / "notes.md").read_text() == "hello"
 
 
@@ -273,3 +280,20 @@ async def test_on_a_phone_sized_screen_the_keyboard_alone_approves(
         await expect(state(page)).to_have_text("Done")
     finally:
         await phone.close()
+
+
+async def test_a_run_no_worker_answers_for_says_so(harness: Harness, ui: str, page: Page) -> None:
+    """A run whose worker is gone: the page says it waits for a worker, instead of an empty
+    conversation that looks finished."""
+    handle = await harness.client.start_workflow(
+        AgentWorkflow.run,
+        AgentInput(task="Nobody runs this.", model="openai:none", workspace=str(harness.workspace)),
+        id=f"ui-orphan-{uuid.uuid4().hex[:8]}",
+        task_queue=f"nobody-{uuid.uuid4().hex[:8]}",
+    )
+    try:
+        await open_run(page, ui, handle.id)
+        await expect(page.locator("#stream-note")).to_contain_text("waiting for a worker")
+        await expect(page.locator("#status")).to_contain_text("is a worker running?")
+    finally:
+        await handle.terminate("the test is over")

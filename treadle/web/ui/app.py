@@ -18,6 +18,7 @@ takes a new transcript and goes on from the offset it reached.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import logging
@@ -47,6 +48,8 @@ log = logging.getLogger("treadle.ui")
 
 MAX_BODY_BYTES = 1024 * 1024
 READ_TIMEOUT = 30.0
+KEEPALIVE_SECONDS = 15.0
+"""An SSE comment this often while nothing happens (proxies close idle connections)."""
 STATIC = resources.files("treadle.web.ui") / "static"
 _TYPES = {".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=utf-8",
           ".css": "text/css; charset=utf-8", ".svg": "image/svg+xml"}  # fmt: skip
@@ -171,29 +174,54 @@ def _offset(text: str | None) -> int:
 
 async def _ops(client: Client, workflow_id: str, start_at: int) -> AsyncIterator[str]:
     """The SSE messages: the fold rebuilt silently up to ``start_at`` (so block ids and the
-    text already shown agree with the page's transcript), then every item's ops."""
-    fold = Fold()
-    notices: list[StreamNotice] = []
-    yield "retry: 1000\n\n"
-    try:
-        if start_at > 0:
-            try:
-                for item in await read_items(client, workflow_id):
-                    if item.offset >= start_at:
-                        break
-                    fold.apply(item)
-            except _UNANSWERED:
-                pass  # no worker now: the blocks after start_at get fresh ids, nothing else
+    text already shown agree with the page's transcript), then every item's ops, with the
+    stream's notices (no worker answers, items no longer kept) as they happen, and a comment
+    now and then so an idle connection is not taken for a dead one."""
+    messages: asyncio.Queue[str | None] = asyncio.Queue()
 
-        stream = watch_events(client, workflow_id, from_offset=start_at, on_notice=notices.append)
-        async with contextlib.aclosing(stream):
-            async for item in stream:
-                ops = fold.apply(item)
-                for notice in notices:
-                    ops.insert(0, {"op": "notice", "kind": notice.kind, "text": notice.text})
-                notices.clear()
-                yield f"id: {item.offset + 1}\nevent: ops\ndata: {json.dumps(ops)}\n\n"
-    except StreamUnavailable as exc:
-        yield f"event: unavailable\ndata: {json.dumps(str(exc))}\n\n"
-        return
-    yield "event: over\ndata: {}\n\n"
+    def notice(notice: StreamNotice) -> None:
+        op = {"op": "notice", "kind": notice.kind, "text": notice.text}
+        # No id: a notice is not a place in the stream to resume from.
+        messages.put_nowait(f"event: ops\ndata: {json.dumps([op])}\n\n")
+
+    async def pump() -> None:
+        fold = Fold()
+        try:
+            if start_at > 0:
+                try:
+                    for item in await read_items(client, workflow_id):
+                        if item.offset >= start_at:
+                            break
+                        fold.apply(item)
+                except _UNANSWERED:
+                    pass  # no worker now: the blocks after start_at get fresh ids, nothing else
+            stream = watch_events(client, workflow_id, from_offset=start_at, on_notice=notice)
+            async with contextlib.aclosing(stream):
+                async for item in stream:
+                    ops = json.dumps(fold.apply(item))
+                    messages.put_nowait(f"id: {item.offset + 1}\nevent: ops\ndata: {ops}\n\n")
+            messages.put_nowait("event: over\ndata: {}\n\n")
+        except StreamUnavailable as exc:
+            messages.put_nowait(f"event: unavailable\ndata: {json.dumps(str(exc))}\n\n")
+        finally:
+            messages.put_nowait(None)
+
+    task = asyncio.create_task(pump(), name=f"ui events {workflow_id}")
+    try:
+        yield "retry: 1000\n\n"
+        while True:
+            try:
+                message = await asyncio.wait_for(messages.get(), KEEPALIVE_SECONDS)
+            except TimeoutError:
+                yield ": still here\n\n"
+                continue
+            if message is None:
+                break
+            yield message
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    failure = None if task.cancelled() else task.exception()
+    if failure is not None:
+        raise failure  # a bug: the service's log shows it once
