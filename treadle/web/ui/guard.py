@@ -62,10 +62,6 @@ class Guard:
             await self.app(scope, receive, send)
             return
         headers = Headers(scope=scope)
-        refusal = self._refusal(scope, headers)
-        if refusal is not None:
-            await refusal(scope, receive, send)
-            return
         csrf_new = None if _cookie(headers, CSRF_COOKIE) else secrets.token_urlsafe(18)
 
         async def send_guarded(message: Message) -> None:
@@ -79,6 +75,10 @@ class Guard:
                 message["headers"] = [*message.get("headers", []), *extra]
             await send(message)
 
+        refusal = self._refusal(scope, headers)
+        if refusal is not None:
+            await refusal(scope, receive, send_guarded)
+            return
         await self.app(scope, receive, send_guarded)
 
     def _refusal(self, scope: Scope, headers: Headers) -> Response | None:
@@ -101,7 +101,7 @@ class Guard:
         origin = headers.get("origin")
         if origin is not None and origin.split("://", 1)[-1] != host:
             return _error(403, f"a request from {origin} is not this page's own")
-        if _bearer(headers):
+        if self.token is not None and _same(_bearer(headers), self.token):
             return None  # a script with the token, not a browser carrying cookies
         csrf = _cookie(headers, CSRF_COOKIE)
         if not csrf or not _same(headers.get(CSRF_HEADER, ""), csrf):

@@ -180,7 +180,8 @@ function renderCards(view) {
   const waiting = new Map();
   for (const p of s.pending_approvals) if (!p.decision) waiting.set(`call:${p.call_id}`, () => approvalCard(p, view.schemas[p.tool]));
   if (s.client_query) waiting.set(`query:${s.client_query.id}`, () => queryCard(s.client_query));
-  if (s.state === "WaitingForHuman" && !s.pending_approvals.some((p) => !p.decision)) {
+  // Waiting for a human with no call waiting (decided ones included): stuck, asking for guidance.
+  if (s.state === "WaitingForHuman" && s.pending_approvals.length === 0) {
     waiting.set(`guide:${s.step}`, () => guidanceCard(s));
   }
   for (const card of [...cards.children]) {
