@@ -12,11 +12,14 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from playwright.async_api import Browser, BrowserContext, Page, expect
+import pytest
 
 from tests.support.harness import Harness, tool_messages
 from workflows.agent.models import AgentInput
 from workflows.agent.workflow import AgentWorkflow
+
+pytest.importorskip("playwright", reason="playwright is not installed (pip install -e '.[test]')")
+from playwright.async_api import Browser, BrowserContext, Page, expect
 
 WRITE = {"name": "write_file", "arguments": {"path": "notes.md", "content": "hello"}}
 Shot = Callable[[Page, str], Awaitable[None]]
