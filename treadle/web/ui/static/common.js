@@ -1,0 +1,44 @@
+// Shared by both pages: JSON requests with the CSRF header, and small DOM helpers.
+"use strict";
+
+function csrfToken() {
+  const found = document.cookie.split(";").map((c) => c.trim().split("="))
+    .find(([k]) => k === "treadle_csrf");
+  return found ? found[1] : "";
+}
+
+async function api(path, body) {
+  const options = body === undefined ? {} : {
+    method: "POST",
+    headers: { "Content-Type": "application/json", "X-Treadle-CSRF": csrfToken() },
+    body: JSON.stringify(body),
+  };
+  const response = await fetch(path, options);
+  let data = {};
+  try { data = await response.json(); } catch (e) { data = {}; }
+  if (!response.ok) throw new Error(data.error || `${response.status} ${response.statusText}`);
+  return data;
+}
+
+function el(tag, attrs, ...children) {
+  const node = document.createElement(tag);
+  for (const [key, value] of Object.entries(attrs || {})) {
+    if (value === null || value === undefined || value === false) continue;
+    if (key.startsWith("on")) node.addEventListener(key.slice(2), value);
+    else if (key === "text") node.textContent = value;
+    else node.setAttribute(key, value === true ? "" : value);
+  }
+  for (const child of children) {
+    if (child === null || child === undefined) continue;
+    node.append(child instanceof Node ? child : document.createTextNode(String(child)));
+  }
+  return node;
+}
+
+// A state is always named in words; the colour only repeats it.
+function stateBadge(state) {
+  const kind = /^Waiting/.test(state) ? "waiting"
+    : state === "Done" ? "done"
+    : /Error|Halted|Cancelled|Failed|Terminated|Timed/.test(state) ? "bad" : "busy";
+  return el("span", { class: `badge badge-${kind}`, "data-state": state, text: state });
+}
