@@ -119,13 +119,16 @@ async def verify_key(client: Client, key: str) -> str:
         raise UnknownKey  # deleted
     try:
         digest = (await description.memo()).get(MEMO_PING_KEY_DIGEST)
+        if digest is not None and not isinstance(digest, str):
+            # The client's converter hands back what it cannot decode as it was.
+            raise TypeError(f"the key digest is not text but {type(digest).__name__}")
     except Exception as exc:  # any client may start a workflow under a monitor's id
         log.warning(
             "monitor_http.ping.unreadable_memo",
             extra={"slug": slug, "why": f"{type(exc).__name__}: {exc}"},
         )
         raise UnknownKey from None
-    if not isinstance(digest, str) or not hmac.compare_digest(digest, ping_key_digest(key)):
+    if digest is None or not hmac.compare_digest(digest, ping_key_digest(key)):
         raise UnknownKey
     return slug
 
