@@ -12,6 +12,7 @@ import os
 import uuid
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +30,15 @@ from tests.support.harness import Harness, replay_finished, scripted_worker, too
 from tests.support.stream import events
 from treadle.scripted_model import ScriptedModelServer
 from workflows.agent.mcp import MAX_SCHEMA_BYTES, McpListRequest, McpToolList
-from workflows.agent.models import AgentResult, ModelRequest, RunStatus, ToolSchema
+from workflows.agent.models import (
+    AgentConfig,
+    AgentResult,
+    ModelRequest,
+    RunStatus,
+    ToolCall,
+    ToolSchema,
+)
+from workflows.agent.toolbox import Toolbox
 from workflows.agent.workflow import AgentWorkflow
 
 McpHarness = Callable[..., AbstractAsyncContextManager[Harness]]
@@ -151,6 +160,24 @@ def test_a_model_request_of_the_old_shape_still_parses_and_serialises_as_before(
     assert (
         by_key.prompt_chars()
         == len(ToolSchema(name="mcp__calc__add", parameters={}).model_dump_json()) - 2 + 60
+    )
+
+
+def test_a_call_of_a_refused_tool_is_an_error_saying_why() -> None:
+    """The model never sees a refused tool; should it call one anyway, it reads why."""
+    listed = McpToolList(
+        unavailable={"mcp__big__huge": "its input schema is 9.5 MiB", "down": "not started"},
+        listed_at=datetime.now(UTC),
+    )
+    box = Toolbox(AgentConfig(mcp_servers=["big", "down"]), listed)
+    checked = box.check(ToolCall(id="c1", name="mcp__big__huge", arguments="{}"))
+    assert checked.error == (
+        "ERROR: tool mcp__big__huge is not offered in this run: refused by the worker, its "
+        "input schema is 9.5 MiB"
+    )
+    other = box.check(ToolCall(id="c2", name="mcp__down__x", arguments="{}"))
+    assert other.error == (
+        "ERROR: tool mcp__down__x is not offered in this run (MCP servers unavailable: down)"
     )
 
 
