@@ -19,7 +19,8 @@ from workflows.agent.models import ModelRequest, ToolSchema
 
 CACHED_SCHEMAS = 256
 """Schemas a worker keeps parsed (least recently used are dropped); each is at most
-``MAX_SCHEMA_BYTES``, so the cache stays within a few MB whatever the servers list."""
+``MAX_SCHEMA_BYTES`` (64 KiB), so the cache holds at most 16 MiB of schemas, and usually the
+few kilobytes of the servers' handful of tools."""
 
 
 class ToolSchemas:
