@@ -36,11 +36,13 @@ from activities import telemetry
 from activities.heartbeat import FIRST_BEAT_SECONDS, heartbeating, interval_seconds
 from activities.mcp.config import McpConfig, McpServerConfig
 from activities.mcp.errors import McpUnavailableError
+from activities.mcp.schemas import SchemaRefused, SchemaShelf
 from activities.store.conversation import ConversationStore
 from activities.tools.builtin import cap_output, store_long_output
 from workflows.agent.mcp import (
     McpCallRequest,
     McpListRequest,
+    McpToolInfo,
     McpToolList,
     namespaced_name,
     unique_names,
@@ -94,6 +96,7 @@ class McpActivities:
         self._environ: Mapping[str, str] = environ if environ is not None else {}
         self._sessions: McpSessions | None = None
         self._listings: dict[str, Listing] = {}
+        self._schemas = SchemaShelf(store)
 
     @property
     def sessions(self) -> McpSessions:
@@ -103,6 +106,13 @@ class McpActivities:
 
             self._sessions = McpSessions(self.config, self._environ)
         return self._sessions
+
+    @property
+    def schemas(self) -> SchemaShelf:
+        """Where listed tools' schemas are stored once (the worker may set ``store`` later)."""
+        if self._schemas.store is not self.store:
+            self._schemas = SchemaShelf(self.store)
+        return self._schemas
 
     async def __aenter__(self) -> McpActivities:
         return self
@@ -137,22 +147,16 @@ class McpActivities:
             outcomes = await asyncio.gather(
                 *(self._listing(name, request.refresh) for name in names)
             )
-        listed = [
-            (name, o) for name, o in zip(names, outcomes, strict=True) if isinstance(o, Listing)
-        ]
+            listed = [
+                (name, o) for name, o in zip(names, outcomes, strict=True) if isinstance(o, Listing)
+            ]
+            tools, refused = await self._offered(listed)
         unavailable = {
             name: o for name, o in zip(names, outcomes, strict=True) if isinstance(o, str)
         }
-        from activities.mcp.results import tool_info  # loaded with the SDK (see TYPE_CHECKING)
-
-        pairs = [(name, tool.name) for name, listing in listed for tool in listing.tools]
-        namespaced = unique_names(pairs)
-        servers = {server.name: server for server in self.config.servers}
-        tools = tuple(
-            tool_info(servers[name], tool, namespaced[(name, tool.name)])
-            for name, listing in listed
-            for tool in listing.tools
-        )
+        # A refused tool is reported beside the servers that did not answer (its key is the
+        # tool's ``mcp__`` name): the run's ``mcp_tools`` line names it, the others are offered.
+        unavailable.update(refused)
         listed_at = min((listing.listed_at for _, listing in listed), default=datetime.now(UTC))
         activity.logger.info(
             "mcp.tools_listed servers=%s tools=%d unavailable=%s",
@@ -161,6 +165,30 @@ class McpActivities:
             ",".join(unavailable) or "-",
         )
         return McpToolList(tools=tools, unavailable=unavailable, listed_at=listed_at)
+
+    async def _offered(
+        self, listed: list[tuple[str, Listing]]
+    ) -> tuple[tuple[McpToolInfo, ...], dict[str, str]]:
+        """The listed tools as the workflow carries them (each schema stored once, by key),
+        and those refused -> why (a schema too large or unusable: ``schemas``)."""
+        from activities.mcp.results import tool_info  # loaded with the SDK (see TYPE_CHECKING)
+
+        pairs = [(name, tool.name) for name, listing in listed for tool in listing.tools]
+        namespaced = unique_names(pairs)
+        servers = {server.name: server for server in self.config.servers}
+        tools: list[McpToolInfo] = []
+        refused: dict[str, str] = {}
+        for name, listing in listed:
+            for tool in listing.tools:
+                info = tool_info(servers[name], tool, namespaced[(name, tool.name)])
+                try:
+                    tools.append(await self.schemas.offered(info))
+                except SchemaRefused as exc:
+                    refused[info.name] = str(exc)
+                    activity.logger.warning(
+                        "mcp.tool_refused server=%s tool=%s reason=%s", name, tool.name, exc
+                    )
+        return tuple(tools), refused
 
     async def _listing(self, name: str, refresh: bool) -> Listing | str:
         """The server's listing, or why there is none (one line)."""

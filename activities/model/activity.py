@@ -64,6 +64,7 @@ from activities.model.streaming import (
     sse_events,
 )
 from activities.model.tokens import publishing
+from activities.model.tool_schemas import ToolSchemas
 from activities.store.blobs import BlobCorrupt
 from activities.store.conversation import ConversationStore
 from workflows.agent.models import ModelRequest, ModelResponse
@@ -146,6 +147,7 @@ class ModelActivities:
         self._client = client
         self._redact = http_errors.Redactor(settings.api_keys())
         self._store = store
+        self._tool_schemas = ToolSchemas(store)
         self._unstreamable: set[tuple[str, str, bool]] = set()
         """Endpoints (URL, model name, tools offered) found to refuse streaming; called without
         it."""
@@ -164,7 +166,7 @@ class ModelActivities:
         try:
             # Heartbeats go on for as long as the call, however long its stream.
             async with heartbeating(), publishing(request) as on_text:
-                whole = await self._whole(request)
+                whole = await self._tool_schemas.inline(await self._whole(request))
                 telemetry.record_input(whole.messages)  # only with content capture on
                 result = await self.complete(
                     whole, read_timeout=start_to_close.total_seconds(), on_text=on_text

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import subprocess
 import sys
 import time
@@ -79,7 +80,8 @@ async def call(activities: McpActivities, tool: str, **arguments: Any) -> ToolRe
 async def test_listing_gives_namespaced_tools_with_schemas_and_annotations(
     mcp: tuple[McpActivities, Path],
 ) -> None:
-    """Every tool is listed as mcp__test__<tool> with its JSON schema and annotation hints."""
+    """Every tool is listed as mcp__test__<tool> with its annotation hints and its JSON schema,
+    stored once in the worker's store and listed by key."""
     activities, _ = mcp
     tools = await listing(activities)
     assert tools.unavailable == {}
@@ -87,9 +89,13 @@ async def test_listing_gives_namespaced_tools_with_schemas_and_annotations(
     add = tools.find("mcp__test__add")
     assert add is not None
     assert (add.server, add.tool, add.description) == ("test", "add", "Add two integers.")
-    assert add.input_schema["type"] == "object"
-    assert add.input_schema["properties"]["a"]["type"] == "integer"
-    assert set(add.input_schema["required"]) == {"a", "b"}
+    assert add.schema_ref is not None and activities.store is not None
+    schema = json.loads(await activities.store.get_text(add.schema_ref))
+    assert add.schema_chars == len(json.dumps(schema, separators=(",", ":"), ensure_ascii=False))
+    assert schema["type"] == "object"
+    assert schema["properties"]["a"]["type"] == "integer"
+    assert set(schema["required"]) == {"a", "b"}
+    assert add.input_schema == {"type": "object", "properties": {}}  # a placeholder
     # readOnlyHint -> not mutating; not read-only -> mutating; destructiveHint false -> no
     # approval hint; no annotations at all -> mutating and destructive.
     flags = {t.tool: (t.mutating, t.needs_approval) for t in tools.tools}

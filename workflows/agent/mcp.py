@@ -38,6 +38,7 @@ from workflows.base import Frozen
 __all__ = [
     "ALL_SERVERS",
     "CALL_GRACE_SECONDS",
+    "MAX_SCHEMA_BYTES",
     "MCP_PREFIX",
     "TOOL_NAME",
     "McpArgumentsError",
@@ -66,6 +67,11 @@ SERVER_NAME = re.compile(r"^[a-z0-9_-]{1,32}$")
 """A configured server's name (and ``__`` is refused besides: it separates the parts)."""
 MAX_DESCRIPTION_CHARS = 2_000
 """A tool description longer than this is cut: it travels with every model call."""
+MAX_SCHEMA_BYTES = 64 * 1024
+"""A tool whose input schema is larger than this (as compact UTF-8 JSON) is refused: the
+worker does not offer it (an ``mcp_tools`` trace line says why) and the server's other tools
+are offered as usual. Schemas are stored once and referenced, so the limit is for the
+provider's sake (every call sends every offered schema), not the history's."""
 CALL_GRACE_SECONDS = 10.0
 """Added to connect and call timeouts for an attempt's start-to-close timeout: time to start a
 server, translate its answer and store a long output, so the activity's own timeouts (which say
@@ -198,7 +204,16 @@ class McpToolInfo(Frozen):
     input_schema: dict[str, Any] = Field(
         default_factory=lambda: {"type": "object", "properties": {}}
     )
-    """The JSON Schema of the arguments, as the server declared it (an object schema)."""
+    """The JSON Schema of the arguments, as the server declared it (an object schema), when
+    it travels inline: from a worker that keeps no store, or recorded before schemas were
+    stored. With ``schema_ref`` set it is this placeholder, and the model activity reads the
+    schema from the store."""
+    schema_ref: str | None = None
+    """The input schema as a blob in the worker's store (compact JSON), stored once per
+    distinct schema: the workflow carries this key, never the schema, so neither the listing
+    nor any model request puts it in history."""
+    schema_chars: int | None = None
+    """The stored schema's length in characters (for the run's token estimates)."""
     mutating: bool = True
     """``False`` only when the server marks the tool read-only (``readOnlyHint``): a tool
     without annotations may change anything, so it counts as mutating."""
@@ -224,7 +239,10 @@ class McpToolList(Frozen):
 
     tools: tuple[McpToolInfo, ...] = ()
     unavailable: dict[str, str] = Field(default_factory=dict)
-    """server name -> why its tools are missing (not configured, down, too slow...)."""
+    """server name -> why its tools are missing (not configured, down, too slow...); and the
+    namespaced name of a tool the worker refused (``mcp__...``, see ``refused``) -> why (its
+    schema too large or unusable). A server's name never starts with ``mcp__`` (it holds no
+    ``__``), so the two kinds of key never meet."""
     listed_at: datetime
     """When the oldest of these listings was made (the worker caches listings)."""
 
@@ -252,13 +270,34 @@ class McpToolList(Frozen):
         """This list less the tool the model calls ``name`` (it vanished from its server)."""
         return self.model_copy(update={"tools": tuple(t for t in self.tools if t.name != name)})
 
+    def refused(self) -> dict[str, str]:
+        """Tools a server listed that the worker does not offer -> why (see ``unavailable``)."""
+        return {name: why for name, why in self.unavailable.items() if is_mcp_name(name)}
+
+    def servers_unavailable(self) -> dict[str, str]:
+        """Servers whose tools are all missing -> why."""
+        return {name: why for name, why in self.unavailable.items() if not is_mcp_name(name)}
+
+    def why_not_offered(self, name: str) -> str:
+        """What to add to "tool ``name`` is not offered in this run": why it was refused, or
+        which servers could not be listed (``""``: neither)."""
+        refused = self.refused().get(name)
+        if refused is not None:
+            return f": refused by the worker, {refused}"
+        servers = self.servers_unavailable()
+        return f" (MCP servers unavailable: {', '.join(servers)})" if servers else ""
+
     def describe(self) -> str:
-        """One trace line: how many tools from which servers, and which servers are missing."""
+        """One trace line: how many tools from which servers, which servers are missing and
+        which tools were refused, each with why."""
         servers = ", ".join(self.servers()) or "no server"
         line = f"{len(self.tools)} MCP tool(s) from {servers}"
-        if self.unavailable:
-            missing = "; ".join(f"{name}: {why}" for name, why in self.unavailable.items())
-            line += f"; unavailable: {missing}"
+        missing = self.servers_unavailable()
+        if missing:
+            line += "; unavailable: " + "; ".join(f"{name}: {why}" for name, why in missing.items())
+        refused = self.refused()
+        if refused:
+            line += "; refused: " + "; ".join(f"{name}: {why}" for name, why in refused.items())
         return line
 
 

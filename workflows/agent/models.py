@@ -12,7 +12,7 @@ import enum
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, SerializerFunctionWrapHandler, model_serializer, model_validator
 
 from workflows.agent.config import AgentConfig as AgentConfig
 from workflows.agent.config import AgentInput as AgentInput
@@ -256,12 +256,36 @@ class ToolSchema(Frozen):
     name: str = Field(pattern=TOOL_NAME.pattern)
     description: str = ""
     parameters: dict[str, Any] = Field(default_factory=lambda: {"type": "object"})
-    """Its arguments' JSON Schema (an object schema)."""
+    """Its arguments' JSON Schema (an object schema), or a placeholder when
+    ``parameters_ref`` names it."""
+    parameters_ref: str | None = None
+    """The schema as a blob in the worker's store (``McpToolInfo.schema_ref``): the model
+    activity reads it, so a request carries a key per tool, not the schema."""
+    parameters_chars: int | None = None
+    """The stored schema's length, for token estimates."""
+
+    @model_serializer(mode="wrap")
+    def _inline_as_before(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # A schema carried inline serialises exactly as before the reference existed: the
+        # requests of recorded runs keep their size (which the run's checks measure).
+        data: dict[str, Any] = handler(self)
+        if self.parameters_ref is None and self.parameters_chars is None:
+            data.pop("parameters_ref", None)
+            data.pop("parameters_chars", None)
+        return data
+
+    def prompt_chars(self) -> int:
+        """How much of the prompt this tool takes, in characters of JSON (as if inline)."""
+        if self.parameters_chars is None:
+            return len(self.model_dump_json())
+        bare: dict[str, Any] = {"parameters": {}, "parameters_ref": None, "parameters_chars": None}
+        return len(self.model_copy(update=bare).model_dump_json()) - 2 + self.parameters_chars
 
 
 class ModelRequest(Frozen):
     """Input of ``call_model``. Catalogue tools go by name (the activity builds their JSON
-    schemas); others (MCP tools) come with theirs in ``tool_schemas``."""
+    schemas); others (MCP tools) come in ``tool_schemas``, each schema by its store key (the
+    activity reads it) or, from a worker without a store, inline."""
 
     model: str
     messages: tuple[ChatMessage, ...]

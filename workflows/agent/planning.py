@@ -73,7 +73,7 @@ def model_request(run: AgentRun) -> ModelRequest | CannotCall:
     if config.token_budget is None:
         return request
     estimate = estimate_prompt_tokens(m.build_messages(), request.tools) + sum(
-        len(schema.model_dump_json()) // 4 + 10 for schema in request.tool_schemas
+        schema.prompt_chars() // 4 + 10 for schema in request.tool_schemas
     )
     cap = config.token_budget - m.usage.total_tokens - estimate
     if cap < MIN_COMPLETION_TOKENS:

@@ -63,8 +63,15 @@ class OfferedTool:
         if self.mcp is None:
             raise ValueError(f"{self.name} is a catalogue tool: it is offered by name")
         info = self.mcp
+        if info.schema_ref is None:  # inline: a worker without a store, or a recorded run
+            return ToolSchema(
+                name=info.name, description=info.description, parameters=info.input_schema
+            )
         return ToolSchema(
-            name=info.name, description=info.description, parameters=info.input_schema
+            name=info.name,
+            description=info.description,
+            parameters_ref=info.schema_ref,
+            parameters_chars=info.schema_chars,
         )
 
 
@@ -266,8 +273,7 @@ class Toolbox:
             problem = str(exc)
         target = mcp.call_target(arguments) if arguments is not None else ""
         if offered is None:
-            unavailable = self.listed.unavailable if self.listed is not None else {}
-            why = f" (MCP servers unavailable: {', '.join(unavailable)})" if unavailable else ""
+            why = self.listed.why_not_offered(call.name) if self.listed is not None else ""
             problem = f"tool {call.name} is not offered in this run{why}"
         return CheckedCall(call, offered, arguments, None, target, problem)
 
