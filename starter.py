@@ -145,6 +145,8 @@ def _format_status(status: AgentStatus) -> str:
         lines.append(f"decided:  {status.last_decision}")
     if status.stuck:
         lines.append(f"stuck:    {status.stuck}")
+    if status.outage:
+        lines.append(f"waiting:  {status.outage}")
     for pending in status.pending_approvals:
         args_text = json.dumps(pending.arguments)[:200]
         lines.append(f"waiting:  {pending.call_id}  {pending.tool}  {args_text}")

@@ -47,6 +47,7 @@ from activities.mcp import McpActivities, McpConfig, McpConfigError, load_mcp_co
 from activities.model.activity import ModelActivities, ProviderSettings, http_client
 from activities.store.blobs import BlobStore
 from activities.store.conversation import ConversationStore
+from activities.store.probe import StoreProbeActivities
 from activities.tools.builtin import ToolActivities
 from activities.tools.confinement import Confinement
 from activities.tools.loading import ToolModuleError, list_loaded_tools
@@ -184,6 +185,7 @@ def build_worker(
     conversations = ConversationStore(store) if store is not None else None
     models = ModelActivities(settings, http, conversations)
     tools = ToolActivities(confinement=confinement, store=conversations)
+    probe = StoreProbeActivities(store)  # a run waits for an unreachable store with it
     if mcp is None:
         mcp = McpActivities(McpConfig())
     elif mcp.store is None:
@@ -192,7 +194,7 @@ def build_worker(
         return Worker(
             client,
             task_queue=task_queue,
-            activities=[tools.run_tool, HookActivities().run_hook],
+            activities=[tools.run_tool, HookActivities().run_hook, probe.wait_for_store],
             interceptors=interceptors,
             max_concurrent_activities=max_concurrent_activities,
             graceful_shutdown_timeout=graceful_shutdown,
@@ -209,6 +211,7 @@ def build_worker(
             mcp.list_mcp_tools,
             mcp.call_mcp_tool,
             list_loaded_tools,
+            probe.wait_for_store,
             *job_activities.ACTIVITIES,
             *thread_activities.ACTIVITIES,
         ],

@@ -16,6 +16,11 @@ The tree::
     │   └── ModelOutputCut           a reply cut by its output limit (finish reason
     │                                ``length`` / ``max_tokens``): never an answer
     │                                (non-retryable: the same limit cuts it again)
+    ├── StoreUnavailable             the store cannot be reached or used now (a refused
+    │                                connection, a missing mount, a full disk, denied
+    │                                access); raised as a non-retryable ``ApplicationError``
+    │                                of type ``StoreUnavailable``: the workflow waits for the
+    │                                store and calls again, never spending the call's attempts
     └── ThreadUnavailable            a thread cannot take or answer a message from outside:
                                      no such thread, not a thread, closed, ended (one line;
                                      ``send_to_thread`` raises it non-retryable, the CLI
@@ -25,6 +30,8 @@ The tree::
 ``activities.model.http_errors`` (with ``Retry-After``, keys redacted); ``ModelResponseError``
 by each protocol's ``parse_response`` (and by the model activity for a body that is not JSON);
 ``ModelConfigError`` by the model activity. ``ThreadUnavailable`` by ``activities.threads``.
+``StoreUnavailable`` by every store backend (``activities.store``), for whatever the activity
+that used the store was doing.
 ``ModelError.to_application_error()`` is the one place that decides retryability; the
 ``type`` of the resulting ``ApplicationError`` is the class name, so the workflow and operators
 can tell failures apart in the event history.
@@ -92,6 +99,25 @@ class ModelResponseError(ModelError):
 
 class ModelOutputCut(ModelError):
     retryable = False
+
+
+class StoreUnavailable(TreadleError):
+    """The store (``where``: its ``describe()``) cannot be reached or used now. Infrastructure,
+    not the call's fault: the call is made again once the store answers."""
+
+    APPLICATION_ERROR_TYPE = "StoreUnavailable"
+
+    def __init__(self, message: str, *, where: str) -> None:
+        super().__init__(message)
+        self.where = where
+
+    def to_application_error(self) -> ApplicationError:
+        """Non-retryable, so the workflow hears of it at once and waits for the store itself
+        (``workflows.agent.calls``) instead of spending the call's attempts; ``where`` is its
+        first detail."""
+        return ApplicationError(
+            str(self), self.where, type=self.APPLICATION_ERROR_TYPE, non_retryable=True
+        )
 
 
 class ThreadUnavailable(TreadleError):

@@ -53,6 +53,7 @@ from activities.errors import (
     ModelHTTPError,
     ModelOutputCut,
     ModelResponseError,
+    StoreUnavailable,
 )
 from activities.heartbeat import heartbeating
 from activities.model import anthropic_messages, http_errors, openai_chat, usage
@@ -181,6 +182,8 @@ class ModelActivities:
             cap = http_errors.retry_after_cap(info.retry_policy)
             backoff = http_errors.provider_backoff(info.attempt, info.retry_policy)
             raise self._failure(_unless_repeated(exc), cap, backoff) from None
+        except StoreUnavailable as exc:  # infrastructure: the workflow waits, no attempt spent
+            raise exc.to_application_error() from None
         except FailureError:
             raise  # Temporal's own (cancellation): it must reach the SDK as it is
         except Exception as exc:  # a bug, or an error nobody foresaw: its text may hold a key

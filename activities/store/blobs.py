@@ -5,6 +5,11 @@ A key is the SHA-256 of the blob's plain bytes, so writing the same content twic
 once, a key says nothing about what it holds beyond its hash, and a blob read back can be
 checked against its key. Backends may transform bytes at rest (``Sealer``: encryption), never
 the key.
+
+A store that cannot be reached or used now (a refused connection, a directory that is gone
+with its unmounted volume, a full disk, denied access) raises ``StoreUnavailable`` naming the
+store: infrastructure, which the run waits out (see ``activities.errors``), never a missing or
+corrupt blob.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ import tempfile
 from pathlib import Path
 from typing import Protocol
 
-from activities.errors import TreadleError
+from activities.errors import StoreUnavailable, TreadleError
 
 KEY_PATTERN = re.compile(r"^[0-9a-f]{64}$")
 
@@ -47,11 +52,13 @@ class BlobStore(Protocol):
     the same three calls."""
 
     async def put(self, data: bytes) -> str:
-        """Store ``data`` (idempotent); its key."""
+        """Store ``data`` (idempotent); its key. ``StoreUnavailable`` if the store cannot be
+        reached or written now."""
         ...
 
     async def get(self, key: str) -> bytes:
-        """The bytes stored under ``key``; ``BlobMissing`` if there are none."""
+        """The bytes stored under ``key``; ``BlobMissing`` if there are none,
+        ``StoreUnavailable`` if the store cannot be reached or read now."""
         ...
 
     def describe(self) -> str:
@@ -89,7 +96,10 @@ class FileBlobStore:
 
     async def put(self, data: bytes) -> str:
         key = key_of(data)
-        await asyncio.to_thread(self._write, key, data)
+        try:
+            await asyncio.to_thread(self._write, key, data)
+        except OSError as exc:
+            raise self._unavailable(f"cannot write {key}", exc) from None
         return key
 
     def _write(self, key: str, data: bytes) -> None:
@@ -118,15 +128,28 @@ class FileBlobStore:
         return True
 
     async def get(self, key: str) -> bytes:
-        return await asyncio.to_thread(self._read, key)
+        try:
+            return await asyncio.to_thread(self._read, key)
+        except OSError as exc:
+            raise self._unavailable(f"cannot read {key}", exc) from None
 
     def _read(self, key: str) -> bytes:
         path = self._path(key)
         try:
             raw = path.read_bytes()
         except FileNotFoundError:
+            if not self.root.is_dir():
+                # The whole store is gone, not one blob: an unmounted volume, a moved directory.
+                raise FileNotFoundError(f"its directory {self.root} does not exist") from None
             raise BlobMissing(key, self.describe()) from None
         return open_blob(key, raw, self.sealer)
+
+    def _unavailable(self, what: str, exc: OSError) -> StoreUnavailable:
+        reason = (exc.strerror if exc.filename is not None else None) or str(exc)
+        return StoreUnavailable(
+            f"{self.describe()} is unreachable: {what}: {reason or type(exc).__name__}",
+            where=self.describe(),
+        )
 
 
 def open_blob(key: str, raw: bytes, sealer: Sealer | None) -> bytes:

@@ -18,6 +18,7 @@ Errors (every message is one line, and never holds a credential)::
     └── S3StoreError
         ├── S3ObjectMissing      no object under the key (the blob store says BlobMissing)
         └── S3StoreUnavailable   the endpoint, the bucket or the credentials do not work
+                                 (also a ``StoreUnavailable``: a run waits until they do)
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
 from temporalio.contrib.aws.s3driver import S3StorageDriverClient
 
-from activities.errors import TreadleError
+from activities.errors import StoreUnavailable, TreadleError
 from activities.store.blobs import BlobCorrupt, BlobMissing, Sealer, check_key, key_of, open_blob
 
 if TYPE_CHECKING:
@@ -71,8 +72,10 @@ class S3ObjectMissing(S3StoreError):
     """No object under the key."""
 
 
-class S3StoreUnavailable(S3StoreError):
-    """The endpoint, the bucket or the credentials do not work."""
+class S3StoreUnavailable(S3StoreError, StoreUnavailable):
+    """The endpoint, the bucket or the credentials do not work: refused or timed-out
+    connections, 5xx answers, a bucket or a permission that is gone. Each may be mended
+    while a run waits, so all are ``StoreUnavailable``."""
 
 
 @dataclass(frozen=True)
@@ -254,7 +257,8 @@ class S3Objects(S3StorageDriverClient):
         else:
             reason = f"{type(exc).__name__}: {exc}"
         return S3StoreUnavailable(
-            self.settings.redact(f"{self.settings.describe()}: {what}: {reason}")
+            self.settings.redact(f"{self.settings.describe()}: {what}: {reason}"),
+            where=self.settings.describe(),
         )
 
 

@@ -33,7 +33,7 @@ from temporalio import activity
 
 from activities import telemetry
 from activities.content import redaction
-from activities.errors import ToolError
+from activities.errors import StoreUnavailable, ToolError
 from activities.store.conversation import ConversationStore
 from activities.tools import registry
 from activities.tools.commands import command_environment, run_command
@@ -559,13 +559,28 @@ async def store_long_output(store: ConversationStore | None, result: ToolResult)
     # Redacted whole before the preview cuts it: a cut key-shaped string would no longer look
     # like one to the door at the activity's boundary.
     output = redaction.current()(result.output)
-    key = await store.put_text(output)
+    try:
+        key = await store.put_text(output)
+    except StoreUnavailable as exc:
+        # The tool has run: failing now would run it again once the store is back (a command
+        # twice). The model gets the head and the tail, and is told the rest was not kept.
+        activity.logger.warning("tool.output_not_stored reason=%s", exc)
+        return result.model_copy(update={"output": unstored_preview(output, exc.where)})
     return result.model_copy(
         update={
             "output": preview(output),
             "output_ref": key,
             "output_chars": len(output),
         }
+    )
+
+
+def unstored_preview(text: str, where: str) -> str:
+    """A long output the store could not take: its start and its end, saying what was lost."""
+    cut = len(text) - PREVIEW_HEAD_CHARS - PREVIEW_TAIL_CHARS
+    return (
+        f"{text[:PREVIEW_HEAD_CHARS]}\n[... {cut} characters not kept: {where} was unreachable "
+        f"...]\n{text[-PREVIEW_TAIL_CHARS:]}"
     )
 
 

@@ -170,5 +170,6 @@ async def test_with_encryption_keys_the_stored_blob_is_encrypted(tmp_path: Path)
 async def test_a_client_without_the_store_cannot_read_a_reference(tmp_path: Path) -> None:
     """A client pointed at another store reports the missing blob instead of a wrong value."""
     [reference] = await data_converter({}, tmp_path / "a").encode(["w" * PAYLOAD_SIZE_THRESHOLD])
+    (tmp_path / "b").mkdir()  # a store that answers (one whose directory is gone is waited for)
     with pytest.raises(StoredPayloadMissing, match="TREADLE_STORE"):
         await data_converter({}, tmp_path / "b").decode([reference])

@@ -121,6 +121,7 @@ async def test_a_missing_blob_is_a_clear_error_that_names_it(
         while (await handle.query(AgentWorkflow.state)).final_answer != "one":
             await asyncio.sleep(0.05)
     shutil.rmtree(root)
+    root.mkdir()  # the store answers, without the blobs (a gone directory is waited for)
     # A fresh worker: nothing cached, the store is all it has.
     async with (
         http_client() as http,

@@ -59,7 +59,10 @@ def test_the_corpus_holds_runs_from_before_each_versioned_change() -> None:
 
     texts = {p.stem: p.read_text() for p in RECORDED}
     agent_runs = {name: t for name, t in texts.items() if '"AgentWorkflow"' in t}
-    for patch in (CARRY_CONTENT_HASHES, CLIENT_QUERIES, COALESCED_SEARCH_ATTRIBUTES, LOADED_TOOLS):
+    from workflows.agent.outages import STORE_OUTAGES
+
+    patches = (CARRY_CONTENT_HASHES, CLIENT_QUERIES, COALESCED_SEARCH_ATTRIBUTES, LOADED_TOOLS)
+    for patch in (*patches, STORE_OUTAGES):
         before = [name for name, t in agent_runs.items() if patch not in t]
         assert before, f"no recorded run from before {patch}"
     per_transition = [

@@ -4,14 +4,22 @@ activities (inside the sandbox pass-through).
 Each function is one ``workflow.execute_activity_method`` with the options of its kind,
 declared once here. Temporal owns every retry: the activities themselves never loop. A failed
 activity raises ``ActivityError``; what it means for the run is the caller's decision.
+
+One failure is never the caller's to judge: a store that cannot be reached now (type
+``StoreUnavailable``, see ``outages``). Every call waits it out here (``_through_outages``):
+the run shows what it waits for, ``wait_for_store`` is retried by Temporal until the store
+answers, and the same call is made again, with its attempts untouched.
 """
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
+from typing import Protocol, TypeVar, runtime_checkable
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError
 
 from workflows.agent import hooks
 from workflows.agent.hooks import HookRequest, HookResult
@@ -25,7 +33,16 @@ from workflows.agent.models import (
     ToolRequest,
     ToolResult,
 )
-from workflows.base import FIRST_RETRY
+from workflows.agent.outages import (
+    FIRST_PROBE,
+    LONGEST_PROBE_INTERVAL,
+    STORE_OUTAGES,
+    Outage,
+    StoreProbe,
+    pause,
+    unreachable_store,
+)
+from workflows.base import FIRST_RETRY, failure_message
 
 with workflow.unsafe.imports_passed_through():
     # Activity classes are referenced by method (names by object, not string). Their modules
@@ -33,12 +50,24 @@ with workflow.unsafe.imports_passed_through():
     from activities.hooks import HookActivities
     from activities.mcp import McpActivities
     from activities.model.activity import ModelActivities
+    from activities.store.probe import StoreProbeActivities
     from activities.tools.builtin import ToolActivities
     from activities.tools.loading import list_loaded_tools as list_loaded
 
 COMMAND_TIMEOUT_GRACE_SECONDS = 10
 """A command's attempt may outlive its own timeout by this much: time to kill its process
 group and collect what it printed, so the command's timeout, not the activity's, ends it."""
+
+_T = TypeVar("_T")
+
+
+@runtime_checkable
+class OutageWatcher(Protocol):
+    """What the run shows while a call waits for the store (the agent workflow is one)."""
+
+    def store_outage(self, outage: Outage | None) -> None:
+        """The call waits for the store (``outage``), or the store answered (``None``)."""
+        ...
 
 
 # --------------------------------------------------------------------------------------------
@@ -48,16 +77,24 @@ group and collect what it printed, so the command's timeout, not the activity's,
 
 async def call_model(config: AgentConfig, request: ModelRequest, summary: str) -> ModelResponse:
     """One planning call (``call_model``)."""
-    response: ModelResponse = await workflow.execute_activity_method(
-        ModelActivities.call_model, request, **model_call(config, summary)
+    response: ModelResponse = await _through_outages(
+        config,
+        None,
+        lambda: workflow.execute_activity_method(
+            ModelActivities.call_model, request, **model_call(config, summary)
+        ),
     )
     return response
 
 
 async def summarise(config: AgentConfig, request: ModelRequest, summary: str) -> ModelResponse:
     """Reflection's summary call (``call_model`` with fewer attempts)."""
-    response: ModelResponse = await workflow.execute_activity_method(
-        ModelActivities.call_model, request, **summary_call(config, summary)
+    response: ModelResponse = await _through_outages(
+        config,
+        None,
+        lambda: workflow.execute_activity_method(
+            ModelActivities.call_model, request, **summary_call(config, summary)
+        ),
     )
     return response
 
@@ -71,10 +108,14 @@ async def run_tool(
     tool_timeout: float | None,
 ) -> ToolResult:
     """One built-in or custom tool call (``run_tool``), on the run's tool queue."""
-    result: ToolResult = await workflow.execute_activity_method(
-        ToolActivities.run_tool,
-        request,
-        **tool_call(config, summary, command=command, tool_timeout=tool_timeout),
+    result: ToolResult = await _through_outages(
+        config,
+        config.tool_task_queue,
+        lambda: workflow.execute_activity_method(
+            ToolActivities.run_tool,
+            request,
+            **tool_call(config, summary, command=command, tool_timeout=tool_timeout),
+        ),
     )
     return result
 
@@ -106,24 +147,74 @@ async def call_mcp_tool(
     config: AgentConfig, request: McpCallRequest, summary: str, attempt_timeout: timedelta
 ) -> ToolResult:
     """One MCP tool call (``call_mcp_tool``)."""
-    result: ToolResult = await workflow.execute_activity_method(
-        McpActivities.call_mcp_tool, request, **mcp_call(config, summary, attempt_timeout)
+    result: ToolResult = await _through_outages(
+        config,
+        None,
+        lambda: workflow.execute_activity_method(
+            McpActivities.call_mcp_tool, request, **mcp_call(config, summary, attempt_timeout)
+        ),
     )
     return result
 
 
 async def run_hook(config: AgentConfig, request: HookRequest, summary: str) -> HookResult:
     """One post-tools hook (``run_hook``), where the workspace's tools run."""
-    result: HookResult = await workflow.execute_activity_method(
-        HookActivities.run_hook,
-        request,
-        **hooks.hook_call(
-            summary,
-            heartbeat_timeout_seconds=config.heartbeat_timeout_seconds,
-            task_queue=config.tool_task_queue,
+    result: HookResult = await _through_outages(
+        config,
+        config.tool_task_queue,
+        lambda: workflow.execute_activity_method(
+            HookActivities.run_hook,
+            request,
+            **hooks.hook_call(
+                summary,
+                heartbeat_timeout_seconds=config.heartbeat_timeout_seconds,
+                task_queue=config.tool_task_queue,
+            ),
         ),
     )
     return result
+
+
+# --------------------------------------------------------------------------------------------
+# Waiting out a store that cannot be reached
+# --------------------------------------------------------------------------------------------
+
+
+async def _through_outages(
+    config: AgentConfig, task_queue: str | None, call: Callable[[], Awaitable[_T]]
+) -> _T:
+    """``call()``, made again for as long as it finds the store unreachable, each time after
+    ``wait_for_store`` (on ``task_queue``, where the call ran) saw the store answer. Any other
+    failure is the caller's, as before."""
+    outage: Outage | None = None
+    waits = 0
+    while True:
+        try:
+            return await call()
+        except ActivityError as exc:
+            where = unreachable_store(exc)
+            # Asked only on this failure, which runs recorded before never met: they replay.
+            if where is None or not workflow.patched(STORE_OUTAGES):
+                raise
+            if outage is None:
+                outage = Outage(where=where, since=workflow.now(), reason=failure_message(exc))
+        _show(outage)
+        if waits:
+            # The store answered the probe, yet the call found it unreachable again.
+            await workflow.sleep(pause(waits))
+        waits += 1
+        await workflow.execute_activity_method(
+            StoreProbeActivities.wait_for_store,
+            StoreProbe(where=outage.where),
+            **store_wait(config, outage.where, task_queue),
+        )
+        _show(None)
+
+
+def _show(outage: Outage | None) -> None:
+    watcher = workflow.instance()
+    if isinstance(watcher, OutageWatcher):
+        watcher.store_outage(outage)
 
 
 # --------------------------------------------------------------------------------------------
@@ -215,3 +306,23 @@ def mcp_call(
             maximum_attempts=config.tool_max_attempts,
         ),
     )
+
+
+def store_wait(config: AgentConfig, where: str, task_queue: str | None) -> workflow.ActivityConfig:
+    """Waiting for the store: one short probe per attempt, retried with backoff (1 s doubling
+    to a minute) for as long as it takes; no attempt limit and no overall timeout, because the
+    run must outlive any outage. A failed attempt adds no history event."""
+    options = workflow.ActivityConfig(
+        summary=f"wait for {where}"[:200],
+        start_to_close_timeout=timedelta(minutes=2),
+        heartbeat_timeout=timedelta(seconds=config.heartbeat_timeout_seconds),
+        retry_policy=RetryPolicy(
+            initial_interval=FIRST_PROBE,
+            backoff_coefficient=2.0,
+            maximum_interval=LONGEST_PROBE_INTERVAL,
+            maximum_attempts=0,
+        ),
+    )
+    if task_queue:
+        options["task_queue"] = task_queue
+    return options

@@ -59,6 +59,7 @@ from workflows.agent.models import (
     ToolOutcome,
     Turn,
 )
+from workflows.agent.outages import Outage
 from workflows.agent.publishing import Publisher
 from workflows.agent.state import AgentRun
 from workflows.agent.state_machine import Event, State, next_state
@@ -121,6 +122,10 @@ class AgentEngine(AgentHandlers):
             self._run = AgentRun.model_validate(input.resume)
         self._pub = Publisher(self._run, input.stream)
         self._tools = ToolRunner(self._run, self._pub)
+
+    def store_outage(self, outage: Outage | None) -> None:
+        """``calls.OutageWatcher``: a call waits for the store, or the store answered."""
+        self._pub.store_outage(outage)
 
     # ----------------------------------------------------------------------------------------
     # The engine

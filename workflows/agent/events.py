@@ -73,6 +73,7 @@ EventKind = Literal[
     "continued",
     "hook",
     "mcp_tools",
+    "outage",
     "ended",
 ]
 """``started`` the run began (task); ``state`` a transition (``text`` is "A -> B · why");
@@ -85,7 +86,9 @@ thread's user message arrived; ``client_query``/``client_answered`` Loom's serve
 ``refused`` a signal or update that was not understood; ``answer`` the model's final answer of
 a run or of a thread's turn; ``error`` the run's error; ``continued`` the run handed over to the
 next of its chain; ``hook`` a post-tools hook ran; ``mcp_tools`` the run's MCP tools were listed
-(``ok`` false: a server is unavailable); ``ended`` the run is over (``state`` is terminal)."""
+(``ok`` false: a server is unavailable); ``outage`` a call waits for the store (``ok`` false:
+``waiting: the store at … is unreachable since …``) or the store answered again (``ok`` true);
+``ended`` the run is over (``state`` is terminal)."""
 
 
 class ClientQuery(Frozen):

@@ -247,7 +247,7 @@ class AgentHandlers:
         self._pub.record(
             self._run.state, "CloseRequested", f"{len(thread.inbox)} message(s) to answer first"
         )
-        return status.status(self._run, workflow.now(), self._pub.stream_end())
+        return status.status(self._run, workflow.now(), self._pub.stream_end(), self._pub.outage)
 
     @close.validator
     def _validate_close(self, *inputs: Any) -> None:
@@ -299,7 +299,7 @@ class AgentHandlers:
     @workflow.query
     def state(self) -> AgentStatus:
         """Where the run is: state, step, pending approvals, token usage, last event."""
-        return status.status(self._run, workflow.now(), self._pub.stream_end())
+        return status.status(self._run, workflow.now(), self._pub.stream_end(), self._pub.outage)
 
     @workflow.query
     def export(self) -> ThreadExport:

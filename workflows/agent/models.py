@@ -158,6 +158,9 @@ class AgentStatus(Frozen):
     last_decision: str | None = None
     """The last approval, rejection, modification, guidance or client answer, with who sent it
     (``approve call_1 by alice@laptop``), as the trace has it."""
+    outage: str | None = None
+    """The store a call waits for, while it cannot be reached: ``the store at … is unreachable
+    since …`` (the call goes on when it answers; none of its attempts is spent)."""
 
 
 class AgentResult(Frozen):

@@ -17,6 +17,7 @@ from temporalio.exceptions import ApplicationError
 
 from workflows.agent import events, status
 from workflows.agent.events import AgentEvent, EventKind
+from workflows.agent.outages import Outage
 from workflows.agent.state import AgentRun
 from workflows.agent.state_machine import State
 
@@ -34,6 +35,8 @@ class Publisher:
         self.coalesce_attributes = False
         """Hold search-attribute changes until the run waits (runs recorded before upserted
         at every transition, and replay so: the engine sets this behind ``workflow.patched``)."""
+        self.outage: Outage | None = None
+        """The store a call waits for now (``calls``); not carried: a replay sets it again."""
 
     def record(self, state: State, event: str, data: str) -> None:
         """One trace line (at ``workflow.now()``)."""
@@ -90,4 +93,17 @@ class Publisher:
 
     def show(self) -> None:
         """The Web UI's current details: where the run is, in a few lines of markdown."""
-        workflow.set_current_details(status.details(self._run, workflow.now()))
+        workflow.set_current_details(status.details(self._run, workflow.now(), self.outage))
+
+    def store_outage(self, outage: Outage | None) -> None:
+        """A call waits for the store (``outage``) or the store answered (``None``): one trace
+        line and one stream event each way, and the Web UI details say it."""
+        before, self.outage = self.outage, outage
+        state = self._run.state
+        if outage is not None and before is None:
+            self.record(state, "WaitingForStore", outage.describe())
+            self.emit("outage", f"waiting: {outage.describe()}", ok=False)
+        elif outage is None and before is not None:
+            self.record(state, "StoreAnswered", f"{before.where} answers again")
+            self.emit("outage", f"{before.where} answers again", ok=True)
+        self.show()

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from datetime import datetime
 
 from workflows.agent.models import AgentStatus, Price, TokenUsage
+from workflows.agent.outages import Outage
 from workflows.agent.state import AgentRun
 from workflows.agent.waiting import describe
 
@@ -41,8 +42,11 @@ def run_cost(run: AgentRun) -> float | None:
     return cost(run.memory.usage_by_model, run.input.config.prices)
 
 
-def status(run: AgentRun, now: datetime, stream_offset: int = 0) -> AgentStatus:
-    """The ``state`` query: state, step, pending approvals, usage, progress, last event."""
+def status(
+    run: AgentRun, now: datetime, stream_offset: int = 0, outage: Outage | None = None
+) -> AgentStatus:
+    """The ``state`` query: state, step, pending approvals, usage, progress, last event, and the
+    store a call waits for."""
     m, config = run.memory, run.input.config
     return AgentStatus(
         state=run.state,
@@ -67,6 +71,7 @@ def status(run: AgentRun, now: datetime, stream_offset: int = 0) -> AgentStatus:
         wakes_at=run.waiting.wakes_at if run.waiting.active else None,
         stream_offset=stream_offset,
         last_decision=last_decision(run),
+        outage=outage.describe() if outage is not None else None,
     )
 
 
@@ -78,7 +83,7 @@ def last_decision(run: AgentRun) -> str | None:
     return None
 
 
-def details(run: AgentRun, now: datetime) -> str:
+def details(run: AgentRun, now: datetime, outage: Outage | None = None) -> str:
     """The Web UI's Current Details (Markdown): state, step, model, tokens, what it waits for."""
     m = run.memory
     lines = [
@@ -100,6 +105,8 @@ def details(run: AgentRun, now: datetime) -> str:
     if run.client.query is not None:
         q = run.client.query
         lines.append(f"**Waiting for the client:** `{q.id}` {q.kind} {cut(q.what, 120)}")
+    if outage is not None:
+        lines.append(f"**Waiting:** {outage.describe()}")
     if run.waiting.active:
         lines.append(f"**Waiting {waiting_line(run)}**")
     if m.pending_guidance:

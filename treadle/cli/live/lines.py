@@ -89,6 +89,8 @@ def event_text(event: AgentEvent, *, show_messages: bool = True) -> Text | None:
         lines.append((f"⚙ hook {short(event.text, 200)}", "dim" if event.ok else "yellow"))
     elif kind == "mcp_tools":
         lines.append((f"⚙ {short(event.text, 300)}", "dim" if event.ok else "yellow"))
+    elif kind == "outage":
+        lines.append((f"⏸ {short(event.text, 300)}", "dim" if event.ok else "yellow"))
     elif kind == "continued":
         lines.append((f"… continued as new ({short(event.text)})", "dim"))
     elif kind == "ended":

@@ -39,6 +39,7 @@ _NOTES = {
     "continued": "continued as new",
     "hook": "hook",
     "mcp_tools": "MCP tools",
+    "outage": "store",
     "guidance_needed": "stuck, waiting for guidance",
 }
 """Event kinds shown as one labelled note line."""

@@ -158,6 +158,7 @@ function renderStatus(view) {
     ["Cost", s.cost_usd !== null ? `$${s.cost_usd.toFixed(4)}` : null],
     ["Progress", view.progress],
     ["Stuck", s.stuck],
+    ["Waiting for", s.outage],
     ["Last", s.last_event],
     ["Queued messages", s.thread && s.queued_messages ? String(s.queued_messages) : null],
     // The answer is in the conversation; here only when the stream could not show it.
