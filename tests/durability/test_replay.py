@@ -8,6 +8,7 @@ Refresh after an intentional, versioned change with:
 
 from __future__ import annotations
 
+import base64
 import json
 from pathlib import Path
 
@@ -45,11 +46,32 @@ async def test_recorded_history_replays(path: Path) -> None:
     assert result.replay_failure is None, f"{path.name}: {result.replay_failure}"
 
 
+def patch_markers(text: str) -> set[str]:
+    """The ``workflow.patched`` ids a recorded history's marker events carry (their payloads are
+    base64 JSON, so a plain text search never sees them)."""
+    found = set()
+    for event in json.loads(text)["events"]:
+        marker = event.get("markerRecordedEventAttributes")
+        if not marker or marker.get("markerName") != "core_patch":
+            continue
+        for payload in marker["details"]["patch-data"]["payloads"]:
+            found.add(json.loads(base64.b64decode(payload["data"]))["id"])
+    return found
+
+
+def test_patch_markers_are_read_from_the_recorded_events() -> None:
+    """The reader below sees markers where they are: without it the next test passes on any
+    corpus."""
+    marked = {p.stem: patch_markers(p.read_text()) for p in RECORDED}
+    assert any("coalesced-search-attributes" in ids for ids in marked.values())
+
+
 def test_the_corpus_holds_runs_from_before_each_versioned_change() -> None:
     """Every ``workflow.patched`` change is guarded by histories recorded before it: runs
     without its marker, which ``test_recorded_history_replays`` replays through the new code
-    (the old path). ``coalesced-search-attributes`` (one upsert before each wait instead of one
-    per transition) also needs old runs that upserted per transition."""
+    (the old path). The ``coalesced-search-attributes`` change (one upsert before each wait
+    instead of one per transition) also needs old runs that upserted per transition."""
+    from workflows.agent.outages import STORE_OUTAGES
     from workflows.agent.workflow import (
         CARRY_CONTENT_HASHES,
         CLIENT_QUERIES,
@@ -59,16 +81,15 @@ def test_the_corpus_holds_runs_from_before_each_versioned_change() -> None:
 
     texts = {p.stem: p.read_text() for p in RECORDED}
     agent_runs = {name: t for name, t in texts.items() if '"AgentWorkflow"' in t}
-    from workflows.agent.outages import STORE_OUTAGES
-
+    marked = {name: patch_markers(t) for name, t in agent_runs.items()}
     patches = (CARRY_CONTENT_HASHES, CLIENT_QUERIES, COALESCED_SEARCH_ATTRIBUTES, LOADED_TOOLS)
     for patch in (*patches, STORE_OUTAGES):
-        before = [name for name, t in agent_runs.items() if patch not in t]
+        before = [name for name, ids in marked.items() if patch not in ids]
         assert before, f"no recorded run from before {patch}"
     per_transition = [
         name
         for name, t in agent_runs.items()
-        if COALESCED_SEARCH_ATTRIBUTES not in t
+        if COALESCED_SEARCH_ATTRIBUTES not in marked[name]
         and t.count("EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES") >= 6
     ]
     assert per_transition, "no recorded run that upserted at every transition"
