@@ -8,7 +8,6 @@ import hashlib
 import json
 import subprocess
 import sys
-import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -25,7 +24,7 @@ from workflows.agent.mcp import McpCallRequest, McpListRequest, McpToolList
 from workflows.agent.models import ToolResult
 
 SECRET = "hunter2"
-ALL_TOOLS = {"add", "echo", "write_note", "fail", "crash", "slow", "big", "pid", "whoami"}
+ALL_TOOLS = {"add", "echo", "write_note", "fail", "crash", "slow", "meet", "big", "pid", "whoami"}
 
 
 @pytest.fixture(scope="module")
@@ -188,14 +187,13 @@ async def test_one_session_serves_every_call(mcp: tuple[McpActivities, Path]) ->
 async def test_parallel_calls_share_the_session_and_run_concurrently(
     mcp: tuple[McpActivities, Path],
 ) -> None:
-    """Five 2-second calls at once overlap, over the one session: together they take less than
-    the 10 seconds they would one after another, however slow the machine."""
+    """Five calls at once are in the server together, over the one session: each waits until
+    all five have arrived, which calls sent one after another never would."""
     activities, _ = mcp
-    await call(activities, "add", a=0, b=0)  # the session is open before the clock starts
-    started = time.monotonic()
-    results = await asyncio.gather(*(call(activities, "slow", seconds=2) for _ in range(5)))
-    assert time.monotonic() - started < 10  # the serial lower bound, not a speed target
-    assert [r.output for r in results] == ["slept 2s"] * 5
+    results = await asyncio.gather(
+        *(call(activities, "meet", group="g", count=5) for _ in range(5))
+    )
+    assert [r.output for r in results] == ["met"] * 5
     assert activities.sessions.opened == 1
 
 

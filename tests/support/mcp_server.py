@@ -104,6 +104,21 @@ async def slow(seconds: float) -> str:
     return f"slept {seconds:g}s"
 
 
+_arrived: dict[str, int] = {}
+
+
+@server.tool(annotations=READ_ONLY)
+async def meet(group: str, count: int) -> str:
+    """Wait until ``count`` calls of the same group are in the server at once (a minute at
+    most): "met" proves the calls overlapped, "alone" that they came one after another."""
+    _arrived[group] = _arrived.get(group, 0) + 1
+    for _ in range(600):
+        if _arrived[group] >= count:
+            return "met"
+        await asyncio.sleep(0.1)
+    return "alone"
+
+
 @server.tool(annotations=READ_ONLY)
 def big(chars: int) -> str:
     """A long text of the given length."""
