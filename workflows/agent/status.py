@@ -67,6 +67,8 @@ def status(run: AgentRun, now: datetime, stream_offset: int = 0) -> AgentStatus:
         wakes_at=run.waiting.wakes_at if run.waiting.active else None,
         stream_offset=stream_offset,
         last_decision=last_decision(run),
+        served_by=run.served_by,
+        usage_by_model=m.usage_by_model,
     )
 
 
