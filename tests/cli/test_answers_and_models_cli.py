@@ -132,6 +132,7 @@ async def test_wake_ends_a_wait_early(harness: Harness) -> None:
 
 
 async def test_wake_of_an_unknown_run_says_so(harness: Harness) -> None:
+    """A run id that names nothing: one line, exit 2."""
     done = await run_cli(
         *harness.cli_args(), "wake", f"no-such-{uuid.uuid4().hex[:6]}", env=clean_env()
     )
