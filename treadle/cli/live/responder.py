@@ -350,7 +350,7 @@ class Responder:
         return status
 
 
-def _answer(query: ClientQuery, reply: Reply, decided_by: str) -> ClientAnswer:
+def _answer(query: ClientQuery, reply: Reply, decided_by: str | None = None) -> ClientAnswer:
     if isinstance(reply, Shared):
         return ClientAnswer(
             query_id=query.id, kind=query.kind, content=reply.content, decided_by=decided_by
