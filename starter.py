@@ -1,6 +1,7 @@
 """Treadle's command line: start agent runs, answer their approvals, inspect them.
 
     python starter.py run "Summarise README.md" --model openai:gpt-4o --wait [--interactive]
+    python starter.py run TASK --model openai:gpt-4o,anthropic --output-schema answer.json --wait
     python starter.py run TASK --workspace DIR [--create-workspace]   # DIR must exist unless asked
     python starter.py run TASK --mcp-servers files,search   # offer the worker's MCP servers' tools
     python starter.py status ID [--json]        python starter.py trace ID [--json]
@@ -8,6 +9,7 @@
     python starter.py reject ID [--call CALL_ID] --reason TEXT [--as NAME]
     python starter.py modify ID [--call CALL_ID] --args JSON [--as NAME]
     python starter.py guide ID (--guidance TEXT | --halt [--reason TEXT]) [--as NAME]
+    python starter.py wake ID [--reason TEXT]   # end a wait (the wait tool) now
     python starter.py watch ID [--from-start | --from N] [--json] [--interactive]  # live
     python starter.py answer ID QUERY_ID TEXT | --decline REASON [--as NAME]  # a client query
     python starter.py chat [--id ID] [FIRST MESSAGE]     # a thread: type, see the answer, again
@@ -56,12 +58,13 @@ from temporalio.service import RPCError, RPCStatusCode
 from treadle.cli import chat as cli_chat
 from treadle.cli import codec_server as cli_codec_server
 from treadle.cli import demo as cli_demo
-from treadle.cli import identity
+from treadle.cli import identity, output_schema
 from treadle.cli import jobs as cli_jobs
 from treadle.cli import live as cli_live
 from treadle.cli import monitors as cli_monitors
 from treadle.cli import scheduled_agents as cli_scheduled_agents
 from treadle.cli import ui as cli_ui
+from treadle.cli import wake as cli_wake
 from treadle.cli.exits import UsageError, run_and_exit
 from treadle.cli.tables import table
 from treadle.cli.workspaces import make_workspace, resolve_workspace
@@ -130,7 +133,12 @@ def _format_status(status: AgentStatus) -> str:
     lines = [
         f"state:    {status.state}",
         f"step:     {status.step} / {status.max_steps}",
-        f"model:    {status.model}",
+        f"model:    {status.model}"
+        + (
+            f" (the last call served by {status.served_by})"
+            if status.served_by and status.served_by != status.model
+            else ""
+        ),
         f"tokens:   {u.total_tokens} (prompt {u.prompt_tokens}, completion {u.completion_tokens}"
         f", cached {u.cached_tokens})"
         + (f" of a {status.token_budget} budget" if status.token_budget else ""),
@@ -138,6 +146,9 @@ def _format_status(status: AgentStatus) -> str:
     ]
     if status.cost_usd is not None:
         lines.insert(4, f"cost:     ${status.cost_usd:.4f}")
+    if len(status.usage_by_model) > 1:
+        by = ", ".join(f"{m} {u.total_tokens}" for m, u in status.usage_by_model.items())
+        lines.insert(4, f"by model: {by}")
     if status.progress is not None:
         p = status.progress
         lines.append(f"progress: {p.describe()}, {p.elapsed_seconds:.0f}s")
@@ -179,6 +190,8 @@ def _format_trace(trace: Trace) -> str:
 def _format_result(result: AgentResult) -> str:
     u = result.usage
     head = f"{result.status.value} after {result.steps} step(s), {u.total_tokens} tokens"
+    if result.output is not None:  # a typed answer: its JSON, readable
+        return f"{head}\n{json.dumps(result.output, indent=2, ensure_ascii=False)}"
     return (
         f"{head}\n{result.answer if result.answer is not None else 'error: ' + str(result.error)}"
     )
@@ -229,13 +242,21 @@ def build_input(args: argparse.Namespace, workspace_id: str) -> PlannedRun:
         config["allow_run_command"] = True
     if args.mcp_servers:
         config["mcp_servers"] = args.mcp_servers
+    if args.output_schema:
+        config["output_schema"] = args.output_schema
+    if isinstance(config.get("output_schema"), str):  # a schema file or a type's import path
+        config["output_schema"] = output_schema.resolve(config["output_schema"])
+    # --model a,b: the run's model, then its fallbacks in order.
+    model, *fallbacks = [part.strip() for part in args.model.split(",") if part.strip()] or [""]
+    if fallbacks:
+        config["fallback_models"] = fallbacks
     workspace, create = resolve_workspace(
         args.workspace, workspace_id, create=args.create_workspace
     )
     try:
         agent_input = AgentInput(
             task=args.task,
-            model=args.model,
+            model=model,
             workspace=str(workspace),
             task_type=args.task_type,
             config=AgentConfig.model_validate(config),
@@ -366,7 +387,16 @@ async def cmd_demo(args: argparse.Namespace) -> int:
 def add_run_options(run: argparse.ArgumentParser) -> None:
     """TASK and the options that shape a run; `run` and `schedule create` both take them."""
     run.add_argument("task")
-    run.add_argument("--model", default="openai:gpt-4o", help="provider:model")
+    run.add_argument(
+        "--model",
+        default="openai:gpt-4o",
+        help="provider:model; a,b,...: fallbacks in order when one is down",
+    )
+    run.add_argument(
+        "--output-schema",
+        metavar="FILE|module:Model",
+        help="the answer must be JSON for this JSON Schema (a file, or a pydantic model)",
+    )
     run.add_argument(
         "--workspace",
         help="existing directory the tools work in (default: workspaces/ID, created)",
@@ -437,6 +467,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     cli_live.register(sub)
     cli_codec_server.register(sub)
     cli_ui.register(sub)
+    cli_wake.register(sub)
 
     cli_demo.register(sub)
     return parser.parse_args(argv)

@@ -111,6 +111,8 @@ def build_body(request: ModelRequest, model_name: str) -> dict[str, Any]:
     ]
     if tools:
         body["tools"] = tools
+        if request.require_tool:
+            body["tool_choice"] = {"type": "any"}  # a typed answer: the final_answer tool
     if request.temperature is not None:
         body["temperature"] = min(request.temperature, 1.0)  # Anthropic's range is 0..1
     if request.stream:

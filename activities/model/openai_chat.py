@@ -84,7 +84,14 @@ def build_body(request: ModelRequest, model_name: str) -> dict[str, Any]:
         body["tools"] = tools
         # OpenAI's default, said out loud: servers that only render the tools into the prompt
         # when asked (llama.cpp's function-calling formats) otherwise never show them.
-        body["tool_choice"] = "auto"
+        body["tool_choice"] = "required" if request.require_tool else "auto"
+    if request.output_schema is not None:
+        # Structured output: the reply's text is JSON for the schema (a typed answer). Not
+        # strict: strict mode refuses schemas with optional fields, which pydantic's have.
+        body["response_format"] = {
+            "type": "json_schema",
+            "json_schema": {"name": "final_answer", "schema": request.output_schema},
+        }
     if request.temperature is not None:
         body["temperature"] = request.temperature
     body["max_tokens"] = request.max_tokens or wire.DEFAULT_MAX_TOKENS

@@ -4,8 +4,11 @@ trace, ``status`` and the stream; a run that names its ``approvers`` refuses any
 
 from __future__ import annotations
 
+import asyncio
 import json
 import socket
+import sys
+import uuid
 from typing import Any
 
 import pytest
@@ -13,8 +16,9 @@ from temporalio.client import WorkflowHandle, WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
 
 from tests.support.harness import Harness
-from tests.support.processes import run_cli
+from tests.support.processes import ROOT, clean_env, run_cli
 from tests.support.stream import wait_for_event
+from treadle.cli import identity
 from workflows.agent.models import AgentStatus, Decision, RunStatus
 from workflows.agent.workflow import AgentWorkflow
 
@@ -140,3 +144,39 @@ async def test_a_client_answer_says_who_answered(harness: Harness) -> None:
     assert entry.data == f"{query_id}: answered by carol"
     status = await handle.query(AgentWorkflow.state)
     assert status.last_decision == f"{query_id}: answered by carol"
+
+
+async def _interactive(harness: Harness, *arguments: str, stdin: str) -> str:
+    """``starter.py ARGUMENTS`` with ``stdin`` typed at its prompts; its stderr (the prompts)."""
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, str(ROOT / "starter.py"), *harness.cli_args(), *arguments,
+        cwd=ROOT, env=clean_env(), stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    _, err = await asyncio.wait_for(process.communicate(stdin.encode()), 120)
+    assert process.returncode == 0, err.decode()
+    return err.decode()
+
+
+async def test_a_decision_typed_at_watch_interactive_names_who_typed_it(harness: Harness) -> None:
+    """``watch --interactive``: the approval typed at its prompt is recorded as the OS user at
+    this host, as ``approve`` without ``--as`` records it."""
+    handle, call_id = await waiting_call(harness)
+    await _interactive(harness, "watch", handle.id, "--interactive", stdin="a\n")
+    assert (await handle.result()).status is RunStatus.DONE
+    assert await received(harness, handle) == f"approve {call_id} by {identity.default_name()}"
+
+
+async def test_run_wait_interactive_as_names_the_decider(harness: Harness) -> None:
+    """``run --wait --interactive --as carol``: the rejection typed there is carol's."""
+    model = harness.script({"tool_calls": [WRITE]}, {"content": "ok"})
+    workflow_id = f"who-{uuid.uuid4().hex[:10]}"
+    harness.handles.append(harness.client.get_workflow_handle(workflow_id))
+    await _interactive(
+        harness, "run", "Write", "--model", model, "--workspace", str(harness.workspace),
+        "--require-approval", "write_file", "--id", workflow_id, "--wait", "--interactive",
+        "--as", "carol", stdin="r\nnot today\n",
+    )  # fmt: skip
+    handle = harness.client.get_workflow_handle(workflow_id)
+    [entry] = await harness.trace_events(handle, "SignalReceived", 1)
+    assert entry.data.startswith("reject ") and entry.data.endswith(" by carol")

@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import httpx
 import pytest
 
 from tests.support.harness import Harness
@@ -177,6 +178,7 @@ def test_demo_keep_prints_commands_for_a_fresh_shell(kept_demo: KeptDemo) -> Non
         "approve",
         "reject",
         "chat",
+        "ui",
     ]
     assert "--model openai:demo" in kept_demo.command("run")
     assert "--task-queue" not in kept_demo.command("status")  # an existing run needs no queue
@@ -262,6 +264,42 @@ def test_the_stock_cli_signal_from_step_5_works_in_a_fresh_shell(kept_demo: Kept
     assert signalled.returncode == 0, signalled.stderr
     _wait_for(kept_demo, workflow_id, "state:    Done")
     shutil.rmtree(WORKSPACES / workflow_id, ignore_errors=True)
+
+
+def test_the_printed_ui_serves_the_browser_page_from_a_fresh_shell(kept_demo: KeptDemo) -> None:
+    """Step 8's ``ui`` command, run as printed, serves the page at the URL printed beside it,
+    listing the demo's runs; step 5 names it too."""
+    line = next(line for line in kept_demo.lines if "# the browser page at" in line)
+    url = re.search(r"the browser page at (http://\S+):", line)
+    assert url is not None, line
+    assert any(url.group(1) in shown for shown in kept_demo.lines[: kept_demo.lines.index(line)])
+    page = subprocess.Popen(
+        ["/bin/bash", "-c", f"{kept_demo.commands[0]} && exec {kept_demo.command('ui')}"],
+        env=FRESH_SHELL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert page.stdout is not None
+        started = page.stdout.readline()
+        assert started.startswith(f"Treadle's page on {url.group(1)}"), started + (
+            page.stderr.read() if page.poll() is not None and page.stderr else ""
+        )
+        assert httpx.get(url.group(1), timeout=30).status_code == 200
+        run = httpx.get(f"{url.group(1)}api/runs/demo-{kept_demo.suffix}", timeout=30)
+        assert run.status_code == 200, run.text
+        assert f"demo-{kept_demo.suffix}" in run.text
+    finally:
+        page.send_signal(signal.SIGINT)
+        try:
+            page.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            page.kill()
+            page.wait()
+        for stream in (page.stdout, page.stderr):
+            if stream is not None:
+                stream.close()
 
 
 def test_the_printed_chat_talks_with_the_scripted_model(kept_demo: KeptDemo) -> None:

@@ -23,6 +23,7 @@ from temporalio.contrib.workflow_streams import WorkflowStreamClient
 from activities.model.activity import http_client
 from tests.support.harness import Harness, scripted_worker, tool_messages
 from tests.support.processes import ROOT, clean_env
+from treadle.cli import identity
 from treadle.cli.shell import runnable
 from treadle.codec import ENV_VAR
 from treadle.connection import connect
@@ -321,7 +322,7 @@ async def test_run_wait_shows_the_run_and_keeps_its_last_line(harness: Harness) 
     prompt = f"write_file {json.dumps(WRITE['arguments'])} ({call}): approve, reject, modify"
     assert f"{prompt}, or skip? [a/r/m/s] a" in lines
     assert lines[-6:-1] == [
-        f"• decided: approve {call}",
+        f"• decided: approve {call} by {identity.default_name()}",  # who typed it
         "→ write_file notes.md",
         "✓ write_file notes.md (wrote 5 bytes to notes.md)",
         "All done.",

@@ -4,7 +4,8 @@
     python starter.py demo --manual   # the same, but you approve, reject or modify
     python starter.py demo --keep     # then stays up, so you can start your own runs
                                       # (model openai:demo, task queue treadle-demo) from
-                                      # another terminal; Ctrl-C ends it
+                                      # another terminal, or the browser page (starter.py
+                                      # ui); Ctrl-C ends it
 
 The scripted model (``treadle/demo_script.json``) takes the same steps whatever the task: list
 the workspace, write ``notes.md``, read it back, answer. A rejected write is answered instead,
@@ -25,6 +26,7 @@ import contextlib
 import json
 import shlex
 import signal
+import socket
 import sys
 import uuid
 from collections.abc import Callable
@@ -35,6 +37,7 @@ from temporalio.client import Client, WorkflowHandle
 from temporalio.worker import Worker
 
 from treadle.cli import shell
+from treadle.cli import ui as cli_ui
 from treadle.cli.exits import UsageError
 from treadle.cli.live import outcome
 from treadle.cli.workspaces import WORKSPACES
@@ -168,6 +171,8 @@ class _Demo:
         self.namespace = namespace
         self.ui_url = ui_url
         self.task_queue = task_queue
+        self.ui_port = _free_or_other(cli_ui.DEFAULT_PORT)
+        """Where the printed ``starter.py ui`` serves the browser page."""
 
     def starter(self, *arguments: str, task_queue: bool = False) -> str:
         """A ``starter.py`` command reaching this server (and, with ``task_queue``, for new
@@ -176,6 +181,21 @@ class _Demo:
         return shell.starter(
             *arguments, address=self.address, namespace=self.namespace, task_queue=queue
         )
+
+    def ui_command(self) -> str:
+        """``starter.py ui`` for this server and queue (runs started in the page go to the
+        demo's worker), linking the run pages to this Web UI; on its default port when that is
+        free, else on one that is (so it runs as printed)."""
+        arguments = ["ui"]
+        if self.ui_port != cli_ui.DEFAULT_PORT:
+            arguments += ["--port", str(self.ui_port)]
+        if self.ui_url.rstrip("/") != cli_ui.DEFAULT_WEB_UI:
+            arguments += ["--web-ui", self.ui_url]
+        return self.starter(*arguments, task_queue=True)
+
+    @property
+    def ui_url_page(self) -> str:
+        return f"http://127.0.0.1:{self.ui_port}/"
 
     def run_url(self, workflow_id: str) -> str:
         return f"{self.ui_url}/namespaces/{self.namespace}/workflows/{workflow_id}"
@@ -213,7 +233,9 @@ class _Demo:
                 f"   From another terminal, in {shell.here()}, any of:\n"
                 f"   {self.starter('approve', workflow_id)}\n"
                 f"   {self.starter('reject', workflow_id, '--reason', 'not now')}\n"
-                f"   {self._signal(workflow_id, pending.call_id)}",
+                f"   {self._signal(workflow_id, pending.call_id)}\n"
+                f"   or in a browser: {self.ui_command()}\n"
+                f"     then open {self.ui_url_page}",
                 flush=True,
             )
             if manual:
@@ -281,6 +303,10 @@ class _Demo:
                 self.starter("chat", "--model", DEMO_MODEL, task_queue=True),
                 "a conversation; /exit to leave",
             ),
+            (
+                self.ui_command(),
+                f"the browser page at {self.ui_url_page}: runs, threads, approvals",
+            ),
         ]
         lines = [
             f"8. Still up until Ctrl-C: the dev server, the scripted model ({DEMO_MODEL}, no API "
@@ -294,6 +320,17 @@ class _Demo:
             "(a run's User Metadata tab shows its Current Details)",
         ]
         return "\n".join(lines)
+
+
+def _free_or_other(port: int) -> int:
+    """``port`` if nothing listens on it on loopback, else a port that is free now."""
+    with socket.socket() as probe:
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            probe.bind(("127.0.0.1", 0))
+        bound: int = probe.getsockname()[1]
+        return bound
 
 
 def _shown(path: Path) -> str:

@@ -7,6 +7,7 @@ Tests rely on these being as strict as the real APIs: a conversation Anthropic w
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from treadle.scripted_model import anthropic_messages, openai_chat
@@ -37,7 +38,108 @@ def openai_request_problem(body: Any) -> Reply | None:
             "The 'stream_options' parameter is only allowed when 'stream' is enabled.",
             param="stream_options",
         )
+    return _tool_choice_problem(body) or _response_format_problem(body.get("response_format"))
+
+
+def _tool_choice_problem(body: dict[str, Any]) -> Reply | None:
+    """OpenAI's 400s for a ``tool_choice`` it cannot follow."""
+    choice = body.get("tool_choice")
+    if choice is None:
+        return None
+    tools = body.get("tools") or []
+    if not tools:
+        return openai_chat.error_reply(
+            400,
+            "Invalid value for 'tool_choice': 'tool_choice' is only allowed when 'tools' are "
+            "specified.",
+            param="tool_choice",
+        )
+    if isinstance(choice, str):
+        if choice in ("none", "auto", "required"):
+            return None
+        return openai_chat.error_reply(
+            400,
+            f"Invalid value: '{choice}'. Supported values are: 'none', 'auto', and 'required'.",
+            param="tool_choice",
+        )
+    function = choice.get("function") if isinstance(choice, dict) else None
+    name = function.get("name") if isinstance(function, dict) else None
+    names = {t.get("function", {}).get("name") for t in tools if isinstance(t, dict)}
+    if name not in names:
+        return openai_chat.error_reply(
+            400,
+            f"Invalid value for 'tool_choice': no function named {name!r} in 'tools'.",
+            param="tool_choice",
+        )
     return None
+
+
+def _response_format_problem(value: Any) -> Reply | None:
+    """OpenAI's 400s for a ``response_format`` it cannot take (structured output)."""
+    if value is None:
+        return None
+    kind = value.get("type") if isinstance(value, dict) else None
+    if kind in ("text", "json_object"):
+        return None
+    if kind != "json_schema":
+        return openai_chat.error_reply(
+            400,
+            f"Invalid value: {kind!r}. Supported values are: 'json_object', 'json_schema', "
+            "and 'text'.",
+            param="response_format.type",
+        )
+    spec = value.get("json_schema")
+    if not isinstance(spec, dict):
+        return openai_chat.error_reply(
+            400,
+            "Missing required parameter: 'response_format.json_schema'.",
+            code="missing_required_parameter",
+            param="response_format.json_schema",
+        )
+    name = spec.get("name")
+    if not isinstance(name, str) or not re.fullmatch(r"[a-zA-Z0-9_-]{1,64}", name):
+        return openai_chat.error_reply(
+            400,
+            "Missing required parameter: 'response_format.json_schema.name'.",
+            code="missing_required_parameter",
+            param="response_format.json_schema.name",
+        )
+    schema = spec.get("schema")
+    if schema is not None and not isinstance(schema, dict):
+        return openai_chat.error_reply(
+            400,
+            "Invalid type for 'response_format.json_schema.schema': expected an object.",
+            param="response_format.json_schema.schema",
+        )
+    if isinstance(schema, dict) and schema.get("type") != "object":
+        return openai_chat.error_reply(
+            400,
+            "Invalid schema for response_format 'final_answer': schema must be a JSON Schema "
+            "of 'type: \"object\"'.",
+            param="response_format",
+        )
+    return None
+
+
+def forces_tool(protocol: str, body: dict[str, Any]) -> bool:
+    """The request requires a tool call (OpenAI ``required`` or a named function; Anthropic
+    ``any`` or ``tool``): a real model then never answers with text alone."""
+    choice = body.get("tool_choice")
+    if protocol == "anthropic":
+        return isinstance(choice, dict) and choice.get("type") in ("any", "tool")
+    return choice == "required" or isinstance(choice, dict)
+
+
+def forced_tool_refusal(protocol: str, index: int) -> Reply:
+    """What the server says when the script answers a request that forces a tool call with
+    text alone: the script is wrong (no real model could do it), said as a 500."""
+    message = (
+        f"scripted turn {index} answers with text alone, but the request forces a tool call "
+        "(tool_choice): script a tool call for it"
+    )
+    if protocol == "anthropic":
+        return anthropic_messages.error_reply(500, message)
+    return openai_chat.error_reply(500, message)
 
 
 def anthropic_request_problem(headers: dict[str, str], body: Any) -> Reply | None:
@@ -83,6 +185,19 @@ def _anthropic_body_problem(body: dict[str, Any]) -> str | None:
                 tool.get("input_schema"), dict
             ):
                 return f"tools.{i}.input_schema: Field required"
+    choice = body.get("tool_choice")
+    if choice is not None:
+        if not tools:
+            return "tool_choice: tool_choice may only be specified while providing tools."
+        kind = choice.get("type") if isinstance(choice, dict) else None
+        if kind not in ("auto", "any", "tool", "none"):
+            return (
+                "tool_choice: Input tag does not match any of the expected tags: 'auto', "
+                "'any', 'tool', 'none'"
+            )
+        names = {t.get("name") for t in tools if isinstance(t, dict)}
+        if kind == "tool" and choice.get("name") not in names:
+            return f"tool_choice.name: no tool named {choice.get('name')!r} in tools"
     if "messages" not in body:
         return "messages: Field required"
     messages = body["messages"]

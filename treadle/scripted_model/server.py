@@ -231,6 +231,8 @@ class ScriptedModelServer:
                 400, f"Unrecognized request argument supplied: {param}", param=param
             )
         turns = after_rejection(turns, index, messages)
+        if (refusal := self._forced_tool_refusal("openai", body, turns, index)) is not None:
+            return refusal
 
         def chunks(turn: Turn) -> list[Event]:
             whole = openai_chat.completion(model, index, turn, body)
@@ -266,6 +268,8 @@ class ScriptedModelServer:
         if streaming and self._refuses_stream(turns, index):
             return anthropic_messages.error_reply(400, "stream: Extra inputs are not permitted")
         turns = after_rejection(turns, index, messages)
+        if (refusal := self._forced_tool_refusal("anthropic", body, turns, index)) is not None:
+            return refusal
         return self._play(
             "anthropic",
             headers,
@@ -326,6 +330,17 @@ class ScriptedModelServer:
         if isinstance(events, Reply):
             return events
         return Stream(tuple(event.frame for event in events), turn.chunk_delay)
+
+    @staticmethod
+    def _forced_tool_refusal(
+        api: Api, body: dict[str, Any], turns: list[Turn], index: int
+    ) -> Reply | None:
+        """A turn of text alone answering a request that forces a tool call: a script no real
+        model could follow (see ``checks.forces_tool``)."""
+        turn = turns[min(index, len(turns) - 1)]
+        if turn.raw is None and not turn.tool_calls and checks.forces_tool(api, body):
+            return checks.forced_tool_refusal(api, index)
+        return None
 
     def _refuses_stream(self, turns: list[Turn], index: int) -> bool:
         """A streaming request for turn ``index`` gets a server's refusal to stream."""

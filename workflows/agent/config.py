@@ -10,6 +10,7 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 from temporalio.contrib.workflow_streams import WorkflowStreamState
 
+from workflows.agent import json_schema
 from workflows.agent.catalogue import TOOLS
 from workflows.agent.decisions import Name
 from workflows.agent.hooks import check_hook_names, parse_author
@@ -163,6 +164,26 @@ class AgentConfig(Frozen):
     """Keep AgentState / AgentStep / AgentModel current. Turn off only where they cannot be
     registered (the time-skipping test server): upserting an unknown one fails the run's task."""
 
+    # Typed answers and fallback models (issue 24)
+    output_schema: dict[str, Any] | None = None
+    """A JSON Schema the final answer must satisfy: the answer is then JSON that validates,
+    and ``AgentResult.output`` holds it parsed. ``starter.py run --output-schema`` takes a
+    schema file or a pydantic model's import path (``pkg.module:Model``), resolved to its JSON
+    Schema by the client before the run starts (the workflow imports nothing of yours)."""
+    output_mode: Literal["auto", "native", "tool"] = "auto"
+    """How the model is asked for the typed answer: ``native`` is the provider's structured
+    output (``response_format`` with the schema; OpenAI protocol), ``tool`` a forced
+    ``final_answer`` tool whose parameters are the schema (every protocol). ``auto``: native on
+    the OpenAI protocol, the tool on Anthropic's, which has no native form (``native`` too)."""
+    output_retries: int = Field(2, ge=0, le=20)
+    """Typed answers that do not validate are sent back to the model with the validation error
+    this many times in a turn; one more and the run ends in error, saying why."""
+    fallback_models: tuple[str, ...] = ()
+    """Models that take a model call, in order, when the run's model fails it after all its
+    attempts (``model_max_attempts``) with retryable errors (an outage, overload, timeouts);
+    a refusal (a 4xx) is no outage and falls back to nothing. Each step begins with the run's
+    model. ``starter.py run --model a,b`` sets them."""
+
     @field_validator("hooks", mode="before")
     @classmethod
     def _hooks(cls, value: Any) -> Any:
@@ -182,6 +203,22 @@ class AgentConfig(Frozen):
     def _models(cls, value: dict[str, str]) -> dict[str, str]:
         for model in value.values():
             _check_model(model)
+        return value
+
+    @field_validator("output_schema")
+    @classmethod
+    def _output_schema(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        return None if value is None else json_schema.check(value)
+
+    @field_validator("fallback_models", mode="before")
+    @classmethod
+    def _fallback_models(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            value = tuple(part.strip() for part in value.split(",") if part.strip())
+        if isinstance(value, list | tuple):
+            for model in value:
+                if isinstance(model, str):
+                    _check_model(model)
         return value
 
     @field_validator("reflection_model")

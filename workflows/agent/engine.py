@@ -33,6 +33,7 @@ from workflows.agent import (
     calls,
     client_queries,
     events,
+    fallback,
     handover,
     hooks,
     planning,
@@ -40,6 +41,7 @@ from workflows.agent import (
     reflection,
     status,
     threads,
+    typed_answers,
     waiting,
 )
 from workflows.agent import search_attributes as sa
@@ -204,6 +206,8 @@ class AgentEngine(AgentHandlers):
             steps=m.step,
             usage=m.usage,
             cost_usd=status.run_cost(run),
+            output=typed_answers.output_of(run.input.config, m.final_answer),
+            usage_by_model=m.usage_by_model,
         )
 
     def _start(self) -> None:
@@ -283,22 +287,22 @@ class AgentEngine(AgentHandlers):
             return request.event
         request = request.model_copy(update={"stream": config.stream_tokens, "step": m.step})
         try:
-            response = await calls.call_model(
-                config, request, f"step {m.step} · model {run.model.partition(':')[2]}"
-            )
+            model, response = await fallback.call_model(run, request, self._pub)
         except ActivityError as exc:
             if is_cancelled_exception(exc):
                 raise
             m.error = f"model call failed: {failure_message(exc)}"
             return Event.FATAL_ERROR
-        run.spend(run.model, response.usage)
-        telemetry.model_spent(run.model, response.usage, config.prices)
+        run.served_by = model
+        run.spend(model, response.usage)
+        telemetry.model_spent(model, response.usage, config.prices)
         if response.conversation is not None:
             # The store now holds everything this call sent: the next call sends only the rest.
             m.conversation_head = response.conversation
             m.conversation_sent = request.conversation_messages + len(request.messages)
             m.conversation_turns = len(m.history)
-        self._pub.record(State.PLANNING, "ModelResponse", planning.describe_response(response))
+        described = planning.describe_response(response, None if model == run.model else model)
+        self._pub.record(State.PLANNING, "ModelResponse", described)
         # Each call is checked here, once: the checked form is what is approved and what runs.
         checked = self._tools.check(response.tool_calls)
         self._pub.emit(
@@ -311,6 +315,10 @@ class AgentEngine(AgentHandlers):
         )
         if planning.confidence_is_low(run, response, workflow.now()):
             return Event.LOW_CONFIDENCE
+        typed = typed_answers.judge(config, response, m.step)
+        if typed is not None:
+            run.tracker.record_reply(empty=False)
+            return self._typed_answer(typed)
         if response.tool_calls:
             run.tracker.record_reply(empty=False)
             return self._plan_tools(response, checked)
@@ -333,11 +341,31 @@ class AgentEngine(AgentHandlers):
         if too_short is not None:
             self._feedback(Turn(step=m.step, assistant_text=answer, note=too_short))
             return Event.ANSWER_TOO_SHORT
+        return self._answer(answer)
+
+    def _answer(self, answer: str) -> Event:
+        run, m = self._run, self._run.memory
         m.final_answer = answer
         # The answer is part of the conversation: a thread's next turn sees it in context.
         m.history = (*m.history, Turn(step=m.step, assistant_text=answer))
         self._pub.emit("answer", answer)
         return Event.TURN_ANSWERED if run.input.thread else Event.LLM_FINAL_ANSWER
+
+    def _typed_answer(self, typed: typed_answers.Accepted | typed_answers.Invalid) -> Event:
+        """A reply judged against ``output_schema``: the answer, or sent back (bounded)."""
+        m, config = self._run.memory, self._run.input.config
+        workflow.patched(typed_answers.TYPED_ANSWERS)
+        if isinstance(typed, typed_answers.Accepted):
+            return self._answer(typed.text)
+        used = typed_answers.corrections(m.history, m.turn_start_step)
+        if used >= config.output_retries:
+            m.error = (
+                f"the final answer did not match output_schema after {used} correction(s): "
+                f"{typed.problem}"
+            )
+            return Event.FATAL_ERROR
+        self._feedback(typed.turn)
+        return Event.ANSWER_INVALID
 
     def _detect_client_query(self, answer: str) -> tuple[client_queries.Kind, str] | None:
         """A final answer that asks the client for something, where the run offers ask_client.

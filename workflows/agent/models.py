@@ -161,6 +161,10 @@ class AgentStatus(Frozen):
     outage: str | None = None
     """The store a call waits for, while it cannot be reached: ``the store at … is unreachable
     since …`` (the call goes on when it answers; none of its attempts is spent)."""
+    served_by: str | None = None
+    """The model that answered the last model call: ``model``, or a fallback that took it."""
+    usage_by_model: dict[str, TokenUsage] = Field(default_factory=dict)
+    """``usage`` by the model that spent it (what ``cost_usd`` is priced by)."""
 
 
 class AgentResult(Frozen):
@@ -172,6 +176,10 @@ class AgentResult(Frozen):
     steps: int = 0
     usage: TokenUsage = TokenUsage()
     cost_usd: float | None = None
+    output: Any = None
+    """The typed answer, parsed (JSON that validates against ``config.output_schema``)."""
+    usage_by_model: dict[str, TokenUsage] = Field(default_factory=dict)
+    """``usage`` by the model that spent it: the run's model and any fallback that served."""
 
 
 # --------------------------------------------------------------------------------------------
@@ -311,6 +319,12 @@ class ModelRequest(Frozen):
     accept_cut: bool = False
     """A reply cut by its output limit is still the reply (a summary); otherwise it is an error,
     never an answer."""
+    output_schema: dict[str, Any] | None = None
+    """A typed answer by the provider's structured output: the reply's text must be JSON for
+    this (object) schema (OpenAI's ``response_format``)."""
+    require_tool: bool = False
+    """The reply must call a tool (OpenAI ``tool_choice: "required"``, Anthropic ``any``): a
+    typed answer comes as the ``final_answer`` tool's arguments."""
 
 
 class ModelResponse(Frozen):

@@ -9,6 +9,7 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime
 
+from workflows.agent import typed_answers
 from workflows.agent.catalogue import TOOLS, estimate_prompt_tokens
 from workflows.agent.models import (
     ModelRequest,
@@ -62,6 +63,7 @@ def model_request(run: AgentRun) -> ModelRequest | CannotCall:
         max_tokens=config.max_tokens,
         logprobs=config.confidence_threshold is not None,
     )
+    request = typed_answers.ask(config, request)
     size = len(request.model_dump_json())
     if size > MAX_MODEL_INPUT_BYTES:
         return CannotCall(
@@ -86,10 +88,13 @@ def model_request(run: AgentRun) -> ModelRequest | CannotCall:
     return request.model_copy(update={"max_tokens": min(cap, config.max_tokens or cap)})
 
 
-def describe_response(response: ModelResponse) -> str:
+def describe_response(response: ModelResponse, fallback: str | None = None) -> str:
     """One trace line for a model reply: calls, tokens, and what the provider said about it
-    (why it stopped, which model served it, its confidence), which would otherwise be lost."""
+    (why it stopped, which model served it, its confidence), which would otherwise be lost;
+    ``fallback`` names the fallback model that took the call."""
     parts = [f"{len(response.tool_calls)} tool call(s)", f"{response.usage.total_tokens} tokens"]
+    if fallback is not None:
+        parts.insert(0, f"by fallback model {fallback}")
     if response.confidence is not None:
         parts.append(f"confidence {response.confidence:.2f}")
     if response.finish_reason:

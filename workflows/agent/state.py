@@ -111,6 +111,8 @@ class AgentRun(Mutable):
     model: str
     """``provider:model`` chosen once per run: ``models[task_type]``, ``models["default"]``,
     then ``input.model``."""
+    served_by: str | None = None
+    """The model that answered the last model call: ``model``, or a fallback that took it."""
     state: State = State.IDLE
     started_at: datetime
     memory: AgentMemory

@@ -59,6 +59,8 @@ class Event(enum.StrEnum):
     MAX_STEPS = "MaxSteps"
     LOW_CONFIDENCE = "LowConfidence"
     ANSWER_TOO_SHORT = "AnswerTooShort"
+    ANSWER_INVALID = "AnswerInvalid"
+    """A typed answer that does not validate against ``output_schema``: sent back."""
     TOOL_BLACKLISTED = "ToolBlacklisted"
     TOO_MANY_TOOL_CALLS = "TooManyToolCalls"
     HUMAN_APPROVAL_REQUIRED = "HumanApprovalRequired"
@@ -120,6 +122,7 @@ TRANSITIONS: Mapping[tuple[State, Event], State] = MappingProxyType(
         (S.PLANNING, E.MAX_STEPS): S.ERROR,
         (S.PLANNING, E.LOW_CONFIDENCE): S.REFLECTING,
         (S.PLANNING, E.ANSWER_TOO_SHORT): S.PLANNING,
+        (S.PLANNING, E.ANSWER_INVALID): S.PLANNING,
         (S.PLANNING, E.TOOL_BLACKLISTED): S.PLANNING,
         (S.PLANNING, E.TOO_MANY_TOOL_CALLS): S.PLANNING,
         (S.PLANNING, E.HUMAN_APPROVAL_REQUIRED): S.WAITING_FOR_HUMAN,

@@ -72,6 +72,8 @@ def status(
         stream_offset=stream_offset,
         last_decision=last_decision(run),
         outage=outage.describe() if outage is not None else None,
+        served_by=run.served_by,
+        usage_by_model=m.usage_by_model,
     )
 
 

@@ -9,6 +9,7 @@ from typing import Any
 
 from temporalio.client import WorkflowHandle
 
+from treadle.cli import identity
 from treadle.cli.client_answers import ClientPolicy, looks_secret
 from treadle.cli.live.responder import Prompter, Responder
 from treadle.cli.live.views import View
@@ -36,6 +37,7 @@ def add_client_options(parser: argparse.ArgumentParser, *, interactive: bool = T
         metavar="NAME",
         help="an environment variable the run may read (repeatable; never *KEY*/*TOKEN*/...)",
     )
+    identity.add_as_option(parser)
     leave = parser.add_mutually_exclusive_group()
     leave.add_argument(
         "--no-answer",
@@ -78,4 +80,5 @@ def responder_for(
         prompter=Prompter(view) if asking else None,
         interactive=interactive,
         policy=policy_from(args),
+        decided_by=identity.decided_by(args),
     )

@@ -20,6 +20,7 @@ from temporalio.client import (
 )
 from temporalio.service import RPCError
 
+from treadle.cli import identity
 from treadle.cli.client_answers import (
     ClientPolicy,
     Declined,
@@ -100,6 +101,9 @@ class Responder:
     policy: ClientPolicy | None = None
     environ: dict[str, str] = field(default_factory=lambda: dict(os.environ))
     handled: set[str] = field(default_factory=set)
+    decided_by: str = field(default_factory=identity.default_name)
+    """Who the decisions and answers sent from here come from (``--as NAME``, else
+    ``USER@HOST``): attribution, as ``approve --as`` records it."""
 
     async def on_event(self, event: AgentEvent) -> None:
         if event.kind == "approval_needed" and self.interactive and event.call_id:
@@ -150,13 +154,15 @@ class Responder:
     ) -> Decision | None:
         assert self.prompter is not None
         if choice in ("a", "approve"):
-            return Decision(action="approve", call_id=call_id)
+            return Decision(action="approve", call_id=call_id, decided_by=self.decided_by)
         if choice in ("r", "reject"):
             reason = await self.prompter.ask("reason (the model reads it): ")
             if not reason:
                 self.view.say("a rejection needs a reason")
                 return None
-            return Decision(action="reject", call_id=call_id, reason=reason)
+            return Decision(
+                action="reject", call_id=call_id, reason=reason, decided_by=self.decided_by
+            )
         if choice in ("m", "modify"):
             text = await self.prompter.ask(
                 f"new arguments as a JSON object (now {short(json.dumps(arguments), 300)}): "
@@ -169,7 +175,9 @@ class Responder:
             if not isinstance(new, dict):
                 self.view.say("the arguments must be a JSON object")
                 return None
-            return Decision(action="modify", call_id=call_id, arguments=new)
+            return Decision(
+                action="modify", call_id=call_id, arguments=new, decided_by=self.decided_by
+            )
         self.view.say("answer a, r, m or s")
         return None
 
@@ -188,10 +196,12 @@ class Responder:
                 text = await self.prompter.ask("guidance for the model: ")
                 if not text:
                     continue
-                decision = Decision(action="guide", guidance=text)
+                decision = Decision(action="guide", guidance=text, decided_by=self.decided_by)
             elif choice.lower() in ("h", "halt"):
                 reason = await self.prompter.ask("why (optional): ")
-                decision = Decision(action="guide", halt=True, reason=reason or None)
+                decision = Decision(
+                    action="guide", halt=True, reason=reason or None, decided_by=self.decided_by
+                )
             else:
                 self.view.say("answer g, h or s")
                 continue
@@ -246,11 +256,11 @@ class Responder:
         if reply is None:
             self.view.say(self._left(query))
             return
-        answer = _answer(query, reply)
+        answer = _answer(query, reply, self.decided_by)
         refusal = await self._send_answer(answer)
         if refusal is not None and answer.content is not None:
             # Too long for this run, say: tell the model why instead of leaving it waiting.
-            refusal = await self._send_answer(_answer(query, Declined(refusal)))
+            refusal = await self._send_answer(_answer(query, Declined(refusal), self.decided_by))
         if refusal is not None:
             self.view.say(f"the run refused the answer to {query.id}: {refusal}")
 
@@ -340,11 +350,13 @@ class Responder:
         return status
 
 
-def _answer(query: ClientQuery, reply: Reply) -> ClientAnswer:
+def _answer(query: ClientQuery, reply: Reply, decided_by: str | None = None) -> ClientAnswer:
     if isinstance(reply, Shared):
-        return ClientAnswer(query_id=query.id, kind=query.kind, content=reply.content)
+        return ClientAnswer(
+            query_id=query.id, kind=query.kind, content=reply.content, decided_by=decided_by
+        )
     reason = reply.reason[:MAX_DECLINE_CHARS]
-    return ClientAnswer(query_id=query.id, kind=query.kind, declined=reason)
+    return ClientAnswer(query_id=query.id, kind=query.kind, declined=reason, decided_by=decided_by)
 
 
 def _redacted(reply: Reply, secrets: tuple[str, ...]) -> Reply:
