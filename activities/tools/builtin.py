@@ -32,7 +32,7 @@ from typing import Any
 from temporalio import activity
 
 from activities import telemetry
-from activities.content import redaction
+from activities.content import door
 from activities.errors import ToolError
 from activities.store.conversation import ConversationStore
 from activities.tools import registry
@@ -68,7 +68,6 @@ __all__ = [
     "read_file",
     "run_command",
     "search_files",
-    "store_long_output",
     "write_file",
 ]
 
@@ -517,10 +516,14 @@ class ToolActivities:
     async def run_tool(self, request: ToolRequest) -> ToolResult:
         """Run one tool call confined to its workspace; failures come back as ``ERROR:`` data."""
         call = request.call
-        # Parsed once here (the workflow sent the arguments it checked, as JSON): the target
-        # for the span and the arguments the tool runs with come from the same parse.
+        # Parsed once here (the workflow sent the arguments it checked, as JSON, with stored
+        # values as markers the door reads back): the target for the span and the arguments
+        # the tool runs with come from the same parse.
         try:
-            args: ToolArgs | None = parse_arguments(call.name, call.arguments)
+            arguments = await door.resolve_arguments(self.store, call.arguments)
+            args: ToolArgs | None = parse_arguments(call.name, arguments)
+        except door.NoStore as exc:
+            args, refused = None, _failed(str(exc), request.policy)
         except ToolArgumentsError as exc:
             args, refused = None, _failed(str(exc), request.policy)
         target = short_target(TOOLS[call.name].target(args)) if args is not None else ""
@@ -538,44 +541,4 @@ class ToolActivities:
             request.call.id,
             result.success,
         )
-        return await store_long_output(self.store, result)
-
-
-STORE_OUTPUT_OVER_CHARS = 1_000
-"""Outputs longer than this are stored; the workflow keeps a preview (head and tail)."""
-PREVIEW_HEAD_CHARS = 300
-PREVIEW_TAIL_CHARS = 200
-
-
-async def store_long_output(store: ConversationStore | None, result: ToolResult) -> ToolResult:
-    """``result`` with an output over ``STORE_OUTPUT_OVER_CHARS`` moved to the store (shared by
-    every tool activity: built-in, your own, MCP).
-
-    The whole output goes to the conversation store, written once; history carries a preview
-    and the key, so a 50 KB output costs a step no more than a 2 KB one.
-    """
-    if store is None or len(result.output) <= STORE_OUTPUT_OVER_CHARS:
-        return result
-    # Redacted whole before the preview cuts it: a cut key-shaped string would no longer look
-    # like one to the door at the activity's boundary.
-    output = redaction.current()(result.output)
-    key = await store.put_text(output)
-    return result.model_copy(
-        update={
-            "output": preview(output),
-            "output_ref": key,
-            "output_chars": len(output),
-        }
-    )
-
-
-def preview(text: str) -> str:
-    """The start and the end of a long output (the end holds a command's verdict), for the
-    trace, progress tracking and summaries; the model reads the whole output from the store."""
-    if len(text) <= PREVIEW_HEAD_CHARS + PREVIEW_TAIL_CHARS:
-        return text
-    cut = len(text) - PREVIEW_HEAD_CHARS - PREVIEW_TAIL_CHARS
-    return (
-        f"{text[:PREVIEW_HEAD_CHARS]}\n[... {cut} characters stored, the model sees them ...]\n"
-        f"{text[-PREVIEW_TAIL_CHARS:]}"
-    )
+        return await door.tool_output(self.store, result)
