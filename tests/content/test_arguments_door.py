@@ -4,10 +4,15 @@ history what a step that writes 2 KB costs; the tool still runs with every byte.
 
 from __future__ import annotations
 
+import asyncio
+import json
 from typing import Any
 
 from tests.support.harness import Harness
-from workflows.agent.models import RunStatus
+from tests.support.processes import run_cli
+from workflows.agent import content_refs
+from workflows.agent.models import ApproveSignal, ModifySignal, RunStatus
+from workflows.agent.workflow import AgentWorkflow
 
 SMALL = 2_000
 BIG = 50_000
@@ -42,9 +47,93 @@ async def test_a_write_step_costs_the_same_history_at_2_kb_and_50_kb(harness: Ha
     for size in (SMALL, BIG):
         few, many = await _history_bytes(harness, size, 2), await _history_bytes(harness, size, 6)
         per_step[size] = (many - few) / 4
-    print(per_step)
     assert per_step[BIG] <= 4_000, per_step
     assert per_step[SMALL] <= 4_000, per_step
     assert abs(per_step[BIG] - per_step[SMALL]) <= 0.2 * per_step[SMALL], per_step
     written = (harness.workspace / "w5.txt").read_text()
     assert written == "5" + "x" * (BIG - 1)
+
+
+def _tool_calls(body: dict[str, Any]) -> list[dict[str, Any]]:
+    return [c for m in body["messages"] for c in m.get("tool_calls") or []]
+
+
+async def test_the_model_sees_every_byte_it_wrote_and_export_holds_it(harness: Harness) -> None:
+    """The history holds a marker; the model's next request and ``export`` the whole
+    arguments, as the model wrote them."""
+    content = "line\n" * (BIG // 5)
+    model = harness.script(
+        {
+            "tool_calls": [
+                {"name": "write_file", "arguments": {"path": "a.txt", "content": content}}
+            ]
+        },
+        {"content": "wrote it"},
+    )
+    handle = await harness.start(model)
+    assert (await handle.result()).status is RunStatus.DONE
+    assert (harness.workspace / "a.txt").read_text() == content
+    sent = _tool_calls(harness.requests(model)[-1])
+    assert json.loads(sent[0]["function"]["arguments"]) == {"path": "a.txt", "content": content}
+    history = await handle.fetch_history()
+    assert sum(e.ByteSize() for e in history.events) < BIG  # not one copy of it
+    cli = await run_cli(*harness.cli_args(), "export", handle.id)
+    assert cli.returncode == 0, cli.stderr
+    exported = json.loads(cli.stdout)
+    calls = [c for m in exported["conversation"]["messages"] for c in m.get("tool_calls") or []]
+    assert json.loads(calls[0]["arguments"])["content"] == content
+
+
+async def test_approving_a_large_write_shows_a_preview_and_runs_it_whole(
+    harness: Harness,
+) -> None:
+    """The pending call shows the content's preview and length; approved, it runs whole."""
+    content = "approved " * 6_000
+    model = harness.script(
+        {
+            "tool_calls": [
+                {"name": "write_file", "arguments": {"path": "b.txt", "content": content}}
+            ]
+        },
+        {"content": "done"},
+    )
+    handle = await harness.start(model, require_approval=["write_file"])
+    status = await harness.wait_for_state(handle, "WaitingForHuman")
+    (pending,) = status.pending_approvals
+    shown = pending.arguments["content"]
+    assert content_refs.is_ref(shown), shown
+    assert shown["chars"] == len(content) and content.startswith(shown["preview"])
+    assert pending.arguments["path"] == "b.txt"
+    await handle.signal(AgentWorkflow.approve, ApproveSignal(call_id=pending.call_id))
+    assert (await handle.result()).status is RunStatus.DONE
+    assert (harness.workspace / "b.txt").read_text() == content
+
+
+async def test_modify_with_new_large_arguments_or_the_same_marker_runs(harness: Harness) -> None:
+    """A human's new 60 KB content runs as sent; a modify that keeps the marker and changes the
+    path writes the model's stored content at the new path."""
+    content = "model " * 2_000
+    write = {"name": "write_file", "arguments": {"path": "c.txt", "content": content}}
+    model = harness.script(
+        {"tool_calls": [write]},
+        {"tool_calls": [{**write, "arguments": {"path": "d.txt", "content": content + "!"}}]},
+        {"content": "done"},
+    )
+    handle = await harness.start(model, require_approval=["write_file"])
+    status = await harness.wait_for_state(handle, "WaitingForHuman")
+    human = "human " * 10_000
+    await handle.signal(
+        AgentWorkflow.modify, ModifySignal(arguments={"path": "c.txt", "content": human})
+    )
+    while True:  # the second call waits once the first has run
+        status = await handle.query(AgentWorkflow.state)
+        if status.pending_approvals and status.pending_approvals[0].arguments["path"] == "d.txt":
+            break
+        await asyncio.sleep(0.05)
+    (pending,) = status.pending_approvals
+    kept = {**pending.arguments, "path": "e.txt"}
+    await handle.signal(AgentWorkflow.modify, ModifySignal(arguments=kept))
+    assert (await handle.result()).status is RunStatus.DONE
+    assert (harness.workspace / "c.txt").read_text() == human
+    assert (harness.workspace / "e.txt").read_text() == content + "!"
+    assert not (harness.workspace / "d.txt").exists()

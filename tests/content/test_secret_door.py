@@ -390,6 +390,21 @@ async def test_a_streamed_reply_leaks_nowhere(door: MakeDoor) -> None:
     assert REDACTED in places["stream"]
 
 
+async def test_secrets_in_a_large_write_leak_nowhere(door: MakeDoor) -> None:
+    """The model writes a long file quoting the secrets (its content stored by reference, the
+    marker's preview cut from it): redacted everywhere, the file written redacted."""
+    async with door() as d:
+        content = d.canaries.text() + "z" * 3000 + d.canaries.text()
+        handle = await d.run(
+            {"tool_calls": [call("write_file", path="leak.txt", content=content)]},
+            {"content": "wrote it"},
+        )
+        places = await d.assert_no_leak(handle)
+    written = (d.workspace / "leak.txt").read_text()
+    assert REDACTED in written and not leaks(written, d.canaries.key)
+    assert REDACTED in places["store blobs"]
+
+
 # --------------------------------------------------------------------------------------------
 # (6) worker.py itself: what its environment holds, it knows
 # --------------------------------------------------------------------------------------------
