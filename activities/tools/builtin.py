@@ -39,7 +39,7 @@ from activities.tools import registry
 from activities.tools.commands import command_environment, run_command
 from activities.tools.confinement import Confinement
 from activities.tools.custom import Tool, ToolContext
-from activities.tools.output import ToolOutput, content_hash
+from activities.tools.output import ToolOutput, cap_output, content_hash, failed
 from activities.tools.workspace import is_inside, relative, resolve, workspace_root
 from workflows.agent.catalogue import (
     TOOLS,
@@ -95,14 +95,6 @@ _EXPECTED_ERRNOS: Mapping[int, str] = {
     errno.EROFS: "read-only file system",
     errno.ENOSPC: "no space left on device",
 }
-
-
-def cap_output(text: str, limit: int, omitted: int = 0) -> str:
-    """``text`` cut to ``limit`` characters, with a note saying how much was cut."""
-    cut = max(0, len(text) - limit) + omitted
-    if cut == 0:
-        return text
-    return f"{text[:limit]}\n[... {cut} more characters cut]"
 
 
 # --------------------------------------------------------------------------------------------
@@ -442,21 +434,11 @@ async def _execute(
             output = await _dispatch(workspace, args, policy, confinement)
     except ToolError as exc:
         return _failed(str(exc), policy)
-    text = cap_output(output.text, limit, output.omitted_chars)
-    if not output.success:
-        return ToolResult(success=False, output=f"ERROR: {text}")
-    return ToolResult(
-        success=True,
-        output=text,
-        mutated_paths=output.mutated_paths,
-        content_hashes=dict(output.content_hashes),
-    )
+    return output.result(limit)
 
 
 def _failed(message: str, policy: ToolPolicy) -> ToolResult:
-    return ToolResult(
-        success=False, output=f"ERROR: {cap_output(message, policy.max_output_chars)}"
-    )
+    return failed(message, policy.max_output_chars)
 
 
 async def _run_custom(

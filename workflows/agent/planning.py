@@ -140,7 +140,7 @@ def too_many_calls_feedback(
     return Turn(
         step=step,
         assistant_text=response.content,
-        outcomes=tuple(ToolOutcome(call=c, observation=error, success=False) for c in calls),
+        outcomes=tuple(ToolOutcome.of(c, error, success=False) for c in calls),
     )
 
 
@@ -159,9 +159,9 @@ def blacklist_feedback(
         step=step,
         assistant_text=response.content,
         outcomes=tuple(
-            ToolOutcome(
-                call=c,
-                observation=f"ERROR: tool {c.name} is not available in this run"
+            ToolOutcome.of(
+                c,
+                f"ERROR: tool {c.name} is not available in this run"
                 if c.name in blacklisted
                 else "ERROR: not run, because another call in the same response used a tool "
                 "that is not available",
