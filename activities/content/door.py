@@ -8,8 +8,11 @@ Out of an activity (into the history):
   ``STORE_OVER_CHARS`` (a file's content, a patch) becomes a marker
   (``workflows.agent.content_refs``: key, length, preview); short values (a path, a command)
   stay inline, so the workflow can check the call, derive its target, show it for approval and
-  track progress. The reply's text stays whole for now (see docs/architecture.md, "What the
-  door does not store yet").
+  track progress. The reply's text over the threshold is stored too (``content_ref``, with a
+  preview of its start and end) when the reply calls tools. A reply without tool calls is an
+  answer (the run's, or a thread turn's) and stays whole: it is the run's result
+  (``AgentResult.answer``), which the workflow hands back as it is and cannot read from the
+  store.
 - ``tool_output``: a tool's output (built-in, your own, MCP) over the threshold, with a preview
   of its start and end.
 
@@ -124,6 +127,14 @@ async def reply(store: TextStore | None, response: ModelResponse) -> ModelRespon
     update: dict[str, Any] = {}
     if any(new is not old for new, old in zip(calls, response.tool_calls, strict=True)):
         update["tool_calls"] = calls
+    text = response.content
+    if response.tool_calls and text is not None and len(text) > STORE_OVER_CHARS:
+        key, clean = await _put(store, text)
+        update |= {
+            "content": output_preview(clean),
+            "content_ref": key,
+            "content_chars": len(clean),
+        }
     return response.model_copy(update=update) if update else response
 
 

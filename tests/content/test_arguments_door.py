@@ -137,3 +137,23 @@ async def test_modify_with_new_large_arguments_or_the_same_marker_runs(harness: 
     assert (harness.workspace / "c.txt").read_text() == human
     assert (harness.workspace / "e.txt").read_text() == content + "!"
     assert not (harness.workspace / "d.txt").exists()
+
+
+async def test_a_long_reply_that_calls_tools_is_stored_and_the_model_sees_it(
+    harness: Harness,
+) -> None:
+    """A 50 KB reply beside a tool call travels as a preview and a reference; the model's next
+    request holds every word of it. An answer (no tool calls) stays whole: it is the result."""
+    said = "thinking " * (BIG // 9)
+    answer = "answer " * 1_000
+    model = harness.script(
+        {"content": said, "tool_calls": [{"name": "list_dir", "arguments": {"path": "."}}]},
+        {"content": answer},
+    )
+    handle = await harness.start(model)
+    result = await handle.result()
+    assert result.status is RunStatus.DONE and result.answer == answer.strip()
+    sent = [m for m in harness.requests(model)[-1]["messages"] if m["role"] == "assistant"]
+    assert sent[0]["content"] == said
+    history = await handle.fetch_history()
+    assert sum(e.ByteSize() for e in history.events) < BIG

@@ -141,6 +141,11 @@ class Turn(Frozen):
     step: int
     user_message: str | None = None
     assistant_text: str | None = None
+    """What the model said (a preview when ``assistant_ref`` is set)."""
+    assistant_ref: str | None = None
+    """The whole of a long reply's text, stored (a reply that called tools; see
+    ``ModelResponse.content_ref``)."""
+    assistant_chars: int | None = None
     outcomes: tuple[ToolOutcome, ...] = ()
     note: str | None = None
     """Feedback from the loop itself (answer too short, blacklisted tool), sent as a user turn."""
@@ -356,7 +361,9 @@ class ModelRequest(Frozen):
 
 class ModelResponse(Frozen):
     content: str | None = None
+    """The reply's text; a preview when ``content_ref`` is set."""
     tool_calls: tuple[ToolCall, ...] = ()
+    """Long string values of their arguments are stored (``workflows.agent.content_refs``)."""
     usage: TokenUsage = TokenUsage()
     finish_reason: str | None = None
     model: str | None = None
@@ -365,6 +372,10 @@ class ModelResponse(Frozen):
     conversation: str | None = None
     """Head of the stored conversation after this call: the request's messages and this
     reply. ``None`` from a worker that keeps no store."""
+    content_ref: str | None = None
+    """The whole text of a long reply that calls tools, stored by the content door (a reply
+    without tool calls is an answer: its text stays whole, as the run's result)."""
+    content_chars: int | None = None
 
 
 class LoadedToolsRequest(Frozen):

@@ -140,6 +140,8 @@ def too_many_calls_feedback(
     return Turn(
         step=step,
         assistant_text=response.content,
+        assistant_ref=response.content_ref,
+        assistant_chars=response.content_chars,
         outcomes=tuple(ToolOutcome.of(c, error, success=False) for c in calls),
     )
 
@@ -158,6 +160,8 @@ def blacklist_feedback(
     return Turn(
         step=step,
         assistant_text=response.content,
+        assistant_ref=response.content_ref,
+        assistant_chars=response.content_chars,
         outcomes=tuple(
             ToolOutcome.of(
                 c,
@@ -252,5 +256,6 @@ def confidence_is_low(run: AgentRun, response: ModelResponse, now: datetime) -> 
         return False
     m.retry_count += 1
     m.assistant_text = response.content or ""
+    m.assistant_ref, m.assistant_chars = response.content_ref, response.content_chars
     run.flags.reflect_reason = "low confidence"
     return True
