@@ -53,8 +53,8 @@ STORE_OVER_CHARS = 512
 """Longer content is stored and referenced: a tool call's argument value, a reply's text, a
 tool's output. Small enough that no step's history grows with what it writes or reads; large
 enough that a marker (~150 characters) is always smaller than what it replaces."""
-PREVIEW_HEAD_CHARS = 300
-PREVIEW_TAIL_CHARS = 200
+PREVIEW_HEAD_CHARS = 240
+PREVIEW_TAIL_CHARS = 120
 
 
 class TextStore(Protocol):

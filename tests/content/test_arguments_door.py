@@ -54,6 +54,31 @@ async def test_a_write_step_costs_the_same_history_at_2_kb_and_50_kb(harness: Ha
     assert written == "5" + "x" * (BIG - 1)
 
 
+def _reads(steps: int) -> list[dict[str, Any]]:
+    return [
+        {"tool_calls": [{"name": "read_file", "arguments": {"path": f"r{i}.txt"}}]}
+        for i in range(steps)
+    ]
+
+
+async def test_a_read_step_costs_the_same_history_at_2_kb_and_50_kb(harness: Harness) -> None:
+    """The same for reads: the output is stored, the history holds its preview and key."""
+    per_step = {}
+    for size in (SMALL, BIG):
+        for i in range(6):
+            (harness.workspace / f"r{i}.txt").write_text(f"{i}" * size)
+        sizes = []
+        for steps in (2, 6):
+            model = harness.script(*_reads(steps), {"content": "read them"})
+            handle = await harness.start(model, max_steps=10, max_observation_chars=60_000)
+            assert (await handle.result()).status is RunStatus.DONE
+            history = await handle.fetch_history()
+            sizes.append(sum(e.ByteSize() for e in history.events))
+        per_step[size] = (sizes[1] - sizes[0]) / 4
+    assert max(per_step.values()) <= 4_000, per_step
+    assert abs(per_step[BIG] - per_step[SMALL]) <= 0.2 * per_step[SMALL], per_step
+
+
 def _tool_calls(body: dict[str, Any]) -> list[dict[str, Any]]:
     return [c for m in body["messages"] for c in m.get("tool_calls") or []]
 

@@ -249,8 +249,8 @@ async def test_a_key_file_read_by_read_file_and_cat_leaks_nowhere(door: MakeDoor
         filler = "x" * 3000
         (d.workspace / "long.txt").write_text(f"{d.canaries.text()}{filler}\n{d.canaries.text()}")
         # The key-shaped string across the point where a long output's preview is cut (after
-        # cat's "exit code 0" line it stands at characters 292 to 327; the preview keeps 300).
-        (d.workspace / "cut.txt").write_text("y" * 279 + " " + d.canaries.shaped + " " + filler)
+        # cat's "exit code 0" line it stands at characters 232 to 267; the preview keeps 240).
+        (d.workspace / "cut.txt").write_text("y" * 219 + " " + d.canaries.shaped + " " + filler)
         handle = await d.run(
             {
                 "tool_calls": [

@@ -40,8 +40,9 @@ __all__ = [
 
 REF = "$treadle_ref"
 """The key that makes a JSON object a marker (no tool's argument is named so)."""
-PREVIEW_CHARS = 60
-"""A marker shows this many leading characters of what it stands for."""
+PREVIEW_CHARS = 40
+"""A marker shows this many leading characters of what it stands for (a human's glance; the
+length says the rest)."""
 
 _KEY = re.compile(r"^[0-9a-f]{64}$")
 _FIELDS = frozenset({REF, "chars", "preview"})
@@ -131,14 +132,18 @@ def with_placeholders(value: Any) -> tuple[Any, Placeholders]:
     return walk(value), found
 
 
-def restore(value: Any, placeholders: Placeholders) -> Any:
-    """``value`` with every placeholder string put back as its marker."""
+def restore(value: Any, placeholders: Placeholders, *, previews: bool = True) -> Any:
+    """``value`` with every placeholder string put back as its marker (without its preview
+    unless ``previews``: an activity reads the text itself, and the preview is for people)."""
     if not placeholders:
         return value
     if isinstance(value, str):
-        return placeholders.get(value, value)
+        ref = placeholders.get(value)
+        if ref is None:
+            return value
+        return ref if previews else {REF: ref[REF], "chars": ref["chars"]}
     if isinstance(value, dict):
-        return {k: restore(v, placeholders) for k, v in value.items()}
+        return {k: restore(v, placeholders, previews=previews) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [restore(v, placeholders) for v in value]
+        return [restore(v, placeholders, previews=previews) for v in value]
     return value

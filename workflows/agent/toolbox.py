@@ -119,7 +119,9 @@ class CheckedCall:
         """The arguments as the tool's activity receives them: the checked model as JSON (with
         stored values as their markers, which the activity resolves)."""
         if self.args is not None and self.placeholders:
-            dumped = content_refs.restore(self.args.model_dump(mode="json"), self.placeholders)
+            dumped = content_refs.restore(
+                self.args.model_dump(mode="json"), self.placeholders, previews=False
+            )
             return json.dumps(dumped, separators=(",", ":"), ensure_ascii=False)
         if self.args is not None:
             return self.args.model_dump_json()
