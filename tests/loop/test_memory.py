@@ -9,7 +9,7 @@ from workflows.agent.models import ToolCall, ToolOutcome, ToolResult, Turn
 from workflows.agent.state_machine import State
 
 CALL = ToolCall(id="c1", name="list_dir", arguments="{}")
-OUTCOME = ToolOutcome(call=CALL, observation="a.txt", success=True)
+OUTCOME = ToolOutcome.of(CALL, "a.txt", success=True)
 
 
 def memory_in(state: State) -> AgentMemory:
