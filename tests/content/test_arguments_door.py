@@ -11,7 +11,8 @@ from typing import Any
 from tests.support.harness import Harness
 from tests.support.processes import run_cli
 from workflows.agent import content_refs
-from workflows.agent.models import ApproveSignal, ModifySignal, RunStatus
+from workflows.agent.models import AgentConfig, ApproveSignal, ModifySignal, RunStatus, ToolCall
+from workflows.agent.toolbox import Toolbox, call_target
 from workflows.agent.workflow import AgentWorkflow
 
 SMALL = 2_000
@@ -77,6 +78,28 @@ async def test_a_read_step_costs_the_same_history_at_2_kb_and_50_kb(harness: Har
         per_step[size] = (sizes[1] - sizes[0]) / 4
     assert max(per_step.values()) <= 4_000, per_step
     assert abs(per_step[BIG] - per_step[SMALL]) <= 0.2 * per_step[SMALL], per_step
+
+
+def _marker(text: str) -> dict[str, Any]:
+    return content_refs.marker("ab" * 32, text)
+
+
+def test_the_toolbox_checks_a_marker_as_a_string_of_its_length() -> None:
+    """A marker passes where a string is expected and keeps the length limits; the checked
+    arguments show it (preview and size), the tool's request carries it without the preview."""
+    box = Toolbox(AgentConfig())
+    content = "y" * 5_000
+    raw = json.dumps({"path": "big.txt", "content": _marker(content)})
+    checked = box.check(ToolCall(id="c", name="write_file", arguments=raw))
+    assert checked.problem is None and checked.target == "big.txt"
+    assert checked.arguments == {"path": "big.txt", "content": _marker(content)}
+    sent = json.loads(checked.request_arguments())
+    assert sent == {"path": "big.txt", "content": {content_refs.REF: "ab" * 32, "chars": 5_000}}
+    assert call_target("write_file", raw) == "big.txt"
+    too_long = json.dumps({"description": _marker("z" * 600)})
+    refused = box.check(ToolCall(id="c", name="start_phase", arguments=too_long))
+    assert refused.problem is not None and "500" in refused.problem
+    assert content_refs.full_chars(raw) > 5_000
 
 
 def _tool_calls(body: dict[str, Any]) -> list[dict[str, Any]]:

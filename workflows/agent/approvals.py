@@ -103,7 +103,7 @@ def check_decision(run: AgentRun, action: str, body: Any) -> Checked:
     checked = Toolbox(run.input.config, run.mcp, run.loaded_tools).check(call, signal.arguments)
     if checked.arguments is None:
         raise Refused(checked.problem or "the arguments do not parse")
-    new_arguments = checked.request_arguments()
+    new_arguments = checked.request_arguments(previews=True)  # the call as people see it
     return Checked(
         pending,
         {

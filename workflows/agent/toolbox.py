@@ -115,12 +115,13 @@ class CheckedCall:
             return self
         return replace(self, call=self.call.model_copy(update={"id": call_id}))
 
-    def request_arguments(self) -> str:
-        """The arguments as the tool's activity receives them: the checked model as JSON (with
-        stored values as their markers, which the activity resolves)."""
+    def request_arguments(self, *, previews: bool = False) -> str:
+        """The arguments as the tool's activity receives them: the checked model as JSON, with
+        stored values as their markers (which the activity resolves; without their previews,
+        which are for people, unless ``previews``)."""
         if self.args is not None and self.placeholders:
             dumped = content_refs.restore(
-                self.args.model_dump(mode="json"), self.placeholders, previews=False
+                self.args.model_dump(mode="json"), self.placeholders, previews=previews
             )
             return json.dumps(dumped, separators=(",", ":"), ensure_ascii=False)
         if self.args is not None:
