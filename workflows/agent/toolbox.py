@@ -6,7 +6,9 @@ MCP servers both implement), the loop never asks what kind of tool it holds: it 
 toolbox which tools the run offers (``offered``) and to check a call (``check``), and it runs
 the ``CheckedCall`` it gets back (``acting``). A call is checked once, when the model asks for
 it: its arguments parsed and validated, its target derived. The checked form is what a human
-approves and what runs; a ``modify`` is checked here too and replaces it.
+approves and what runs; a ``modify`` is checked here too and replaces it. A long argument value
+(a file's content) arrives as a marker of stored text (``content_refs``): it is checked as a
+string of its length, shown as its preview and size, and resolved by the tool's activity.
 
 Pure and deterministic: the workflow, approvals and the activities' clients may all use it.
 MCP's naming rule (``mcp__<server>__<tool>``) lives in ``mcp``, and only this module and that
