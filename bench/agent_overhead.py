@@ -82,9 +82,7 @@ async def plain_loop(models: ModelActivities, model: str, task: str, workspace: 
         outcomes = []
         for call in response.tool_calls:
             result = await execute_tool(workspace, call.name, call.arguments, policy)
-            outcomes.append(
-                ToolOutcome(call=call, observation=result.output, success=result.success)
-            )
+            outcomes.append(ToolOutcome(call=call, result=result))
         memory.enter(State.OBSERVING)
         memory.history = (*memory.history, Turn(step=memory.step, outcomes=tuple(outcomes)))
 

@@ -6,9 +6,10 @@ conversation store, whatever the size of the context.
 Everything runs against a fresh dev server, a real worker and the scripted model server (real
 HTTP). Printed, all measured in this one run:
 
-1. history bytes per step when every tool returns 2 KB and when it returns 50 KB, with the
-   store (model calls carry references) and without it (the baseline: every call carries the
-   whole conversation);
+1. history bytes per step when every tool returns 2 KB and when it returns 50 KB, and when
+   every step writes a 2 KB or a 50 KB file (the model's arguments), with the store (model
+   calls carry references, long argument values travel as markers) and without it (the
+   baseline: every call carries the whole conversation and every argument inline);
 2. a 100-model-call conversation of ~200k tokens: total history, with and without the store;
 3. a long productive run through continue-as-new: steps, runs in the chain, the largest single
    run's history, and the store's bytes (which grow with the conversation, not its square);
@@ -53,6 +54,24 @@ def _script(steps: int, files: int) -> list[dict[str, Any]]:
     turns.append(
         {"content": "read them all", "usage": {"prompt_tokens": 1000, "completion_tokens": 5}}
     )
+    return turns
+
+
+def _big_writes(steps: int, size: int) -> list[dict[str, Any]]:
+    """Each step writes a file of ``size`` characters, each its own (a new file is progress)."""
+    turns: list[dict[str, Any]] = [
+        {
+            "tool_calls": [
+                {
+                    "name": "write_file",
+                    "arguments": {"path": f"w{i}.txt", "content": f"{i} " + "x" * (size - 3)},
+                }
+            ],
+            "usage": {"prompt_tokens": 1000, "completion_tokens": size // 4},
+        }
+        for i in range(steps)
+    ]
+    turns.append({"content": "wrote them all"})
     return turns
 
 
@@ -155,6 +174,23 @@ async def _measure(
                             f"{per_step:.1f} KiB ({events / (args.steps + 1):.1f} events)",
                         )
                     )
+                for size in (2_000, 50_000):
+                    ws = tmp / f"ws-{label.replace(' ', '-')}-writes-{size}"
+                    ws.mkdir()
+                    name = f"writes-{uuid.uuid4().hex[:6]}"
+                    models.add_model(name, _big_writes(args.steps, size))
+                    handle, _ = await _run(client, queue, f"openai:{name}", ws, args.steps)
+                    events, size_bytes = await _history(client, handle.id)
+                    per_step = size_bytes / (args.steps + 1) / 1024
+                    rows.append(
+                        (
+                            f"history per step, each step writes {size // 1000} KB",
+                            label,
+                            f"{per_step:.1f} KiB ({events / (args.steps + 1):.1f} events)",
+                        )
+                    )
+                if not args.calls:
+                    continue
                 ws = tmp / f"ws-{label.replace(' ', '-')}-conversation"
                 ws.mkdir()
                 for i in range(4):
@@ -268,7 +304,9 @@ async def _long_run(
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps", type=int, default=40, help="steps of the per-step runs")
-    parser.add_argument("--calls", type=int, default=100, help="model calls of the conversation")
+    parser.add_argument(
+        "--calls", type=int, default=100, help="model calls of the conversation (0: skip)"
+    )
     parser.add_argument(
         "--long-steps", type=int, default=10_000, help="steps of the long run (0: skip)"
     )

@@ -33,12 +33,13 @@ from typing import TYPE_CHECKING
 from temporalio import activity
 
 from activities import telemetry
+from activities.content import door
 from activities.heartbeat import FIRST_BEAT_SECONDS, heartbeating, interval_seconds
 from activities.mcp.config import McpConfig, McpServerConfig
 from activities.mcp.errors import McpUnavailableError
 from activities.mcp.schemas import SchemaRefused, SchemaShelf
 from activities.store.conversation import ConversationStore
-from activities.tools.builtin import cap_output, store_long_output
+from activities.tools.builtin import cap_output
 from workflows.agent.mcp import (
     McpCallRequest,
     McpListRequest,
@@ -239,7 +240,12 @@ class McpActivities:
                 step=request.step,
                 **{"treadle.mcp.server": request.server},
             ) as span:
-                result = await self.call(request)
+                try:  # stored argument values (a file's content) read back first
+                    arguments = await door.resolve_value(self.store, request.arguments)
+                except door.NoStore as exc:
+                    result = _error(str(exc), request)
+                else:
+                    result = await self.call(request.model_copy(update={"arguments": arguments}))
                 span.finished(result.success)
         except McpUnavailableError as exc:
             activity.logger.warning(
@@ -258,7 +264,7 @@ class McpActivities:
             request.step,
             result.success,
         )
-        return await store_long_output(self.store, result)
+        return await door.tool_output(self.store, result)
 
     async def call(self, request: McpCallRequest) -> ToolResult:
         """``call_mcp_tool`` without Temporal's error translation or the store."""

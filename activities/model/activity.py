@@ -47,6 +47,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError, FailureError
 
 from activities import telemetry
+from activities.content import door
 from activities.errors import (
     ModelConfigError,
     ModelError,
@@ -68,6 +69,7 @@ from activities.model.tokens import publishing
 from activities.model.tool_schemas import ToolSchemas
 from activities.store.blobs import BlobCorrupt
 from activities.store.conversation import ConversationStore
+from workflows.agent.content_refs import holds_refs
 from workflows.agent.models import ModelRequest, ModelResponse
 from workflows.agent.providers import PROVIDERS, ModelStringError, resolve
 
@@ -178,6 +180,7 @@ class ModelActivities:
                     # What this call sent is stored once; the next call sends only what is new.
                     head = await self._store.extend(request.conversation, request.messages)
                     result = result.model_copy(update={"conversation": head})
+                result = await door.reply(self._store, result)  # long arguments by reference
         except ModelError as exc:
             cap = http_errors.retry_after_cap(info.retry_policy)
             backoff = http_errors.provider_backoff(info.attempt, info.retry_policy)
@@ -201,7 +204,8 @@ class ModelActivities:
     async def _whole(self, request: ModelRequest) -> ModelRequest:
         """The request with the stored conversation in front and stored contents read back."""
         stored = request.conversation is not None or any(
-            m.content_ref is not None for m in request.messages
+            m.content_ref is not None or any(holds_refs(c.arguments) for c in m.tool_calls)
+            for m in request.messages
         )
         if not stored:
             return request

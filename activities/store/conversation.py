@@ -14,6 +14,7 @@ import json
 from collections import OrderedDict
 from typing import Any
 
+from activities.content.door import resolve_message
 from activities.store.blobs import BlobCorrupt, BlobStore, check_key
 from workflows.agent.models import ChatMessage
 
@@ -36,14 +37,9 @@ class ConversationStore:
         return (await self.blobs.get(check_key(key))).decode("utf-8", "replace")
 
     async def resolve(self, messages: tuple[ChatMessage, ...]) -> tuple[ChatMessage, ...]:
-        """The messages with every ``content_ref`` replaced by the text it names."""
-        out = []
-        for m in messages:
-            if m.content_ref is not None:
-                text = await self.get_text(m.content_ref)
-                m = m.model_copy(update={"content": text, "content_ref": None})
-            out.append(m)
-        return tuple(out)
+        """The messages with every ``content_ref`` (and every stored value of their calls'
+        arguments) replaced by the text it names: the content door's ``resolve_message``."""
+        return tuple([await resolve_message(self, m) for m in messages])
 
     async def messages(self, head: str | None) -> tuple[ChatMessage, ...]:
         """Every message of the conversation ending at ``head``, contents resolved."""

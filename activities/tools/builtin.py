@@ -32,14 +32,14 @@ from typing import Any
 from temporalio import activity
 
 from activities import telemetry
-from activities.content import redaction
-from activities.errors import StoreUnavailable, ToolError
+from activities.content import door
+from activities.errors import ToolError
 from activities.store.conversation import ConversationStore
 from activities.tools import registry
 from activities.tools.commands import command_environment, run_command
 from activities.tools.confinement import Confinement
 from activities.tools.custom import Tool, ToolContext
-from activities.tools.output import ToolOutput, content_hash
+from activities.tools.output import ToolOutput, cap_output, content_hash, failed
 from activities.tools.workspace import is_inside, relative, resolve, workspace_root
 from workflows.agent.catalogue import (
     TOOLS,
@@ -68,7 +68,6 @@ __all__ = [
     "read_file",
     "run_command",
     "search_files",
-    "store_long_output",
     "write_file",
 ]
 
@@ -96,14 +95,6 @@ _EXPECTED_ERRNOS: Mapping[int, str] = {
     errno.EROFS: "read-only file system",
     errno.ENOSPC: "no space left on device",
 }
-
-
-def cap_output(text: str, limit: int, omitted: int = 0) -> str:
-    """``text`` cut to ``limit`` characters, with a note saying how much was cut."""
-    cut = max(0, len(text) - limit) + omitted
-    if cut == 0:
-        return text
-    return f"{text[:limit]}\n[... {cut} more characters cut]"
 
 
 # --------------------------------------------------------------------------------------------
@@ -443,21 +434,11 @@ async def _execute(
             output = await _dispatch(workspace, args, policy, confinement)
     except ToolError as exc:
         return _failed(str(exc), policy)
-    text = cap_output(output.text, limit, output.omitted_chars)
-    if not output.success:
-        return ToolResult(success=False, output=f"ERROR: {text}")
-    return ToolResult(
-        success=True,
-        output=text,
-        mutated_paths=output.mutated_paths,
-        content_hashes=dict(output.content_hashes),
-    )
+    return output.result(limit)
 
 
 def _failed(message: str, policy: ToolPolicy) -> ToolResult:
-    return ToolResult(
-        success=False, output=f"ERROR: {cap_output(message, policy.max_output_chars)}"
-    )
+    return failed(message, policy.max_output_chars)
 
 
 async def _run_custom(
@@ -517,10 +498,14 @@ class ToolActivities:
     async def run_tool(self, request: ToolRequest) -> ToolResult:
         """Run one tool call confined to its workspace; failures come back as ``ERROR:`` data."""
         call = request.call
-        # Parsed once here (the workflow sent the arguments it checked, as JSON): the target
-        # for the span and the arguments the tool runs with come from the same parse.
+        # Parsed once here (the workflow sent the arguments it checked, as JSON, with stored
+        # values as markers the door reads back): the target for the span and the arguments
+        # the tool runs with come from the same parse.
         try:
-            args: ToolArgs | None = parse_arguments(call.name, call.arguments)
+            arguments = await door.resolve_arguments(self.store, call.arguments)
+            args: ToolArgs | None = parse_arguments(call.name, arguments)
+        except door.NoStore as exc:
+            args, refused = None, _failed(str(exc), request.policy)
         except ToolArgumentsError as exc:
             args, refused = None, _failed(str(exc), request.policy)
         target = short_target(TOOLS[call.name].target(args)) if args is not None else ""
@@ -538,59 +523,4 @@ class ToolActivities:
             request.call.id,
             result.success,
         )
-        return await store_long_output(self.store, result)
-
-
-STORE_OUTPUT_OVER_CHARS = 1_000
-"""Outputs longer than this are stored; the workflow keeps a preview (head and tail)."""
-PREVIEW_HEAD_CHARS = 300
-PREVIEW_TAIL_CHARS = 200
-
-
-async def store_long_output(store: ConversationStore | None, result: ToolResult) -> ToolResult:
-    """``result`` with an output over ``STORE_OUTPUT_OVER_CHARS`` moved to the store (shared by
-    every tool activity: built-in, your own, MCP).
-
-    The whole output goes to the conversation store, written once; history carries a preview
-    and the key, so a 50 KB output costs a step no more than a 2 KB one.
-    """
-    if store is None or len(result.output) <= STORE_OUTPUT_OVER_CHARS:
-        return result
-    # Redacted whole before the preview cuts it: a cut key-shaped string would no longer look
-    # like one to the door at the activity's boundary.
-    output = redaction.current()(result.output)
-    try:
-        key = await store.put_text(output)
-    except StoreUnavailable as exc:
-        # The tool has run: failing now would run it again once the store is back (a command
-        # twice). The model gets the head and the tail, and is told the rest was not kept.
-        activity.logger.warning("tool.output_not_stored reason=%s", exc)
-        return result.model_copy(update={"output": unstored_preview(output, exc.where)})
-    return result.model_copy(
-        update={
-            "output": preview(output),
-            "output_ref": key,
-            "output_chars": len(output),
-        }
-    )
-
-
-def unstored_preview(text: str, where: str) -> str:
-    """A long output the store could not take: its start and its end, saying what was lost."""
-    cut = len(text) - PREVIEW_HEAD_CHARS - PREVIEW_TAIL_CHARS
-    return (
-        f"{text[:PREVIEW_HEAD_CHARS]}\n[... {cut} characters not kept: {where} was unreachable "
-        f"...]\n{text[-PREVIEW_TAIL_CHARS:]}"
-    )
-
-
-def preview(text: str) -> str:
-    """The start and the end of a long output (the end holds a command's verdict), for the
-    trace, progress tracking and summaries; the model reads the whole output from the store."""
-    if len(text) <= PREVIEW_HEAD_CHARS + PREVIEW_TAIL_CHARS:
-        return text
-    cut = len(text) - PREVIEW_HEAD_CHARS - PREVIEW_TAIL_CHARS
-    return (
-        f"{text[:PREVIEW_HEAD_CHARS]}\n[... {cut} characters stored, the model sees them ...]\n"
-        f"{text[-PREVIEW_TAIL_CHARS:]}"
-    )
+        return await door.tool_output(self.store, result)

@@ -1,9 +1,12 @@
-"""What a tool produced, before the output cap: shared by the built-in tools and your own."""
+"""What a tool produced, before the output cap: shared by the built-in tools and your own, and
+the one place it becomes the ``ToolResult`` every tool activity returns (``result``)."""
 
 from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
+
+from workflows.agent.models import ToolResult
 
 
 @dataclass(frozen=True)
@@ -23,6 +26,33 @@ class ToolOutput:
     omitted_chars: int = 0
     """Output dropped before ``text`` was built; for a command's flood of output this counts
     undecoded bytes, which equals characters for ASCII."""
+
+    def result(self, limit: int) -> ToolResult:
+        """The ``ToolResult`` this output is: its text capped at ``limit`` characters, and a
+        failure's prefixed with ``ERROR:``."""
+        text = cap_output(self.text, limit, self.omitted_chars)
+        if not self.success:
+            return failed(text)
+        return ToolResult(
+            success=True,
+            output=text,
+            mutated_paths=self.mutated_paths,
+            content_hashes=dict(self.content_hashes),
+        )
+
+
+def failed(message: str, limit: int | None = None) -> ToolResult:
+    """A failed call as the model reads it: ``ERROR: ...``, capped at ``limit`` when given."""
+    text = message if limit is None else cap_output(message, limit)
+    return ToolResult(success=False, output=f"ERROR: {text}")
+
+
+def cap_output(text: str, limit: int, omitted: int = 0) -> str:
+    """``text`` cut to ``limit`` characters, with a note saying how much was cut."""
+    cut = max(0, len(text) - limit) + omitted
+    if cut == 0:
+        return text
+    return f"{text[:limit]}\n[... {cut} more characters cut]"
 
 
 def content_hash(data: bytes) -> str:

@@ -249,8 +249,8 @@ async def test_a_key_file_read_by_read_file_and_cat_leaks_nowhere(door: MakeDoor
         filler = "x" * 3000
         (d.workspace / "long.txt").write_text(f"{d.canaries.text()}{filler}\n{d.canaries.text()}")
         # The key-shaped string across the point where a long output's preview is cut (after
-        # cat's "exit code 0" line it stands at characters 292 to 327; the preview keeps 300).
-        (d.workspace / "cut.txt").write_text("y" * 279 + " " + d.canaries.shaped + " " + filler)
+        # cat's "exit code 0" line it stands at characters 232 to 267; the preview keeps 240).
+        (d.workspace / "cut.txt").write_text("y" * 219 + " " + d.canaries.shaped + " " + filler)
         handle = await d.run(
             {
                 "tool_calls": [
@@ -388,6 +388,21 @@ async def test_a_streamed_reply_leaks_nowhere(door: MakeDoor) -> None:
         places = await d.assert_no_leak(handle)
     assert "TokenDelta" in places["stream"]  # the reply was published while it streamed
     assert REDACTED in places["stream"]
+
+
+async def test_secrets_in_a_large_write_leak_nowhere(door: MakeDoor) -> None:
+    """The model writes a long file quoting the secrets (its content stored by reference, the
+    marker's preview cut from it): redacted everywhere, the file written redacted."""
+    async with door() as d:
+        content = d.canaries.text() + "z" * 3000 + d.canaries.text()
+        handle = await d.run(
+            {"tool_calls": [call("write_file", path="leak.txt", content=content)]},
+            {"content": "wrote it"},
+        )
+        places = await d.assert_no_leak(handle)
+    written = (d.workspace / "leak.txt").read_text()
+    assert REDACTED in written and not leaks(written, d.canaries.key)
+    assert REDACTED in places["store blobs"]
 
 
 # --------------------------------------------------------------------------------------------

@@ -18,12 +18,12 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.api.sdk.v1 import WorkflowMetadata
 from temporalio.client import Client, WorkflowHandle, WorkflowHistory
 
+from activities.content.door import STORE_OVER_CHARS, tool_output
 from activities.errors import StoreUnavailable
 from activities.model.activity import http_client
 from activities.store.blobs import FileBlobStore, key_of
 from activities.store.conversation import ConversationStore
 from activities.store.s3 import S3BlobStore, S3Objects, S3Settings
-from activities.tools.builtin import STORE_OUTPUT_OVER_CHARS, store_long_output
 from tests.support.harness import keep_history, replayer, scripted_worker, start_agent
 from tests.support.processes import clean_env, free_port, run_cli, start_worker
 from tests.support.stream import events
@@ -326,8 +326,8 @@ async def test_a_long_tool_output_the_store_cannot_take_keeps_its_ends_inline(
     root = tmp_path / "file-not-dir"
     root.write_text("a file where the store's directory should be")
     store = ConversationStore(FileBlobStore(root))
-    output = "first line\n" + "x" * STORE_OUTPUT_OVER_CHARS + "\nlast line"
-    result = await store_long_output(store, ToolResult(output=output, success=True))
+    output = "first line\n" + "x" * STORE_OVER_CHARS + "\nlast line"
+    result = await tool_output(store, ToolResult(output=output, success=True))
     assert result.output_ref is None
     assert result.output.startswith("first line") and result.output.endswith("last line")
     assert f"not kept: the store at {root} was unreachable" in result.output

@@ -65,6 +65,22 @@ async def test_anthropic_answers_through_a_forced_final_answer_tool(harness: Har
         assert "response_format" not in body
 
 
+async def test_a_long_final_answer_stays_whole_through_the_content_door(
+    harness: Harness,
+) -> None:
+    """The content door stores long tool-call arguments by reference, but a ``final_answer``
+    call is the run's answer: it reaches the workflow whole, validates and is the output."""
+    long_title = "notes " * 400
+    model = harness.script(
+        {"tool_calls": [{"name": "final_answer", "arguments": {**GOOD, "title": long_title}}]},
+        provider="anthropic",
+    )
+    handle = await harness.start(model, output_schema=SCHEMA)
+    result: AgentResult = await handle.result()
+    assert result.status is RunStatus.DONE, result.error
+    assert result.output == {**GOOD, "title": long_title}
+
+
 async def test_an_invalid_answer_goes_back_with_the_validation_error(harness: Harness) -> None:
     """A reply that breaks the schema is not the answer: the model is shown what is wrong, and
     its corrected reply is."""

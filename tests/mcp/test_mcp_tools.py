@@ -141,7 +141,7 @@ async def test_invalid_arguments_come_back_as_the_servers_schema_error(
 async def test_a_long_output_is_capped_and_stored_like_built_in_tools(
     mcp: tuple[McpActivities, Path],
 ) -> None:
-    """Over max_output_chars the text is cut; over 1,000 characters it goes to the store and
+    """Over max_output_chars the text is cut; over the door's threshold it goes to the store and
     the result carries a preview and the reference."""
     activities, _ = mcp
     request = McpCallRequest(

@@ -38,6 +38,7 @@ from treadle.cli.workspaces import make_workspace, resolve_workspace
 from treadle.connection import store_location
 from treadle.stores import open_blob_store
 from treadle.stream import StreamUnavailable
+from workflows.agent.content_refs import holds_refs
 from workflows.agent.events import AgentEvent, approval_commands
 from workflows.agent.models import (
     TASK_QUEUE,
@@ -191,7 +192,11 @@ async def cmd_export(client: Client, args: argparse.Namespace) -> int:
 async def _filled_in(exported: ThreadExport) -> ThreadExport:
     """The export with every stored content read back from the conversation store (the run
     itself holds previews), so the file is the whole conversation on its own."""
-    stored = [m for m in exported.conversation.messages if m.content_ref is not None]
+    stored = [
+        m
+        for m in exported.conversation.messages
+        if m.content_ref is not None or any(holds_refs(c.arguments) for c in m.tool_calls)
+    ]
     if not stored:
         return exported
     blobs = open_blob_store(store_location(os.environ), os.environ)

@@ -202,7 +202,7 @@ class ToolRunner:
         return self._finished(await self._run_activity(checked, tool, target), target)
 
     def _failed(self, call: ToolCall, error: str | None) -> ToolOutcome:
-        return ToolOutcome(call=call, observation=error or "ERROR: not run", success=False)
+        return ToolOutcome.of(call, error or "ERROR: not run", success=False)
 
     def _finished(self, outcome: ToolOutcome, target: str | None = None) -> ToolOutcome:
         """Publish a call's ``tool_finished`` event (its observation cut to a line's worth)."""
@@ -355,9 +355,9 @@ class ToolRunner:
         ok = answer is not None and answer.declined is None
         m.observations = (
             *m.observations,
-            ToolOutcome(
-                call=asked[0],
-                observation=cut(observation, config.max_observation_chars),
+            ToolOutcome.of(
+                asked[0],
+                cut(observation, config.max_observation_chars),
                 success=ok,
             ),
         )
@@ -398,7 +398,7 @@ class ToolRunner:
             parallel=run.state is State.PARALLEL_ACTING,
         )
         if isinstance(opened, str):
-            return self._finished(ToolOutcome(call=call, observation=opened, success=True))
+            return self._finished(ToolOutcome.of(call, opened, success=True))
         run.waiting = opened
         return None
 
@@ -433,7 +433,7 @@ class ToolRunner:
             return
         asked = [c for c in m.current_tool_calls if c.id == w.call_id]
         if asked:
-            outcome = ToolOutcome(call=asked[0], observation=w.result, success=True)
+            outcome = ToolOutcome.of(asked[0], w.result, success=True)
             m.observations = (*m.observations, self._finished(outcome))
         run.waiting = waiting.WaitState()
 
@@ -455,14 +455,9 @@ def tool_request(run: AgentRun, checked: CheckedCall) -> ToolRequest:
 
 
 def observed(call: ToolCall, result: ToolResult, max_chars: int, *, hashes: bool) -> ToolOutcome:
-    """What a tool activity's result becomes in the run: the observation cut to ``max_chars``,
-    with its stored whole, changed paths and (when ``hashes``) content hashes."""
-    return ToolOutcome(
-        call=call,
-        observation=cut(result.output, max_chars),
-        success=result.success,
-        mutated_paths=result.mutated_paths,
-        observation_ref=result.output_ref,
-        observation_chars=result.output_chars,
-        content_hashes=result.content_hashes if hashes else {},
-    )
+    """What a tool activity's result becomes in the run: the same result, its output cut to
+    ``max_chars`` (and its content hashes kept only when ``hashes``)."""
+    update: dict[str, object] = {"output": cut(result.output, max_chars)}
+    if not hashes:
+        update["content_hashes"] = {}
+    return ToolOutcome(call=call, result=result.model_copy(update=update))

@@ -103,7 +103,7 @@ def check_decision(run: AgentRun, action: str, body: Any) -> Checked:
     checked = Toolbox(run.input.config, run.mcp, run.loaded_tools).check(call, signal.arguments)
     if checked.arguments is None:
         raise Refused(checked.problem or "the arguments do not parse")
-    new_arguments = checked.request_arguments()
+    new_arguments = checked.request_arguments(previews=True)  # the call as people see it
     return Checked(
         pending,
         {
@@ -175,9 +175,9 @@ def rejected_outcomes(memory: AgentMemory) -> tuple[ToolOutcome, ...]:
     """A rejected call's observation is the human's reason, as an error the model reads."""
     call_by_id = {c.id: c for c in memory.current_tool_calls}
     return tuple(
-        ToolOutcome(
-            call=call_by_id[p.call_id],
-            observation=f"ERROR: a human rejected this call: {p.reason}",
+        ToolOutcome.of(
+            call_by_id[p.call_id],
+            f"ERROR: a human rejected this call: {p.reason}",
             success=False,
         )
         for p in memory.pending_approvals

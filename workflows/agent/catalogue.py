@@ -24,6 +24,7 @@ from typing import Any, Literal, Protocol
 from pydantic import Field, ValidationError, model_validator
 from pydantic_core import PydanticSerializationError
 
+from workflows.agent.content_refs import full_chars
 from workflows.agent.tool_args import ToolArgs as ToolArgs  # re-exported: the tools use it
 from workflows.base import describe_errors
 
@@ -326,6 +327,6 @@ def estimate_prompt_tokens(messages: Sequence[Any], tools: Sequence[str]) -> int
         (m.content_chars if m.content_ref else len(m.content or "")) + len(m.tool_calls) * 40
         for m in messages
     )
-    chars += sum(len(c.arguments) for m in messages for c in m.tool_calls)
+    chars += sum(full_chars(c.arguments) for m in messages for c in m.tool_calls)
     chars += sum(_schema_chars(n) + 40 for n in tools if n in TOOLS)
     return chars // 4 + 8 * len(messages)

@@ -391,7 +391,7 @@ class AgentEngine(AgentHandlers):
         if blacklisted is not None:
             self._feedback(blacklisted)
             return Event.TOOL_BLACKLISTED
-        m.assistant_text = response.content
+        m.said(response)
         m.current_tool_calls = calls
         self._tools.carry(checked)
         waiting = approvals.approvals_needed(
@@ -420,8 +420,8 @@ class AgentEngine(AgentHandlers):
             note = reflection.reconsider_note(
                 m.confidence_score, config.confidence_threshold, m.retry_count, config.max_retries
             )
-            m.history = (*m.history, Turn(step=m.step, assistant_text=m.assistant_text, note=note))
-            m.assistant_text = None
+            m.history = (*m.history, m.turn(note=note))
+            m.said(None)
         await self._compress()
         run.flags.reflect_reason = ""
         return Event.REFLECT_DONE
@@ -535,15 +535,13 @@ class AgentEngine(AgentHandlers):
                 mutating=box.mutates(o.call.name),
                 exploration=workflow.patched(EXPLORATION_IS_PROGRESS),
             )
-        repeated = run.tracker.record_message(m.assistant_text or "")
-        m.history = (
-            *m.history,
-            Turn(step=m.step, assistant_text=m.assistant_text, outcomes=outcomes),
-        )
+        # A long reply is told apart by its stored whole (the preview may repeat).
+        repeated = run.tracker.record_message(m.assistant_ref or m.assistant_text or "")
+        m.history = (*m.history, m.turn(outcomes=outcomes))
         m.current_tool_calls = ()
         m.observations = ()
         m.pending_approvals = ()
-        m.assistant_text = None
+        m.said(None)
         run.flags.last_step_mutated = any(o.success and box.mutates(o.call.name) for o in outcomes)
 
         stuck = run.tracker.check() or repeated

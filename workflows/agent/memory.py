@@ -10,7 +10,9 @@ field                  written by                           cleared by
 step                   Planning (only)                      never
 retry_count            Planning (only)                      never
 confidence_score       Planning (only)                      never
-assistant_text         Planning                             Observing, Reflecting
+assistant_text,        Planning                             Observing, Reflecting
+assistant_ref,
+assistant_chars
 current_tool_calls     Planning; WaitingForHuman (modify)   Observing
 observations           Acting, ParallelActing;              Observing
                        WaitingForHuman (reject)
@@ -48,6 +50,7 @@ from temporalio.exceptions import ApplicationError
 from workflows.agent.models import (
     ChatMessage,
     GuideSignal,
+    ModelResponse,
     PendingApproval,
     TokenUsage,
     ToolCall,
@@ -88,6 +91,8 @@ OWNERSHIP: dict[str, Ownership] = {
     "retry_count": _own({S.PLANNING}),
     "confidence_score": _own({S.PLANNING}),
     "assistant_text": _own({S.PLANNING}, {S.OBSERVING, S.REFLECTING}),
+    "assistant_ref": _own({S.PLANNING}, {S.OBSERVING, S.REFLECTING}),
+    "assistant_chars": _own({S.PLANNING}, {S.OBSERVING, S.REFLECTING}),
     "current_tool_calls": _own({S.PLANNING, S.WAITING_FOR_HUMAN}, {S.OBSERVING}),
     "observations": _own(
         {S.ACTING, S.PARALLEL_ACTING, S.WAITING_FOR_HUMAN, S.WAITING_FOR_CLIENT}, {S.OBSERVING}
@@ -151,6 +156,9 @@ class AgentMemory(Mutable):
     confidence_score: float | None = None
     """The last response's confidence, when the endpoint reported one."""
     assistant_text: str | None = None
+    assistant_ref: str | None = None
+    """The whole of a long ``assistant_text``, stored (``ModelResponse.content_ref``)."""
+    assistant_chars: int | None = None
     current_tool_calls: tuple[ToolCall, ...] = ()
     observations: tuple[ToolOutcome, ...] = ()
     pending_approvals: tuple[PendingApproval, ...] = ()
@@ -198,6 +206,22 @@ class AgentMemory(Mutable):
             if tuple(value[: len(old)]) != tuple(old):
                 raise OwnershipViolation(name, state, "may only append to")
 
+    def said(self, response: ModelResponse | None) -> None:
+        """Remember what the model said (``None``: forget it), with its stored whole."""
+        self.assistant_text = response.content if response is not None else None
+        self.assistant_ref = response.content_ref if response is not None else None
+        self.assistant_chars = response.content_chars if response is not None else None
+
+    def turn(self, **fields: Any) -> Turn:
+        """A turn of this step holding what the model said (its stored whole too)."""
+        return Turn(
+            step=self.step,
+            assistant_text=self.assistant_text,
+            assistant_ref=self.assistant_ref,
+            assistant_chars=self.assistant_chars,
+            **fields,
+        )
+
     def build_messages(self) -> tuple[ChatMessage, ...]:
         """System prompt, the task, then each completed turn with its tool results."""
         base = (
@@ -220,6 +244,8 @@ class AgentMemory(Mutable):
                         role="assistant",
                         content=turn.assistant_text,
                         tool_calls=tuple(o.call for o in turn.outcomes),
+                        content_ref=turn.assistant_ref,
+                        content_chars=turn.assistant_chars,
                     )
                 )
             messages.extend(

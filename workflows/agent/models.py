@@ -52,18 +52,86 @@ class ToolCall(Frozen):
     arguments: str = "{}"
 
 
-class ToolOutcome(Frozen):
-    """What one tool call produced: an observation the model sees on its next turn."""
+class ToolResult(Frozen):
+    """What one tool call produced, whatever ran it (the ``run_tool`` and ``call_mcp_tool``
+    activities' result, and the result inside every ``ToolOutcome``). ``success=False``
+    carries an ``ERROR: ...`` output: tool failures are data."""
 
-    call: ToolCall
-    observation: str
-    """What the model sees, or a preview of it when ``observation_ref`` is set."""
     success: bool
+    output: str
+    """The whole output, or a preview of it when ``output_ref`` is set."""
     mutated_paths: tuple[str, ...] = ()
     content_hashes: dict[str, str] = Field(default_factory=dict)
-    observation_ref: str | None = None
-    """The whole observation as a blob in the conversation store."""
-    observation_chars: int | None = None
+    """path -> sha256 prefix of the content written, for progress tracking."""
+    output_ref: str | None = None
+    """The whole output as a blob in the conversation store, when it was too long to carry."""
+    output_chars: int | None = None
+
+    @model_validator(mode="after")
+    def _error_prefix(self) -> ToolResult:
+        if not self.success and not self.output.startswith("ERROR:"):
+            raise ValueError("a failed tool result must start with 'ERROR:'")
+        return self
+
+
+_FLAT_OUTCOME = {
+    "observation": "output",
+    "success": "success",
+    "mutated_paths": "mutated_paths",
+    "content_hashes": "content_hashes",
+    "observation_ref": "output_ref",
+    "observation_chars": "output_chars",
+}
+"""A ``ToolOutcome``'s fields before it held a ``ToolResult`` -> the result's fields."""
+
+
+class ToolOutcome(Frozen):
+    """One tool call and what it produced: an observation the model sees on its next turn.
+
+    Recorded histories carry the flat shape of before (``observation``, ``success``, ...
+    beside ``call``): it still parses, into ``result``."""
+
+    call: ToolCall
+    result: ToolResult
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_flat(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "result" not in data and "observation" in data:
+            flat = {_FLAT_OUTCOME.get(k, k): v for k, v in data.items() if k != "call"}
+            return {"call": data.get("call"), "result": flat}
+        return data
+
+    @classmethod
+    def of(cls, call: ToolCall, observation: str, *, success: bool) -> ToolOutcome:
+        """An outcome the workflow decides itself (an error, a phase started, an answer)."""
+        return cls(call=call, result=ToolResult(success=success, output=observation))
+
+    @property
+    def observation(self) -> str:
+        """What the model sees, or a preview of it when ``observation_ref`` is set."""
+        return self.result.output
+
+    @property
+    def success(self) -> bool:
+        return self.result.success
+
+    @property
+    def mutated_paths(self) -> tuple[str, ...]:
+        return self.result.mutated_paths
+
+    @property
+    def content_hashes(self) -> dict[str, str]:
+        return self.result.content_hashes
+
+    @property
+    def observation_ref(self) -> str | None:
+        """The whole observation as a blob in the conversation store."""
+        return self.result.output_ref
+
+    @property
+    def observation_chars(self) -> int | None:
+        return self.result.output_chars
 
 
 class Turn(Frozen):
@@ -73,6 +141,11 @@ class Turn(Frozen):
     step: int
     user_message: str | None = None
     assistant_text: str | None = None
+    """What the model said (a preview when ``assistant_ref`` is set)."""
+    assistant_ref: str | None = None
+    """The whole of a long reply's text, stored (a reply that called tools; see
+    ``ModelResponse.content_ref``)."""
+    assistant_chars: int | None = None
     outcomes: tuple[ToolOutcome, ...] = ()
     note: str | None = None
     """Feedback from the loop itself (answer too short, blacklisted tool), sent as a user turn."""
@@ -329,7 +402,9 @@ class ModelRequest(Frozen):
 
 class ModelResponse(Frozen):
     content: str | None = None
+    """The reply's text; a preview when ``content_ref`` is set."""
     tool_calls: tuple[ToolCall, ...] = ()
+    """Long string values of their arguments are stored (``workflows.agent.content_refs``)."""
     usage: TokenUsage = TokenUsage()
     finish_reason: str | None = None
     model: str | None = None
@@ -338,6 +413,10 @@ class ModelResponse(Frozen):
     conversation: str | None = None
     """Head of the stored conversation after this call: the request's messages and this
     reply. ``None`` from a worker that keeps no store."""
+    content_ref: str | None = None
+    """The whole text of a long reply that calls tools, stored by the content door (a reply
+    without tool calls is an answer: its text stays whole, as the run's result)."""
+    content_chars: int | None = None
 
 
 class LoadedToolsRequest(Frozen):
@@ -357,23 +436,3 @@ class ToolRequest(Frozen):
     call: ToolCall
     workspace: str
     policy: ToolPolicy = ToolPolicy()
-
-
-class ToolResult(Frozen):
-    """``success=False`` carries an ``ERROR: ...`` output: tool failures are data."""
-
-    success: bool
-    output: str
-    """The whole output, or a preview of it when ``output_ref`` is set."""
-    mutated_paths: tuple[str, ...] = ()
-    content_hashes: dict[str, str] = Field(default_factory=dict)
-    """path -> sha256 prefix of the content written, for progress tracking."""
-    output_ref: str | None = None
-    """The whole output as a blob in the conversation store, when it was too long to carry."""
-    output_chars: int | None = None
-
-    @model_validator(mode="after")
-    def _error_prefix(self) -> ToolResult:
-        if not self.success and not self.output.startswith("ERROR:"):
-            raise ValueError("a failed tool result must start with 'ERROR:'")
-        return self

@@ -145,7 +145,9 @@ def too_many_calls_feedback(
     return Turn(
         step=step,
         assistant_text=response.content,
-        outcomes=tuple(ToolOutcome(call=c, observation=error, success=False) for c in calls),
+        assistant_ref=response.content_ref,
+        assistant_chars=response.content_chars,
+        outcomes=tuple(ToolOutcome.of(c, error, success=False) for c in calls),
     )
 
 
@@ -163,10 +165,12 @@ def blacklist_feedback(
     return Turn(
         step=step,
         assistant_text=response.content,
+        assistant_ref=response.content_ref,
+        assistant_chars=response.content_chars,
         outcomes=tuple(
-            ToolOutcome(
-                call=c,
-                observation=f"ERROR: tool {c.name} is not available in this run"
+            ToolOutcome.of(
+                c,
+                f"ERROR: tool {c.name} is not available in this run"
                 if c.name in blacklisted
                 else "ERROR: not run, because another call in the same response used a tool "
                 "that is not available",
@@ -257,5 +261,6 @@ def confidence_is_low(run: AgentRun, response: ModelResponse, now: datetime) -> 
         return False
     m.retry_count += 1
     m.assistant_text = response.content or ""
+    m.assistant_ref, m.assistant_chars = response.content_ref, response.content_chars
     run.flags.reflect_reason = "low confidence"
     return True

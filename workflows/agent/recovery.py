@@ -52,8 +52,8 @@ def start_phase_call(
     else:
         run.flags.pending_phase = args
         number = args.number or current + 1
-        return ToolOutcome(call=call, observation=f"phase {number} started", success=True)
-    return ToolOutcome(call=call, observation=error, success=False)
+        return ToolOutcome.of(call, f"phase {number} started", success=True)
+    return ToolOutcome.of(call, error, success=False)
 
 
 def phase_transition(run: AgentRun, now: datetime) -> Event:

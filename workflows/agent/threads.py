@@ -178,11 +178,9 @@ def rebuild(thread: ThreadExport, workspace: str, now: datetime) -> tuple[AgentI
                         f"a tool result answers {result.tool_call_id!r}, which no call asked for"
                     )
                 text = result.content or ""
-                results[call.id] = ToolOutcome(
-                    call=call, observation=text, success=not text.startswith("ERROR:")
-                )
+                results[call.id] = ToolOutcome.of(call, text, success=not text.startswith("ERROR:"))
             outcomes = tuple(
-                results.get(c.id) or ToolOutcome(call=c, observation=NOT_RUN, success=False)
+                results.get(c.id) or ToolOutcome.of(c, NOT_RUN, success=False)
                 for c in message.tool_calls
             )
             turns.append(Turn(step=step, assistant_text=message.content, outcomes=outcomes))

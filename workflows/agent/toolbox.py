@@ -6,7 +6,9 @@ MCP servers both implement), the loop never asks what kind of tool it holds: it 
 toolbox which tools the run offers (``offered``) and to check a call (``check``), and it runs
 the ``CheckedCall`` it gets back (``acting``). A call is checked once, when the model asks for
 it: its arguments parsed and validated, its target derived. The checked form is what a human
-approves and what runs; a ``modify`` is checked here too and replaces it.
+approves and what runs; a ``modify`` is checked here too and replaces it. A long argument value
+(a file's content) arrives as a marker of stored text (``content_refs``): it is checked as a
+string of its length, shown as its preview and size, and resolved by the tool's activity.
 
 Pure and deterministic: the workflow, approvals and the activities' clients may all use it.
 MCP's naming rule (``mcp__<server>__<tool>``) lives in ``mcp``, and only this module and that
@@ -17,10 +19,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-from workflows.agent import mcp
+from workflows.agent import content_refs, mcp
 from workflows.agent.catalogue import TOOLS, ToolArgs, ToolArgumentsError, ToolSpec, parse_arguments
 from workflows.agent.mcp import McpToolInfo, McpToolList
 from workflows.agent.models import AgentConfig, ToolCall, ToolSchema
@@ -94,6 +96,9 @@ class CheckedCall:
     target: str
     """The file, command or thing the call acts on; ``""`` when it cannot be told."""
     problem: str | None = None
+    placeholders: content_refs.Placeholders = field(default_factory=dict)
+    """Stored argument values (``content_refs``): ``args`` holds placeholders for them,
+    ``arguments`` and the tool activity's request their markers."""
 
     @property
     def error(self) -> str | None:
@@ -119,8 +124,15 @@ class CheckedCall:
             return self
         return replace(self, call=self.call.model_copy(update={"id": call_id}))
 
-    def request_arguments(self) -> str:
-        """The arguments as the tool's activity receives them: the checked model as JSON."""
+    def request_arguments(self, *, previews: bool = False) -> str:
+        """The arguments as the tool's activity receives them: the checked model as JSON, with
+        stored values as their markers (which the activity resolves; without their previews,
+        which are for people, unless ``previews``)."""
+        if self.args is not None and self.placeholders:
+            dumped = content_refs.restore(
+                self.args.model_dump(mode="json"), self.placeholders, previews=previews
+            )
+            return json.dumps(dumped, separators=(",", ":"), ensure_ascii=False)
         if self.args is not None:
             return self.args.model_dump_json()
         return json.dumps(self.arguments or {}, separators=(",", ":"))
@@ -257,11 +269,14 @@ class Toolbox:
                 call, None, None, None, "", f"tool {call.name} is not offered in this run"
             )
         try:
-            args = parse_arguments(call.name, raw)
+            args, placeholders = parse_with_refs(call.name, raw)
         except ToolArgumentsError as exc:
             return CheckedCall(call, None, None, None, "", problem=str(exc))
         spec = TOOLS[call.name]
-        return CheckedCall(call, _catalogue_tool(spec), args.model_dump(), args, spec.target(args))
+        checked: dict[str, Any] = content_refs.restore(args.model_dump(), placeholders)
+        return CheckedCall(
+            call, _catalogue_tool(spec), checked, args, spec.target(args), None, placeholders
+        )
 
     def _check_mcp(self, call: ToolCall, raw: str | Mapping[str, Any]) -> CheckedCall:
         offered = next((t for t in self.offered_mcp() if t.name == call.name), None)
@@ -278,6 +293,33 @@ class Toolbox:
         return CheckedCall(call, offered, arguments, None, target, problem)
 
 
+def parse_with_refs(
+    tool: str, arguments: str | Mapping[str, Any]
+) -> tuple[ToolArgs, content_refs.Placeholders]:
+    """``parse_arguments`` for arguments that may hold markers of stored values: each is
+    checked as a string of its length (``content_refs.with_placeholders``)."""
+    decoded: Any = arguments
+    if isinstance(arguments, str):
+        if content_refs.REF not in arguments:
+            return parse_arguments(tool, arguments), {}
+        try:
+            decoded = json.loads(arguments)
+        except (ValueError, RecursionError):
+            return parse_arguments(tool, arguments), {}  # its error says why
+    if not isinstance(decoded, Mapping):
+        return parse_arguments(tool, arguments), {}
+    replaced, placeholders = content_refs.with_placeholders(dict(decoded))
+    args = parse_arguments(tool, replaced)
+    # A schema that rewrites strings (strips, lowers) would turn a placeholder into text the
+    # tool then writes: such a tool cannot take stored values.
+    kept = content_refs.restore(args.model_dump(mode="json"), placeholders)
+    if {r[content_refs.REF] for r in content_refs.refs_in(kept)} != {
+        r[content_refs.REF] for r in placeholders.values()
+    }:
+        raise ToolArgumentsError(f"arguments for {tool}: a stored value does not fit its schema")
+    return args, placeholders
+
+
 def call_target(tool: str, arguments: str | Mapping[str, Any]) -> str:
     """The file or command a call acts on, shortened for a line; ``""`` if it cannot be told.
     (For a call the run has not checked: a client's view of a pending approval.)"""
@@ -285,7 +327,7 @@ def call_target(tool: str, arguments: str | Mapping[str, Any]) -> str:
         raw = dict(arguments) if isinstance(arguments, Mapping) else arguments
         return short_target(mcp.call_target(raw))
     try:
-        args = parse_arguments(tool, arguments)
+        args, _ = parse_with_refs(tool, arguments)
     except ToolArgumentsError:
         return ""
     return short_target(TOOLS[tool].target(args))
@@ -299,6 +341,6 @@ def progress_target(call: ToolCall) -> str:
         # An MCP tool: what its arguments name (the same call repeated is the same target).
         return (mcp.call_target(call.arguments) if mcp.is_mcp_name(call.name) else "") or call.name
     try:
-        return spec.target(parse_arguments(call.name, call.arguments))
+        return spec.target(parse_with_refs(call.name, call.arguments)[0])
     except ToolArgumentsError:
         return call.name

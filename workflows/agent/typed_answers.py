@@ -123,9 +123,9 @@ def judge(config: AgentConfig, response: ModelResponse, step: int) -> Accepted |
     if final is None:
         return Invalid(Turn(step=step, assistant_text=response.content, note=note), problem)
     outcomes = tuple(
-        ToolOutcome(
-            call=call,
-            observation=f"ERROR: {note}"
+        ToolOutcome.of(
+            call,
+            f"ERROR: {note}"
             if call is final
             else f"ERROR: not run: {FINAL_ANSWER_TOOL} was called in the same reply",
             success=False,

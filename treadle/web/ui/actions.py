@@ -30,6 +30,7 @@ from treadle.web.http import HttpError
 from workflows.agent import catalogue
 from workflows.agent.events import MAX_DECLINE_CHARS, ClientAnswer
 from workflows.agent.models import AgentStatus, Decision, ThreadExport
+from workflows.agent.toolbox import parse_with_refs
 from workflows.agent.workflow import AgentWorkflow
 from workflows.base import describe_errors
 
@@ -115,7 +116,7 @@ def _new_arguments(tool: str, text: Any) -> dict[str, Any]:
         raise HttpError(400, "the arguments must be a JSON object")
     if tool in catalogue.TOOLS:
         try:
-            catalogue.parse_arguments(tool, arguments)
+            parse_with_refs(tool, arguments)  # a stored value's marker may stay as it is
         except catalogue.ToolArgumentsError as exc:
             raise HttpError(400, str(exc)) from None
     return arguments
