@@ -25,7 +25,7 @@ from temporalio.client import Client, WorkflowHandle
 from temporalio.contrib.pydantic import pydantic_data_converter
 
 from activities.model.activity import http_client
-from tests.support.harness import scripted_worker
+from tests.support.harness import scripted_worker, start_agent
 from tests.support.processes import ROOT, clean_env, free_port, run_cli, start_worker
 from treadle.codec import (
     ENCODING,
@@ -130,23 +130,6 @@ async def _worker(
 ) -> AsyncIterator[None]:
     async with http_client() as http, scripted_worker(client, task_queue, models, http):
         yield
-
-
-async def _start(
-    client: Client, task_queue: str, model: str, task: str, workspace: Path, **config: Any
-) -> WorkflowHandle[Any, AgentResult]:
-    return await client.start_workflow(
-        AgentWorkflow.run,
-        AgentInput(
-            task=task,
-            model=model,
-            workspace=str(workspace),
-            config=AgentConfig.model_validate(config),
-        ),
-        id=f"enc-{uuid.uuid4().hex[:12]}",
-        task_queue=task_queue,
-        static_summary=task,
-    )
 
 
 async def _wait_for(handle: WorkflowHandle[Any, Any], state: State) -> None:
@@ -478,8 +461,9 @@ async def test_codec_server_decodes_a_payload_from_history(
     encrypted = await _encrypted_client(temporal_address, OLD)
     task_queue = f"enc-{uuid.uuid4().hex[:12]}"
     async with _worker(encrypted, task_queue, model_server):
-        handle = await _start(
-            encrypted, task_queue, _model(model_server, {"content": "ok"}), canary, tmp_path
+        model = _model(model_server, {"content": "ok"})
+        handle = await start_agent(
+            encrypted, task_queue, model, tmp_path, canary, id_prefix="enc", static_summary=canary
         )
         await handle.result()
     history = await handle.fetch_history()
@@ -551,9 +535,10 @@ async def _waiting_under_the_old_key(
     task_queue = f"enc-{uuid.uuid4().hex[:12]}"
     before = await _encrypted_client(temporal_address, OLD)
     async with _worker(before, task_queue, model_server):
-        handle = await _start(
-            before, task_queue, model, "Write", tmp_path, require_approval=["write_file"]
-        )
+        handle = await start_agent(
+            before, task_queue, model, tmp_path, "Write", id_prefix="enc", static_summary="Write",
+            config=AgentConfig(require_approval=("write_file",)),
+        )  # fmt: skip
         await _wait_for(handle, State.WAITING_FOR_HUMAN)
     return handle, task_queue
 
@@ -593,8 +578,9 @@ async def test_an_unknown_or_wrong_key_fails_clearly(
     task_queue = f"enc-{uuid.uuid4().hex[:12]}"
     writer = await _encrypted_client(temporal_address, OLD)
     async with _worker(writer, task_queue, model_server):
-        handle = await _start(
-            writer, task_queue, _model(model_server, {"content": "ok"}), "Answer", tmp_path
+        model = _model(model_server, {"content": "ok"})
+        handle = await start_agent(
+            writer, task_queue, model, tmp_path, "Answer", id_prefix="enc", static_summary="Answer"
         )
         assert (await handle.result()).answer == "ok"
 
