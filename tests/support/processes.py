@@ -99,18 +99,29 @@ async def start_python(
 
 
 async def run_cli(
-    *args: str, env: Mapping[str, str] | None = None
+    *args: str, env: Mapping[str, str] | None = None, program: str = "starter.py"
 ) -> subprocess.CompletedProcess[str]:
-    """Run ``starter.py`` with arguments; returns the completed process (text output)."""
+    """Run ``starter.py`` (or ``worker.py``) with arguments; returns the completed process
+    (text output)."""
     return await asyncio.to_thread(
         subprocess.run,
-        [sys.executable, str(ROOT / "starter.py"), *args],
+        [sys.executable, str(ROOT / program), *args],
         cwd=ROOT,
         env=dict(env) if env is not None else clean_env(),
         capture_output=True,
         text=True,
         timeout=120,
     )
+
+
+def refusal(done: subprocess.CompletedProcess[str]) -> str:
+    """A command that refused its input as commands do: exit code 2 and exactly one line on
+    stderr, ``error: ...``; returns that line."""
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert lines[0].startswith("error: ")
+    return lines[0]
 
 
 def serve_command(module: str, arguments: int) -> str:
