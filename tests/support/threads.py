@@ -1,17 +1,28 @@
-"""Threads in tests: start one on the harness's worker, send it a message, wait for its answers."""
+"""Threads in tests: start one on the harness's worker, send it a message, wait for its answers;
+an imported thread's input."""
 
 from __future__ import annotations
 
 import asyncio
 import uuid
-from datetime import timedelta
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 from temporalio.client import WorkflowHandle
 
 from tests.support.harness import Harness
-from workflows.agent.models import AgentConfig, AgentInput, AgentStatus, SendReceipt, UserMessage
+from workflows.agent.models import (
+    AgentConfig,
+    AgentInput,
+    AgentStatus,
+    SendReceipt,
+    ThreadExport,
+    UserMessage,
+)
 from workflows.agent.state_machine import State
+from workflows.agent.threads import rebuild
 from workflows.agent.workflow import AgentWorkflow
 
 
@@ -52,3 +63,21 @@ async def answered(harness: Harness, handle: WorkflowHandle[Any, Any], turns: in
             return status
         await asyncio.sleep(0.05)
     raise AssertionError(f"the thread never answered {turns} turn(s): {status}")
+
+
+def imported_thread(model: str, workspace: Path, sizes: Sequence[int]) -> AgentInput:
+    """The input of a thread imported waiting for its user, as ``starter.py import`` makes it:
+    messages of ``sizes`` characters (and a number), the user's and the model's in turn."""
+    messages = [
+        {"role": "user" if i % 2 == 0 else "assistant", "content": f"{i:02d} " + "x" * size}
+        for i, size in enumerate(sizes)
+    ]
+    export = ThreadExport.model_validate(
+        {
+            "agent_state": {"kind": "waiting_for_user_input"},
+            "conversation": {"messages": messages},
+            "treadle": {"model": model},
+        }
+    )
+    agent_input, run = rebuild(export, str(workspace), datetime.now(UTC))
+    return agent_input.model_copy(update={"resume": run.model_dump(mode="json")})
