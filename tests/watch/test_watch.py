@@ -14,6 +14,8 @@ import struct
 import sys
 import termios
 import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -65,6 +67,25 @@ async def spawn(
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
     )
+
+
+@asynccontextmanager
+async def in_background(
+    harness: Harness, *args: str, cwd: Path = ROOT
+) -> AsyncIterator[asyncio.subprocess.Process]:
+    """``starter.py`` running while the block runs; killed if the block leaves it running."""
+    process = await spawn(harness, *args, cwd=cwd)
+    try:
+        yield process
+    finally:
+        if process.returncode is None:
+            process.kill()
+
+
+async def ends_cleanly(process: asyncio.subprocess.Process) -> None:
+    """Wait for a background ``starter.py`` to end, as it must: with exit code 0."""
+    _, err = await asyncio.wait_for(process.communicate(), 60)
+    assert process.returncode == 0, err.decode()
 
 
 def json_lines(stdout: str) -> list[dict[str, Any]]:
@@ -442,8 +463,7 @@ async def test_a_client_with_no_one_to_ask_leaves_a_file_read_to_another(
     model = harness.script(ask("file_read", "notes.md"), {"content": "ok"})
     handle = await harness.start(model)
     await harness.wait_for_state(handle, "WaitingForClient")
-    first = await spawn(harness, "watch", handle.id, cwd=tmp_path)
-    try:
+    async with in_background(harness, "watch", handle.id, cwd=tmp_path) as first:
         said = await read_stderr_until(first, "is left to another client")
         assert "no one here to ask and no --allow-reads" in said
         assert f"starter.py answer {handle.id} q1" in said
@@ -451,11 +471,7 @@ async def test_a_client_with_no_one_to_ask_leaves_a_file_read_to_another(
         await harness.wait_for_state(handle, "WaitingForClient")  # not declined
         code, _, err = await starter(harness, "watch", handle.id, "--allow-reads", cwd=tmp_path)
         assert code == 0, err
-        _, err_first = await asyncio.wait_for(first.communicate(), 60)
-    finally:
-        if first.returncode is None:
-            first.kill()
-    assert first.returncode == 0, err_first
+        await ends_cleanly(first)
     [observation] = tool_messages(harness.requests(model)[1])
     assert observation["content"] == "The client's file notes.md:\nsent by the second client"
 
@@ -573,19 +589,14 @@ async def test_a_question_waits_for_someone_who_can_answer(harness: Harness) -> 
     printed command answers it by hand."""
     model = harness.script(ask("question", "Which branch?"), {"content": "ok"})
     handle = await harness.start(model)
-    watching = await spawn(harness, "watch", handle.id)
-    try:
+    async with in_background(harness, "watch", handle.id) as watching:
         said = await read_stderr_until(watching, "Answer it with: ")
         printed = said.rsplit("Answer it with: ", 1)[1].strip()
         assert printed == runnable(f'python starter.py answer {handle.id} q1 "..."')
         await harness.wait_for_state(handle, "WaitingForClient")
         code, _, err = await starter(harness, "answer", handle.id, "q1", "main")
         assert code == 0, err
-        _, err = await asyncio.wait_for(watching.communicate(), 60)
-    finally:
-        if watching.returncode is None:
-            watching.kill()
-    assert watching.returncode == 0, err
+        await ends_cleanly(watching)
     [observation] = tool_messages(harness.requests(model)[1])
     assert observation["content"] == "The client answered: main"
 
