@@ -26,7 +26,15 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 
 from activities.model.activity import http_client
 from tests.support.harness import scripted_worker, start_agent
-from tests.support.processes import ROOT, clean_env, free_port, refusal, run_cli, start_worker
+from tests.support.processes import (
+    ROOT,
+    clean_env,
+    free_port,
+    refusal,
+    run_cli,
+    start_service,
+    start_worker,
+)
 from treadle.codec import (
     ENCODING,
     ENV_VAR,
@@ -144,13 +152,9 @@ async def _wait_for(handle: WorkflowHandle[Any, Any], state: State) -> None:
 @asynccontextmanager
 async def _codec_server(keys: str, *args: str) -> AsyncIterator[str]:
     """``starter.py codec-server`` as a real process on a free port; yields its URL."""
-    process = await asyncio.create_subprocess_exec(
-        sys.executable, str(ROOT / "starter.py"), "codec-server", "--port", "0", *args,
-        cwd=ROOT, env=clean_env(**{ENV_VAR: keys}),
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-    )  # fmt: skip
-    assert process.stdout is not None
-    line = (await asyncio.wait_for(process.stdout.readline(), 60)).decode()
+    process, line = await start_service(
+        "codec-server", "--port", "0", *args, env=clean_env(**{ENV_VAR: keys})
+    )
     try:
         assert line.startswith("Codec server on http://127.0.0.1:"), line
         yield line.split()[3]

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
-import sys
 import uuid
 from collections.abc import AsyncIterator, MutableMapping
 from contextlib import AsyncExitStack, asynccontextmanager
@@ -24,7 +23,7 @@ from temporalio.contrib.workflow_streams import WorkflowStreamClient
 
 from tests.support.harness import running_worker
 from tests.support.monitors import EventReader, Handle, start_monitor, until, view
-from tests.support.processes import ROOT, clean_env
+from tests.support.processes import start_service
 from treadle.web import ping as ping_service
 from treadle.web.ping import MonitorService
 from workflows.monitors.models import (
@@ -578,26 +577,14 @@ async def test_serve_runs_the_service_as_a_process(
     """`starter.py serve --port 0` prints where it listens, answers pings, and stops on SIGTERM
     with exit code 0, ending an open event stream first."""
     handle, key = await setup.monitor()
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        str(ROOT / "starter.py"),
-        "--address",
-        temporal_address,
-        "--task-queue",
-        setup.task_queue,
-        "serve",
-        "--port",
-        "0",
-        cwd=ROOT,
-        env=clean_env(),
-        stdout=asyncio.subprocess.PIPE,
+    process, banner = await start_service(
+        "--address", temporal_address, "--task-queue", setup.task_queue, "serve", "--port", "0",
         stderr=asyncio.subprocess.STDOUT,
-    )
+    )  # fmt: skip
     async with AsyncExitStack() as stack:
         stack.push_async_callback(process.wait)
         stack.callback(lambda: process.returncode is None and process.kill())
         assert process.stdout is not None
-        banner = (await asyncio.wait_for(process.stdout.readline(), 60)).decode()
         assert banner.startswith("Monitor HTTP service on http://127.0.0.1:"), banner
         base = banner.split(" on ", 1)[1].split(" ", 1)[0]
         async with running_worker(client, setup.task_queue), httpx.AsyncClient(timeout=30) as http:

@@ -114,6 +114,29 @@ async def run_cli(
     )
 
 
+async def start_service(
+    *args: str, env: Mapping[str, str] | None = None, stderr: int = asyncio.subprocess.PIPE
+) -> tuple[asyncio.subprocess.Process, str]:
+    """``starter.py`` with arguments running as a service (stdout piped), and the first line it
+    prints: where it listens. The caller stops it."""
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        str(ROOT / "starter.py"),
+        *args,
+        cwd=ROOT,
+        env=dict(env) if env is not None else clean_env(),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=stderr,
+    )
+    try:
+        assert process.stdout is not None
+        return process, (await asyncio.wait_for(process.stdout.readline(), 60)).decode()
+    except BaseException:
+        process.kill()
+        await process.wait()
+        raise
+
+
 def refusal(done: subprocess.CompletedProcess[str]) -> str:
     """A command that refused its input as commands do: exit code 2 and exactly one line on
     stderr, ``error: ...``; returns that line."""
