@@ -7,10 +7,11 @@ import json
 import subprocess
 
 import pytest
-from temporalio.client import Client, WorkflowUpdateFailedError
+from temporalio.client import WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
 
 from tests.support.harness import Harness, tool_messages
+from tests.support.processes import server_address
 from treadle.devserver import find_temporal_binary
 from workflows.agent.models import (
     AgentResult,
@@ -25,10 +26,6 @@ from workflows.agent.models import (
 from workflows.agent.workflow import AgentWorkflow
 
 WRITE = {"name": "write_file", "arguments": {"path": "notes.md", "content": "from the model"}}
-
-
-def _address(client: Client) -> str:
-    return client.service_client.config.target_host
 
 
 async def test_approve_runs_the_call_as_asked(harness: Harness) -> None:
@@ -190,7 +187,7 @@ async def test_stock_temporal_cli_signal_approves(harness: Harness) -> None:
             "workflow",
             "signal",
             "--address",
-            _address(harness.client),
+            server_address(harness.client),
             "--workflow-id",
             handle.id,
             "--name",
@@ -227,7 +224,7 @@ async def test_waiting_runs_are_found_by_search_attribute(harness: Harness) -> N
             "workflow",
             "list",
             "--address",
-            _address(harness.client),
+            server_address(harness.client),
             "--query",
             query,
             "-o",

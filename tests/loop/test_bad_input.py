@@ -23,6 +23,7 @@ from temporalio.converter import DataConverter
 from temporalio.service import RPCError
 
 from tests.support.harness import Harness
+from tests.support.processes import server_address
 from treadle.devserver import find_temporal_binary
 from workflows.agent import approvals
 from workflows.agent.approvals import Refused
@@ -44,10 +45,6 @@ from workflows.agent.workflow import AgentWorkflow
 WRITE = {"name": "write_file", "arguments": {"path": "notes.md", "content": "from the model"}}
 
 
-def _address(harness: Harness) -> str:
-    return harness.client.service_client.config.target_host
-
-
 async def _cli_signal(harness: Harness, handle: WorkflowHandle[Any, Any], *args: str) -> None:
     """Send a signal with the stock ``temporal`` CLI, as an operator would."""
     command = [
@@ -55,7 +52,7 @@ async def _cli_signal(harness: Harness, handle: WorkflowHandle[Any, Any], *args:
         "workflow",
         "signal",
         "--address",
-        _address(harness),
+        server_address(harness.client),
         "--workflow-id",
         handle.id,
         *args,

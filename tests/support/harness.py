@@ -130,6 +130,17 @@ class Harness:
             await asyncio.sleep(0.05)
 
 
+async def wait_for_requests(
+    models: ScriptedModelServer, model: str, count: int, timeout: float = 60
+) -> None:
+    """Wait until the scripted ``model`` has received ``count`` requests."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while len(models.requests_for(model)) < count:
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"the model never received {count} requests")
+        await asyncio.sleep(0.1)
+
+
 async def start_agent(
     client: Client,
     task_queue: str,

@@ -12,9 +12,15 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from temporalio.client import Client
 from temporalio.worker import Worker
 
 ROOT = Path(__file__).resolve().parents[2]
+
+
+def server_address(client: Client) -> str:
+    """The Temporal address ``client`` reached, for a process to reach it too."""
+    return client.service_client.config.target_host
 
 
 def free_port() -> int:

@@ -54,15 +54,24 @@ async def send(handle: WorkflowHandle[Any, Any], text: str) -> SendReceipt:
 
 async def answered(harness: Harness, handle: WorkflowHandle[Any, Any], turns: int) -> AgentStatus:
     """Wait until the thread has answered ``turns`` turns and waits for its user again."""
-    for _ in range(300):
+    return await answered_turns(handle, turns)
+
+
+async def answered_turns(
+    handle: WorkflowHandle[Any, Any], turns: int, timeout: float = 15
+) -> AgentStatus:
+    """Wait until the thread has answered ``turns`` turns and waits for its user again."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
         # Trace first: a status read after it is at least as far along.
         trace = await handle.query(AgentWorkflow.trace)
         status: AgentStatus = await handle.query(AgentWorkflow.state)
         done = [e for e in trace.entries if e.event == "TurnAnswered"]
         if status.state is State.WAITING_FOR_USER_INPUT and len(done) + trace.earlier >= turns:
             return status
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"the thread never answered {turns} turn(s): {status}")
         await asyncio.sleep(0.05)
-    raise AssertionError(f"the thread never answered {turns} turn(s): {status}")
 
 
 def imported_thread(model: str, workspace: Path, sizes: Sequence[int]) -> AgentInput:

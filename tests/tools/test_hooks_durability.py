@@ -34,6 +34,7 @@ from tests.support.processes import (
     clean_env,
     poll_until_killed,
     serve_command,
+    server_address,
     start_python,
     start_worker,
 )
@@ -157,10 +158,6 @@ class SlowGit:
             os.killpg(int(self.paused.read_text()), signal.SIGKILL)
 
 
-def _address(client: Client) -> str:
-    return client.service_client.config.target_host
-
-
 async def hook_attempts(handle: WorkflowHandle[Any, Any]) -> tuple[int, int]:
     """(times run_hook was scheduled, the highest attempt that started)."""
     history = await handle.fetch_history()
@@ -198,7 +195,7 @@ async def kill_mid_hook(
     then holding ``commits_at_the_kill`` step commits), and return what the attempt on a second
     worker process ends with."""
     task_queue = f"test-{uuid.uuid4().hex[:12]}"
-    first = await start_hook_worker(_address(client), task_queue, git.env())
+    first = await start_hook_worker(server_address(client), task_queue, git.env())
     try:
         handle = await client.start_workflow(
             run,
@@ -213,7 +210,7 @@ async def kill_mid_hook(
         assert step_commits(repo) == commits_at_the_kill
         await first.kill()
 
-        second = await start_hook_worker(_address(client), task_queue, git.env())
+        second = await start_hook_worker(server_address(client), task_queue, git.env())
         try:
             result: HookResult = await asyncio.wait_for(handle.result(), 60)
         finally:
@@ -333,7 +330,7 @@ async def test_an_agent_run_killed_mid_hook_commits_the_step_once(
     git = SlowGit(tmp_path / "slow-git", "update-ref")
     env = git.env(OPENAI_BASE_URL=model_server.base_url)
     task_queue = f"test-{uuid.uuid4().hex[:12]}"
-    first = await start_worker(_address(client), task_queue, env)
+    first = await start_worker(server_address(client), task_queue, env)
     try:
         handle = await client.start_workflow(
             AgentWorkflow.run,
@@ -353,7 +350,7 @@ async def test_an_agent_run_killed_mid_hook_commits_the_step_once(
         assert step_commits(repo) == 1
         await first.kill()
 
-        second = await start_worker(_address(client), task_queue, env)
+        second = await start_worker(server_address(client), task_queue, env)
         try:
             result: AgentResult = await asyncio.wait_for(handle.result(), 120)
             trace = await handle.query(AgentWorkflow.trace)  # a query needs a live worker
