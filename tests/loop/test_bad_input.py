@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import subprocess
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -23,8 +22,6 @@ from temporalio.converter import DataConverter
 from temporalio.service import RPCError
 
 from tests.support.harness import Harness
-from tests.support.processes import server_address
-from treadle.devserver import find_temporal_binary
 from workflows.agent import approvals
 from workflows.agent.approvals import Refused
 from workflows.agent.catalogue import TOOLS, ToolArgumentsError, parse_arguments
@@ -47,19 +44,7 @@ WRITE = {"name": "write_file", "arguments": {"path": "notes.md", "content": "fro
 
 async def _cli_signal(harness: Harness, handle: WorkflowHandle[Any, Any], *args: str) -> None:
     """Send a signal with the stock ``temporal`` CLI, as an operator would."""
-    command = [
-        find_temporal_binary(),
-        "workflow",
-        "signal",
-        "--address",
-        server_address(harness.client),
-        "--workflow-id",
-        handle.id,
-        *args,
-    ]
-    done = await asyncio.to_thread(
-        subprocess.run, command, capture_output=True, text=True, timeout=30
-    )
+    done = await harness.temporal("workflow", "signal", "--workflow-id", handle.id, *args)
     assert done.returncode == 0, done.stderr
 
 

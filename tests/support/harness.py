@@ -73,14 +73,7 @@ class Harness:
 
     async def temporal(self, *arguments: str) -> subprocess.CompletedProcess[str]:
         """The stock ``temporal`` CLI against this harness's server, as a user would type it."""
-        address = ["--address", self.client.service_client.config.target_host]
-        return await asyncio.to_thread(
-            subprocess.run,
-            [find_temporal_binary(), *arguments, *address],
-            capture_output=True,
-            text=True,
-            timeout=30,
-        )
+        return await temporal_cli(self.client, *arguments)
 
     def requests(self, model: str) -> list[dict[str, Any]]:
         """Bodies the model endpoint received for this model, in arrival order."""
@@ -128,6 +121,18 @@ class Harness:
             if asyncio.get_running_loop().time() > deadline:
                 raise AssertionError(f"{len(found)} {event} entries, expected {count}")
             await asyncio.sleep(0.05)
+
+
+async def temporal_cli(client: Client, *arguments: str) -> subprocess.CompletedProcess[str]:
+    """The stock ``temporal`` CLI against ``client``'s server, as a user would type it."""
+    address = ["--address", client.service_client.config.target_host]
+    return await asyncio.to_thread(
+        subprocess.run,
+        [find_temporal_binary(), *arguments, *address],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
 
 
 async def wait_for_requests(

@@ -4,11 +4,9 @@ or in pieces."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import os
-import subprocess
 import uuid
 from pathlib import Path
 
@@ -20,8 +18,7 @@ from activities.errors import ModelHTTPError
 from activities.model.activity import ModelActivities, ProviderSettings, http_client
 from activities.model.http_errors import MIN_FRAGMENT, REDACTED, Redactor
 from tests.support.canary import canary_key, decoded_payloads, leaks
-from tests.support.harness import replayer, start_agent
-from treadle.devserver import find_temporal_binary
+from tests.support.harness import replayer, start_agent, temporal_cli
 from treadle.scripted_model import ScriptedModelServer
 from worker import build_worker
 from workflows.agent.models import (
@@ -92,22 +89,8 @@ async def test_key_never_enters_the_exported_history(
 
 async def _exported_history(client: Client, workflow_id: str) -> str:
     """`temporal workflow show -o json`, with every payload decoded and appended."""
-    shown = await asyncio.to_thread(
-        subprocess.run,
-        [
-            find_temporal_binary(),
-            "workflow",
-            "show",
-            "--address",
-            client.service_client.config.target_host,
-            "--workflow-id",
-            workflow_id,
-            "-o",
-            "json",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=30,
+    shown = await temporal_cli(
+        client, "workflow", "show", "--workflow-id", workflow_id, "-o", "json"
     )
     assert shown.returncode == 0, shown.stderr
     return shown.stdout + "\n".join(decoded_payloads(json.loads(shown.stdout)))
