@@ -12,7 +12,13 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
 from tests.support.commands import BWRAP_WORKS, gone_within, pids_with
-from tests.support.harness import keep_history, replayer, start_agent, wait_for_requests
+from tests.support.harness import (
+    activity_starts,
+    keep_history,
+    replayer,
+    start_agent,
+    wait_for_requests,
+)
 from tests.support.processes import clean_env, server_address, start_worker
 from treadle.scripted_model import ScriptedModelServer
 from workflows.agent.models import AgentConfig, AgentResult, Decision, RunStatus
@@ -76,11 +82,7 @@ async def test_worker_killed_mid_run_and_restarted(
     assert (workspace / "ran.log").read_text() == "ran\n"
     history = await handle.fetch_history()
     assert _activity_counts(list(history.events), "run_tool") == (1, 1)
-    model_attempts = [
-        e.activity_task_started_event_attributes.attempt
-        for e in history.events
-        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED
-    ]
+    model_attempts = [started.attempt for started in activity_starts(history)]
     assert max(model_attempts) >= 2  # the interrupted model call was retried on the new worker
     await replayer().replay_workflow(history)
     keep_history("test_worker_killed_mid_run_and_restarted-0", history)
@@ -111,12 +113,7 @@ async def test_sigterm_hands_in_flight_work_to_another_worker(
     assert result.answer == "finished elsewhere"
     assert len(model_server.requests_for(model)) == 2
     history = await handle.fetch_history()
-    (second_attempt,) = [
-        e.activity_task_started_event_attributes
-        for e in history.events
-        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED
-        and e.activity_task_started_event_attributes.attempt == 2
-    ]
+    (second_attempt,) = [started for started in activity_starts(history) if started.attempt == 2]
     # Handed back by the shutting-down worker, not found dead after a heartbeat timeout.
     assert second_attempt.last_failure.application_failure_info.type == "WorkerShutdown"
     await replayer().replay_workflow(history)
@@ -257,10 +254,5 @@ async def test_a_command_dies_with_its_worker_and_runs_once_after_the_retry(
     assert gone_within(first_attempt, seconds=5)  # nothing of attempt 1 is left
     assert gone_within(pids_with(script), seconds=5)
     history = await handle.fetch_history()
-    attempts = [
-        e.activity_task_started_event_attributes.attempt
-        for e in history.events
-        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED
-    ]
-    assert 2 in attempts
+    assert 2 in [started.attempt for started in activity_starts(history)]
     await replayer().replay_workflow(history)

@@ -19,13 +19,12 @@ import pytest
 from google.protobuf import json_format
 from google.protobuf.message import Message
 from temporalio.api.common.v1 import Payload, Payloads
-from temporalio.api.enums.v1 import EventType
 from temporalio.api.history.v1 import History, HistoryEvent
 from temporalio.client import Client, WorkflowHandle
 from temporalio.contrib.pydantic import pydantic_data_converter
 
 from activities.model.activity import http_client
-from tests.support.harness import scripted_worker, start_agent
+from tests.support.harness import activity_starts, scripted_worker, start_agent
 from tests.support.processes import (
     ROOT,
     clean_env,
@@ -405,12 +404,7 @@ async def test_history_holds_no_plaintext_when_encryption_is_on(
     assert len(payloads) > 5
     assert {p.metadata["encoding"] for p in payloads} == {ENCODING}
     assert set(_key_ids(history.events)) == {"old"}
-    retried = [
-        e.activity_task_started_event_attributes.last_failure
-        for e in history.events
-        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED
-        and e.activity_task_started_event_attributes.attempt > 1
-    ]
+    retried = [s.last_failure for s in activity_starts(history) if s.attempt > 1]
     assert retried, "the provider error was not retried"
     # Failure messages move into an encrypted attribute; the server keeps only a placeholder.
     assert [f.message for f in retried] == ["Encoded failure"]

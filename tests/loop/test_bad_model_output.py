@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowHandle
 
-from tests.support.harness import Harness, tool_messages
+from tests.support.harness import Harness, activity_starts, tool_messages
 from workflows.agent.models import AgentResult, RunStatus
 
 
@@ -139,12 +138,7 @@ async def test_tool_call_without_a_name_is_retried(harness: Harness) -> None:
         harness, "fine", {"status": 200, "body": {"choices": [{"message": nameless}]}}
     )
     history = await handle.fetch_history()
-    failures = [
-        e.activity_task_started_event_attributes.last_failure.message
-        for e in history.events
-        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED
-        and e.activity_task_started_event_attributes.attempt == 2
-    ]
+    failures = [s.last_failure.message for s in activity_starts(history) if s.attempt == 2]
     assert failures == ["openai response tool call #1 has no name"]
 
 

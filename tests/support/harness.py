@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 import pytest
+from temporalio.api.enums.v1 import EventType
+from temporalio.api.history.v1 import ActivityTaskStartedEventAttributes
 from temporalio.client import Client, WorkflowHandle, WorkflowHistory
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Replayer, Worker
@@ -290,6 +292,17 @@ async def replay_finished(request: pytest.FixtureRequest, h: Harness) -> None:
     for index, history in enumerate(histories):
         await replayer().replay_workflow(history)
         keep_history(f"{request.node.name}-{index}", history)
+
+
+def activity_starts(history: WorkflowHistory) -> list[ActivityTaskStartedEventAttributes]:
+    """Every activity task start in ``history``. Temporal writes one per activity, for the
+    attempt that ended it, with its attempt number and the previous attempt's failure; earlier
+    attempts leave no events."""
+    return [
+        e.activity_task_started_event_attributes
+        for e in history.events
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED
+    ]
 
 
 def keep_history(name: str, history: WorkflowHistory) -> None:
