@@ -27,13 +27,18 @@ from workflows.agent.workflow import AgentWorkflow
 
 
 async def start_thread(
-    harness: Harness, model: str, *, task_queue: str | None = None, **config: Any
+    harness: Harness,
+    model: str,
+    *,
+    task: str = "Hello, remember the word 'marmalade'.",
+    task_queue: str | None = None,
+    **config: Any,
 ) -> WorkflowHandle[Any, Any]:
     """A thread on the harness's task queue (or ``task_queue``), replay-checked at the end."""
     handle = await harness.client.start_workflow(
         AgentWorkflow.run,
         AgentInput(
-            task="Hello, remember the word 'marmalade'.",
+            task=task,
             model=model,
             workspace=str(harness.workspace),
             thread=True,
