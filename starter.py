@@ -36,11 +36,11 @@ import json
 import os
 import sys
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
 from pydantic import ValidationError
@@ -93,6 +93,7 @@ from workflows.base import describe_errors
 
 HERE = Path(__file__).resolve().parent
 QUERY_TIMEOUT = timedelta(seconds=10)
+M = TypeVar("M")
 
 
 # --------------------------------------------------------------------------------------------
@@ -102,6 +103,15 @@ QUERY_TIMEOUT = timedelta(seconds=10)
 
 def _print_json(model: Any) -> None:
     print(model.model_dump_json(indent=2) if hasattr(model, "model_dump_json") else model)
+
+
+def _show(args: argparse.Namespace, model: M, formatted: Callable[[M], str]) -> int:
+    """``model`` as JSON with --json, else as text for people."""
+    if args.json:
+        _print_json(model)
+    else:
+        print(formatted(model))
+    return 0
 
 
 async def _handle(client: Client, workflow_id: str) -> WorkflowHandle[Any, Any]:
@@ -296,12 +306,7 @@ async def cmd_run(client: Client, args: argparse.Namespace, planned: PlannedRun)
 
 
 async def cmd_status(client: Client, args: argparse.Namespace) -> int:
-    status = await _status(client, args.workflow_id)
-    if args.json:
-        _print_json(status)
-    else:
-        print(_format_status(status))
-    return 0
+    return _show(args, await _status(client, args.workflow_id), _format_status)
 
 
 async def cmd_trace(client: Client, args: argparse.Namespace) -> int:
@@ -312,11 +317,7 @@ async def cmd_trace(client: Client, args: argparse.Namespace) -> int:
         raise UsageError(
             f"run {args.workflow_id!r} did not answer the trace query ({exc.message})"
         ) from exc
-    if args.json:
-        _print_json(trace)
-    else:
-        print(_format_trace(trace))
-    return 0
+    return _show(args, trace, _format_trace)
 
 
 async def cmd_decide(client: Client, args: argparse.Namespace) -> int:

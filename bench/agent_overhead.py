@@ -17,13 +17,16 @@ import statistics
 import tempfile
 import time
 import uuid
+from functools import partial
 from pathlib import Path
+from typing import Any
 
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowHandle
 
 from activities.model.activity import ModelActivities, ProviderSettings, http_client
 from activities.tools.builtin import execute_tool
 from bench.local_server import dev_server_config
+from bench.scripts import write_script
 from treadle.connection import connect
 from treadle.devserver import DevServer
 from treadle.scripted_model import ScriptedModelServer
@@ -42,6 +45,8 @@ from workflows.agent.models import (
 from workflows.agent.state_machine import State
 from workflows.agent.workflow import AgentWorkflow
 
+DEFAULT_CONFIG = AgentConfig()
+
 
 def _rss_kib() -> int:
     """Current resident memory of this process (Linux)."""
@@ -49,20 +54,6 @@ def _rss_kib() -> int:
         if line.startswith("VmRSS:"):
             return int(line.split()[1])
     return 0
-
-
-def _script(steps: int) -> list[dict[str, object]]:
-    turns: list[dict[str, object]] = [
-        {
-            "tool_calls": [
-                {"name": "write_file", "arguments": {"path": f"f{i}.txt", "content": "x" * 200}}
-            ],
-            "usage": {"prompt_tokens": 500, "completion_tokens": 40},
-        }
-        for i in range(steps)
-    ]
-    turns.append({"content": "done", "usage": {"prompt_tokens": 600, "completion_tokens": 5}})
-    return turns
 
 
 async def plain_loop(models: ModelActivities, model: str, task: str, workspace: Path) -> int:
@@ -87,6 +78,23 @@ async def plain_loop(models: ModelActivities, model: str, task: str, workspace: 
         memory.history = (*memory.history, Turn(step=memory.step, outcomes=tuple(outcomes)))
 
 
+async def _start(
+    client: Client,
+    task_queue: str,
+    model: str,
+    task: str,
+    workspace: Path,
+    config: AgentConfig = DEFAULT_CONFIG,
+) -> WorkflowHandle[Any, AgentResult]:
+    """One run of the benchmark's model on the worker's queue, working in ``workspace``."""
+    return await client.start_workflow(
+        AgentWorkflow.run,
+        AgentInput(task=task, model=model, workspace=str(workspace), config=config),
+        id=f"bench-{uuid.uuid4().hex[:10]}",
+        task_queue=task_queue,
+    )
+
+
 async def _memory_per_waiting_run(
     client: Client, task_queue: str, model: str, tmp: Path, count: int
 ) -> float:
@@ -94,14 +102,7 @@ async def _memory_per_waiting_run(
     config = AgentConfig(require_approval=("write_file",))
     before = _rss_kib()
     handles = [
-        await client.start_workflow(
-            AgentWorkflow.run,
-            AgentInput(
-                task=f"park {i}", model=model, workspace=str(tmp / f"park{i}"), config=config
-            ),
-            id=f"bench-park-{uuid.uuid4().hex[:10]}",
-            task_queue=task_queue,
-        )
+        await _start(client, task_queue, model, f"park {i}", tmp / f"park{i}", config)
         for i in range(count)
     ]
     for handle in handles:
@@ -118,7 +119,7 @@ async def bench(args: argparse.Namespace) -> None:
     steps_per_run = args.steps + 1  # tool steps plus the answering step
     with ScriptedModelServer() as model_server:
         name = f"bench-{uuid.uuid4().hex[:6]}"
-        model_server.add_model(name, _script(args.steps))
+        model_server.add_model(name, write_script(args.steps))
         model = f"openai:{name}"
         settings = ProviderSettings.from_env({"OPENAI_BASE_URL": model_server.base_url})
 
@@ -150,35 +151,14 @@ async def bench(args: argparse.Namespace) -> None:
                 http_client() as http,
                 build_worker(client, task_queue=task_queue, settings=settings, http=http),
             ):
-                warm = await client.start_workflow(
-                    AgentWorkflow.run,
-                    AgentInput(task="warm-up", model=model, workspace=str(tmp / "wwarm")),
-                    id=f"bench-warm-{uuid.uuid4().hex[:6]}",
-                    task_queue=task_queue,
-                )
-                await warm.result()
+                run = partial(_start, client, task_queue, model)
+                await (await run("warm-up", tmp / "wwarm")).result()
                 start = time.perf_counter()
-                single = await client.start_workflow(
-                    AgentWorkflow.run,
-                    AgentInput(task="single", model=model, workspace=str(tmp / "wf-single")),
-                    id=f"bench-single-{uuid.uuid4().hex[:6]}",
-                    task_queue=task_queue,
-                )
-                await single.result()
+                await (await run("single", tmp / "wf-single")).result()
                 durable_single = time.perf_counter() - start
                 start = time.perf_counter()
                 handles = await asyncio.gather(
-                    *(
-                        client.start_workflow(
-                            AgentWorkflow.run,
-                            AgentInput(
-                                task=f"task {i}", model=model, workspace=str(tmp / f"wf{i}")
-                            ),
-                            id=f"bench-{uuid.uuid4().hex[:10]}",
-                            task_queue=task_queue,
-                        )
-                        for i in range(args.runs)
-                    )
+                    *(run(f"task {i}", tmp / f"wf{i}") for i in range(args.runs))
                 )
                 results: list[AgentResult] = await asyncio.gather(*(h.result() for h in handles))
                 durable = time.perf_counter() - start

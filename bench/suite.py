@@ -54,6 +54,7 @@ from activities.model.activity import ProviderSettings, http_client
 from activities.store.blobs import FileBlobStore
 from bench.floor import FloorActivities, FloorInput, FloorWorkflow
 from bench.local_server import dev_server_config
+from bench.scripts import write_script
 from treadle.connection import connect
 from treadle.devserver import DevServer
 from treadle.scripted_model import ScriptedModelServer
@@ -241,22 +242,6 @@ class Bench:
         path = self.tmp / "ws" / f"{name}-{uuid.uuid4().hex[:12]}"
         path.mkdir(parents=True)
         return str(path)
-
-
-def write_script(steps: int, *, delay: float = 0.0) -> list[dict[str, Any]]:
-    """``steps`` turns each writing one new file (the first after ``delay``), then an answer."""
-    turns: list[dict[str, Any]] = [
-        {
-            "tool_calls": [
-                {"name": "write_file", "arguments": {"path": f"f{i}.txt", "content": "x" * 200}}
-            ],
-            "usage": {"prompt_tokens": 500, "completion_tokens": 40},
-            **({"delay": delay} if delay and i == 0 else {}),
-        }
-        for i in range(steps)
-    ]
-    turns.append({"content": "done", "usage": {"prompt_tokens": 600, "completion_tokens": 5}})
-    return turns
 
 
 def new_id(prefix: str) -> str:

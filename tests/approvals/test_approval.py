@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
 
 import pytest
-from temporalio.client import Client, WorkflowUpdateFailedError
+from temporalio.client import WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
 
 from tests.support.harness import Harness, tool_messages
-from treadle.devserver import find_temporal_binary
 from workflows.agent.models import (
     AgentResult,
     AgentStatus,
@@ -25,10 +23,6 @@ from workflows.agent.models import (
 from workflows.agent.workflow import AgentWorkflow
 
 WRITE = {"name": "write_file", "arguments": {"path": "notes.md", "content": "from the model"}}
-
-
-def _address(client: Client) -> str:
-    return client.service_client.config.target_host
 
 
 async def test_approve_runs_the_call_as_asked(harness: Harness) -> None:
@@ -183,24 +177,8 @@ async def test_stock_temporal_cli_signal_approves(harness: Harness) -> None:
     handle = await harness.start(model, require_approval=["write_file"])
     status = await harness.wait_for_state(handle, "WaitingForHuman")
     body = json.dumps({"call_id": status.pending_approvals[0].call_id})
-    completed = await asyncio.to_thread(
-        subprocess.run,
-        [
-            find_temporal_binary(),
-            "workflow",
-            "signal",
-            "--address",
-            _address(harness.client),
-            "--workflow-id",
-            handle.id,
-            "--name",
-            "approve",
-            "--input",
-            body,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=30,
+    completed = await harness.temporal(
+        "workflow", "signal", "--workflow-id", handle.id, "--name", "approve", "--input", body
     )
     assert completed.returncode == 0, completed.stderr
     result: AgentResult = await handle.result()
@@ -220,23 +198,7 @@ async def test_waiting_runs_are_found_by_search_attribute(harness: Harness) -> N
             break
         await asyncio.sleep(0.2)
     assert found == [handle.id]
-    listed = await asyncio.to_thread(
-        subprocess.run,
-        [
-            find_temporal_binary(),
-            "workflow",
-            "list",
-            "--address",
-            _address(harness.client),
-            "--query",
-            query,
-            "-o",
-            "json",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
+    listed = await harness.temporal("workflow", "list", "--query", query, "-o", "json")
     assert listed.returncode == 0, listed.stderr
     assert handle.id in listed.stdout
     await handle.signal(AgentWorkflow.approve, ApproveSignal())

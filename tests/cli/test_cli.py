@@ -7,7 +7,7 @@ import uuid
 from pathlib import Path
 
 from tests.support.harness import Harness
-from tests.support.processes import clean_env, free_port, run_cli
+from tests.support.processes import clean_env, free_port, refusal, run_cli
 from workflows.agent.models import AgentResult, AgentStatus, RunStatus, Trace
 from workflows.agent.workflow import AgentWorkflow
 
@@ -19,13 +19,6 @@ def _track(harness: Harness) -> str:
     workflow_id = f"cli-{uuid.uuid4().hex[:12]}"
     harness.handles.append(harness.client.get_workflow_handle(workflow_id))
     return workflow_id
-
-
-def _one_line_error(stderr: str) -> str:
-    lines = stderr.strip().splitlines()
-    assert len(lines) == 1, stderr
-    assert lines[0].startswith("error: ")
-    return lines[0]
 
 
 async def test_run_wait_json_prints_the_result_and_exits_0(harness: Harness) -> None:
@@ -101,11 +94,9 @@ async def test_reject_and_modify_through_the_cli(harness: Harness) -> None:
     await harness.wait_for_state(handle, "WaitingForHuman")
 
     bad_json = await run_cli(*harness.cli_args(), "modify", handle.id, "--args", "{nope")
-    assert bad_json.returncode == 2
-    assert "--args is not valid JSON" in _one_line_error(bad_json.stderr)
+    assert "--args is not valid JSON" in refusal(bad_json)
     bad_schema = await run_cli(*harness.cli_args(), "modify", handle.id, "--args", '{"path": 1}')
-    assert bad_schema.returncode == 2
-    assert "do not match its schema" in _one_line_error(bad_schema.stderr)
+    assert "do not match its schema" in refusal(bad_schema)
 
     rejected = await run_cli(*harness.cli_args(), "reject", handle.id, "--reason", "no")
     assert rejected.returncode == 0, rejected.stderr
@@ -122,40 +113,31 @@ async def test_reject_and_modify_through_the_cli(harness: Harness) -> None:
 async def test_bad_input_exits_2_with_one_clear_line(harness: Harness) -> None:
     """Unknown run, unknown tool name, nothing waiting, invalid model: exit 2, one line each."""
     unknown = await run_cli(*harness.cli_args(), "status", "no-such-run")
-    assert unknown.returncode == 2
-    assert (
-        _one_line_error(unknown.stderr)
-        == "error: no run with id 'no-such-run' in namespace default"
-    )
+    assert refusal(unknown) == "error: no run with id 'no-such-run' in namespace default"
 
     bad_tool = await run_cli(*harness.cli_args(), "run", "x", "--require-approval", "write_fil")
-    assert bad_tool.returncode == 2
-    assert "unknown tool name(s): write_fil" in _one_line_error(bad_tool.stderr)
+    assert "unknown tool name(s): write_fil" in refusal(bad_tool)
 
     bad_model = await run_cli(*harness.cli_args(), "run", "x", "--model", "gpt-4o")
-    assert bad_model.returncode == 2
-    assert "unknown model provider 'gpt-4o'" in _one_line_error(bad_model.stderr)
+    assert "unknown model provider 'gpt-4o'" in refusal(bad_model)
 
     model = harness.script({"content": "fine"})
     handle = await harness.start(model)
     await handle.result()
     nothing = await run_cli(*harness.cli_args(), "approve", handle.id)
-    assert nothing.returncode == 2
-    assert "already completed" in _one_line_error(nothing.stderr)
+    assert "already completed" in refusal(nothing)
 
     again = await run_cli(
         *harness.cli_args(), "run", "x", "--model", model, "--id", handle.id,
         "--workspace", str(harness.workspace),
     )  # fmt: skip
-    assert again.returncode == 2
-    assert "already exists" in _one_line_error(again.stderr)
+    assert "already exists" in refusal(again)
 
 
 async def test_no_server_is_one_line_and_exit_2() -> None:
     """With nothing listening at the address the CLI says so in one line, exit code 2."""
     done = await run_cli("--address", f"127.0.0.1:{free_port()}", "status", "x")
-    assert done.returncode == 2
-    assert "cannot reach Temporal" in _one_line_error(done.stderr)
+    assert "cannot reach Temporal" in refusal(done)
 
 
 async def test_temporal_address_from_the_environment(harness: Harness) -> None:
@@ -199,5 +181,4 @@ async def test_budget_and_price_table_through_the_cli(harness: Harness, tmp_path
     bad = tmp_path / "bad.yaml"
     bad.write_text("prices: {x: [}\n")
     broken = await run_cli(*harness.cli_args(), "run", "x", "--config", str(bad))
-    assert broken.returncode == 2
-    assert "is not valid JSON or YAML" in _one_line_error(broken.stderr)
+    assert "is not valid JSON or YAML" in refusal(broken)

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import re
 import shutil
-import subprocess
 import sys
 import uuid
 from pathlib import Path
@@ -15,20 +14,12 @@ import pytest
 from temporalio.service import RPCError, RPCStatusCode
 
 from tests.support.harness import Harness
-from tests.support.processes import ROOT, clean_env, free_port, run_cli
+from tests.support.processes import ROOT, clean_env, free_port, refusal, run_cli
 from treadle.connection import ConnectionSettingsError, parse_address
 from workflows.agent.models import AgentResult, RunStatus
 
 BAD_ADDRESSES = ("127.0.0.1:notaport", "127.0.0.1:99999", "127.0.0.1:0", "127.0.0.1", ":7233")
 HOST_PORT = "is not HOST:PORT with a port from 1 to 65535"
-
-
-def _one_line_error(done: subprocess.CompletedProcess[str]) -> str:
-    assert done.returncode == 2, done.stdout + done.stderr
-    lines = done.stderr.strip().splitlines()
-    assert len(lines) == 1, done.stderr
-    assert lines[0].startswith("error: ")
-    return lines[0]
 
 
 async def _never_started(harness: Harness, workflow_id: str) -> None:
@@ -49,7 +40,7 @@ async def test_a_workspace_that_does_not_exist_is_refused(harness: Harness, tmp_
         *harness.cli_args(), "run", "x", "--model", model, "--workspace", str(missing),
         "--id", workflow_id,
     )  # fmt: skip
-    assert _one_line_error(done) == (
+    assert refusal(done) == (
         f"error: workspace {missing} does not exist; create it, or pass --create-workspace"
     )
     assert not missing.exists()
@@ -67,7 +58,7 @@ async def test_a_workspace_that_is_a_file_is_refused(harness: Harness, tmp_path:
             *harness.cli_args(), "run", "x", "--model", model, "--workspace", str(a_file),
             "--id", workflow_id, *extra,
         )  # fmt: skip
-        assert _one_line_error(done) == f"error: workspace {a_file} is not a directory"
+        assert refusal(done) == f"error: workspace {a_file} is not a directory"
         await _never_started(harness, workflow_id)
     assert a_file.read_text() == "not a directory"
 
@@ -108,7 +99,7 @@ async def test_the_default_workspace_is_created_under_workspaces(harness: Harnes
 
     escape = f"../ws-{uuid.uuid4().hex[:12]}"
     refused = await run_cli(*harness.cli_args(), "run", "x", "--model", model, "--id", escape)
-    assert "cannot name a directory in workspaces/" in _one_line_error(refused)
+    assert "cannot name a directory in workspaces/" in refusal(refused)
     assert not (ROOT / escape.removeprefix("../")).exists()
 
 
@@ -133,7 +124,7 @@ async def test_a_malformed_temporal_address_is_refused_by_every_command(tmp_path
     ]
     for i, done in enumerate(await asyncio.gather(*runs)):
         address = BAD_ADDRESSES[i % len(BAD_ADDRESSES)]
-        assert _one_line_error(done).startswith(f"error: TEMPORAL_ADDRESS {address!r} {HOST_PORT}")
+        assert refusal(done).startswith(f"error: TEMPORAL_ADDRESS {address!r} {HOST_PORT}")
     assert not (ROOT / "workspaces" / workflow_id).exists()
 
 
@@ -143,7 +134,7 @@ async def test_a_malformed_address_flag_is_refused_by_every_command() -> None:
     addresses = [BAD_ADDRESSES[i % len(BAD_ADDRESSES)] for i in range(len(commands))]
     runs = [run_cli("--address", a, *c) for a, c in zip(addresses, commands, strict=True)]
     for address, done in zip(addresses, await asyncio.gather(*runs), strict=True):
-        assert _one_line_error(done).startswith(f"error: --address {address!r} {HOST_PORT}")
+        assert refusal(done).startswith(f"error: --address {address!r} {HOST_PORT}")
 
 
 @pytest.mark.parametrize("address", [*BAD_ADDRESSES, "[::1]7233", "http://127.0.0.1:7233", "a b:1"])
@@ -165,9 +156,9 @@ async def test_a_well_formed_address_still_reaches_the_connection_check() -> Non
     """IPv4, IPv6 and host names pass the check; only then is the server looked for."""
     for address in (f"127.0.0.1:{free_port()}", f"localhost:{free_port()}"):
         done = await run_cli("--address", address, "status", "x")
-        assert "cannot reach Temporal" in _one_line_error(done)
+        assert "cannot reach Temporal" in refusal(done)
     ipv6 = await run_cli("--address", f"[::1]:{free_port()}", "status", "x")
-    assert HOST_PORT not in _one_line_error(ipv6)
+    assert HOST_PORT not in refusal(ipv6)
 
 
 async def _worker(*args: str, env: dict[str, str]) -> tuple[int, str, str]:

@@ -7,7 +7,7 @@ import socket
 import sys
 from pathlib import Path
 
-from tests.support.processes import ROOT, clean_env, free_port
+from tests.support.processes import ROOT, clean_env, free_port, refusal, run_cli
 
 
 def _listening(port: int) -> bool:
@@ -50,14 +50,7 @@ async def test_invalid_dev_config_is_one_line_and_exit_2(tmp_path: Path) -> None
     """A broken temporal-dev.yaml stops worker.py with one clear line, not a traceback."""
     config = tmp_path / "dev.yaml"
     config.write_text("port: [unclosed\n")
-    process = await asyncio.create_subprocess_exec(
-        sys.executable, str(ROOT / "worker.py"), "--dev-server", "--dev-config", str(config),
-        cwd=ROOT, env=clean_env(), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-    )  # fmt: skip
-    _out, err = await asyncio.wait_for(process.communicate(), 60)
-    assert process.returncode == 2
-    lines = err.decode().strip().splitlines()
-    assert len(lines) == 1, err
-    assert lines[0].startswith("error: ")
-    assert "dev.yaml" in lines[0]
-    assert "line" in lines[0]
+    done = await run_cli("--dev-server", "--dev-config", str(config), program="worker.py")
+    line = refusal(done)
+    assert "dev.yaml" in line
+    assert "line" in line

@@ -9,7 +9,6 @@ server process."""
 from __future__ import annotations
 
 import asyncio
-import base64
 import json
 import logging
 import os
@@ -17,7 +16,7 @@ import secrets
 import signal
 import sys
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +32,7 @@ from activities.model.activity import ProviderSettings, http_client
 from activities.store.blobs import FileBlobStore
 from activities.tools import git_diff, registry
 from activities.tools.custom import Tool, ToolContext
+from tests.support.canary import decoded_payloads
 from tests.support.harness import TEST_STORE, replayer
 from tests.support.mcp_server import stdio_entry
 from tests.support.processes import ROOT, clean_env, run_cli
@@ -134,7 +134,8 @@ class Door:
         assert cli.returncode == 0, cli.stderr
         await flush_spans()
         return {
-            "decoded history": history.to_json() + "\n".join(_decoded(history.to_json_dict())),
+            "decoded history": history.to_json()
+            + "\n".join(decoded_payloads(history.to_json_dict())),
             "export query": exported.model_dump_json(),
             "starter.py export": cli.stdout,
             "stream": "\n".join(repr(value) for _, value in await stream_items(handle)),
@@ -158,18 +159,6 @@ class Door:
             # even a fragment of it is anywhere.
             assert not leaks(text, self.canaries.shaped), f"sk-... in {place}"
         return places
-
-
-def _decoded(node: Any) -> Iterator[str]:
-    """Every payload's data, base64-decoded: the history's JSON carries payloads encoded."""
-    if isinstance(node, dict):
-        if isinstance(node.get("data"), str) and "metadata" in node:
-            yield base64.b64decode(node["data"]).decode("utf-8", "replace")
-        for value in node.values():
-            yield from _decoded(value)
-    elif isinstance(node, list):
-        for value in node:
-            yield from _decoded(value)
 
 
 MakeDoor = Callable[[], AbstractAsyncContextManager[Door]]
@@ -464,7 +453,7 @@ async def test_worker_py_redacts_its_environments_secrets(
     assert result.status is RunStatus.DONE
     history = (await handle.fetch_history()).to_json_dict()
     places = {
-        "decoded history": json.dumps(history) + "\n".join(_decoded(history)),
+        "decoded history": json.dumps(history) + "\n".join(decoded_payloads(history)),
         "store blobs": "\n".join(
             p.read_bytes().decode("utf-8", "replace") for p in TEST_STORE.rglob("*") if p.is_file()
         ),

@@ -12,8 +12,14 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
 from tests.support.commands import BWRAP_WORKS, gone_within, pids_with
-from tests.support.harness import keep_history, replayer, start_agent
-from tests.support.processes import clean_env, start_worker
+from tests.support.harness import (
+    activity_starts,
+    keep_history,
+    replayer,
+    start_agent,
+    wait_for_requests,
+)
+from tests.support.processes import clean_env, server_address, start_worker
 from treadle.scripted_model import ScriptedModelServer
 from workflows.agent.models import AgentConfig, AgentResult, Decision, RunStatus
 from workflows.agent.workflow import AgentWorkflow
@@ -24,18 +30,6 @@ RUN_PYTHON = AgentConfig(
     allow_run_command=True, command_allowlist=("python3",), heartbeat_timeout_seconds=2
 )
 """A run that may start python3, and notices a dead worker two seconds after its last beat."""
-
-
-def _address(client: Client) -> str:
-    return client.service_client.config.target_host
-
-
-async def _wait_for_requests(models: ScriptedModelServer, model: str, count: int) -> None:
-    for _ in range(300):
-        if len(models.requests_for(model)) >= count:
-            return
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"the model never received {count} requests")
 
 
 def _activity_counts(events: list, activity: str) -> tuple[int, int]:
@@ -69,15 +63,15 @@ async def test_worker_killed_mid_run_and_restarted(
     task_queue = f"test-{uuid.uuid4().hex[:12]}"
     env = clean_env(OPENAI_BASE_URL=model_server.base_url)
     workspace = tmp_path / "ws"
-    first = await start_worker(_address(client), task_queue, env)
+    first = await start_worker(server_address(client), task_queue, env)
     handle = await start_agent(
         client, task_queue, f"openai:{model}", workspace, "append once",
         config=RUN_PYTHON, id_prefix="crash",
     )  # fmt: skip
-    await _wait_for_requests(model_server, model, 2)  # the tool ran; the 2nd model call is live
+    await wait_for_requests(model_server, model, 2)  # the tool ran; the 2nd model call is live
     await first.kill()
 
-    second = await start_worker(_address(client), task_queue, env)
+    second = await start_worker(server_address(client), task_queue, env)
     try:
         result: AgentResult = await asyncio.wait_for(handle.result(), 120)
     finally:
@@ -88,11 +82,7 @@ async def test_worker_killed_mid_run_and_restarted(
     assert (workspace / "ran.log").read_text() == "ran\n"
     history = await handle.fetch_history()
     assert _activity_counts(list(history.events), "run_tool") == (1, 1)
-    model_attempts = [
-        e.activity_task_started_event_attributes.attempt
-        for e in history.events
-        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED
-    ]
+    model_attempts = [started.attempt for started in activity_starts(history)]
     assert max(model_attempts) >= 2  # the interrupted model call was retried on the new worker
     await replayer().replay_workflow(history)
     keep_history("test_worker_killed_mid_run_and_restarted-0", history)
@@ -106,15 +96,16 @@ async def test_sigterm_hands_in_flight_work_to_another_worker(
     model_server.add_model(model, [{"content": "finished elsewhere", "delay": 4}])
     task_queue = f"test-{uuid.uuid4().hex[:12]}"
     env = clean_env(OPENAI_BASE_URL=model_server.base_url)
-    first = await start_worker(_address(client), task_queue, env, "--graceful-shutdown", "0.5")
+    address = server_address(client)
+    first = await start_worker(address, task_queue, env, "--graceful-shutdown", "0.5")
     handle = await start_agent(
         client, task_queue, f"openai:{model}", tmp_path, "slow answer", id_prefix="handover"
     )
-    await _wait_for_requests(model_server, model, 1)
+    await wait_for_requests(model_server, model, 1)
     assert await first.terminate() == 0
     assert first.output[-1] == "Worker stopped."
 
-    second = await start_worker(_address(client), task_queue, env)
+    second = await start_worker(server_address(client), task_queue, env)
     try:
         result: AgentResult = await asyncio.wait_for(handle.result(), 120)
     finally:
@@ -122,12 +113,7 @@ async def test_sigterm_hands_in_flight_work_to_another_worker(
     assert result.answer == "finished elsewhere"
     assert len(model_server.requests_for(model)) == 2
     history = await handle.fetch_history()
-    (second_attempt,) = [
-        e.activity_task_started_event_attributes
-        for e in history.events
-        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED
-        and e.activity_task_started_event_attributes.attempt == 2
-    ]
+    (second_attempt,) = [started for started in activity_starts(history) if started.attempt == 2]
     # Handed back by the shutting-down worker, not found dead after a heartbeat timeout.
     assert second_attempt.last_failure.application_failure_info.type == "WorkerShutdown"
     await replayer().replay_workflow(history)
@@ -147,7 +133,7 @@ async def test_a_pending_approval_survives_a_worker_restart(
     )
     task_queue = f"test-{uuid.uuid4().hex[:12]}"
     env = clean_env(OPENAI_BASE_URL=model_server.base_url)
-    first = await start_worker(_address(client), task_queue, env)
+    first = await start_worker(server_address(client), task_queue, env)
     handle = await start_agent(
         client, task_queue, f"openai:{model}", tmp_path, "write a",
         config=AgentConfig(require_approval=("write_file",)), id_prefix="restart",
@@ -158,7 +144,7 @@ async def test_a_pending_approval_survives_a_worker_restart(
         await asyncio.sleep(0.1)
     await first.kill()
 
-    second = await start_worker(_address(client), task_queue, env)
+    second = await start_worker(server_address(client), task_queue, env)
     try:
         decided = await handle.execute_update(AgentWorkflow.decide, Decision(action="approve"))
         result: AgentResult = await asyncio.wait_for(handle.result(), 60)
@@ -236,7 +222,7 @@ async def test_a_command_dies_with_its_worker_and_runs_once_after_the_retry(
         (bin_dir / "python3").symlink_to(sys.executable)
         env["PATH"] = str(bin_dir)
     task_queue = f"test-{uuid.uuid4().hex[:12]}"
-    first = await start_worker(_address(client), task_queue, env)
+    first = await start_worker(server_address(client), task_queue, env)
     handle = await start_agent(
         client, task_queue, f"openai:{model}", workspace, "run the job once",
         config=RUN_PYTHON, id_prefix="command-crash",
@@ -249,7 +235,7 @@ async def test_a_command_dies_with_its_worker_and_runs_once_after_the_retry(
         assert len(first_attempt) >= 2  # the command and its child (and bwrap's, when confined)
         await first.kill()
 
-        second = await start_worker(_address(client), task_queue, env)
+        second = await start_worker(server_address(client), task_queue, env)
         await _wait_for_lines(log, 2)  # the retried attempt's copy has started
         (workspace / "release").touch()
         result: AgentResult = await asyncio.wait_for(handle.result(), 120)
@@ -268,10 +254,5 @@ async def test_a_command_dies_with_its_worker_and_runs_once_after_the_retry(
     assert gone_within(first_attempt, seconds=5)  # nothing of attempt 1 is left
     assert gone_within(pids_with(script), seconds=5)
     history = await handle.fetch_history()
-    attempts = [
-        e.activity_task_started_event_attributes.attempt
-        for e in history.events
-        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED
-    ]
-    assert 2 in attempts
+    assert 2 in [started.attempt for started in activity_starts(history)]
     await replayer().replay_workflow(history)

@@ -19,14 +19,21 @@ import pytest
 from google.protobuf import json_format
 from google.protobuf.message import Message
 from temporalio.api.common.v1 import Payload, Payloads
-from temporalio.api.enums.v1 import EventType
 from temporalio.api.history.v1 import History, HistoryEvent
 from temporalio.client import Client, WorkflowHandle
 from temporalio.contrib.pydantic import pydantic_data_converter
 
 from activities.model.activity import http_client
-from tests.support.harness import scripted_worker
-from tests.support.processes import ROOT, clean_env, free_port, run_cli, start_worker
+from tests.support.harness import activity_starts, scripted_worker, start_agent
+from tests.support.processes import (
+    ROOT,
+    clean_env,
+    free_port,
+    refusal,
+    run_cli,
+    start_service,
+    start_worker,
+)
 from treadle.codec import (
     ENCODING,
     ENV_VAR,
@@ -62,6 +69,7 @@ NEW = f"new:{_key()}"
 OTHER = f"other:{_key()}"
 OLD_ID_OTHER_KEY = f"old:{_key()}"
 UI_ORIGIN = "http://127.0.0.1:8233"
+LACKS_OLD_KEY = "error: the worker cannot read the run: data encrypted with key id 'old'"
 
 
 PATCH_MARKER = "core_patch"
@@ -132,23 +140,6 @@ async def _worker(
         yield
 
 
-async def _start(
-    client: Client, task_queue: str, model: str, task: str, workspace: Path, **config: Any
-) -> WorkflowHandle[Any, AgentResult]:
-    return await client.start_workflow(
-        AgentWorkflow.run,
-        AgentInput(
-            task=task,
-            model=model,
-            workspace=str(workspace),
-            config=AgentConfig.model_validate(config),
-        ),
-        id=f"enc-{uuid.uuid4().hex[:12]}",
-        task_queue=task_queue,
-        static_summary=task,
-    )
-
-
 async def _wait_for(handle: WorkflowHandle[Any, Any], state: State) -> None:
     for _ in range(600):
         if (await handle.query(AgentWorkflow.state)).state == state:
@@ -160,13 +151,9 @@ async def _wait_for(handle: WorkflowHandle[Any, Any], state: State) -> None:
 @asynccontextmanager
 async def _codec_server(keys: str, *args: str) -> AsyncIterator[str]:
     """``starter.py codec-server`` as a real process on a free port; yields its URL."""
-    process = await asyncio.create_subprocess_exec(
-        sys.executable, str(ROOT / "starter.py"), "codec-server", "--port", "0", *args,
-        cwd=ROOT, env=clean_env(**{ENV_VAR: keys}),
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-    )  # fmt: skip
-    assert process.stdout is not None
-    line = (await asyncio.wait_for(process.stdout.readline(), 60)).decode()
+    process, line = await start_service(
+        "codec-server", "--port", "0", *args, env=clean_env(**{ENV_VAR: keys})
+    )
     try:
         assert line.startswith("Codec server on http://127.0.0.1:"), line
         yield line.split()[3]
@@ -417,12 +404,7 @@ async def test_history_holds_no_plaintext_when_encryption_is_on(
     assert len(payloads) > 5
     assert {p.metadata["encoding"] for p in payloads} == {ENCODING}
     assert set(_key_ids(history.events)) == {"old"}
-    retried = [
-        e.activity_task_started_event_attributes.last_failure
-        for e in history.events
-        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED
-        and e.activity_task_started_event_attributes.attempt > 1
-    ]
+    retried = [s.last_failure for s in activity_starts(history) if s.attempt > 1]
     assert retried, "the provider error was not retried"
     # Failure messages move into an encrypted attribute; the server keeps only a placeholder.
     assert [f.message for f in retried] == ["Encoded failure"]
@@ -478,8 +460,9 @@ async def test_codec_server_decodes_a_payload_from_history(
     encrypted = await _encrypted_client(temporal_address, OLD)
     task_queue = f"enc-{uuid.uuid4().hex[:12]}"
     async with _worker(encrypted, task_queue, model_server):
-        handle = await _start(
-            encrypted, task_queue, _model(model_server, {"content": "ok"}), canary, tmp_path
+        model = _model(model_server, {"content": "ok"})
+        handle = await start_agent(
+            encrypted, task_queue, model, tmp_path, canary, id_prefix="enc", static_summary=canary
         )
         await handle.result()
     history = await handle.fetch_history()
@@ -551,9 +534,10 @@ async def _waiting_under_the_old_key(
     task_queue = f"enc-{uuid.uuid4().hex[:12]}"
     before = await _encrypted_client(temporal_address, OLD)
     async with _worker(before, task_queue, model_server):
-        handle = await _start(
-            before, task_queue, model, "Write", tmp_path, require_approval=["write_file"]
-        )
+        handle = await start_agent(
+            before, task_queue, model, tmp_path, "Write", id_prefix="enc", static_summary="Write",
+            config=AgentConfig(require_approval=("write_file",)),
+        )  # fmt: skip
         await _wait_for(handle, State.WAITING_FOR_HUMAN)
     return handle, task_queue
 
@@ -593,8 +577,9 @@ async def test_an_unknown_or_wrong_key_fails_clearly(
     task_queue = f"enc-{uuid.uuid4().hex[:12]}"
     writer = await _encrypted_client(temporal_address, OLD)
     async with _worker(writer, task_queue, model_server):
-        handle = await _start(
-            writer, task_queue, _model(model_server, {"content": "ok"}), "Answer", tmp_path
+        model = _model(model_server, {"content": "ok"})
+        handle = await start_agent(
+            writer, task_queue, model, tmp_path, "Answer", id_prefix="enc", static_summary="Answer"
         )
         assert (await handle.result()).answer == "ok"
 
@@ -613,10 +598,7 @@ async def test_an_unknown_or_wrong_key_fails_clearly(
             run_cli(*common, "trace", handle.id, env=clean_env()),
         )
     for done in (shown, keyless):
-        assert done.returncode == 2, done.stderr
-        lines = done.stderr.strip().splitlines()
-        assert len(lines) == 1, done.stderr
-        assert lines[0].startswith("error: data encrypted with key id 'old'")
+        assert refusal(done).startswith("error: data encrypted with key id 'old'")
     assert f"{ENV_VAR} is not set" in keyless.stderr
 
 
@@ -668,12 +650,7 @@ async def test_a_worker_missing_the_old_key_fails_a_query_with_the_key_id(
         traced = await run_cli(*common, "trace", handle.id, env=clean_env(**{ENV_VAR: NEW}))
         approved = await run_cli(*common, "approve", handle.id, env=clean_env(**{ENV_VAR: NEW}))
     for done in (shown, traced, approved):
-        assert done.returncode == 2, done.stderr
-        lines = done.stderr.strip().splitlines()
-        assert len(lines) == 1, done.stderr
-        assert lines[0].startswith(
-            "error: the worker cannot read the run: data encrypted with key id 'old'"
-        ), lines[0]
+        assert refusal(done).startswith(LACKS_OLD_KEY), done.stderr
 
 
 async def test_a_thread_whose_worker_lacks_the_old_key_is_refused_naming_it(
@@ -708,9 +685,4 @@ async def test_a_thread_whose_worker_lacks_the_old_key_is_refused_naming_it(
             )
         ]
     for shown in done:
-        assert shown.returncode == 2, shown.stderr
-        lines = shown.stderr.strip().splitlines()
-        assert len(lines) == 1, shown.stderr
-        assert lines[0].startswith(
-            "error: the worker cannot read the run: data encrypted with key id 'old'"
-        ), lines[0]
+        assert refusal(shown).startswith(LACKS_OLD_KEY), shown.stderr

@@ -6,7 +6,7 @@ from __future__ import annotations
 import base64
 import json
 import uuid
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -18,13 +18,13 @@ from activities.model.activity import http_client
 from activities.store.blobs import FileBlobStore
 from activities.store.external import DRIVER_NAME, StoredPayloadMissing
 from tests.support.harness import scripted_worker
+from tests.support.threads import imported_thread
 from treadle.codec import ENV_VAR as KEYS_ENV
 from treadle.connection import PAYLOAD_SIZE_THRESHOLD, STORE_ENV, connect, data_converter
 from treadle.scripted_model import ScriptedModelServer
 from worker import WORKFLOWS, workflow_runner
-from workflows.agent.models import AgentInput, AgentResult, AgentStatus, RunStatus, ThreadExport
+from workflows.agent.models import AgentInput, AgentResult, AgentStatus, RunStatus
 from workflows.agent.state_machine import State
-from workflows.agent.threads import rebuild
 from workflows.agent.workflow import AgentWorkflow
 
 TWO_MB = 2 * 1024 * 1024
@@ -34,19 +34,7 @@ REFERENCE_TYPE = b"temporal.api.sdk.v1.ExternalStorageReference"
 def big_thread(model: str, workspace: Path) -> AgentInput:
     """A thread import whose conversation (a 90,000-character task, then 19 messages of 130,000
     characters) is over 2.5 MB."""
-    messages = [
-        {"role": "user" if i % 2 == 0 else "assistant", "content": f"{i:02d} " + "x" * size}
-        for i, size in enumerate([90_000] + [130_000] * 19)
-    ]
-    export = ThreadExport.model_validate(
-        {
-            "agent_state": {"kind": "waiting_for_user_input"},
-            "conversation": {"messages": messages},
-            "treadle": {"model": model},
-        }
-    )
-    agent_input, run = rebuild(export, str(workspace), datetime.now(UTC))
-    return agent_input.model_copy(update={"resume": run.model_dump(mode="json")})
+    return imported_thread(model, workspace, [90_000] + [130_000] * 19)
 
 
 def blob_path(store: Path, reference: Payload) -> Path:

@@ -13,7 +13,7 @@ import sys
 import time
 import uuid
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +29,7 @@ from activities.store.conversation import ConversationStore
 from activities.store.s3 import S3BlobStore, S3Objects, S3Settings, S3StoreUnavailable
 from tests.support.harness import scripted_worker
 from tests.support.processes import ROOT, clean_env, free_port
+from tests.support.threads import imported_thread
 from treadle.codec import ENV_VAR as KEYS_ENV
 from treadle.connection import (
     PAYLOAD_SIZE_THRESHOLD,
@@ -46,14 +47,15 @@ from workflows.agent.models import (
     AgentStatus,
     ChatMessage,
     RunStatus,
-    ThreadExport,
     UserMessage,
 )
 from workflows.agent.state_machine import State
-from workflows.agent.threads import rebuild
 from workflows.agent.workflow import AgentWorkflow
 
 REFERENCE_TYPE = b"temporal.api.sdk.v1.ExternalStorageReference"
+IMPORTED_SIZES = (90_000, 130_000, 90_000, 100)
+"""A thread import (waiting for its user) of about 300 KB: over External Storage's threshold,
+well under what one model call may carry."""
 
 
 @pytest.fixture(scope="module")
@@ -125,25 +127,6 @@ def object_keys(endpoint: str, bucket: str) -> list[str]:
 def read_object(endpoint: str, bucket: str, key: str) -> bytes:
     body: bytes = admin(endpoint).get_object(Bucket=bucket, Key=key)["Body"].read()
     return body
-
-
-def imported_thread(model: str, workspace: Path) -> AgentInput:
-    """A thread import (waiting for its user) of about 300 KB: over External Storage's
-    threshold, well under what one model call may carry."""
-    sizes = [90_000, 130_000, 90_000, 100]
-    messages = [
-        {"role": "user" if i % 2 == 0 else "assistant", "content": f"{i:02d} " + "x" * size}
-        for i, size in enumerate(sizes)
-    ]
-    export = ThreadExport.model_validate(
-        {
-            "agent_state": {"kind": "waiting_for_user_input"},
-            "conversation": {"messages": messages},
-            "treadle": {"model": model},
-        }
-    )
-    agent_input, run = rebuild(export, str(workspace), datetime.now(UTC))
-    return agent_input.model_copy(update={"resume": run.model_dump(mode="json")})
 
 
 async def answered(handle: Any, answer: str) -> None:
@@ -260,7 +243,7 @@ async def test_an_agent_run_keeps_its_conversation_and_large_payloads_in_s3(
         ],
         order="arrival",  # the imported conversation already holds assistant messages
     )
-    agent_input = imported_thread(f"openai:{name}", workspace)
+    agent_input = imported_thread(f"openai:{name}", workspace, IMPORTED_SIZES)
     assert len(agent_input.model_dump_json()) > PAYLOAD_SIZE_THRESHOLD
     task_queue = f"s3-{uuid.uuid4().hex[:12]}"
     async with (

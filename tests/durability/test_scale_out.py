@@ -8,10 +8,9 @@ import uuid
 from datetime import timedelta
 from pathlib import Path
 
-from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
-from tests.support.harness import replayer
+from tests.support.harness import activity_starts, replayer
 from tests.support.processes import clean_env, start_worker
 from treadle.scripted_model import ScriptedModelServer
 from workflows.agent.models import AgentConfig, AgentInput, AgentResult, RunStatus
@@ -79,11 +78,7 @@ async def test_three_workers_share_runs_and_one_killed_loses_none(
     for handle in handles:
         history = await handle.fetch_history()
         await replayer().replay_workflow(history)
-        identities |= {
-            e.activity_task_started_event_attributes.identity.partition("@")[0]
-            for e in history.events
-            if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED
-        }
+        identities |= {s.identity.partition("@")[0] for s in activity_starts(history)}
     # The work was spread: the killed worker had taken some of it, and the others finished it.
     assert str(victim.pid) in identities
     assert len(identities) >= 2

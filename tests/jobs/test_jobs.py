@@ -16,7 +16,7 @@ from temporalio.exceptions import ApplicationError, CancelledError
 
 import activities.jobs
 from activities.jobs import send_run
-from tests.support.harness import keep_history, replayer
+from tests.support.harness import activity_starts, keep_history, replayer
 from tests.support.jobs import (
     JobsEnv,
     StalledFinalRecord,
@@ -101,11 +101,7 @@ async def test_a_non_retryable_failure_is_not_retried(env: JobsEnv) -> None:
     assert "failed after 1 attempt(s): fatal on purpose" in cause.message
 
     history = await handle.fetch_history()
-    attempts = [
-        e.activity_task_started_event_attributes.attempt
-        for e in history.events
-        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED
-    ]
+    attempts = [started.attempt for started in activity_starts(history)]
     assert attempts == [1, 1, 1]  # record running, the job's single attempt, record failed
     run = (await env.history(job.id)).runs[0]
     assert (run.status, run.attempts, run.error) == (JobRunStatus.FAILED, 1, "fatal on purpose")

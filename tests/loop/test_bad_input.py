@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import subprocess
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -23,7 +22,6 @@ from temporalio.converter import DataConverter
 from temporalio.service import RPCError
 
 from tests.support.harness import Harness
-from treadle.devserver import find_temporal_binary
 from workflows.agent import approvals
 from workflows.agent.approvals import Refused
 from workflows.agent.catalogue import TOOLS, ToolArgumentsError, parse_arguments
@@ -44,25 +42,9 @@ from workflows.agent.workflow import AgentWorkflow
 WRITE = {"name": "write_file", "arguments": {"path": "notes.md", "content": "from the model"}}
 
 
-def _address(harness: Harness) -> str:
-    return harness.client.service_client.config.target_host
-
-
 async def _cli_signal(harness: Harness, handle: WorkflowHandle[Any, Any], *args: str) -> None:
     """Send a signal with the stock ``temporal`` CLI, as an operator would."""
-    command = [
-        find_temporal_binary(),
-        "workflow",
-        "signal",
-        "--address",
-        _address(harness),
-        "--workflow-id",
-        handle.id,
-        *args,
-    ]
-    done = await asyncio.to_thread(
-        subprocess.run, command, capture_output=True, text=True, timeout=30
-    )
+    done = await harness.temporal("workflow", "signal", "--workflow-id", handle.id, *args)
     assert done.returncode == 0, done.stderr
 
 

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from temporalio.api.enums.v1 import EventType
+from typing import Any
 
-from tests.support.harness import Harness, tool_messages
+from temporalio.client import WorkflowHandle
+
+from tests.support.harness import Harness, activity_starts, tool_messages
 from workflows.agent.models import AgentResult, RunStatus
 
 
@@ -17,6 +19,18 @@ async def _second_request_tool_output(harness: Harness, *turn: dict[str, object]
     (message,) = tool_messages(harness.requests(model)[1])
     content: str = message["content"]
     return content
+
+
+async def _answered_after(
+    harness: Harness, answer: str, *errors: dict[str, Any]
+) -> tuple[WorkflowHandle[Any, Any], int]:
+    """A reply that ``errors`` come before, one an attempt: the run still answers it. Returns
+    the run's handle and how many requests the model received."""
+    model = harness.script({"content": answer, "errors": list(errors)})
+    handle = await harness.start(model)
+    result: AgentResult = await handle.result()
+    assert result.answer == answer
+    return handle, len(harness.requests(model))
 
 
 async def test_arguments_that_are_not_json_become_an_error_observation(harness: Harness) -> None:
@@ -113,55 +127,25 @@ async def test_blacklisted_tool_is_not_run_and_the_model_is_told(harness: Harnes
 
 async def test_malformed_response_body_is_retried(harness: Harness) -> None:
     """A body that breaks the protocol is a retryable error; the next attempt succeeds."""
-    model = harness.script({"content": "fine", "errors": [{"status": 200, "body": "not json"}]})
-    handle = await harness.start(model)
-    result: AgentResult = await handle.result()
-    assert result.answer == "fine"
-    assert len(harness.requests(model)) == 2
+    _, requests = await _answered_after(harness, "fine", {"status": 200, "body": "not json"})
+    assert requests == 2
 
 
 async def test_tool_call_without_a_name_is_retried(harness: Harness) -> None:
     """A tool call with no function name is a protocol error, retried, then the run goes on."""
-    model = harness.script(
-        {
-            "content": "fine",
-            "errors": [
-                {
-                    "status": 200,
-                    "body": {
-                        "choices": [
-                            {
-                                "message": {
-                                    "role": "assistant",
-                                    "tool_calls": [{"id": "x", "function": {"arguments": "{}"}}],
-                                }
-                            }
-                        ]
-                    },
-                }
-            ],
-        }
+    nameless = {"role": "assistant", "tool_calls": [{"id": "x", "function": {"arguments": "{}"}}]}
+    handle, _ = await _answered_after(
+        harness, "fine", {"status": 200, "body": {"choices": [{"message": nameless}]}}
     )
-    handle = await harness.start(model)
-    result: AgentResult = await handle.result()
-    assert result.answer == "fine"
     history = await handle.fetch_history()
-    failures = [
-        e.activity_task_started_event_attributes.last_failure.message
-        for e in history.events
-        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED
-        and e.activity_task_started_event_attributes.attempt == 2
-    ]
+    failures = [s.last_failure.message for s in activity_starts(history) if s.attempt == 2]
     assert failures == ["openai response tool call #1 has no name"]
 
 
 async def test_server_error_then_success_is_retried_by_temporal(harness: Harness) -> None:
     """A 500 is retried by the activity's retry policy; the run never notices."""
-    model = harness.script({"content": "after retry", "errors": [{"status": 500}]})
-    handle = await harness.start(model)
-    result: AgentResult = await handle.result()
-    assert result.answer == "after retry"
-    assert len(harness.requests(model)) == 2
+    _, requests = await _answered_after(harness, "after retry", {"status": 500})
+    assert requests == 2
 
 
 async def test_unauthorized_fails_fast_with_a_clear_error(harness: Harness) -> None:

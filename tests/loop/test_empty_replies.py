@@ -4,7 +4,8 @@ limit."""
 from __future__ import annotations
 
 from tests.support.harness import Harness
-from workflows.agent.models import AgentConfig, AgentInput, AgentResult, RunStatus
+from tests.support.threads import start_thread
+from workflows.agent.models import AgentResult, RunStatus
 from workflows.agent.workflow import AgentWorkflow
 
 EMPTY = {"content": ""}
@@ -68,19 +69,7 @@ async def test_a_thread_answering_nothing_is_halted_not_left_to_its_step_limit(
 ) -> None:
     """The thread of the report: empty replies turn after turn end it halted, with the reason."""
     model = harness.script(EMPTY)
-    handle = await harness.client.start_workflow(
-        AgentWorkflow.run,
-        AgentInput(
-            task="Hello?",
-            model=model,
-            workspace=str(harness.workspace),
-            thread=True,
-            config=AgentConfig(max_steps=30),
-        ),
-        id=f"test-empty-{harness.task_queue}",
-        task_queue=harness.task_queue,
-    )
-    harness.handles.append(handle)
+    handle = await start_thread(harness, model, task="Hello?", max_steps=30)
     result: AgentResult = await handle.result()
     assert result.status is RunStatus.HALTED, result
     assert result.error is not None and REASON in result.error

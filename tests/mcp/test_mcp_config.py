@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import sys
 from pathlib import Path
 
@@ -11,7 +10,7 @@ from temporalio.client import Client
 
 from activities.mcp import McpConfigError, load_mcp_config, parse_mcp_config
 from tests.support.mcp_server import SCRIPT
-from tests.support.processes import ROOT, clean_env, start_worker
+from tests.support.processes import clean_env, refusal, run_cli, start_worker
 
 GOOD = """\
 # Two servers: one the worker starts, one it reaches.
@@ -137,32 +136,22 @@ async def test_worker_refuses_a_bad_mcp_config_with_one_line_and_exit_2(tmp_path
     """worker.py --mcp-config bad.toml exits 2 with one 'error:' line, before connecting."""
     bad = tmp_path / "bad.toml"
     bad.write_text('[[servers]]\nname = "a"\ncommand = "x"\nurl = "http://h/mcp"\n')
-    process = await asyncio.create_subprocess_exec(
-        sys.executable, str(ROOT / "worker.py"), "--mcp-config", str(bad),
+    done = await run_cli(
+        "--mcp-config", str(bad),
         "--address", "127.0.0.1:1",  # never reached: the config is refused first
-        cwd=ROOT, env=clean_env(), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        program="worker.py",
     )  # fmt: skip
-    _out, err = await asyncio.wait_for(process.communicate(), 60)
-    assert process.returncode == 2
-    lines = err.decode().strip().splitlines()
-    assert len(lines) == 1, err
-    assert lines[0].startswith(f"error: MCP config {bad}: server 'a': give either command")
+    assert refusal(done).startswith(f"error: MCP config {bad}: server 'a': give either command")
 
 
 async def test_worker_reads_the_config_path_from_the_environment(tmp_path: Path) -> None:
     """TREADLE_MCP_CONFIG works like --mcp-config."""
     bad = tmp_path / "bad.json"
     bad.write_text('{"servers": []}')  # JSON is not TOML
-    process = await asyncio.create_subprocess_exec(
-        sys.executable, str(ROOT / "worker.py"), "--address", "127.0.0.1:1",
-        cwd=ROOT, env=clean_env(TREADLE_MCP_CONFIG=str(bad)),
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-    )  # fmt: skip
-    _out, err = await asyncio.wait_for(process.communicate(), 60)
-    assert process.returncode == 2
-    lines = err.decode().strip().splitlines()
-    assert len(lines) == 1, err
-    assert lines[0].startswith(f"error: MCP config {bad}: not valid TOML: ")
+    done = await run_cli(
+        "--address", "127.0.0.1:1", env=clean_env(TREADLE_MCP_CONFIG=str(bad)), program="worker.py"
+    )
+    assert refusal(done).startswith(f"error: MCP config {bad}: not valid TOML: ")
 
 
 async def test_worker_starts_with_a_good_mcp_config_and_stops_cleanly(

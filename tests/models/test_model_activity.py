@@ -8,7 +8,6 @@ from datetime import UTC, datetime, timedelta
 
 import httpx
 import pytest
-from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError
 from temporalio.common import RetryPolicy
 
@@ -26,7 +25,7 @@ from activities.model.http_errors import (
     retry_after_seconds,
 )
 from activities.model.openai_chat import parse_response
-from tests.support.harness import Harness
+from tests.support.harness import Harness, activity_starts
 from tests.support.processes import free_port
 from treadle.scripted_model import ScriptedModelServer
 from workflows.agent.models import AgentResult, ChatMessage, ModelRequest, RunStatus, ToolCall
@@ -209,12 +208,7 @@ async def test_retry_after_sets_the_next_attempt_delay_in_a_run(harness: Harness
     result: AgentResult = await handle.result()
     assert result.status is RunStatus.DONE
     history = await handle.fetch_history()
-    (retried,) = [
-        e.activity_task_started_event_attributes
-        for e in history.events
-        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED
-        and e.activity_task_started_event_attributes.attempt == 2
-    ]
+    (retried,) = [started for started in activity_starts(history) if started.attempt == 2]
     delay = retried.last_failure.application_failure_info.next_retry_delay
     assert delay.seconds == 2
     assert "HTTP 429" in retried.last_failure.message

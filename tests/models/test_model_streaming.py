@@ -14,7 +14,7 @@ import random
 import uuid
 from collections.abc import Mapping
 from datetime import timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 import pytest
@@ -45,6 +45,7 @@ from workflows.agent.models import ChatMessage, ModelRequest, ModelResponse
 # A fake key, split so secret scanners do not mistake the source for a real one.
 KEY = "sk-" + "stream-treadle-0123456789abcdef"
 PROVIDERS = ["openai", "anthropic"]
+E = TypeVar("E", bound=Exception)
 
 
 def activities(
@@ -61,6 +62,25 @@ def scripted(server: ScriptedModelServer, *turns: Mapping[str, Any]) -> str:
     name = f"s-{uuid.uuid4().hex[:10]}"
     server.add_model(name, list(turns))
     return name
+
+
+async def failed_stream(
+    http: httpx.AsyncClient,
+    server: ScriptedModelServer,
+    provider: str,
+    turn: Mapping[str, Any],
+    raises: type[E],
+    *,
+    key: str | None = None,
+    read_timeout: float = 10,
+) -> E:
+    """The error a streaming call to ``provider`` meets playing ``turn``: a ``raises``."""
+    name = scripted(server, turn)
+    with pytest.raises(raises) as caught:
+        await activities(http, server, key).complete(
+            request(provider, name, stream=True), read_timeout=read_timeout
+        )
+    return caught.value
 
 
 def request(
@@ -271,13 +291,12 @@ async def test_a_stream_that_stalls_mid_way_times_out_retryably(
     http: httpx.AsyncClient, model_server: ScriptedModelServer, provider: str
 ) -> None:
     """No chunk for longer than the read timeout: a retryable ModelConnectionError."""
-    name = scripted(model_server, {"content": "one two", "chunk_delay": 3})
-    with pytest.raises(ModelConnectionError) as caught:
-        await activities(http, model_server).complete(
-            request(provider, name, stream=True), read_timeout=0.3
-        )
-    assert str(caught.value) == f"{provider} stream timed out mid-way: ReadTimeout"
-    assert not caught.value.to_application_error().non_retryable
+    turn = {"content": "one two", "chunk_delay": 3}
+    error = await failed_stream(
+        http, model_server, provider, turn, ModelConnectionError, read_timeout=0.3
+    )
+    assert str(error) == f"{provider} stream timed out mid-way: ReadTimeout"
+    assert not error.to_application_error().non_retryable
 
 
 @pytest.mark.parametrize(
@@ -288,17 +307,11 @@ async def test_a_stream_that_ends_before_its_last_event_is_retryable(
     http: httpx.AsyncClient, model_server: ScriptedModelServer, provider: str, last: Any
 ) -> None:
     """A body that ends cleanly but without [DONE] / message_stop is a reply cut short."""
-    name = scripted(
-        model_server,
-        {"content": "one two", "errors": [{"status": 200, "body": last, "in_stream": True}]},
-    )
-    with pytest.raises(ModelConnectionError) as caught:
-        await activities(http, model_server).complete(
-            request(provider, name, stream=True), read_timeout=10
-        )
+    turn = {"content": "one two", "errors": [{"status": 200, "body": last, "in_stream": True}]}
+    error = await failed_stream(http, model_server, provider, turn, ModelConnectionError)
     end = "data: [DONE]" if provider == "openai" else "event: message_stop"
-    assert str(caught.value) == f"{provider} stream ended before {end}: the reply is cut short"
-    assert not caught.value.to_application_error().non_retryable
+    assert str(error) == f"{provider} stream ended before {end}: the reply is cut short"
+    assert not error.to_application_error().non_retryable
 
 
 @pytest.mark.parametrize("provider", PROVIDERS)
@@ -306,14 +319,9 @@ async def test_a_malformed_event_is_a_retryable_protocol_error(
     http: httpx.AsyncClient, model_server: ScriptedModelServer, provider: str
 ) -> None:
     """An event whose data is not JSON: ModelResponseError, retried."""
-    name = scripted(
-        model_server,
-        {"content": "x y", "errors": [{"status": 200, "body": "{oops", "in_stream": True}]},
-    )
-    with pytest.raises(ModelResponseError, match=f"^{provider} stream event is not valid JSON$"):
-        await activities(http, model_server).complete(
-            request(provider, name, stream=True), read_timeout=10
-        )
+    turn = {"content": "x y", "errors": [{"status": 200, "body": "{oops", "in_stream": True}]}
+    error = await failed_stream(http, model_server, provider, turn, ModelResponseError)
+    assert str(error) == f"{provider} stream event is not valid JSON"
 
 
 @pytest.mark.parametrize(
@@ -338,14 +346,9 @@ async def test_an_error_event_in_the_stream_is_classified_like_its_http_error(
 ) -> None:
     """The provider's error event mid-stream: a ModelHTTPError with the status its type names,
     so overload and rate limits are retried and a refused request is not."""
-    name = scripted(
-        model_server, {"content": "one two", "errors": [{"status": status, "in_stream": True}]}
-    )
-    with pytest.raises(ModelHTTPError) as caught:
-        await activities(http, model_server).complete(
-            request(provider, name, stream=True), read_timeout=10
-        )
-    error = caught.value.to_application_error()
+    turn = {"content": "one two", "errors": [{"status": status, "in_stream": True}]}
+    failed = await failed_stream(http, model_server, provider, turn, ModelHTTPError)
+    error = failed.to_application_error()
     assert error.message.startswith(f"{provider} stream failed ({named}): ")
     assert error.non_retryable is not retryable
 
@@ -355,16 +358,10 @@ async def test_an_unnamed_error_event_is_taken_for_a_server_error(
 ) -> None:
     """An error event naming no known type or status: retried, as a 500 would be."""
     body = {"error": {"message": "something broke", "type": "weird"}}
-    name = scripted(
-        model_server,
-        {"content": "a b", "errors": [{"status": 500, "body": body, "in_stream": True}]},
-    )
-    with pytest.raises(ModelHTTPError) as caught:
-        await activities(http, model_server).complete(
-            request("openai", name, stream=True), read_timeout=10
-        )
-    assert str(caught.value) == "openai stream failed (unnamed, taken as HTTP 500): something broke"
-    assert not caught.value.to_application_error().non_retryable
+    turn = {"content": "a b", "errors": [{"status": 500, "body": body, "in_stream": True}]}
+    error = await failed_stream(http, model_server, "openai", turn, ModelHTTPError)
+    assert str(error) == "openai stream failed (unnamed, taken as HTTP 500): something broke"
+    assert not error.to_application_error().non_retryable
 
 
 @pytest.mark.parametrize("provider", PROVIDERS)
@@ -372,15 +369,9 @@ async def test_an_http_error_before_the_stream_is_translated_as_without_streamin
     http: httpx.AsyncClient, model_server: ScriptedModelServer, provider: str
 ) -> None:
     """A 429 with Retry-After to a streaming request: the same retryable error and delay."""
-    name = scripted(
-        model_server,
-        {"content": "x", "errors": [{"status": 429, "headers": {"Retry-After": "4"}}]},
-    )
-    with pytest.raises(ModelHTTPError) as caught:
-        await activities(http, model_server).complete(
-            request(provider, name, stream=True), read_timeout=10
-        )
-    error = caught.value.to_application_error()
+    turn = {"content": "x", "errors": [{"status": 429, "headers": {"Retry-After": "4"}}]}
+    failed = await failed_stream(http, model_server, provider, turn, ModelHTTPError)
+    error = failed.to_application_error()
     assert error.message.startswith(f"{provider} returned HTTP 429: ")
     assert error.next_retry_delay == timedelta(seconds=4)
     assert not error.non_retryable
@@ -399,12 +390,9 @@ async def test_keys_are_redacted_from_streaming_errors(
             "in_stream": in_stream,
             "echo_key": ["exact", "upper", "prefix", "split"],
         }
-        name = scripted(server, {"content": "a b", "errors": [error]})
-        with pytest.raises(ModelHTTPError) as caught:
-            await activities(http, server, KEY).complete(
-                request(provider, name, stream=True), read_timeout=10
-            )
-    message = caught.value.to_application_error().message
+        turn = {"content": "a b", "errors": [error]}
+        failed = await failed_stream(http, server, provider, turn, ModelHTTPError, key=KEY)
+    message = failed.to_application_error().message
     assert "[redacted]" in message
     for fragment in (KEY, KEY.upper(), KEY[:20], KEY[8:16], KEY[-8:]):
         assert fragment not in message

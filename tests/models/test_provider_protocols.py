@@ -7,9 +7,9 @@ here is proven once per protocol with identical expectations.
 from __future__ import annotations
 
 import pytest
-from temporalio.api.enums.v1 import EventType
+from temporalio.client import WorkflowHistory
 
-from tests.support.harness import Harness
+from tests.support.harness import Harness, activity_starts
 from workflows.agent.models import AgentResult, RunStatus
 from workflows.agent.workflow import AgentWorkflow
 
@@ -17,17 +17,16 @@ PROTOCOLS = ["openai", "anthropic"]
 WRITE = {"name": "write_file", "arguments": {"path": "a.txt", "content": "alpha"}}
 
 
-def _attempt_failures(history: object) -> list[tuple[int, str, int]]:
+def _attempt_failures(history: WorkflowHistory) -> list[tuple[int, str, int]]:
     """(attempt, last failure message, next retry delay seconds) of each retried attempt."""
     return [
         (
-            e.activity_task_started_event_attributes.attempt,
-            e.activity_task_started_event_attributes.last_failure.message,
-            e.activity_task_started_event_attributes.last_failure.application_failure_info.next_retry_delay.seconds,
+            s.attempt,
+            s.last_failure.message,
+            s.last_failure.application_failure_info.next_retry_delay.seconds,
         )
-        for e in history.events  # type: ignore[attr-defined]
-        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED
-        and e.activity_task_started_event_attributes.attempt > 1
+        for s in activity_starts(history)
+        if s.attempt > 1
     ]
 
 

@@ -29,10 +29,10 @@ import pytest
 from temporalio.client import Client, WorkflowHandle
 
 from activities.model.activity import ProviderSettings, http_client
+from tests.support.harness import start_agent
 from worker import build_worker
 from workflows.agent.models import (
     AgentConfig,
-    AgentInput,
     AgentResult,
     AgentStatus,
     RunStatus,
@@ -65,18 +65,10 @@ async def _run(
     client: Client, queue: str, workspace: Path, task: str, **config: Any
 ) -> tuple[AgentResult, WorkflowHandle[Any, Any]]:
     assert REAL_MODEL is not None
-    handle = await client.start_workflow(
-        AgentWorkflow.run,
-        AgentInput(
-            task=task,
-            model=REAL_MODEL,
-            workspace=str(workspace),
-            config=AgentConfig.model_validate(config),
-        ),
-        id=f"real-{uuid.uuid4().hex[:8]}",
-        task_queue=queue,
-        execution_timeout=timedelta(minutes=10),
-    )
+    handle = await start_agent(
+        client, queue, REAL_MODEL, workspace, task, config=AgentConfig.model_validate(config),
+        id_prefix="real", execution_timeout=timedelta(minutes=10),
+    )  # fmt: skip
     return await handle.result(), handle
 
 
@@ -136,19 +128,11 @@ async def test_a_real_thread_takes_a_second_message(
 ) -> None:
     """A thread answers, waits for its user, and answers the next message."""
     assert REAL_MODEL is not None
-    handle = await client.start_workflow(
-        AgentWorkflow.run,
-        AgentInput(
-            task="Hello! Reply with one short sentence.",
-            model=REAL_MODEL,
-            workspace=str(tmp_path),
-            thread=True,
-            config=AgentConfig(max_steps=3, tools=()),
-        ),
-        id=f"real-thread-{uuid.uuid4().hex[:8]}",
-        task_queue=real_queue,
+    handle = await start_agent(
+        client, real_queue, REAL_MODEL, tmp_path, "Hello! Reply with one short sentence.",
+        thread=True, config=AgentConfig(max_steps=3, tools=()), id_prefix="real-thread",
         execution_timeout=timedelta(minutes=10),
-    )
+    )  # fmt: skip
     first = await _waiting_for_user(handle, answers=1)
     await handle.execute_update(AgentWorkflow.send, UserMessage(text="Now say goodbye."))
     second = await _waiting_for_user(handle, answers=2)

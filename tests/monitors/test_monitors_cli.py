@@ -13,7 +13,7 @@ from collections.abc import Callable
 from temporalio.client import Client
 
 from tests.support.harness import running_worker
-from tests.support.processes import run_cli
+from tests.support.processes import refusal, run_cli
 from workflows.monitors.models import MonitorView
 
 
@@ -34,12 +34,7 @@ class Cli:
 
     async def refused(self, *args: str) -> str:
         """Exit code 2 and exactly one line on stderr; returns it."""
-        done = await self(*args)
-        assert done.returncode == 2, (done.stdout, done.stderr)
-        lines = done.stderr.strip().splitlines()
-        assert len(lines) == 1, done.stderr
-        assert lines[0].startswith("error: ")
-        return lines[0]
+        return refusal(await self(*args))
 
     async def show(self, slug: str) -> MonitorView:
         return MonitorView.model_validate_json(await self.ok("show", slug, "--json"))

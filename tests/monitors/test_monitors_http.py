@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
-import sys
 import uuid
 from collections.abc import AsyncIterator, MutableMapping
 from contextlib import AsyncExitStack, asynccontextmanager
@@ -18,13 +17,13 @@ import httpx
 import pytest
 from temporalio.api.common.v1 import Payload
 from temporalio.api.enums.v1 import EventType
-from temporalio.client import Client, WorkflowHandle
+from temporalio.client import Client
 from temporalio.common import RawValue
 from temporalio.contrib.workflow_streams import WorkflowStreamClient
 
 from tests.support.harness import running_worker
-from tests.support.monitors import EventReader, until, view
-from tests.support.processes import ROOT, clean_env
+from tests.support.monitors import EventReader, Handle, start_monitor, until, view
+from tests.support.processes import start_service
 from treadle.web import ping as ping_service
 from treadle.web.ping import MonitorService
 from workflows.monitors.models import (
@@ -34,14 +33,9 @@ from workflows.monitors.models import (
     CheckInStatus,
     DeleteRequest,
     Health,
-    MonitorConfig,
-    MonitorInput,
-    MonitorView,
     monitor_workflow_id,
 )
 from workflows.monitors.workflow import MonitorWorkflow
-
-Handle = WorkflowHandle[MonitorWorkflow, MonitorView]
 
 
 class Setup:
@@ -57,20 +51,24 @@ class Setup:
         """Create a monitor as `monitors create` does; returns its handle and ping key."""
         slug = f"web-{uuid.uuid4().hex[:10]}"
         key = f"{slug}.{uuid.uuid4().hex}"
-        fields.setdefault("schedule", {"kind": "interval", "minutes": 60})
-        config = MonitorConfig.model_validate({"slug": slug, "ping_key": key, **fields})
-        handle = await self.client.start_workflow(
-            MonitorWorkflow.run,
-            MonitorInput(config=config),
-            id=monitor_workflow_id(slug),
-            task_queue=self.task_queue,
-            memo=config.memo(),
-        )
+        handle = await start_monitor(self.client, self.task_queue, slug, key, **fields)
         self.handles.append(handle)
         return handle, key
 
     def url(self, path: str) -> str:
         return f"{self.service.url}{path}"
+
+    @asynccontextmanager
+    async def watching(self, slug: str) -> AsyncIterator[tuple[httpx.AsyncClient, EventReader]]:
+        """A worker, an HTTP client, and the monitor's event stream once the service watches
+        the monitor."""
+        async with (
+            running_worker(self.client, self.task_queue),
+            httpx.AsyncClient(timeout=30) as http,
+            event_stream(self.url(f"/monitors/events?monitor={slug}")) as events,
+        ):
+            await events.comment(f"watching {slug}")
+            yield http, events
 
 
 @pytest.fixture
@@ -449,12 +447,7 @@ async def test_the_event_stream_sends_check_in_and_health_events(
     SSE frame with `id: slug:offset`, the event type, and the event as JSON."""
     handle, key = await setup.monitor()
     slug = handle.id.removeprefix("monitor-")
-    async with (
-        running_worker(client, setup.task_queue),
-        httpx.AsyncClient(timeout=30) as http,
-        event_stream(setup.url(f"/monitors/events?monitor={slug}")) as events,
-    ):
-        await events.comment(f"watching {slug}")
+    async with setup.watching(slug) as (http, events):
         await http.get(setup.url(f"/ping/{key}/start"))
         first_id, started = await events.event()
         assert started.type.value == "checkin.started" and started.slug == slug
@@ -484,12 +477,7 @@ async def test_an_item_that_is_not_an_event_is_skipped(client: Client, setup: Se
     the offset the stream gave it."""
     handle, key = await setup.monitor()
     slug = handle.id.removeprefix("monitor-")
-    async with (
-        running_worker(client, setup.task_queue),
-        httpx.AsyncClient(timeout=30) as http,
-        event_stream(setup.url(f"/monitors/events?monitor={slug}")) as events,
-    ):
-        await events.comment(f"watching {slug}")
+    async with setup.watching(slug) as (http, events):
         stream = WorkflowStreamClient.create(client, handle.id)
         junk = stream.topic(EVENTS_TOPIC)
         junk.publish({"not": "an event"})
@@ -589,26 +577,14 @@ async def test_serve_runs_the_service_as_a_process(
     """`starter.py serve --port 0` prints where it listens, answers pings, and stops on SIGTERM
     with exit code 0, ending an open event stream first."""
     handle, key = await setup.monitor()
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        str(ROOT / "starter.py"),
-        "--address",
-        temporal_address,
-        "--task-queue",
-        setup.task_queue,
-        "serve",
-        "--port",
-        "0",
-        cwd=ROOT,
-        env=clean_env(),
-        stdout=asyncio.subprocess.PIPE,
+    process, banner = await start_service(
+        "--address", temporal_address, "--task-queue", setup.task_queue, "serve", "--port", "0",
         stderr=asyncio.subprocess.STDOUT,
-    )
+    )  # fmt: skip
     async with AsyncExitStack() as stack:
         stack.push_async_callback(process.wait)
         stack.callback(lambda: process.returncode is None and process.kill())
         assert process.stdout is not None
-        banner = (await asyncio.wait_for(process.stdout.readline(), 60)).decode()
         assert banner.startswith("Monitor HTTP service on http://127.0.0.1:"), banner
         base = banner.split(" on ", 1)[1].split(" ", 1)[0]
         async with running_worker(client, setup.task_queue), httpx.AsyncClient(timeout=30) as http:

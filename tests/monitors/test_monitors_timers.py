@@ -13,30 +13,25 @@ from typing import Any
 
 import httpx
 import pytest
-from temporalio.client import Client, WorkflowHandle
+from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Replayer
 
 from activities.model.activity import ProviderSettings, http_client
-from tests.support.monitors import EventReader, until, view
+from tests.support.monitors import EventReader, Handle, start_monitor, until, view
 from treadle.web.ping import MonitorService
 from worker import WORKFLOWS, build_worker, workflow_runner
 from workflows.monitors.models import (
     CheckInSignal,
     CheckInStatus,
     Health,
-    MonitorConfig,
-    MonitorInput,
     MonitorStatus,
     MonitorView,
     StatusChange,
     ViewRequest,
-    monitor_workflow_id,
 )
 from workflows.monitors.workflow import MonitorWorkflow
-
-Handle = WorkflowHandle[MonitorWorkflow, MonitorView]
 
 
 @pytest.fixture
@@ -75,16 +70,8 @@ class Monitors:
 
     async def start(self, **fields: Any) -> Handle:
         slug = f"m-{uuid.uuid4().hex[:10]}"
-        fields.setdefault("schedule", {"kind": "interval", "minutes": 60})
-        config = MonitorConfig.model_validate(
-            {"slug": slug, "ping_key": f"{slug}.{'k' * 24}", **fields}
-        )
-        handle = await self.client.start_workflow(
-            MonitorWorkflow.run,
-            MonitorInput(config=config),
-            id=monitor_workflow_id(slug),
-            task_queue=self.task_queue,
-            memo=config.memo(),
+        handle = await start_monitor(
+            self.client, self.task_queue, slug, f"{slug}.{'k' * 24}", **fields
         )
         self.handles.append(handle)
         return handle

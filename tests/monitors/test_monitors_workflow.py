@@ -9,14 +9,14 @@ from contextlib import aclosing
 from typing import Any
 
 from temporalio.api.enums.v1 import EventType, WorkflowTaskFailedCause
-from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
+from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.common import RawValue
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.contrib.workflow_streams import WorkflowStreamClient, WorkflowStreamItem
 from temporalio.worker import Replayer
 
 from tests.support.harness import running_worker
-from tests.support.monitors import until
+from tests.support.monitors import Handle, start_monitor, until
 from worker import WORKFLOWS, workflow_runner
 from workflows.monitors.models import (
     EVENTS_TOPIC,
@@ -24,29 +24,12 @@ from workflows.monitors.models import (
     CheckInStatus,
     DeleteRequest,
     Health,
-    MonitorConfig,
-    MonitorInput,
-    MonitorView,
-    monitor_workflow_id,
 )
 from workflows.monitors.workflow import EVENTS_KEPT, MonitorWorkflow
 
-Handle = WorkflowHandle[MonitorWorkflow, MonitorView]
-
 
 async def start(client: Client, task_queue: str, slug: str, **fields: Any) -> Handle:
-    after = fields.pop("continue_as_new_after_events", 10_000)
-    fields.setdefault("schedule", {"kind": "interval", "minutes": 60})
-    config = MonitorConfig.model_validate(
-        {"slug": slug, "ping_key": f"{slug}.{'p' * 20}", **fields}
-    )
-    return await client.start_workflow(
-        MonitorWorkflow.run,
-        MonitorInput(config=config, continue_as_new_after_events=after),
-        id=monitor_workflow_id(slug),
-        task_queue=task_queue,
-        memo=config.memo(),
-    )
+    return await start_monitor(client, task_queue, slug, f"{slug}.{'p' * 20}", **fields)
 
 
 async def waiting_on_a_timer(handle: Handle, timeout: float = 15) -> None:

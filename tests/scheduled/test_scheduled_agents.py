@@ -32,7 +32,7 @@ from activities.model.activity import http_client
 from tests.support.harness import Harness, keep_history, replayer, scripted_worker
 from tests.support.jobs import eventually
 from tests.support.monitors import until
-from tests.support.processes import run_cli
+from tests.support.processes import refusal, run_cli
 from tests.support.threads import start_thread
 from treadle import agent_schedules
 from workflows.agent.models import (
@@ -79,12 +79,7 @@ class Schedules:
 
     async def refused(self, *args: str) -> str:
         """Exit code 2 and exactly one line on stderr; returns it."""
-        done = await self(*args)
-        assert done.returncode == 2, (done.stdout, done.stderr)
-        lines = done.stderr.strip().splitlines()
-        assert len(lines) == 1, done.stderr
-        assert lines[0].startswith("error: ")
-        return lines[0]
+        return refusal(await self(*args))
 
     async def create(self, name: str, model: str, *options: str) -> str:
         return await self.ok(

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import base64
 import secrets
+from collections.abc import Iterator
+from typing import Any
 
 from activities.model.http_errors import MIN_FRAGMENT
 
@@ -27,3 +30,16 @@ def leaks(text: str, key: str) -> list[str]:
         for i in range(len(key) - piece + 1)
         if key[i : i + piece].casefold() in folded
     ]
+
+
+def decoded_payloads(node: Any) -> Iterator[str]:
+    """Every payload's data in a history's JSON (or the CLI's), base64-decoded: the JSON
+    carries payloads encoded, so a key inside one is found only after decoding."""
+    if isinstance(node, dict):
+        if isinstance(node.get("data"), str) and "metadata" in node:
+            yield base64.b64decode(node["data"]).decode("utf-8", "replace")
+        for value in node.values():
+            yield from decoded_payloads(value)
+    elif isinstance(node, list):
+        for value in node:
+            yield from decoded_payloads(value)

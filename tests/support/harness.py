@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 import pytest
+from temporalio.api.enums.v1 import EventType
+from temporalio.api.history.v1 import ActivityTaskStartedEventAttributes
 from temporalio.client import Client, WorkflowHandle, WorkflowHistory
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Replayer, Worker
@@ -73,14 +75,7 @@ class Harness:
 
     async def temporal(self, *arguments: str) -> subprocess.CompletedProcess[str]:
         """The stock ``temporal`` CLI against this harness's server, as a user would type it."""
-        address = ["--address", self.client.service_client.config.target_host]
-        return await asyncio.to_thread(
-            subprocess.run,
-            [find_temporal_binary(), *arguments, *address],
-            capture_output=True,
-            text=True,
-            timeout=30,
-        )
+        return await temporal_cli(self.client, *arguments)
 
     def requests(self, model: str) -> list[dict[str, Any]]:
         """Bodies the model endpoint received for this model, in arrival order."""
@@ -128,6 +123,29 @@ class Harness:
             if asyncio.get_running_loop().time() > deadline:
                 raise AssertionError(f"{len(found)} {event} entries, expected {count}")
             await asyncio.sleep(0.05)
+
+
+async def temporal_cli(client: Client, *arguments: str) -> subprocess.CompletedProcess[str]:
+    """The stock ``temporal`` CLI against ``client``'s server, as a user would type it."""
+    address = ["--address", client.service_client.config.target_host]
+    return await asyncio.to_thread(
+        subprocess.run,
+        [find_temporal_binary(), *arguments, *address],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+
+
+async def wait_for_requests(
+    models: ScriptedModelServer, model: str, count: int, timeout: float = 60
+) -> None:
+    """Wait until the scripted ``model`` has received ``count`` requests."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while len(models.requests_for(model)) < count:
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"the model never received {count} requests")
+        await asyncio.sleep(0.1)
 
 
 async def start_agent(
@@ -274,6 +292,17 @@ async def replay_finished(request: pytest.FixtureRequest, h: Harness) -> None:
     for index, history in enumerate(histories):
         await replayer().replay_workflow(history)
         keep_history(f"{request.node.name}-{index}", history)
+
+
+def activity_starts(history: WorkflowHistory) -> list[ActivityTaskStartedEventAttributes]:
+    """Every activity task start in ``history``. Temporal writes one per activity, for the
+    attempt that ended it, with its attempt number and the previous attempt's failure; earlier
+    attempts leave no events."""
+    return [
+        e.activity_task_started_event_attributes
+        for e in history.events
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED
+    ]
 
 
 def keep_history(name: str, history: WorkflowHistory) -> None:

@@ -1,18 +1,48 @@
-"""Helpers shared by the monitor tests: read a monitor's view, wait until it says something, and
-read the ping service's server-sent event stream."""
+"""Helpers shared by the monitor tests: start a monitor, read its view, wait until it says
+something, and read the ping service's server-sent event stream."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from typing import Any
 
 import httpx
-from temporalio.client import WorkflowHandle
+from temporalio.client import Client, WorkflowHandle
 
-from workflows.monitors.models import MonitorEvent, MonitorView, ViewRequest
+from workflows.monitors.models import (
+    MonitorConfig,
+    MonitorEvent,
+    MonitorInput,
+    MonitorView,
+    ViewRequest,
+    monitor_workflow_id,
+)
 from workflows.monitors.workflow import MonitorWorkflow
 
 Handle = WorkflowHandle[MonitorWorkflow, MonitorView]
+
+
+async def start_monitor(
+    client: Client,
+    task_queue: str,
+    slug: str,
+    ping_key: str,
+    *,
+    continue_as_new_after_events: int = 10_000,
+    **fields: Any,
+) -> Handle:
+    """Start a monitor as ``monitors create`` does; its schedule is hourly unless ``fields``
+    give one."""
+    fields.setdefault("schedule", {"kind": "interval", "minutes": 60})
+    config = MonitorConfig.model_validate({"slug": slug, "ping_key": ping_key, **fields})
+    return await client.start_workflow(
+        MonitorWorkflow.run,
+        MonitorInput(config=config, continue_as_new_after_events=continue_as_new_after_events),
+        id=monitor_workflow_id(slug),
+        task_queue=task_queue,
+        memo=config.memo(),
+    )
 
 
 async def view(handle: Handle, recent: int = 50) -> MonitorView:

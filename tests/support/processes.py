@@ -12,9 +12,15 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from temporalio.client import Client
 from temporalio.worker import Worker
 
 ROOT = Path(__file__).resolve().parents[2]
+
+
+def server_address(client: Client) -> str:
+    """The Temporal address ``client`` reached, for a process to reach it too."""
+    return client.service_client.config.target_host
 
 
 def free_port() -> int:
@@ -99,18 +105,52 @@ async def start_python(
 
 
 async def run_cli(
-    *args: str, env: Mapping[str, str] | None = None
+    *args: str, env: Mapping[str, str] | None = None, program: str = "starter.py"
 ) -> subprocess.CompletedProcess[str]:
-    """Run ``starter.py`` with arguments; returns the completed process (text output)."""
+    """Run ``starter.py`` (or ``worker.py``) with arguments; returns the completed process
+    (text output)."""
     return await asyncio.to_thread(
         subprocess.run,
-        [sys.executable, str(ROOT / "starter.py"), *args],
+        [sys.executable, str(ROOT / program), *args],
         cwd=ROOT,
         env=dict(env) if env is not None else clean_env(),
         capture_output=True,
         text=True,
         timeout=120,
     )
+
+
+async def start_service(
+    *args: str, env: Mapping[str, str] | None = None, stderr: int = asyncio.subprocess.PIPE
+) -> tuple[asyncio.subprocess.Process, str]:
+    """``starter.py`` with arguments running as a service (stdout piped), and the first line it
+    prints: where it listens. The caller stops it."""
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        str(ROOT / "starter.py"),
+        *args,
+        cwd=ROOT,
+        env=dict(env) if env is not None else clean_env(),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=stderr,
+    )
+    try:
+        assert process.stdout is not None
+        return process, (await asyncio.wait_for(process.stdout.readline(), 60)).decode()
+    except BaseException:
+        process.kill()
+        await process.wait()
+        raise
+
+
+def refusal(done: subprocess.CompletedProcess[str]) -> str:
+    """A command that refused its input as commands do: exit code 2 and exactly one line on
+    stderr, ``error: ...``; returns that line."""
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert lines[0].startswith("error: ")
+    return lines[0]
 
 
 def serve_command(module: str, arguments: int) -> str:

@@ -4,16 +4,11 @@ or in pieces."""
 
 from __future__ import annotations
 
-import asyncio
-import base64
 import json
 import logging
 import os
-import subprocess
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
@@ -22,9 +17,8 @@ from temporalio.client import Client
 from activities.errors import ModelHTTPError
 from activities.model.activity import ModelActivities, ProviderSettings, http_client
 from activities.model.http_errors import MIN_FRAGMENT, REDACTED, Redactor
-from tests.support.canary import canary_key, leaks
-from tests.support.harness import replayer, start_agent
-from treadle.devserver import find_temporal_binary
+from tests.support.canary import canary_key, decoded_payloads, leaks
+from tests.support.harness import replayer, start_agent, temporal_cli
 from treadle.scripted_model import ScriptedModelServer
 from worker import build_worker
 from workflows.agent.models import (
@@ -95,37 +89,11 @@ async def test_key_never_enters_the_exported_history(
 
 async def _exported_history(client: Client, workflow_id: str) -> str:
     """`temporal workflow show -o json`, with every payload decoded and appended."""
-    shown = await asyncio.to_thread(
-        subprocess.run,
-        [
-            find_temporal_binary(),
-            "workflow",
-            "show",
-            "--address",
-            client.service_client.config.target_host,
-            "--workflow-id",
-            workflow_id,
-            "-o",
-            "json",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=30,
+    shown = await temporal_cli(
+        client, "workflow", "show", "--workflow-id", workflow_id, "-o", "json"
     )
     assert shown.returncode == 0, shown.stderr
-    return shown.stdout + "\n".join(_decoded_payloads(json.loads(shown.stdout)))
-
-
-def _decoded_payloads(node: Any) -> Iterator[str]:
-    """Every payload's data, base64-decoded: the CLI's JSON carries payloads encoded."""
-    if isinstance(node, dict):
-        if isinstance(node.get("data"), str) and "metadata" in node:
-            yield base64.b64decode(node["data"]).decode("utf-8", "replace")
-        for value in node.values():
-            yield from _decoded_payloads(value)
-    elif isinstance(node, list):
-        for value in node:
-            yield from _decoded_payloads(value)
+    return shown.stdout + "\n".join(decoded_payloads(json.loads(shown.stdout)))
 
 
 # ------------------------------------------------------------------------------------------

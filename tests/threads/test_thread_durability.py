@@ -13,8 +13,16 @@ from typing import Any
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
 
-from tests.support.harness import keep_history, replayer, start_agent
-from tests.support.processes import WorkerProcess, clean_env, free_port, run_cli, start_worker
+from tests.support.harness import keep_history, replayer, start_agent, wait_for_requests
+from tests.support.processes import (
+    WorkerProcess,
+    clean_env,
+    free_port,
+    run_cli,
+    server_address,
+    start_worker,
+)
+from tests.support.threads import answered_turns, send
 from treadle.connection import connect
 from treadle.devserver import DevServer, DevServerConfig
 from treadle.scripted_model import ScriptedModelServer
@@ -24,17 +32,13 @@ from workflows.agent.models import (
     AgentResult,
     AgentStatus,
     RunStatus,
-    SendReceipt,
-    UserMessage,
 )
 from workflows.agent.state_machine import State
 from workflows.agent.workflow import AgentWorkflow
 
 FIRST = "Hello, remember the word 'marmalade'."
-
-
-def _address(client: Client) -> str:
-    return client.service_client.config.target_host
+TURN_TIMEOUT = 120
+"""Seconds a turn may take here: a worker or the dev server restarts in the middle."""
 
 
 async def _start_thread(
@@ -44,31 +48,6 @@ async def _start_thread(
         client, task_queue, f"openai:{model}", workspace, FIRST, thread=True,
         config=AgentConfig.model_validate(config), id_prefix="thread",
     )  # fmt: skip
-
-
-async def _send(handle: WorkflowHandle[Any, Any], text: str) -> SendReceipt:
-    receipt: SendReceipt = await handle.execute_update(AgentWorkflow.send, UserMessage(text=text))
-    return receipt
-
-
-async def _answered(handle: WorkflowHandle[Any, Any], turns: int) -> AgentStatus:
-    """Wait until the thread has answered ``turns`` turns and waits for its user again."""
-    for _ in range(1200):
-        trace = await handle.query(AgentWorkflow.trace)
-        status: AgentStatus = await handle.query(AgentWorkflow.state)
-        done = [e for e in trace.entries if e.event == "TurnAnswered"]
-        if status.state is State.WAITING_FOR_USER_INPUT and len(done) + trace.earlier >= turns:
-            return status
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"the thread never answered {turns} turn(s): {status}")
-
-
-async def _wait_for_requests(models: ScriptedModelServer, model: str, count: int) -> None:
-    for _ in range(600):
-        if len(models.requests_for(model)) >= count:
-            return
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"the model never received {count} requests")
 
 
 def _texts(body: dict[str, Any], role: str) -> list[str]:
@@ -98,23 +77,23 @@ async def test_a_thread_survives_its_worker_killed_mid_turn(
     store = str(tmp_path / "store")
     workspace = tmp_path / "ws"
     workspace.mkdir()
-    first = await start_worker(_address(client), task_queue, env, "--store", store)
+    first = await start_worker(server_address(client), task_queue, env, "--store", store)
     second: WorkerProcess | None = None
     try:
         handle = await _start_thread(
             client, model, task_queue, workspace, heartbeat_timeout_seconds=2
         )
-        assert (await _answered(handle, 1)).final_answer == "Noted: marmalade."
-        receipt = await _send(handle, "What did I ask?")
+        assert (await answered_turns(handle, 1, TURN_TIMEOUT)).final_answer == "Noted: marmalade."
+        receipt = await send(handle, "What did I ask?")
         assert not receipt.queued
-        await _wait_for_requests(model_server, model, 2)  # turn 2's model call is in flight
+        await wait_for_requests(model_server, model, 2)  # turn 2's model call is in flight
         await first.kill()
 
-        second = await start_worker(_address(client), task_queue, env, "--store", store)
-        status = await _answered(handle, 2)
+        second = await start_worker(server_address(client), task_queue, env, "--store", store)
+        status = await answered_turns(handle, 2, TURN_TIMEOUT)
         assert status.final_answer == "You asked me to remember a word."
-        await _send(handle, "Which word?")
-        status = await _answered(handle, 3)
+        await send(handle, "Which word?")
+        status = await answered_turns(handle, 3, TURN_TIMEOUT)
         assert status.final_answer == "The word was marmalade."
         await handle.execute_update(AgentWorkflow.close)
         result: AgentResult = await asyncio.wait_for(handle.result(), 60)
@@ -180,7 +159,9 @@ async def test_a_waiting_thread_resumes_after_a_dev_server_restart(
         worker = await start_worker(server.address, task_queue, env, "--store", store)
         try:
             handle = await _start_thread(client, model, task_queue, workspace)
-            assert (await _answered(handle, 1)).final_answer == "Noted: marmalade."
+            assert (
+                await answered_turns(handle, 1, TURN_TIMEOUT)
+            ).final_answer == "Noted: marmalade."
         finally:
             await worker.kill()
         os.kill(server.pid, signal.SIGKILL)
@@ -192,9 +173,9 @@ async def test_a_waiting_thread_resumes_after_a_dev_server_restart(
         worker = await start_worker(server.address, task_queue, env, "--store", store)
         try:
             handle = client.get_workflow_handle(thread_id)
-            receipt = await _send(handle, "Which word?")
+            receipt = await send(handle, "Which word?")
             assert not receipt.queued
-            status = await _answered(handle, 2)
+            status = await answered_turns(handle, 2, TURN_TIMEOUT)
             assert status.final_answer == "The word was marmalade."
             shown = await run_cli("--address", server.address, "status", thread_id, "--json")
             assert shown.returncode == 0, shown.stderr

@@ -10,7 +10,7 @@ import uuid
 from pathlib import Path
 
 from tests.support.harness import Harness
-from tests.support.processes import ROOT, clean_env, run_cli
+from tests.support.processes import ROOT, clean_env, refusal, run_cli
 from treadle.cli import shell
 from workflows.agent.events import approval_commands
 from workflows.agent.models import AgentResult, AgentStatus, Decision, RunStatus, ThreadExport
@@ -123,10 +123,7 @@ async def test_a_malformed_thread_file_is_one_line_and_exit_2(
         path = tmp_path / f"bad{index}.json"
         path.write_text(text)
         done = await run_cli(*harness.cli_args(), "import", str(path))
-        assert done.returncode == 2, done.stdout
-        lines = done.stderr.strip().splitlines()
-        assert len(lines) == 1 and lines[0].startswith("error: "), done.stderr
-        assert expected in lines[0]
+        assert expected in refusal(done)
 
 
 async def test_send_to_a_closed_thread_is_refused(harness: Harness) -> None:

@@ -101,6 +101,14 @@ def assert_refused(result: ToolResult, *fragments: str) -> None:
     assert "top secret" not in result.output
 
 
+async def assert_all_refused(
+    workspace: Path, mode: Confinement, lines: list[str], *fragments: str
+) -> None:
+    """Every command line is refused, saying ``fragments``, and nothing of the outside shows."""
+    for line in lines:
+        assert_refused(await command(workspace, line, mode), *fragments)
+
+
 # --------------------------------------------------------------------------------------------
 # File arguments, in every form
 # --------------------------------------------------------------------------------------------
@@ -118,8 +126,7 @@ async def test_glued_short_option_values_are_checked(
         "grep -f../outside/secret.txt a.txt",
         "grep -nf../outside/secret.txt a.txt",
     ]
-    for line in lines:
-        assert_refused(await command(workspace, line, mode), REFUSED)
+    await assert_all_refused(workspace, mode, lines, REFUSED)
     assert_untouched(outside)
 
 
@@ -149,8 +156,7 @@ async def test_values_after_equals_signs_and_at_signs_are_checked(
         "sort @../outside/secret.txt",
         f"sort @{outside}/secret.txt",
     ]
-    for line in lines:
-        assert_refused(await command(workspace, line, mode), REFUSED)
+    await assert_all_refused(workspace, mode, lines, REFUSED)
     assert_untouched(outside)
 
 
@@ -164,8 +170,7 @@ async def test_writes_through_symlinks_are_refused(
         "sort -odangling.txt a.txt",
         "sort --output=dangling.txt a.txt",
     ]
-    for line in lines:
-        assert_refused(await command(workspace, line, mode), "through a symbolic link")
+    await assert_all_refused(workspace, mode, lines, "through a symbolic link")
     assert_untouched(outside)
 
 
@@ -180,8 +185,7 @@ async def test_reads_through_symlinks_are_refused(
         "grep -fdirlink/secret.txt a.txt",
         "diff a.txt secret_link.txt",
     ]
-    for line in lines:
-        assert_refused(await command(workspace, line, mode), "through a symbolic link")
+    await assert_all_refused(workspace, mode, lines, "through a symbolic link")
 
 
 async def test_recursive_programs_do_not_follow_links_out(

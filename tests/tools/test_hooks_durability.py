@@ -16,7 +16,7 @@ import os
 import shutil
 import signal
 import uuid
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -34,6 +34,7 @@ from tests.support.processes import (
     clean_env,
     poll_until_killed,
     serve_command,
+    server_address,
     start_python,
     start_worker,
 )
@@ -157,10 +158,6 @@ class SlowGit:
             os.killpg(int(self.paused.read_text()), signal.SIGKILL)
 
 
-def _address(client: Client) -> str:
-    return client.service_client.config.target_host
-
-
 async def hook_attempts(handle: WorkflowHandle[Any, Any]) -> tuple[int, int]:
     """(times run_hook was scheduled, the highest attempt that started)."""
     history = await handle.fetch_history()
@@ -184,6 +181,47 @@ def step_commits(repo: Repo) -> int:
     return repo.git("log", "--format=%B").count("Treadle-Step: ")
 
 
+async def kill_mid_hook(
+    client: Client,
+    git: SlowGit,
+    repo: Repo,
+    run: Callable[[Any, HookRequest], Awaitable[HookResult]],
+    request: HookRequest,
+    *,
+    commits_at_the_kill: int,
+    once_started: Callable[[WorkflowHandle[Any, Any]], Awaitable[None]] | None = None,
+) -> tuple[WorkflowHandle[Any, Any], HookResult]:
+    """Run the hook on a worker process, SIGKILL it while ``git`` is paused (the repository
+    then holding ``commits_at_the_kill`` step commits), and return what the attempt on a second
+    worker process ends with."""
+    task_queue = f"test-{uuid.uuid4().hex[:12]}"
+    first = await start_hook_worker(server_address(client), task_queue, git.env())
+    try:
+        handle = await client.start_workflow(
+            run,
+            request,
+            id=request.workflow_id,
+            task_queue=task_queue,
+            execution_timeout=timedelta(minutes=2),
+        )
+        if once_started is not None:
+            await once_started(handle)
+        await git.wait_until_paused()
+        assert step_commits(repo) == commits_at_the_kill
+        await first.kill()
+
+        second = await start_hook_worker(server_address(client), task_queue, git.env())
+        try:
+            result: HookResult = await asyncio.wait_for(handle.result(), 60)
+        finally:
+            await second.kill()
+    finally:
+        git.release()
+        if first.process.returncode is None:
+            await first.kill()
+    return handle, result
+
+
 @pytest.mark.parametrize("killed_after", ["add", "update-ref", "reset"])
 async def test_a_worker_killed_mid_hook_commits_the_step_once(
     client: Client, tmp_path: Path, killed_after: str
@@ -195,38 +233,19 @@ async def test_a_worker_killed_mid_hook_commits_the_step_once(
     repo = make_repo(tmp_path / "ws", tmp_path)
     repo.write("notes.md", "notes\n")
     git = SlowGit(tmp_path / "slow-git", killed_after)
-    task_queue = f"test-{uuid.uuid4().hex[:12]}"
-    workflow_id = f"hook-kill-{uuid.uuid4().hex[:8]}"
-    first = await start_hook_worker(_address(client), task_queue, git.env())
-    try:
-        handle = await client.start_workflow(
-            HookOnceWorkflow.run,
-            HookRequest(
-                hook="git_commit",
-                workspace=str(repo.path),
-                step=1,
-                tools=("write_file",),
-                files=("notes.md",),
-                workflow_id=workflow_id,
-                run_id="run-1",
-            ),
-            id=workflow_id,
-            task_queue=task_queue,
-            execution_timeout=timedelta(minutes=2),
-        )
-        await git.wait_until_paused()
-        assert step_commits(repo) == (0 if killed_after == "add" else 1)
-        await first.kill()
-
-        second = await start_hook_worker(_address(client), task_queue, git.env())
-        try:
-            result: HookResult = await asyncio.wait_for(handle.result(), 60)
-        finally:
-            await second.kill()
-    finally:
-        git.release()
-        if first.process.returncode is None:
-            await first.kill()
+    request = HookRequest(
+        hook="git_commit",
+        workspace=str(repo.path),
+        step=1,
+        tools=("write_file",),
+        files=("notes.md",),
+        workflow_id=f"hook-kill-{uuid.uuid4().hex[:8]}",
+        run_id="run-1",
+    )
+    handle, result = await kill_mid_hook(
+        client, git, repo, HookOnceWorkflow.run, request,
+        commits_at_the_kill=0 if killed_after == "add" else 1,
+    )  # fmt: skip
 
     assert result.outcome == "done"
     assert result.commit == repo.head()
@@ -254,40 +273,24 @@ async def test_a_worker_killed_mid_add_commits_a_commands_60_files_once(
     repo.write("user-staged.txt", "the user's, staged\n")
     repo.git("add", "user-staged.txt")
     git = SlowGit(tmp_path / "slow-git", "add")
-    task_queue = f"test-{uuid.uuid4().hex[:12]}"
-    workflow_id = f"hook-kill-60-{uuid.uuid4().hex[:8]}"
-    first = await start_hook_worker(_address(client), task_queue, git.env())
-    try:
-        handle = await client.start_workflow(
-            HookOnGoWorkflow.run,
-            HookRequest(
-                hook="git_commit",
-                workspace=str(repo.path),
-                step=1,
-                tools=("run_command",),
-                workflow_id=workflow_id,
-                run_id="run-1",
-            ),
-            id=workflow_id,
-            task_queue=task_queue,
-            execution_timeout=timedelta(minutes=2),
-        )
+    request = HookRequest(
+        hook="git_commit",
+        workspace=str(repo.path),
+        step=1,
+        tools=("run_command",),
+        workflow_id=f"hook-kill-60-{uuid.uuid4().hex[:8]}",
+        run_id="run-1",
+    )
+
+    async def run_the_command(handle: WorkflowHandle[Any, Any]) -> None:
         for n in range(60):  # what the step's command made, after the run started
             repo.write(f"gen/file{n:02}.txt", f"{n}\n")
         await handle.signal(HookOnGoWorkflow.proceed)
-        await git.wait_until_paused()
-        assert step_commits(repo) == 0
-        await first.kill()
 
-        second = await start_hook_worker(_address(client), task_queue, git.env())
-        try:
-            result: HookResult = await asyncio.wait_for(handle.result(), 60)
-        finally:
-            await second.kill()
-    finally:
-        git.release()
-        if first.process.returncode is None:
-            await first.kill()
+    handle, result = await kill_mid_hook(
+        client, git, repo, HookOnGoWorkflow.run, request,
+        commits_at_the_kill=0, once_started=run_the_command,
+    )  # fmt: skip
 
     assert result.outcome == "done", result.detail
     assert result.commit == repo.head()
@@ -327,7 +330,7 @@ async def test_an_agent_run_killed_mid_hook_commits_the_step_once(
     git = SlowGit(tmp_path / "slow-git", "update-ref")
     env = git.env(OPENAI_BASE_URL=model_server.base_url)
     task_queue = f"test-{uuid.uuid4().hex[:12]}"
-    first = await start_worker(_address(client), task_queue, env)
+    first = await start_worker(server_address(client), task_queue, env)
     try:
         handle = await client.start_workflow(
             AgentWorkflow.run,
@@ -347,7 +350,7 @@ async def test_an_agent_run_killed_mid_hook_commits_the_step_once(
         assert step_commits(repo) == 1
         await first.kill()
 
-        second = await start_worker(_address(client), task_queue, env)
+        second = await start_worker(server_address(client), task_queue, env)
         try:
             result: AgentResult = await asyncio.wait_for(handle.result(), 120)
             trace = await handle.query(AgentWorkflow.trace)  # a query needs a live worker

@@ -12,6 +12,7 @@ from temporalio.api.sdk.v1 import WorkflowMetadata
 from temporalio.testing import WorkflowEnvironment
 
 from tests.support.harness import Harness, run_to_end_on_time_skipping, tool_messages
+from tests.support.threads import start_thread
 from treadle.scripted_model import ScriptedModelServer
 from workflows.agent.models import AgentResult, AgentStatus, Decision, RunStatus, UserMessage
 from workflows.agent.workflow import AgentWorkflow
@@ -100,13 +101,7 @@ async def test_a_user_message_ends_a_threads_wait(harness: Harness) -> None:
     model = harness.script(
         _wait(seconds=3_600, reason="CI"), {"content": "first"}, {"content": "second"}
     )
-    handle = await harness.client.start_workflow(
-        AgentWorkflow.run,
-        _thread_input(harness, model),
-        id=f"test-wait-{harness.task_queue}",
-        task_queue=harness.task_queue,
-    )
-    harness.handles.append(handle)
+    handle = await start_thread(harness, model, task="Check the CI.")
     await harness.wait_for_state(handle, "Waiting")
     await handle.execute_update(AgentWorkflow.send, UserMessage(text="any news?"))
     await harness.wait_for_state(handle, "WaitingForUserInput")
@@ -117,13 +112,7 @@ async def test_a_user_message_ends_a_threads_wait(harness: Harness) -> None:
 async def test_wake_without_a_wait_is_refused_in_the_trace(harness: Harness) -> None:
     """A ``wake`` signal to a run that is not waiting is a trace line, not a failure."""
     model = harness.script({"content": "hello"})
-    handle = await harness.client.start_workflow(
-        AgentWorkflow.run,
-        _thread_input(harness, model),
-        id=f"test-wake-{harness.task_queue}",
-        task_queue=harness.task_queue,
-    )
-    harness.handles.append(handle)
+    handle = await start_thread(harness, model, task="Check the CI.")
     await harness.wait_for_state(handle, "WaitingForUserInput")
     await handle.signal(AgentWorkflow.wake)
     refused = await harness.trace_events(handle, "SignalRefused", 1)
@@ -156,18 +145,6 @@ async def test_max_wait_seconds_zero_does_not_offer_the_tool(harness: Harness) -
     assert "wait" not in offered and "read_file" in offered
     observed = tool_messages(harness.requests(model)[1])[0]["content"]
     assert observed.startswith("ERROR:") and "wait" in observed, json.dumps(observed)
-
-
-def _thread_input(harness: Harness, model: str) -> Any:
-    from workflows.agent.models import AgentConfig, AgentInput
-
-    return AgentInput(
-        task="Check the CI.",
-        model=model,
-        workspace=str(harness.workspace),
-        thread=True,
-        config=AgentConfig(),
-    )
 
 
 async def test_guidance_through_decide_ends_the_wait(harness: Harness) -> None:

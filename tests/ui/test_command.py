@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import signal
-import sys
 
 import httpx
 
 from tests.support.harness import Harness
-from tests.support.processes import ROOT, clean_env
+from tests.support.processes import start_service
 from treadle.cli.ui import is_loopback
 
 
@@ -19,21 +18,8 @@ async def test_ui_prints_its_loopback_url_serves_the_page_and_stops_on_ctrl_c(
 ) -> None:
     """The first line names the URL (on 127.0.0.1, no token there); the page and the runs
     list answer at it; SIGINT ends the command with 0."""
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        str(ROOT / "starter.py"),
-        *harness.cli_args(),
-        "ui",
-        "--port",
-        "0",
-        cwd=ROOT,
-        env=clean_env(),
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
+    process, line = await start_service(*harness.cli_args(), "ui", "--port", "0")
     try:
-        assert process.stdout is not None
-        line = (await asyncio.wait_for(process.stdout.readline(), 60)).decode()
         assert line.startswith("Treadle's page on http://127.0.0.1:"), line
         url = line.split()[3]
         assert "token" not in url

@@ -14,10 +14,13 @@ import struct
 import sys
 import termios
 import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from temporalio.client import WorkflowHandle
 from temporalio.contrib.workflow_streams import WorkflowStreamClient
 
 from activities.model.activity import http_client
@@ -65,6 +68,25 @@ async def spawn(
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
     )
+
+
+@asynccontextmanager
+async def in_background(
+    harness: Harness, *args: str, cwd: Path = ROOT
+) -> AsyncIterator[asyncio.subprocess.Process]:
+    """``starter.py`` running while the block runs; killed if the block leaves it running."""
+    process = await spawn(harness, *args, cwd=cwd)
+    try:
+        yield process
+    finally:
+        if process.returncode is None:
+            process.kill()
+
+
+async def ends_cleanly(process: asyncio.subprocess.Process) -> None:
+    """Wait for a background ``starter.py`` to end, as it must: with exit code 0."""
+    _, err = await asyncio.wait_for(process.communicate(), 60)
+    assert process.returncode == 0, err.decode()
 
 
 def json_lines(stdout: str) -> list[dict[str, Any]]:
@@ -381,6 +403,22 @@ def ask(kind: str, what: str) -> dict[str, Any]:
     return {"tool_calls": [{"name": "ask_client", "arguments": {"kind": kind, "what": what}}]}
 
 
+async def watched(
+    harness: Harness,
+    turns: list[dict[str, Any]],
+    *flags: str,
+    cwd: Path = ROOT,
+    env: dict[str, str] | None = None,
+) -> tuple[WorkflowHandle[Any, Any], str, str, list[dict[str, Any]]]:
+    """A run of scripted ``turns`` watched to its end by ``watch`` with ``flags``: its handle,
+    watch's stdout and stderr, and the model's requests."""
+    model = harness.script(*turns)
+    handle = await harness.start(model)
+    code, out, err = await starter(harness, "watch", handle.id, *flags, cwd=cwd, env=env)
+    assert code == 0, err
+    return handle, out, err, harness.requests(model)
+
+
 async def test_watch_answers_a_file_read_from_its_directory(
     harness: Harness, tmp_path: Path
 ) -> None:
@@ -390,13 +428,12 @@ async def test_watch_answers_a_file_read_from_its_directory(
     client_dir.mkdir()
     (client_dir / "notes.md").write_text("client-side notes")
     (tmp_path / "secret.txt").write_text("never")
-    model = harness.script(
-        ask("file_read", "notes.md"), ask("file_read", "../secret.txt"), {"content": "read it"}
-    )
-    handle = await harness.start(model)
-    code, out, err = await starter(harness, "watch", handle.id, "--allow-reads", cwd=client_dir)
-    assert code == 0, err
-    requests = harness.requests(model)
+    turns = [
+        ask("file_read", "notes.md"),
+        ask("file_read", "../secret.txt"),
+        {"content": "read it"},
+    ]
+    _, out, _, requests = await watched(harness, turns, "--allow-reads", cwd=client_dir)
     [first] = tool_messages(requests[1])
     assert first["content"] == "The client's file notes.md:\nclient-side notes"
     second = tool_messages(requests[2])[-1]["content"]
@@ -427,8 +464,7 @@ async def test_a_client_with_no_one_to_ask_leaves_a_file_read_to_another(
     model = harness.script(ask("file_read", "notes.md"), {"content": "ok"})
     handle = await harness.start(model)
     await harness.wait_for_state(handle, "WaitingForClient")
-    first = await spawn(harness, "watch", handle.id, cwd=tmp_path)
-    try:
+    async with in_background(harness, "watch", handle.id, cwd=tmp_path) as first:
         said = await read_stderr_until(first, "is left to another client")
         assert "no one here to ask and no --allow-reads" in said
         assert f"starter.py answer {handle.id} q1" in said
@@ -436,11 +472,7 @@ async def test_a_client_with_no_one_to_ask_leaves_a_file_read_to_another(
         await harness.wait_for_state(handle, "WaitingForClient")  # not declined
         code, _, err = await starter(harness, "watch", handle.id, "--allow-reads", cwd=tmp_path)
         assert code == 0, err
-        _, err_first = await asyncio.wait_for(first.communicate(), 60)
-    finally:
-        if first.returncode is None:
-            first.kill()
-    assert first.returncode == 0, err_first
+        await ends_cleanly(first)
     [observation] = tool_messages(harness.requests(model)[1])
     assert observation["content"] == "The client's file notes.md:\nsent by the second client"
 
@@ -451,13 +483,8 @@ async def test_decline_queries_declines_what_this_client_cannot_answer(
     """--decline-queries: piped and without the flag that would answer, a file read and a
     question are declined at once, each saying why."""
     (tmp_path / "notes.md").write_text("x")
-    model = harness.script(
-        ask("file_read", "notes.md"), ask("question", "Which branch?"), {"content": "ok"}
-    )
-    handle = await harness.start(model)
-    code, _, err = await starter(harness, "watch", handle.id, "--decline-queries", cwd=tmp_path)
-    assert code == 0, err
-    requests = harness.requests(model)
+    turns = [ask("file_read", "notes.md"), ask("question", "Which branch?"), {"content": "ok"}]
+    _, _, _, requests = await watched(harness, turns, "--decline-queries", cwd=tmp_path)
     [read] = tool_messages(requests[1])
     assert read["content"].startswith("ERROR: the client declined")
     assert "--allow-reads" in read["content"]
@@ -476,16 +503,10 @@ async def test_a_secret_looking_file_is_declined_even_with_allow_reads(
     key = f"canary-{uuid.uuid4().hex}"
     (tmp_path / ".env").write_text(f"OPENAI_API_KEY={key}\n")
     (tmp_path / "deploy.sh").write_text(f"curl -H 'Authorization: Bearer {key}' ...\n")
-    model = harness.script(
-        ask("file_read", ".env"), ask("file_read", "deploy.sh"), {"content": "ok"}
+    turns = [ask("file_read", ".env"), ask("file_read", "deploy.sh"), {"content": "ok"}]
+    handle, _, _, requests = await watched(
+        harness, turns, "--allow-reads", cwd=tmp_path, env=clean_env(MY_SERVICE_TOKEN=key)
     )
-    handle = await harness.start(model)
-    code, _, err = await starter(
-        harness, "watch", handle.id, "--allow-reads", cwd=tmp_path,
-        env=clean_env(MY_SERVICE_TOKEN=key),
-    )  # fmt: skip
-    assert code == 0, err
-    requests = harness.requests(model)
     [declined] = tool_messages(requests[1])
     assert declined["content"].startswith("ERROR: the client declined")
     assert "looks like a secret (it matches .env)" in declined["content"]
@@ -499,22 +520,20 @@ async def test_a_secret_looking_file_is_declined_even_with_allow_reads(
 
 async def test_environment_only_from_the_allow_list_and_never_secrets(harness: Harness) -> None:
     """--env names what may be shared; a *_KEY is refused even when named."""
-    model = harness.script(ask("environment", "BUILD_MODE, MY_API_KEY, HOME"), {"content": "ok"})
-    handle = await harness.start(model)
+    turns = [ask("environment", "BUILD_MODE, MY_API_KEY, HOME"), {"content": "ok"}]
     env = clean_env(BUILD_MODE="release", MY_API_KEY="sk-do-not-leak")
-    code, _, err = await starter(
-        harness, "watch", handle.id, "--env", "BUILD_MODE", "--env", "MY_API_KEY", env=env
+    _, _, err, requests = await watched(
+        harness, turns, "--env", "BUILD_MODE", "--env", "MY_API_KEY", env=env
     )
-    assert code == 0, err
     assert "--env MY_API_KEY: never shared" in err
-    [observation] = tool_messages(harness.requests(model)[1])
+    [observation] = tool_messages(requests[1])
     assert observation["content"].splitlines() == [
         "The client's environment (BUILD_MODE, MY_API_KEY, HOME):",
         "BUILD_MODE=release",
         "not shared: MY_API_KEY (a secret: never shared), HOME (not in the client's --env "
         "allow-list)",
     ]
-    assert "sk-do-not-leak" not in json.dumps(harness.requests(model))
+    assert "sk-do-not-leak" not in json.dumps(requests)
 
 
 async def test_answer_by_hand_and_its_refusals(harness: Harness) -> None:
@@ -571,19 +590,14 @@ async def test_a_question_waits_for_someone_who_can_answer(harness: Harness) -> 
     printed command answers it by hand."""
     model = harness.script(ask("question", "Which branch?"), {"content": "ok"})
     handle = await harness.start(model)
-    watching = await spawn(harness, "watch", handle.id)
-    try:
+    async with in_background(harness, "watch", handle.id) as watching:
         said = await read_stderr_until(watching, "Answer it with: ")
         printed = said.rsplit("Answer it with: ", 1)[1].strip()
         assert printed == runnable(f'python starter.py answer {handle.id} q1 "..."')
         await harness.wait_for_state(handle, "WaitingForClient")
         code, _, err = await starter(harness, "answer", handle.id, "q1", "main")
         assert code == 0, err
-        _, err = await asyncio.wait_for(watching.communicate(), 60)
-    finally:
-        if watching.returncode is None:
-            watching.kill()
-    assert watching.returncode == 0, err
+        await ends_cleanly(watching)
     [observation] = tool_messages(harness.requests(model)[1])
     assert observation["content"] == "The client answered: main"
 

@@ -18,13 +18,12 @@ Point the dev server's Web UI at it with ``ui_codec_endpoint`` in temporal-dev.y
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
-import signal
 from typing import Any
 from urllib.parse import urlsplit
 
 from treadle.cli.exits import UsageError
+from treadle.cli.serving import listening, serve_until_interrupted
 from treadle.codec import ENV_VAR, EncryptionError, Keyring
 from treadle.web import serve
 from treadle.web.codec import codec_app
@@ -66,25 +65,15 @@ async def cmd_codec_server(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from exc
     if keyring is None:
         raise UsageError(f"{ENV_VAR} is not set; give the codec server the keys the workers use")
-    try:
-        served = await serve.start(codec_app(keyring, origin), HOST, args.port)
-    except OSError as exc:
-        raise UsageError(f"cannot listen on {HOST}:{args.port}: {exc.strerror}") from exc
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(signum, stop.set)
-    print(
+    served = await listening(
+        serve.start(codec_app(keyring, origin), HOST, args.port), HOST, args.port
+    )
+    return await serve_until_interrupted(
         f"Codec server on {served.url} for {origin} (keys: {', '.join(keyring.key_ids)}; "
         f"encrypting with {keyring.primary_id}); Ctrl-C to stop",
-        flush=True,
+        served.stop,
+        "Codec server stopped.",
     )
-    try:
-        await stop.wait()
-    finally:
-        await served.stop()
-    print("Codec server stopped.", flush=True)
-    return 0
 
 
 def _origin(text: str) -> str:

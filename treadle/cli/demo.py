@@ -25,7 +25,6 @@ import asyncio
 import contextlib
 import json
 import shlex
-import signal
 import socket
 import sys
 import uuid
@@ -40,6 +39,7 @@ from treadle.cli import shell
 from treadle.cli import ui as cli_ui
 from treadle.cli.exits import UsageError
 from treadle.cli.live import outcome
+from treadle.cli.serving import interrupted
 from treadle.cli.workspaces import WORKSPACES
 from treadle.connection import connect
 from workflows.agent.models import (
@@ -130,7 +130,8 @@ async def cmd_demo(
                 result = await demo.run(f"demo-{suffix}", args.manual, format_trace, format_result)
                 if args.keep:
                     print(demo.try_it_yourself(f"try-{suffix}"), flush=True)
-                    await _until_interrupted()
+                    with interrupted() as stopping:
+                        await stopping.wait()
                     what = "the worker, the scripted model" + (
                         " and the dev server" if server.started else ""
                     )
@@ -337,19 +338,6 @@ def _shown(path: Path) -> str:
     with contextlib.suppress(ValueError):
         return str(path.relative_to(Path.cwd()))
     return str(path)
-
-
-async def _until_interrupted() -> None:
-    """Wait for Ctrl-C or SIGTERM (handled here, so the worker and server shut down in order)."""
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(signum, stop.set)
-    try:
-        await stop.wait()
-    finally:
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            loop.remove_signal_handler(signum)
 
 
 async def _wait_for_state(

@@ -19,7 +19,6 @@ import argparse
 import asyncio
 import json
 import secrets
-import signal
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -36,6 +35,7 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from treadle.cli.exits import UsageError
+from treadle.cli.serving import listening, serve_until_interrupted
 from treadle.cli.tables import table
 from treadle.web.events import running_monitors_query
 from treadle.web.ping import DEFAULT_PORT, MonitorService
@@ -287,25 +287,13 @@ async def cmd_delete(client: Client, args: argparse.Namespace) -> int:
 
 async def cmd_serve(client: Client, args: argparse.Namespace) -> int:
     service = MonitorService(client, task_queue=args.task_queue)
-    try:
-        await service.start(args.host, args.port)
-    except OSError as exc:
-        raise UsageError(f"cannot listen on {args.host}:{args.port}: {exc.strerror}") from exc
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(signum, stop.set)
-    print(
+    await listening(service.start(args.host, args.port), args.host, args.port)
+    return await serve_until_interrupted(
         f"Monitor HTTP service on {service.url} (namespace {client.namespace}): "
         f"pings at {service.url}/ping/KEY, events at {service.url}/monitors/events; Ctrl-C to stop",
-        flush=True,
+        service.close,
+        "Monitor HTTP service stopped.",
     )
-    try:
-        await stop.wait()
-    finally:
-        await service.close()
-    print("Monitor HTTP service stopped.", flush=True)
-    return 0
 
 
 # --------------------------------------------------------------------------------------------

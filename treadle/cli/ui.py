@@ -15,15 +15,14 @@ and the page keeps it in a cookie no script reads.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import ipaddress
 import os
-import signal
 from typing import Any
 
 from temporalio.client import Client
 
 from treadle.cli.exits import UsageError
+from treadle.cli.serving import listening, serve_until_interrupted
 from treadle.web import serve
 from treadle.web.ui import ui_app
 from treadle.web.ui.guard import new_token
@@ -78,19 +77,10 @@ async def cmd_ui(client: Client, args: argparse.Namespace) -> int:
         loopback=loopback,
         web_ui=args.web_ui.rstrip("/") or None,
     )
-    try:
-        served = await serve.start(app, args.host, args.port)
-    except OSError as exc:
-        raise UsageError(f"cannot listen on {args.host}:{args.port}: {exc.strerror}") from exc
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(signum, stop.set)
+    served = await listening(serve.start(app, args.host, args.port), args.host, args.port)
     url = served.url + (f"/?token={token}" if token else "/")
-    print(f"Treadle's page on {url} (namespace {client.namespace}); Ctrl-C to stop", flush=True)
-    try:
-        await stop.wait()
-    finally:
-        await served.stop()
-    print("Treadle's page stopped.", flush=True)
-    return 0
+    return await serve_until_interrupted(
+        f"Treadle's page on {url} (namespace {client.namespace}); Ctrl-C to stop",
+        served.stop,
+        "Treadle's page stopped.",
+    )
