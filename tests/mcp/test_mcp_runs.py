@@ -90,7 +90,7 @@ async def test_a_run_offers_and_calls_a_stdio_servers_tools(mcp_harness: McpHarn
         assert "read_file" in tools
         assert [m["content"] for m in tool_messages(second)] == ["5", "hi"]
         [listed] = await trace_data(handle, "McpToolsListed")
-        assert listed.startswith("9 MCP tool(s) from calc")
+        assert listed.startswith("10 MCP tool(s) from calc")
         kinds = [(e.kind, e.ok) for e in await events(handle) if e.kind == "mcp_tools"]
         assert kinds == [("mcp_tools", True)]
         finished = [e for e in await events(handle) if e.kind == "tool_finished"]
