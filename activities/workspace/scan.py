@@ -8,7 +8,9 @@ Blocking (``os.scandir``, ``os.stat``): called in a thread by the snapshotter.
 from __future__ import annotations
 
 import fnmatch
+import functools
 import os
+import re
 import stat
 import time
 from collections.abc import Iterable
@@ -47,16 +49,48 @@ class Rules:
     max_file_bytes: int
 
     def ignored(self, rel: str) -> str | None:
-        """The pattern that leaves ``rel`` out, if one does."""
+        """The pattern that leaves ``rel`` out, if one does (checked once per walked entry:
+        literal names are a set lookup, wildcards one compiled expression)."""
+        names, name_wild, paths, path_wild = _compiled(self.ignore)
         name = rel.rsplit("/", 1)[-1]
-        depth = rel.count("/") + 1
-        for pattern in self.ignore:
-            if "/" not in pattern:
-                if fnmatch.fnmatchcase(name, pattern):
-                    return pattern
-            elif pattern.count("/") + 1 == depth and fnmatch.fnmatchcase(rel, pattern):
+        if name in names:
+            return name
+        if "/" in rel and rel in paths:
+            return rel
+        for pattern, regex in name_wild:
+            if regex.match(name):
+                return pattern
+        depth = rel.count("/") + 1 if path_wild else 0
+        for pattern, regex in path_wild:
+            if pattern.count("/") + 1 == depth and regex.match(rel):
                 return pattern
         return None
+
+
+Compiled = tuple[
+    frozenset[str],
+    tuple[tuple[str, re.Pattern[str]], ...],
+    frozenset[str],
+    tuple[tuple[str, re.Pattern[str]], ...],
+]
+
+
+@functools.lru_cache(maxsize=32)
+def _compiled(ignore: tuple[str, ...]) -> Compiled:
+    """The patterns split four ways: literal names, wildcard names, literal paths, wildcard
+    paths (a pattern with ``/`` is a path from the workspace's root)."""
+    wild = set("*?[")
+    names = frozenset(p for p in ignore if "/" not in p and not wild & set(p))
+    paths = frozenset(p.strip("/") for p in ignore if "/" in p and not wild & set(p))
+    name_wild = tuple(
+        (p, re.compile(fnmatch.translate(p))) for p in ignore if "/" not in p and wild & set(p)
+    )
+    path_wild = tuple(
+        (p, re.compile(fnmatch.translate(p.strip("/"))))
+        for p in ignore
+        if "/" in p and wild & set(p)
+    )
+    return names, name_wild, paths, path_wild
 
 
 @dataclass
@@ -133,10 +167,12 @@ def _consider(seen: Seen, index: Index, rules: Rules, rel: str, st: os.stat_resu
         seen.to_hash[rel] = signature
 
 
-def walk(root: Path, rules: Rules, index: Index, below: str = "") -> Seen:
+def walk(
+    root: Path, rules: Rules, index: Index, below: str = "", started_ns: int | None = None
+) -> Seen:
     """Every file of the workspace (or of its directory ``below``), stat'ed once each
-    (symbolic links are not followed)."""
-    seen = Seen()
+    (symbolic links are not followed). ``started_ns``: now, by the snapshotter's clock."""
+    seen = Seen(started_ns=time.time_ns() if started_ns is None else started_ns)
     stack: list[tuple[str, str]] = [(str(root / below), below + "/" if below else "")]
     while stack:
         directory, prefix = stack.pop()
@@ -164,11 +200,16 @@ def walk(root: Path, rules: Rules, index: Index, below: str = "") -> Seen:
 
 
 def look_at(
-    root: Path, rules: Rules, index: Index, paths: Iterable[str], previous: State
+    root: Path,
+    rules: Rules,
+    index: Index,
+    paths: Iterable[str],
+    previous: State,
+    started_ns: int | None = None,
 ) -> tuple[Seen, set[str]]:
     """Only ``paths`` (what the step's tools said they changed), over the previous snapshot:
     what is found there, and the previous paths that ``paths`` cover (to drop if not found)."""
-    seen = Seen()
+    seen = Seen(started_ns=time.time_ns() if started_ns is None else started_ns)
     covered: set[str] = set()
     for given in paths:
         rel = given.strip("/")
@@ -186,7 +227,7 @@ def look_at(
             continue  # removed
         seen.stats += 1
         if stat.S_ISDIR(st.st_mode):
-            inside = walk(root, rules, index, rel)
+            inside = walk(root, rules, index, rel, seen.started_ns)
             seen.entries.update(inside.entries)
             seen.to_hash.update(inside.to_hash)
             seen.stats += inside.stats

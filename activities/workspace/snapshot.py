@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -64,8 +66,11 @@ class Counts:
 class Snapshotter:
     """Takes snapshots of the workspaces of one worker, into one store."""
 
-    def __init__(self, store: BlobStore) -> None:
+    def __init__(self, store: BlobStore, clock: Callable[[], int] = time.time_ns) -> None:
         self.store = store
+        self.clock = clock
+        """Now in ns: whether a file was modified too recently to trust its times (a
+        benchmark passes a clock that lets seconds pass between steps)."""
         self.manifests = Manifests(store)
         self.records: dict[str, Record] = {}
         self.last = Counts()
@@ -73,7 +78,7 @@ class Snapshotter:
     async def snapshot(self, request: SnapshotRequest) -> SnapshotResult:
         root = Path(request.workspace)
         record = self.records.setdefault(str(root.resolve()), Record())
-        rules = Rules(request.ignore, request.max_file_bytes)
+        rules = Rules(request.patterns, request.max_file_bytes)
         previous = request.previous
         before: State = await self.manifests.state(previous) if previous else {}
         whole = (
@@ -84,16 +89,16 @@ class Snapshotter:
             or record.since_walk + 1 >= request.full_walk_every
         )
         if whole:
-            seen = await asyncio.to_thread(walk, root, rules, record.index)
+            seen = await asyncio.to_thread(walk, root, rules, record.index, "", self.clock())
             covered = set(before)
             record.exclusions, record.since_walk = seen.exclusions, 0
         else:
             seen, covered = await asyncio.to_thread(
-                look_at, root, rules, record.index, request.paths or (), before
+                look_at, root, rules, record.index, request.paths or (), before, self.clock()
             )
             record.since_walk += 1
         record.rules = rules
-        after = {p: e for p, e in before.items() if p not in covered}
+        after = {} if whole else {p: e for p, e in before.items() if p not in covered}
         after.update(seen.entries)
         hashed_bytes = await self._hash(root, seen, record.index, after)
         self.last = Counts(seen.stats, len(seen.to_hash), hashed_bytes, whole)
@@ -120,7 +125,7 @@ class Snapshotter:
             detail=(
                 f"step {request.step}: {manifest.changed} changed ({size(manifest.changed_bytes)})"
                 f", {manifest.files} files ({size(manifest.total_bytes)}) · "
-                f"{len(seen.to_hash)} read · {exclusions.describe()} · manifest {key[:12]}"
+                f"{len(seen.to_hash)} read · {exclusions.describe()}"
             ),
         )
 
@@ -165,7 +170,7 @@ class Snapshotter:
             changed_bytes=sum(e[2] for e in since_parent.values() if e is not None),
             excluded=dict(sorted(exclusions.counts.items())),
             excluded_examples=tuple(exclusions.examples),
-            ignore=request.ignore,
+            ignore=request.patterns,
         )
         return await self.manifests.put(manifest, after), manifest
 

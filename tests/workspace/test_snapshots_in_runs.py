@@ -6,6 +6,9 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import WorkflowHandle
+
 from activities.store.blobs import FileBlobStore
 from activities.workspace import Manifests
 from tests.support.harness import Harness
@@ -48,6 +51,33 @@ async def test_each_changing_step_is_one_snapshot(harness: Harness, store: FileB
     trace = await handle.query(AgentWorkflow.trace)
     lines = [e.data for e in trace.entries if e.event == "WorkspaceSnapshot"]
     assert len(lines) == 3 and all("manifest" in line for line in lines)
+    costs = await snapshot_history(handle)
+    assert len(costs) == 3
+    assert all(events == 3 and size <= 1024 for events, size in costs), costs
+
+
+async def snapshot_history(handle: WorkflowHandle[Any, Any]) -> list[tuple[int, int]]:
+    """(events, bytes) of each ``snapshot_workspace`` call in the run's history."""
+    history = await handle.fetch_history()
+    scheduled = {
+        e.event_id
+        for e in history.events
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+        and e.activity_task_scheduled_event_attributes.activity_type.name == "snapshot_workspace"
+    }
+    costs = {event_id: [0, 0] for event_id in scheduled}
+    for e in history.events:
+        owner = e.event_id if e.event_id in scheduled else None
+        for attrs in (
+            e.activity_task_started_event_attributes,
+            e.activity_task_completed_event_attributes,
+        ):
+            if attrs.scheduled_event_id in scheduled:
+                owner = attrs.scheduled_event_id
+        if owner is not None:
+            costs[owner][0] += 1
+            costs[owner][1] += e.ByteSize()
+    return [(events, size) for events, size in costs.values()]
 
 
 async def test_exclusions_are_counted_and_named(harness: Harness, store: FileBlobStore) -> None:

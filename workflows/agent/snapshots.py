@@ -99,9 +99,15 @@ class SnapshotRequest(Frozen):
     paths: tuple[str, ...] | None = None
     """The paths the step's tools reported changing; ``None``: they did not all say (a
     command ran), so the whole workspace is walked."""
-    ignore: tuple[str, ...] = DEFAULT_IGNORE
+    ignore: tuple[str, ...] | None = None
+    """The config's ignore patterns; ``None``: ``DEFAULT_IGNORE`` (history carries no copy of
+    the defaults at every step)."""
     max_file_bytes: int = Field(50 * 2**20, ge=0)
     full_walk_every: int = Field(20, ge=1)
+
+    @property
+    def patterns(self) -> tuple[str, ...]:
+        return DEFAULT_IGNORE if self.ignore is None else self.ignore
 
 
 class SnapshotResult(Frozen):

@@ -14,6 +14,7 @@ from workflows.agent.catalogue import TOOLS
 from workflows.agent.models import AgentConfig, ToolOutcome
 from workflows.agent.publishing import Publisher
 from workflows.agent.snapshots import (
+    DEFAULT_IGNORE,
     WORKSPACE_SNAPSHOTS,
     SnapshotRequest,
     SnapshotResult,
@@ -58,7 +59,7 @@ async def after_step(
         step=step,
         previous=run.workspace_snapshot,
         paths=hint,
-        ignore=snapshots.ignore,
+        ignore=None if snapshots.ignore == DEFAULT_IGNORE else snapshots.ignore,
         max_file_bytes=snapshots.max_file_bytes,
         full_walk_every=snapshots.full_walk_every,
     )
@@ -71,4 +72,6 @@ async def after_step(
         return
     if result.manifest is not None:
         run.workspace_snapshot = result.manifest
-    pub.record(State.POST_TOOLS_HOOK, "WorkspaceSnapshot", result.detail)
+    # The whole key: ``starter.py workspace ID --manifest KEY`` reads the store from it.
+    key = f" · manifest {result.manifest}" if result.created else ""
+    pub.record(State.POST_TOOLS_HOOK, "WorkspaceSnapshot", result.detail + key)
