@@ -109,3 +109,23 @@ async def test_snapshots_off_take_none(harness: Harness) -> None:
     assert (await handle.query(AgentWorkflow.workspace)).manifest is None
     history = await handle.fetch_history()
     assert "snapshot_workspace" not in history.to_json()
+
+
+async def test_continue_as_new_carries_the_latest_snapshot(
+    harness: Harness, store: FileBlobStore
+) -> None:
+    """A run that continues as new every few steps keeps one chain of snapshots: the last
+    run's latest manifest leads back, parent by parent, to the first run's first."""
+    steps = 8
+    model = harness.script(*(write(f"f{i}.txt", str(i)) for i in range(steps)), {"content": "done"})
+    handle = await harness.start(model, snapshots=SNAPSHOTS, continue_as_new_after_events=20)
+    assert (await handle.result()).status is RunStatus.DONE
+    described = await handle.describe()
+    assert described.run_id != handle.first_execution_run_id  # it did continue as new
+    head = await handle.query(AgentWorkflow.workspace)
+    assert head.manifest is not None
+    chain = await Manifests(store).chain(head.manifest)
+    assert [m.step for _, m in reversed(chain)] == list(range(1, steps + 1))
+    assert sorted(await Manifests(store).state(head.manifest)) == [
+        f"f{i}.txt" for i in range(steps)
+    ]
