@@ -38,6 +38,10 @@ from workflows.agent.snapshots import SnapshotRequest, SnapshotResult
 
 __all__ = ["Snapshotter", "WorkspaceActivities", "size"]
 
+KEEP_WORKSPACES = 64
+"""Workspaces whose index a worker keeps in memory; the one used longest ago is forgotten
+(its next snapshot reads its files once more)."""
+
 
 @dataclass
 class Record:
@@ -77,7 +81,7 @@ class Snapshotter:
 
     async def snapshot(self, request: SnapshotRequest) -> SnapshotResult:
         root = Path(request.workspace)
-        record = self.records.setdefault(str(root.resolve()), Record())
+        record = self._record(str(root.resolve()))
         rules = Rules(request.patterns, request.max_file_bytes)
         previous = request.previous
         before: State = await self.manifests.state(previous) if previous else {}
@@ -128,6 +132,13 @@ class Snapshotter:
                 f"{len(seen.to_hash)} read · {exclusions.describe()}"
             ),
         )
+
+    def _record(self, workspace: str) -> Record:
+        record = self.records.pop(workspace, None) or Record()
+        self.records[workspace] = record  # the most recently used last
+        while len(self.records) > KEEP_WORKSPACES:
+            self.records.pop(next(iter(self.records)))
+        return record
 
     async def _hash(self, root: Path, seen: Seen, index: Index, after: State) -> int:
         """Read and store every file whose signature changed; their entries join ``after``."""

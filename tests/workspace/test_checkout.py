@@ -89,9 +89,9 @@ async def test_any_step_is_checked_out_exactly(harness: Harness, tmp_path: Path)
     assert "0 written" in again and "0 removed" in again and "2 unchanged" in again
 
     diff = (await workspace(harness, handle.id, "--diff", "1", "5")).splitlines()
-    assert diff == ["M a.txt (3 B -> 5 B)"]
+    assert diff == [f"M a.txt (3 B -> 5 B, mode {mode(plain)} -> -rw-------)"]
     diff = (await workspace(harness, handle.id, "--diff", "2", "3")).splitlines()
-    assert diff == ["M a.txt (mode -rw-r--r-- -> -rw-------)".replace("-rw-r--r--", mode(plain))]
+    assert diff == [f"M a.txt (mode {mode(plain)} -> -rw-------)"]
     diff = (await workspace(harness, handle.id, "--diff", "4", "5")).splitlines()
     assert diff == ["D src/b.py"]
 

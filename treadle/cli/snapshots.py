@@ -190,8 +190,11 @@ def diff_lines(old: State, new: State) -> list[str]:
             lines.append(f"A {path} ({size(after[2])})")
         elif after is None:
             lines.append(f"D {path}")
-        elif before is not None and before[0] != after[0]:
-            lines.append(f"M {path} ({size(before[2])} -> {size(after[2])})")
         elif before is not None:
-            lines.append(f"M {path} (mode {_mode(before)} -> {_mode(after)})")
+            what = []
+            if before[0] != after[0]:
+                what.append(f"{size(before[2])} -> {size(after[2])}")
+            if before[1] != after[1]:
+                what.append(f"mode {_mode(before)} -> {_mode(after)}")
+            lines.append(f"M {path} ({', '.join(what)})")
     return lines
