@@ -94,6 +94,9 @@ async def test_any_step_is_checked_out_exactly(harness: Harness, tmp_path: Path)
     assert diff == [f"M a.txt (mode {mode(plain)} -> -rw-------)"]
     diff = (await workspace(harness, handle.id, "--diff", "4", "5")).splitlines()
     assert diff == ["D src/b.py"]
+    before = await run_cli(*harness.cli_args(), "workspace", handle.id, "--step", "0")
+    assert before.returncode == 2
+    assert "no snapshot at or before step 0 (the first is after step 1)" in before.stderr
 
 
 def mode(bits: int) -> str:

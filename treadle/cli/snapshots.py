@@ -61,10 +61,9 @@ async def cmd_workspace(client: Client, args: argparse.Namespace) -> int:
     head = args.manifest or await _head(client, args.workflow_id)
     manifests = Manifests(store)
     try:
-        chain = await manifests.chain(head)
         if args.diff:
-            old, _ = await _at(manifests, chain, args.diff[0])
-            new, _ = await _at(manifests, chain, args.diff[1])
+            old, _ = await _at(manifests, head, args.diff[0])
+            new, _ = await _at(manifests, head, args.diff[1])
             lines = diff_lines(await manifests.state(old), await manifests.state(new))
             if args.json:
                 print(json.dumps(lines))
@@ -73,7 +72,9 @@ async def cmd_workspace(client: Client, args: argparse.Namespace) -> int:
             return 0
         if args.into:
             key, manifest = (
-                await _at(manifests, chain, args.step) if args.step is not None else chain[0]
+                await _at(manifests, head, args.step)
+                if args.step is not None
+                else (head, await manifests.get(head))
             )
             done = await materialise(store, key, Path(args.into).expanduser())
             print(
@@ -83,9 +84,10 @@ async def cmd_workspace(client: Client, args: argparse.Namespace) -> int:
             )
             return 0
         if args.step is not None:
-            key, manifest = await _at(manifests, chain, args.step)
+            key, manifest = await _at(manifests, head, args.step)
             print(_files(await manifests.state(key), args.json))
             return 0
+        chain = await manifests.chain(head)
     except (BlobMissing, ManifestError) as exc:
         raise UsageError(f"run {args.workflow_id!r}: {exc}") from exc
     print(_listing(chain, args.json))
@@ -123,14 +125,16 @@ async def _head(client: Client, workflow_id: str) -> str:
     return head.manifest
 
 
-async def _at(
-    manifests: Manifests, chain: list[tuple[str, Manifest]], step: int
-) -> tuple[str, Manifest]:
-    """The snapshot of the workspace as it was after ``step``: the latest taken at or before it."""
-    for key, manifest in chain:
+async def _at(manifests: Manifests, head: str, step: int) -> tuple[str, Manifest]:
+    """The snapshot of the workspace as it was after ``step``: the latest taken at or before
+    it, found walking back from ``head`` by ``parent`` (no further than that)."""
+    at: str | None = head
+    first = step
+    while at is not None:
+        manifest = await manifests.get(at)
         if manifest.step <= step:
-            return key, manifest
-    first = chain[-1][1].step
+            return at, manifest
+        first, at = manifest.step, manifest.parent
     raise UsageError(f"no snapshot at or before step {step} (the first is after step {first})")
 
 
