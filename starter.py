@@ -21,6 +21,7 @@
     python starter.py serve [--host 127.0.0.1] [--port PORT]   # HTTP pings + event stream
     python starter.py codec-server [--port 8888] [--origin URL]  # decrypts for the Web UI
     python starter.py ui [--host 127.0.0.1] [--port 8765]   # the browser page: runs, approvals
+    python starter.py workspace ID [--step N] [--into DIR] [--diff N M]  # snapshots, check-outs
     python starter.py demo [--manual] [--keep]  # everything, end to end, no API key
 
 Connection: TEMPORAL_ADDRESS / TEMPORAL_NAMESPACE / temporal.toml profiles, or --address.
@@ -63,6 +64,7 @@ from treadle.cli import jobs as cli_jobs
 from treadle.cli import live as cli_live
 from treadle.cli import monitors as cli_monitors
 from treadle.cli import scheduled_agents as cli_scheduled_agents
+from treadle.cli import snapshots as cli_snapshots
 from treadle.cli import ui as cli_ui
 from treadle.cli import wake as cli_wake
 from treadle.cli.exits import UsageError, run_and_exit
@@ -469,6 +471,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     cli_codec_server.register(sub)
     cli_ui.register(sub)
     cli_wake.register(sub)
+    cli_snapshots.register(sub)
 
     cli_demo.register(sub)
     return parser.parse_args(argv)

@@ -52,6 +52,7 @@ from activities.tools.builtin import ToolActivities
 from activities.tools.confinement import Confinement
 from activities.tools.loading import ToolModuleError, list_loaded_tools
 from activities.tools.loading import load as load_tool_modules
+from activities.workspace import WorkspaceActivities
 from treadle.cli.exits import run_and_exit
 from treadle.codec import EncryptionError
 from treadle.connection import (
@@ -121,6 +122,8 @@ PASSTHROUGH_MODULES = (
     "workflows.agent.handover",
     "workflows.agent.events",
     "workflows.agent.hooks",
+    "workflows.agent.snapshots",  # workspace snapshot messages, shared with the activity
+    "workflows.agent.snapshotting",
     "workflows.agent.mcp",  # MCP tool names and messages, shared with the MCP activities
     "workflows.agent.tool_args",
     "workflows.agent.client_queries",
@@ -177,6 +180,8 @@ def build_worker(
     span or logs (``activities.content``). The redacting interceptor is the worker's last, so
     the tracing interceptor and the SDK's failure logging see only redacted text.
     """
+    # Workspace files go to the store as they are: a check-out must give the same bytes back.
+    workspaces = WorkspaceActivities(store)
     redactor = Redactor([*settings.api_keys(), *secrets])
     interceptors = [RedactingInterceptor(redactor)]
     log_redaction.install()  # what activities log while they run, with the same redactor
@@ -194,7 +199,12 @@ def build_worker(
         return Worker(
             client,
             task_queue=task_queue,
-            activities=[tools.run_tool, HookActivities().run_hook, probe.wait_for_store],
+            activities=[
+                tools.run_tool,
+                HookActivities().run_hook,
+                probe.wait_for_store,
+                workspaces.snapshot_workspace,
+            ],
             interceptors=interceptors,
             max_concurrent_activities=max_concurrent_activities,
             graceful_shutdown_timeout=graceful_shutdown,
@@ -208,6 +218,7 @@ def build_worker(
             models.call_model,
             tools.run_tool,
             HookActivities().run_hook,
+            workspaces.snapshot_workspace,
             mcp.list_mcp_tools,
             mcp.call_mcp_tool,
             list_loaded_tools,

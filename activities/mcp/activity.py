@@ -34,6 +34,7 @@ from temporalio import activity
 
 from activities import telemetry
 from activities.content import door
+from activities.errors import StoreUnavailable
 from activities.heartbeat import FIRST_BEAT_SECONDS, heartbeating, interval_seconds
 from activities.mcp.config import McpConfig, McpServerConfig
 from activities.mcp.errors import McpUnavailableError
@@ -244,6 +245,8 @@ class McpActivities:
                     arguments = await door.resolve_value(self.store, request.arguments)
                 except door.NoStore as exc:
                     result = _error(str(exc), request)
+                except StoreUnavailable as exc:  # not sent: the workflow waits, then again
+                    raise exc.to_application_error() from exc
                 else:
                     result = await self.call(request.model_copy(update={"arguments": arguments}))
                 span.finished(result.success)

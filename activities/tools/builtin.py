@@ -33,7 +33,7 @@ from temporalio import activity
 
 from activities import telemetry
 from activities.content import door
-from activities.errors import ToolError
+from activities.errors import StoreUnavailable, ToolError
 from activities.store.conversation import ConversationStore
 from activities.tools import registry
 from activities.tools.commands import command_environment, run_command
@@ -506,6 +506,8 @@ class ToolActivities:
             args: ToolArgs | None = parse_arguments(call.name, arguments)
         except door.NoStore as exc:
             args, refused = None, _failed(str(exc), request.policy)
+        except StoreUnavailable as exc:  # the tool has not run: the workflow waits, then again
+            raise exc.to_application_error() from exc
         except ToolArgumentsError as exc:
             args, refused = None, _failed(str(exc), request.policy)
         target = short_target(TOOLS[call.name].target(args)) if args is not None else ""

@@ -42,6 +42,7 @@ from workflows.agent.outages import (
     pause,
     unreachable_store,
 )
+from workflows.agent.snapshots import SnapshotRequest, SnapshotResult, snapshot_call
 from workflows.base import FIRST_RETRY, failure_message
 
 with workflow.unsafe.imports_passed_through():
@@ -53,6 +54,7 @@ with workflow.unsafe.imports_passed_through():
     from activities.store.probe import StoreProbeActivities
     from activities.tools.builtin import ToolActivities
     from activities.tools.loading import list_loaded_tools as list_loaded
+    from activities.workspace import WorkspaceActivities
 
 COMMAND_TIMEOUT_GRACE_SECONDS = 10
 """A command's attempt may outlive its own timeout by this much: time to kill its process
@@ -168,6 +170,26 @@ async def run_hook(config: AgentConfig, request: HookRequest, summary: str) -> H
             **hooks.hook_call(
                 summary,
                 heartbeat_timeout_seconds=config.heartbeat_timeout_seconds,
+                task_queue=config.tool_task_queue,
+            ),
+        ),
+    )
+    return result
+
+
+async def snapshot_workspace(
+    config: AgentConfig, request: SnapshotRequest, summary: str
+) -> SnapshotResult:
+    """The workspace after a step, as a manifest in the store (``snapshot_workspace``)."""
+    result: SnapshotResult = await _through_outages(
+        config,
+        config.tool_task_queue,
+        lambda: workflow.execute_activity_method(
+            WorkspaceActivities.snapshot_workspace,
+            request,
+            **snapshot_call(
+                summary,
+                heartbeat_seconds=config.heartbeat_timeout_seconds,
                 task_queue=config.tool_task_queue,
             ),
         ),

@@ -17,6 +17,7 @@ from workflows.agent.hooks import check_hook_names, parse_author
 from workflows.agent.mcp import ALL_SERVERS, check_server_name, is_tool_name, server_of
 from workflows.agent.progress import ProgressConfig
 from workflows.agent.providers import ModelStringError, resolve
+from workflows.agent.snapshots import SnapshotConfig
 from workflows.agent.tool_args import DEFAULT_COMMAND_ALLOWLIST
 from workflows.base import Frozen
 
@@ -58,6 +59,10 @@ class AgentConfig(Frozen):
     commit_author: str | None = None
     """``"Name <email>"`` of the ``git_commit`` hook's commits (default
     ``Treadle <treadle@localhost>``)."""
+    # -- workspace snapshots (issue 25) --------------------------------------------------
+    snapshots: SnapshotConfig = SnapshotConfig()
+    """Workspace snapshots in the store after each step whose tools changed files: whether,
+    and what they leave out (``docs/workspaces.md``)."""
     tools: tuple[str, ...] | None = None
     """The tools this run offers the model, by name (built-in and your own); default: all of
     them. ``run_command`` still needs ``allow_run_command``. MCP tools (``mcp__<server>__<tool>``)

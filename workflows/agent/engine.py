@@ -39,6 +39,7 @@ from workflows.agent import (
     planning,
     recovery,
     reflection,
+    snapshotting,
     status,
     threads,
     typed_answers,
@@ -586,6 +587,10 @@ class AgentEngine(AgentHandlers):
             result = await self._run_hook(name, last.step if last else run.memory.step, outcomes)
             self._pub.record(State.POST_TOOLS_HOOK, "HookRun", hooks.describe(result))
             self._pub.emit("hook", hooks.describe(result), tool=name, ok=result.outcome != "failed")
+        step, done = (last.step, last.outcomes) if last else (run.memory.step, ())
+        await snapshotting.after_step(
+            run, self._pub, self._tools.box(), step, done, calls.snapshot_workspace
+        )
         return Event.NEEDS_REFLECTION if run.reflection_due() else Event.HOOK_DONE
 
     async def _run_hook(self, name: str, step: int, outcomes: list[ToolOutcome]) -> HookResult:

@@ -33,6 +33,7 @@ from workflows.agent.models import (
 )
 from workflows.agent.progress import ProgressSummary
 from workflows.agent.publishing import Publisher
+from workflows.agent.snapshots import WorkspaceHead
 from workflows.agent.state import AgentRun
 from workflows.agent.state_machine import State
 from workflows.agent.status import cut
@@ -315,3 +316,8 @@ class AgentHandlers:
     def trace(self) -> Trace:
         """The append-only log: step, state, event, data, timestamp."""
         return Trace(entries=tuple(self._run.trace), earlier=self._run.trace_earlier)
+
+    @workflow.query
+    def workspace(self) -> WorkspaceHead:
+        """The key of the workspace's latest snapshot (``starter.py workspace``)."""
+        return WorkspaceHead(manifest=self._run.workspace_snapshot, step=self._run.memory.step)

@@ -145,6 +145,8 @@ class AgentRun(Mutable):
     call, behind the ``wait-tool`` patch, then carried across continue-as-new)."""
     runs: int = 1
     """Which run of its continue-as-new chain this is (the workflow id stays the same)."""
+    workspace_snapshot: str | None = None
+    """The key of the workspace's latest snapshot manifest in the store (``snapshots``)."""
 
     @model_validator(mode="before")
     @classmethod

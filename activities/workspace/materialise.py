@@ -1,0 +1,128 @@
+"""Checking a snapshot out: a directory made exactly the workspace a manifest records.
+
+Only what differs is written: a file already there with the recorded size and content (its
+hash) is left alone, a file the snapshot does not have is removed, unless an ignore pattern of
+the snapshot covers it (a ``node_modules`` the snapshot left out is not the snapshot's to
+delete). Files are written beside their place and renamed over it, with the recorded mode.
+Empty directories are not recorded (as in git); directories emptied by the check-out stay.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import os
+import stat
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from activities.store.blobs import BlobStore
+from activities.workspace.manifest import SYMLINK, Entry, Manifests, check_path
+from activities.workspace.scan import Index, Rules, walk
+
+__all__ = ["Checkout", "materialise"]
+
+PARALLEL_READS = 16
+"""Blobs read from the store at once (S3 answers each in tens of milliseconds)."""
+
+
+@dataclass
+class Checkout:
+    """What a check-out did."""
+
+    written: list[str] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
+    unchanged: int = 0
+    written_bytes: int = 0
+
+
+async def materialise(store: BlobStore, key: str, into: Path) -> Checkout:
+    """Make ``into`` the workspace of snapshot ``key`` (created if missing)."""
+    manifests = Manifests(store)
+    manifest = await manifests.get(key)
+    wanted = await manifests.state(key)
+    into.mkdir(parents=True, exist_ok=True)
+    rules = Rules(manifest.ignore, max_file_bytes=2**63)
+    have = await asyncio.to_thread(_present, into, rules)
+    done = Checkout()
+    for rel in sorted(set(have) - set(wanted)):
+        await asyncio.to_thread(_remove, into / rel)
+        done.removed.append(rel)
+    todo = [
+        (rel, entry)
+        for rel, entry in sorted(wanted.items())
+        if not await asyncio.to_thread(_same, into, rel, entry, have.get(rel))
+    ]
+    done.unchanged = len(wanted) - len(todo)
+    limit = asyncio.Semaphore(PARALLEL_READS)
+
+    async def fetch(rel: str, entry: Entry) -> None:
+        async with limit:
+            data = await store.get(entry[0])
+        await asyncio.to_thread(_write, into, check_path(rel), entry, data)
+        done.written_bytes += len(data)
+
+    await asyncio.gather(*(fetch(rel, entry) for rel, entry in todo))
+    done.written = [rel for rel, _ in todo]
+    return done
+
+
+def _present(into: Path, rules: Rules) -> dict[str, tuple[int, int]]:
+    """The files already in ``into`` (outside its ignore patterns): path -> (size, mode)."""
+    seen = walk(into, rules, Index())
+    return {rel: (sig[0], sig[4]) for rel, sig in seen.to_hash.items()}
+
+
+def _same(into: Path, rel: str, entry: Entry, present: tuple[int, int] | None) -> bool:
+    """Whether the file at ``rel`` is already the entry: same kind, size, mode and content."""
+    if present is None:
+        return False
+    size, mode = present
+    key, want_mode, want_size = entry
+    path = into / rel
+    if want_mode == SYMLINK:
+        if not stat.S_ISLNK(mode):
+            return False
+        return hashlib.sha256(os.fsencode(os.readlink(path))).hexdigest() == key
+    if not stat.S_ISREG(mode) or size != want_size or stat.S_IMODE(mode) != want_mode:
+        return False
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest() == key
+
+
+def _write(into: Path, rel: str, entry: Entry, data: bytes) -> None:
+    path = into / rel
+    _clear_the_way(into, rel)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".{path.name}.treadle-checkout")
+    if temporary.is_symlink() or temporary.exists():
+        temporary.unlink()
+    if entry[1] == SYMLINK:
+        os.symlink(os.fsdecode(data), temporary)
+    else:
+        temporary.write_bytes(data)
+        os.chmod(temporary, entry[1])
+    if path.is_dir() and not path.is_symlink():
+        _remove(path)
+    os.replace(temporary, path)
+
+
+def _clear_the_way(into: Path, rel: str) -> None:
+    """A file (or link) where the snapshot has a directory on ``rel``'s way is removed."""
+    at = into
+    for part in rel.split("/")[:-1]:
+        at = at / part
+        if at.is_symlink() or (at.exists() and not at.is_dir()):
+            at.unlink()
+
+
+def _remove(path: Path) -> None:
+    if path.is_symlink() or path.is_file():
+        path.unlink(missing_ok=True)
+    elif path.is_dir():
+        for child in path.iterdir():
+            _remove(child)
+        path.rmdir()

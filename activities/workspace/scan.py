@@ -1,0 +1,249 @@
+"""Looking at a workspace cheaply: what a snapshot leaves out (``Rules``), and a walk that
+stats every file but reads only those whose size, times, inode or mode changed since the
+worker last hashed them (``Index``).
+
+Blocking (``os.scandir``, ``os.stat``): called in a thread by the snapshotter.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import functools
+import os
+import re
+import stat
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from activities.workspace.manifest import SYMLINK, Entry, State
+
+__all__ = [
+    "RACY_SECONDS",
+    "Exclusions",
+    "Index",
+    "Rules",
+    "Seen",
+    "look_at",
+    "walk",
+]
+
+RACY_SECONDS = 1.0
+"""A file modified this close to the moment it was looked at may change again without its
+size or modification time changing (timestamps have a granularity): its hash is not trusted,
+and it is read again next time (git's "racily clean" entries)."""
+
+EXAMPLES = 5
+"""Paths left out that a snapshot names, beyond the counts."""
+
+Signature = tuple[int, int, int, int, int]
+"""What tells a file changed without reading it: size, mtime_ns, ctime_ns, inode, mode."""
+
+
+@dataclass(frozen=True)
+class Rules:
+    """What a snapshot leaves out: ignore patterns and a size cap."""
+
+    ignore: tuple[str, ...]
+    max_file_bytes: int
+
+    def ignored(self, rel: str) -> str | None:
+        """The pattern that leaves ``rel`` out, if one does (checked once per walked entry:
+        literal names are a set lookup, wildcards one compiled expression)."""
+        names, name_wild, paths, path_wild = _compiled(self.ignore)
+        name = rel.rsplit("/", 1)[-1]
+        if name in names:
+            return name
+        if "/" in rel and rel in paths:
+            return rel
+        for pattern, regex in name_wild:
+            if regex.match(name):
+                return pattern
+        depth = rel.count("/") + 1 if path_wild else 0
+        for pattern, regex in path_wild:
+            if pattern.count("/") + 1 == depth and regex.match(rel):
+                return pattern
+        return None
+
+
+Compiled = tuple[
+    frozenset[str],
+    tuple[tuple[str, re.Pattern[str]], ...],
+    frozenset[str],
+    tuple[tuple[str, re.Pattern[str]], ...],
+]
+
+
+@functools.lru_cache(maxsize=32)
+def _compiled(ignore: tuple[str, ...]) -> Compiled:
+    """The patterns split four ways: literal names, wildcard names, literal paths, wildcard
+    paths (a pattern with ``/`` is a path from the workspace's root)."""
+    wild = set("*?[")
+    names = frozenset(p for p in ignore if "/" not in p and not wild & set(p))
+    paths = frozenset(p.strip("/") for p in ignore if "/" in p and not wild & set(p))
+    name_wild = tuple(
+        (p, re.compile(fnmatch.translate(p))) for p in ignore if "/" not in p and wild & set(p)
+    )
+    path_wild = tuple(
+        (p, re.compile(fnmatch.translate(p.strip("/"))))
+        for p in ignore
+        if "/" in p and wild & set(p)
+    )
+    return names, name_wild, paths, path_wild
+
+
+@dataclass
+class Exclusions:
+    """What a walk left out: counts by reason, and a few of the paths."""
+
+    counts: dict[str, int] = field(default_factory=dict)
+    examples: list[str] = field(default_factory=list)
+
+    def add(self, reason: str, rel: str) -> None:
+        self.counts[reason] = self.counts.get(reason, 0) + 1
+        if len(self.examples) < EXAMPLES:
+            self.examples.append(rel)
+
+    def describe(self) -> str:
+        if not self.counts:
+            return "nothing left out"
+        reasons = ", ".join(f"{reason} {n}" for reason, n in sorted(self.counts.items()))
+        return f"left out {sum(self.counts.values())} ({reasons}; e.g. {', '.join(self.examples)})"
+
+
+@dataclass(frozen=True)
+class Known:
+    """A file as last hashed: its signature then, its blob key, and whether that can be
+    trusted without reading it again (it was not racily clean)."""
+
+    signature: Signature
+    key: str
+    trusted: bool
+
+
+@dataclass
+class Index:
+    """One workspace's hashes on this worker: path -> what the file was when last read."""
+
+    files: dict[str, Known] = field(default_factory=dict)
+
+    def remember(self, rel: str, signature: Signature, key: str, looked_at_ns: int) -> None:
+        trusted = signature[1] < looked_at_ns - int(RACY_SECONDS * 1e9)
+        self.files[rel] = Known(signature, key, trusted)
+
+
+@dataclass
+class Seen:
+    """What a walk found: entries known without reading, and files to read and hash."""
+
+    entries: State = field(default_factory=dict)
+    to_hash: dict[str, Signature] = field(default_factory=dict)
+    exclusions: Exclusions = field(default_factory=Exclusions)
+    stats: int = 0
+    """Files and directories looked at (one ``stat`` each)."""
+    started_ns: int = field(default_factory=time.time_ns)
+
+
+def _signature(st: os.stat_result) -> Signature:
+    return (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_mode)
+
+
+def _consider(seen: Seen, index: Index, rules: Rules, rel: str, st: os.stat_result) -> None:
+    """One file found: known (its entry), excluded, or to be hashed."""
+    mode = st.st_mode
+    if not (stat.S_ISREG(mode) or stat.S_ISLNK(mode)):
+        seen.exclusions.add("not a regular file", rel)
+        return
+    if stat.S_ISREG(mode) and st.st_size > rules.max_file_bytes:
+        seen.exclusions.add(f"over {rules.max_file_bytes} bytes", rel)
+        return
+    signature = _signature(st)
+    known = index.files.get(rel)
+    entry_mode = SYMLINK if stat.S_ISLNK(mode) else stat.S_IMODE(mode)
+    if known is not None and known.trusted and known.signature == signature:
+        seen.entries[rel] = (known.key, entry_mode, st.st_size)
+    else:
+        seen.to_hash[rel] = signature
+
+
+def walk(
+    root: Path, rules: Rules, index: Index, below: str = "", started_ns: int | None = None
+) -> Seen:
+    """Every file of the workspace (or of its directory ``below``), stat'ed once each
+    (symbolic links are not followed). ``started_ns``: now, by the snapshotter's clock."""
+    seen = Seen(started_ns=time.time_ns() if started_ns is None else started_ns)
+    stack: list[tuple[str, str]] = [(str(root / below), below + "/" if below else "")]
+    while stack:
+        directory, prefix = stack.pop()
+        try:
+            entries = list(os.scandir(directory))
+        except OSError:
+            seen.exclusions.add("unreadable directory", prefix.rstrip("/") or ".")
+            continue
+        for entry in entries:
+            rel = prefix + entry.name
+            pattern = rules.ignored(rel)
+            if pattern is not None:
+                seen.exclusions.add(pattern, rel)
+                continue
+            try:
+                st = entry.stat(follow_symlinks=False)
+            except OSError:
+                continue  # removed while we looked
+            seen.stats += 1
+            if stat.S_ISDIR(st.st_mode):
+                stack.append((entry.path, rel + "/"))
+            else:
+                _consider(seen, index, rules, rel, st)
+    return seen
+
+
+def look_at(
+    root: Path,
+    rules: Rules,
+    index: Index,
+    paths: Iterable[str],
+    previous: State,
+    started_ns: int | None = None,
+) -> tuple[Seen, set[str]]:
+    """Only ``paths`` (what the step's tools said they changed), over the previous snapshot:
+    what is found there, and the previous paths that ``paths`` cover (to drop if not found)."""
+    seen = Seen(started_ns=time.time_ns() if started_ns is None else started_ns)
+    covered: set[str] = set()
+    for given in paths:
+        rel = given.strip("/")
+        if not rel or rel.startswith("../") or rel == ".." or "/../" in rel:
+            continue
+        covered.update(p for p in previous if p == rel or p.startswith(rel + "/"))
+        if rules.ignored(rel) is not None or any(
+            rules.ignored("/".join(rel.split("/")[:n])) for n in range(1, rel.count("/") + 1)
+        ):
+            continue
+        full = root / rel
+        try:
+            st = full.lstat()
+        except OSError:
+            continue  # removed
+        seen.stats += 1
+        if stat.S_ISDIR(st.st_mode):
+            inside = walk(root, rules, index, rel, seen.started_ns)
+            seen.entries.update(inside.entries)
+            seen.to_hash.update(inside.to_hash)
+            seen.stats += inside.stats
+        else:
+            _consider(seen, index, rules, rel, st)
+    return seen, covered
+
+
+def read(root: Path, rel: str, signature: Signature) -> bytes:
+    """A file's content to store: its bytes, or a symbolic link's target."""
+    full = root / rel
+    if stat.S_ISLNK(signature[4]):
+        return os.fsencode(os.readlink(full))
+    return full.read_bytes()
+
+
+def entry_of(key: str, signature: Signature) -> Entry:
+    mode = signature[4]
+    return (key, SYMLINK if stat.S_ISLNK(mode) else stat.S_IMODE(mode), signature[0])

@@ -1,0 +1,229 @@
+"""The ``snapshot_workspace`` activity: the workspace after a step, as a manifest in the store.
+
+Cost proportional to what changed: the worker keeps, per workspace, the blob key of every file
+it hashed with the file's size, times, inode and mode (``scan.Index``, in the worker's memory);
+a walk stats every file but reads and stores only those whose signature changed. When the
+step's tools all said which paths they changed, only those are looked at (with a whole walk
+every ``full_walk_every`` snapshots, and whenever this worker did not take the run's previous
+snapshot). Content goes to the store as it is (not redacted: a check-out must give back the
+same bytes), once per distinct content; the manifest holds the rest (``manifest``).
+
+A retried attempt writes the same blobs and the same manifest (same content, same key), so a
+worker lost mid-snapshot costs nothing but the time. A store that is down fails the attempt;
+Temporal retries it (``workflows.agent.snapshots.snapshot_call``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from temporalio import activity
+
+from activities.errors import StoreUnavailable
+from activities.heartbeat import heartbeating
+from activities.store.blobs import BlobStore
+from activities.workspace.manifest import (
+    Manifest,
+    Manifests,
+    State,
+    base_seq,
+    changes_between,
+)
+from activities.workspace.scan import Exclusions, Index, Rules, Seen, entry_of, look_at, read, walk
+from workflows.agent.snapshots import SnapshotRequest, SnapshotResult
+
+__all__ = ["Snapshotter", "WorkspaceActivities", "size"]
+
+KEEP_WORKSPACES = 64
+"""Workspaces whose index a worker keeps in memory; the one used longest ago is forgotten
+(its next snapshot reads its files once more)."""
+
+
+@dataclass
+class Record:
+    """What this worker knows of one workspace between snapshots."""
+
+    index: Index = field(default_factory=Index)
+    last: str | None = None
+    """The manifest this worker last wrote (or found unchanged) for the workspace."""
+    since_walk: int = 0
+    """Snapshots since the last whole walk."""
+    rules: Rules | None = None
+    exclusions: Exclusions = field(default_factory=Exclusions)
+    """What the last whole walk left out (a snapshot of a few paths keeps reporting it)."""
+
+
+@dataclass
+class Counts:
+    """What the last snapshot cost: for tests and the benchmark, never for the run."""
+
+    stats: int = 0
+    hashed: int = 0
+    hashed_bytes: int = 0
+    whole_walk: bool = False
+
+
+class Snapshotter:
+    """Takes snapshots of the workspaces of one worker, into one store."""
+
+    def __init__(self, store: BlobStore, clock: Callable[[], int] = time.time_ns) -> None:
+        self.store = store
+        self.clock = clock
+        """Now in ns: whether a file was modified too recently to trust its times (a
+        benchmark passes a clock that lets seconds pass between steps)."""
+        self.manifests = Manifests(store)
+        self.records: dict[str, Record] = {}
+        self.last = Counts()
+
+    async def snapshot(self, request: SnapshotRequest) -> SnapshotResult:
+        root = Path(request.workspace)
+        record = self._record(str(root.resolve()))
+        rules = Rules(request.patterns, request.max_file_bytes)
+        previous = request.previous
+        before: State = await self.manifests.state(previous) if previous else {}
+        whole = (
+            request.paths is None
+            or previous is None
+            or record.last != previous
+            or record.rules != rules
+            or record.since_walk + 1 >= request.full_walk_every
+        )
+        if whole:
+            seen = await asyncio.to_thread(walk, root, rules, record.index, "", self.clock())
+            covered = set(before)
+            record.exclusions, record.since_walk = seen.exclusions, 0
+        else:
+            seen, covered = await asyncio.to_thread(
+                look_at, root, rules, record.index, request.paths or (), before, self.clock()
+            )
+            record.since_walk += 1
+        record.rules = rules
+        after = {} if whole else {p: e for p, e in before.items() if p not in covered}
+        after.update(seen.entries)
+        hashed_bytes = await self._hash(root, seen, record.index, after)
+        self.last = Counts(seen.stats, len(seen.to_hash), hashed_bytes, whole)
+        exclusions = record.exclusions
+        if previous is not None and after == before:
+            record.last = previous
+            return SnapshotResult(
+                manifest=previous,
+                files=len(after),
+                hashed=len(seen.to_hash),
+                excluded=sum(exclusions.counts.values()),
+                detail=f"step {request.step}: unchanged · {exclusions.describe()}",
+            )
+        key, manifest = await self._write(request, before, after, exclusions)
+        record.last = key
+        return SnapshotResult(
+            manifest=key,
+            created=True,
+            changed=manifest.changed,
+            changed_bytes=manifest.changed_bytes,
+            files=manifest.files,
+            hashed=len(seen.to_hash),
+            excluded=manifest.excluded_count,
+            detail=(
+                f"step {request.step}: {manifest.changed} changed ({size(manifest.changed_bytes)})"
+                f", {manifest.files} files ({size(manifest.total_bytes)}) · "
+                f"{len(seen.to_hash)} read · {exclusions.describe()}"
+            ),
+        )
+
+    def _record(self, workspace: str) -> Record:
+        record = self.records.pop(workspace, None) or Record()
+        self.records[workspace] = record  # the most recently used last
+        while len(self.records) > KEEP_WORKSPACES:
+            self.records.pop(next(iter(self.records)))
+        return record
+
+    async def _hash(self, root: Path, seen: Seen, index: Index, after: State) -> int:
+        """Read and store every file whose signature changed; their entries join ``after``."""
+        total = 0
+        for rel, signature in seen.to_hash.items():
+            try:
+                data = await asyncio.to_thread(read, root, rel, signature)
+            except OSError:
+                after.pop(rel, None)  # removed (or made unreadable) since the walk
+                seen.exclusions.add("unreadable", rel)
+                continue
+            key = await self.store.put(data)
+            total += len(data)
+            index.remember(rel, signature, key, seen.started_ns)
+            after[rel] = entry_of(key, signature)
+        return total
+
+    async def _write(
+        self, request: SnapshotRequest, before: State, after: State, exclusions: Exclusions
+    ) -> tuple[str, Manifest]:
+        previous = request.previous
+        seq = 0 if previous is None else (await self.manifests.get(previous)).seq + 1
+        base = base_seq(seq)
+        base_key = None
+        base_state: State = {}
+        if previous is not None and base is not None:
+            base_key = await self.manifests.key_of_seq(previous, base)
+            base_state = await self.manifests.state(base_key)
+        since_parent = changes_between(before, after)
+        manifest = Manifest(
+            workflow_id=request.workflow_id,
+            step=request.step,
+            seq=seq,
+            parent=previous,
+            base=base_key,
+            changes=dict(sorted(changes_between(base_state, after).items())),
+            files=len(after),
+            total_bytes=sum(e[2] for e in after.values()),
+            changed=len(since_parent),
+            changed_bytes=sum(e[2] for e in since_parent.values() if e is not None),
+            excluded=dict(sorted(exclusions.counts.items())),
+            excluded_examples=tuple(exclusions.examples),
+            ignore=request.patterns,
+        )
+        return await self.manifests.put(manifest, after), manifest
+
+
+def size(n: int) -> str:
+    """Bytes for people: ``812 B``, ``12.4 KB``, ``3.1 MB``."""
+    value = float(n)
+    for unit in ("B", "KB", "MB", "GB"):
+        if value < 1000 or unit == "GB":
+            return f"{int(value)} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1000
+    return f"{n} B"
+
+
+class WorkspaceActivities:
+    """The workspace activity; a class so the worker hands it the store (unredacted: a
+    workspace's files must come back byte for byte)."""
+
+    def __init__(self, store: BlobStore | None) -> None:
+        self.snapshotter = Snapshotter(store) if store is not None else None
+
+    @activity.defn(name="snapshot_workspace")
+    async def snapshot_workspace(self, request: SnapshotRequest) -> SnapshotResult:
+        """Record the workspace after a step as a manifest in the store."""
+        if self.snapshotter is None:
+            return SnapshotResult(
+                manifest=request.previous,
+                detail=f"step {request.step}: not taken, this worker has no store (--store)",
+            )
+        if not os.path.isdir(request.workspace):
+            return SnapshotResult(
+                manifest=request.previous,
+                detail=f"step {request.step}: not taken, no workspace at {request.workspace}",
+            )
+        try:
+            async with heartbeating("snapshot", request.step):
+                result = await self.snapshotter.snapshot(request)
+        except StoreUnavailable as exc:  # the workflow waits for the store, then takes it again
+            raise exc.to_application_error() from exc
+        activity.logger.info(
+            "workspace.snapshot",
+            extra={"step": request.step, "manifest": result.manifest, "hashed": result.hashed},
+        )
+        return result

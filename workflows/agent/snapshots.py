@@ -1,0 +1,164 @@
+"""Workspace snapshots, the workflow's side: after a step whose tools changed files, the
+``snapshot_workspace`` activity records the workspace as a manifest in the content-addressed
+store, and the run keeps only the manifest's key (``AgentRun.workspace_snapshot``).
+
+Here are the config block (``SnapshotConfig``, ``AgentConfig.snapshots``), the activity's
+messages and its options; ``snapshotting.after_step`` is what the engine calls after a
+step's hooks. The manifests themselves, the walk and the check-out are I/O:
+``activities.workspace``.
+
+Pure and deterministic: imported in the workflow sandbox (and passed through by the worker).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import timedelta
+
+from pydantic import Field
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+
+from workflows.base import FIRST_RETRY, Frozen
+
+__all__ = [
+    "DEFAULT_IGNORE",
+    "SNAPSHOT_MAX_ATTEMPTS",
+    "WORKSPACE_SNAPSHOTS",
+    "SnapshotConfig",
+    "SnapshotRequest",
+    "SnapshotResult",
+    "WorkspaceHead",
+    "paths_hint",
+    "snapshot_call",
+]
+
+WORKSPACE_SNAPSHOTS = "workspace-snapshots"
+"""``workflow.patched`` id: after a step whose tools changed files (and its hooks), a run
+whose config enables snapshots calls ``snapshot_workspace`` (before, no such activity ran)."""
+
+DEFAULT_IGNORE: tuple[str, ...] = (
+    ".git/objects",
+    ".git/lfs",
+    "node_modules",
+    "__pycache__",
+    ".venv",
+    "venv",
+    ".mypy_cache",
+    ".pytest_cache",
+    ".ruff_cache",
+    ".tox",
+    "*.pyc",
+    ".DS_Store",
+)
+"""What a snapshot leaves out unless the config says otherwise: what tools rebuild (caches,
+installed packages) and git's object database (the repository's own history)."""
+
+SNAPSHOT_MAX_ATTEMPTS = 10
+"""Attempts of one snapshot: a store that is down is waited for (about five minutes with the
+backoff below) before the step's snapshot is given up as a trace line; the next snapshot
+records the whole workspace again, so nothing is lost but that step's own checkpoint."""
+
+
+class SnapshotConfig(Frozen):
+    """Workspace snapshots: which runs take them and what they leave out."""
+
+    enabled: bool = False
+    """Take a snapshot after each step whose tools changed files. Off by default: each costs
+    one activity (about 6 history events) on the run's tool queue."""
+    ignore: tuple[str, ...] = DEFAULT_IGNORE
+    """Left out of every snapshot. A pattern without ``/`` matches a file or directory name at
+    any depth (``node_modules``, ``*.pyc``); one with ``/`` matches a path from the
+    workspace's root (``.git/objects``, ``build/*.o``). Each snapshot counts what it left out."""
+    max_file_bytes: int = Field(50 * 2**20, ge=0)
+    """Files larger than this are left out (and counted, with their names)."""
+    full_walk_every: int = Field(20, ge=1)
+    """When a step's tools all said which paths they changed, only those are looked at; every
+    this many snapshots the whole workspace is walked anyway (a command, or anything outside
+    the run, may have changed files nobody reported)."""
+
+
+class WorkspaceHead(Frozen):
+    """Answer of the ``workspace`` query: where the run's snapshots are."""
+
+    manifest: str | None
+    """The key of the latest snapshot's manifest (``None``: none taken yet); the earlier
+    ones are found from it, by each manifest's ``parent``."""
+    step: int
+    """The run's current step."""
+
+
+class SnapshotRequest(Frozen):
+    """Input of ``snapshot_workspace``: one step's workspace, to record."""
+
+    workspace: str = Field(min_length=1)
+    workflow_id: str = Field(min_length=1)
+    step: int = Field(ge=0)
+    previous: str | None = None
+    """The key of the run's latest manifest (``None``: its first snapshot)."""
+    paths: tuple[str, ...] | None = None
+    """The paths the step's tools reported changing; ``None``: they did not all say (a
+    command ran), so the whole workspace is walked."""
+    ignore: tuple[str, ...] | None = None
+    """The config's ignore patterns; ``None``: ``DEFAULT_IGNORE`` (history carries no copy of
+    the defaults at every step)."""
+    max_file_bytes: int = Field(50 * 2**20, ge=0)
+    full_walk_every: int = Field(20, ge=1)
+
+    @property
+    def patterns(self) -> tuple[str, ...]:
+        return DEFAULT_IGNORE if self.ignore is None else self.ignore
+
+
+class SnapshotResult(Frozen):
+    """Output of ``snapshot_workspace``: the manifest's key and a few counts."""
+
+    manifest: str | None
+    """The key of the workspace's manifest after the step (the previous one when nothing
+    changed; ``None`` only if nothing was ever recorded)."""
+    created: bool = False
+    """A new manifest was written (something changed)."""
+    changed: int = 0
+    """Paths added, changed or removed since the previous snapshot."""
+    changed_bytes: int = 0
+    """Bytes of the files added or changed."""
+    files: int = 0
+    """Files in the snapshot."""
+    hashed: int = 0
+    """Files read and hashed to take it (the rest were known by their size and times)."""
+    excluded: int = 0
+    detail: str = ""
+    """One line for the trace: what changed, what was left out and why."""
+
+
+def paths_hint(outcomes: Sequence[tuple[str, bool, tuple[str, ...]]]) -> tuple[str, ...] | None:
+    """The paths a snapshot may look at alone, from the step's calls as (tool, mutates,
+    mutated paths): ``None`` (walk everything) when a call that may change files did not say
+    which (a command, a tool of your own, a failed write)."""
+    paths: set[str] = set()
+    for _name, mutates, mutated in outcomes:
+        if mutates and not mutated:
+            return None
+        paths.update(mutated)
+    return tuple(sorted(paths))
+
+
+def snapshot_call(
+    summary: str, *, heartbeat_seconds: float, task_queue: str | None
+) -> workflow.ActivityConfig:
+    """Options of one ``snapshot_workspace`` call: on the run's tool queue (where the workspace
+    is), heartbeating (a first snapshot of a large workspace reads all of it)."""
+    options = workflow.ActivityConfig(
+        summary=summary,
+        start_to_close_timeout=timedelta(minutes=30),
+        heartbeat_timeout=timedelta(seconds=heartbeat_seconds),
+        retry_policy=RetryPolicy(
+            initial_interval=FIRST_RETRY,
+            backoff_coefficient=2.0,
+            maximum_interval=timedelta(seconds=60),
+            maximum_attempts=SNAPSHOT_MAX_ATTEMPTS,
+        ),
+    )
+    if task_queue:
+        options["task_queue"] = task_queue
+    return options
