@@ -5,6 +5,7 @@ goes away and comes back, and the store's own errors as one ``StoreUnavailable``
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import uuid
 from collections.abc import Iterator
@@ -17,6 +18,8 @@ from moto.server import ThreadedMotoServer
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.sdk.v1 import WorkflowMetadata
 from temporalio.client import Client, WorkflowHandle, WorkflowHistory
+from temporalio.exceptions import ApplicationError
+from temporalio.testing import ActivityEnvironment
 
 from activities.content.door import STORE_OVER_CHARS, tool_output
 from activities.errors import StoreUnavailable
@@ -24,15 +27,19 @@ from activities.model.activity import http_client
 from activities.store.blobs import FileBlobStore, key_of
 from activities.store.conversation import ConversationStore
 from activities.store.s3 import S3BlobStore, S3Objects, S3Settings
+from activities.tools.builtin import ToolActivities
 from tests.support.harness import keep_history, replayer, scripted_worker, start_agent
 from tests.support.processes import clean_env, free_port, run_cli, start_worker
 from tests.support.stream import events
 from treadle.scripted_model import ScriptedModelServer
+from workflows.agent.content_refs import marker
 from workflows.agent.models import (
     AgentConfig,
     AgentResult,
     AgentStatus,
     RunStatus,
+    ToolCall,
+    ToolRequest,
     ToolResult,
 )
 from workflows.agent.state_machine import State
@@ -332,3 +339,28 @@ async def test_a_long_tool_output_the_store_cannot_take_keeps_its_ends_inline(
     assert result.output.startswith("first line") and result.output.endswith("last line")
     assert f"not kept: the store at {root} was unreachable" in result.output
     assert key_of(output.encode()) not in result.output
+
+
+async def test_a_write_whose_stored_content_cannot_be_read_is_waited_for_not_run(
+    tmp_path: Path,
+) -> None:
+    """A call whose long argument is in a store that has gone away has not run: run_tool says
+    StoreUnavailable at once (non-retryable, naming the store) so the workflow waits for the
+    store, and writes nothing in the meantime."""
+    root = tmp_path / "store"
+    store = ConversationStore(FileBlobStore(root))
+    content = "x" * (STORE_OVER_CHARS + 1)
+    key = await store.put_text(content)
+    arguments = json.dumps({"path": "out.txt", "content": marker(key, content)})
+    root.rename(tmp_path / "away")
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    request = ToolRequest(
+        call=ToolCall(id="c1", name="write_file", arguments=arguments), workspace=str(workspace)
+    )
+    with pytest.raises(ApplicationError) as failed:
+        await ActivityEnvironment().run(ToolActivities(store=store).run_tool, request)
+    assert failed.value.type == StoreUnavailable.APPLICATION_ERROR_TYPE
+    assert failed.value.non_retryable
+    assert failed.value.details == (f"the store at {root}",)
+    assert not (workspace / "out.txt").exists()
