@@ -118,7 +118,7 @@ class AgentEngine(AgentHandlers):
         if input.resume is None:
             self._run = AgentRun.begin(input, workflow.now())
         else:
-            self._run = AgentRun.model_validate(input.resume)
+            self._run = handover.resumed(input)
         self._pub = Publisher(self._run, input.stream)
         self._tools = ToolRunner(self._run, self._pub)
 

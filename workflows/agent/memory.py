@@ -162,6 +162,10 @@ class AgentMemory(Mutable):
     conversation_turns: int = 0
     """How many turns of ``history`` it covers: the next call renders and sends only the turns
     after these (so a step costs the workflow the same at step 10 as at step 10,000)."""
+    turns_stored: int = 0
+    """Turns of the conversation that only the store holds now: a hand-over by reference
+    (``AgentRun.handed_over``) keeps in ``history`` only the turns no model call has sent yet,
+    the rest being the stored record ``conversation_head`` names."""
     turn_start_step: int = 0
     """The step a thread's current turn began after; ``max_steps`` counts from here."""
     final_answer: str | None = None

@@ -221,14 +221,29 @@ class ThreadSettings(Frozen):
     config: AgentConfig = AgentConfig()
 
 
+class StoredRecord(Frozen):
+    """Where the whole conversation is: the store's append-only record of a thread."""
+
+    head: str
+    """The record's head in the conversation store (``ConversationStore.messages``)."""
+    messages: int
+    """How many messages the record holds."""
+    after: int = 0
+    """How many of the export's last ``conversation.messages`` follow the record (not stored
+    yet); the export's other messages are already in it."""
+
+
 class ThreadExport(Frozen):
     """A thread in Loom's JSON shape (``agent_state`` and ``conversation.messages``), plus
     Treadle's own settings under ``treadle``. ``starter.py export`` writes it, ``import``
-    starts a new thread that continues from it."""
+    starts a new thread that continues from it. The ``export`` query of a thread whose record
+    is in the store names it (``record``): the whole conversation is the record's messages and
+    then the last ``record.after`` ones here; ``starter.py export`` writes that whole."""
 
     agent_state: LoomAgentState
     conversation: LoomConversation
     treadle: ThreadSettings = ThreadSettings()
+    record: StoredRecord | None = None
 
 
 # --------------------------------------------------------------------------------------------
@@ -284,6 +299,9 @@ class ModelRequest(Frozen):
     accept_cut: bool = False
     """A reply cut by its output limit is still the reply (a summary); otherwise it is an error,
     never an answer."""
+    context_window_tokens: int | None = None
+    """The model's context window: a longer conversation is shown to it as a view (a summary
+    of the older messages, then the recent ones; ``activities.store.view``)."""
 
 
 class ModelResponse(Frozen):

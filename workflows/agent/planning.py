@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from workflows.agent.catalogue import TOOLS, estimate_prompt_tokens
+from workflows.agent.config import context_window
 from workflows.agent.models import (
     ModelRequest,
     ModelResponse,
@@ -61,6 +62,7 @@ def model_request(run: AgentRun) -> ModelRequest | CannotCall:
         temperature=config.temperature,
         max_tokens=config.max_tokens,
         logprobs=config.confidence_threshold is not None,
+        context_window_tokens=context_window(config, run.model),
     )
     size = len(request.model_dump_json())
     if size > MAX_MODEL_INPUT_BYTES:

@@ -191,6 +191,39 @@ class AgentRun(Mutable):
             }
         )
 
+    def handed_over(self, trace_tail: int, files: int) -> AgentRun:
+        """This run as the next run of its chain starts from, when the store holds the
+        conversation (``memory.conversation_head``): every carried list is bounded, so a
+        hand-over costs the same at step 100 as at step 100,000.
+
+        The conversation is carried by reference: ``history`` keeps only the turns no model
+        call has sent yet (the rest is the stored record the head names, counted in
+        ``turns_stored``), nothing is compacted, and the record stays whole for ``export``.
+        The trace keeps its last ``trace_tail`` entries (the rest counted in
+        ``trace_earlier``); the tracker keeps its latest ``files`` written files (the rest
+        counted) and reads."""
+        m = self.memory
+        sent = min(m.conversation_turns, len(m.history))
+        # model_copy writes no field through the ownership checks: this is a hand-over
+        # between two runs, not a state writing to the memory.
+        memory = m.model_copy(
+            update={
+                "history": m.history[sent:],
+                "conversation_turns": 0,
+                "turns_stored": m.turns_stored + sent,
+            }
+        )
+        dropped = max(0, len(self.trace) - trace_tail)
+        return self.model_copy(
+            update={
+                "trace": self.trace[dropped:],
+                "trace_earlier": self.trace_earlier + dropped,
+                "memory": memory,
+                "tracker": bounded_tracker(self.tracker, files),
+                "runs": self.runs + 1,
+            }
+        )
+
     @classmethod
     def begin(cls, input: AgentInput, now: datetime) -> AgentRun:
         """A fresh run of ``input``, started at ``now``."""
@@ -238,3 +271,19 @@ class AgentRun(Mutable):
         if self.state is not State.WAITING_FOR_HUMAN:
             return ()
         return tuple(p for p in self.memory.pending_approvals if p.decision is None)
+
+
+def bounded_tracker(tracker: ProgressTracker, files: int) -> ProgressTracker:
+    """The tracker with its latest ``files`` written files (the others counted in
+    ``files_modified_earlier``) and reads; its other lists are bounded by their config."""
+    written = list(tracker.files_modified.items())
+    dropped = max(0, len(written) - files)
+    if not dropped and len(tracker.seen_reads) <= files:
+        return tracker
+    return tracker.model_copy(
+        update={
+            "files_modified": dict(written[dropped:]),
+            "files_modified_earlier": tracker.files_modified_earlier + dropped,
+            "seen_reads": dict(list(tracker.seen_reads.items())[-files:]),
+        }
+    )
