@@ -219,10 +219,17 @@ class ModelActivities:
         """The request as its model is shown it: a conversation longer than the model's
         context window becomes a view (``activities.store.view``), its summary stored beside
         the record (the record itself stays whole)."""
-        shown = view(request.messages, request.context_window_tokens)
+        shown = view(
+            request.messages,
+            request.context_window_tokens,
+            request.view_from,
+            request.view_summary_at,
+        )
         if not shown.left_out:
             return request
-        summary = await self._store.put_text(shown.summary or "") if self._store else None
+        summary = None
+        if shown.summary is not None and self._store is not None:
+            summary = await self._store.put_text(shown.summary)
         activity.logger.info(
             "model.view",
             extra={"left_out": shown.left_out, "shown": len(shown.messages), "summary": summary},

@@ -41,12 +41,23 @@ def tokens(message: ChatMessage) -> int:
     return chars // 4 + 4
 
 
-def view(messages: tuple[ChatMessage, ...], window: int | None) -> View:
-    """The conversation as a model with ``window`` tokens is shown it (``None``: whole)."""
+def view(
+    messages: tuple[ChatMessage, ...], window: int | None, start: int = 0, summary_at: int = 0
+) -> View:
+    """The conversation as a model with ``window`` tokens is shown it (``None``: whole), from
+    message ``start`` on after the system prompt and task, with Reflecting's summary (message
+    ``summary_at``, when there is one) first: what it summarised is left out."""
+    first = 2 if messages and messages[0].role == "system" else 1
+    skipped = max(0, start - first)
+    if skipped:
+        rest = messages[start:]
+        if start <= summary_at < len(messages):
+            at = summary_at - start
+            rest = (rest[at], *rest[:at], *rest[at + 1 :])
+        messages = (*messages[:first], *rest)
     costs = [tokens(m) for m in messages]
     if window is None or sum(costs) <= window:
-        return View(messages)
-    first = 2 if messages and messages[0].role == "system" else 1
+        return View(messages, left_out=skipped)
     step = max(1, int(window * CUT_STEP_SHARE))
     total, before = sum(costs), sum(costs[:first])
     cut: int | None = None
@@ -70,7 +81,7 @@ def view(messages: tuple[ChatMessage, ...], window: int | None) -> View:
         )
     older = messages[first:cut]
     if not older:
-        return View(messages)
+        return View(messages, left_out=skipped)
     summary = summarise_messages(older, int(window * SUMMARY_SHARE) * 4)
     note = ChatMessage(
         role="user",
@@ -80,4 +91,6 @@ def view(messages: tuple[ChatMessage, ...], window: int | None) -> View:
             f"verbatim.]\n{summary}"
         ),
     )
-    return View((*messages[:first], note, *messages[cut:]), left_out=len(older), summary=summary)
+    return View(
+        (*messages[:first], note, *messages[cut:]), left_out=skipped + len(older), summary=summary
+    )

@@ -299,6 +299,11 @@ class ModelRequest(Frozen):
     accept_cut: bool = False
     """A reply cut by its output limit is still the reply (a summary); otherwise it is an error,
     never an answer."""
+    view_from: int = 0
+    """The model is shown the conversation's first messages (system prompt, task), then from
+    this one on: Reflecting summarised those between (0: all are shown)."""
+    view_summary_at: int = 0
+    """The message holding that summary, shown right after the task instead (0: none)."""
     context_window_tokens: int | None = None
     """The model's context window: a longer conversation is shown to it as a view (a summary
     of the older messages, then the recent ones; ``activities.store.view``)."""

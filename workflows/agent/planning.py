@@ -63,6 +63,8 @@ def model_request(run: AgentRun) -> ModelRequest | CannotCall:
         max_tokens=config.max_tokens,
         logprobs=config.confidence_threshold is not None,
         context_window_tokens=context_window(config, run.model),
+        view_from=m.view_from,
+        view_summary_at=m.view_summary_at,
     )
     size = len(request.model_dump_json())
     if size > MAX_MODEL_INPUT_BYTES:

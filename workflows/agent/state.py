@@ -211,6 +211,8 @@ class AgentRun(Mutable):
                 "history": m.history[sent:],
                 "conversation_turns": 0,
                 "turns_stored": m.turns_stored + sent,
+                "history_base": m.history_base + len(m.messages_of(m.history[:sent])),
+                "summarised_turns": max(0, m.summarised_turns - sent),
             }
         )
         dropped = max(0, len(self.trace) - trace_tail)
