@@ -151,7 +151,8 @@ async def test_a_5_mb_conversation_takes_its_next_turn(harness: Harness) -> None
 
 async def test_every_hand_over_of_a_chain_costs_the_same(harness: Harness) -> None:
     """A run that hands over several times: the continue-as-new command's input is the same
-    size at the first hand-over and the last, and carries no copy of the conversation."""
+    size at its first hand-over and its last (within the bounds of the tracker's own lists), and
+    carries no copy of the conversation."""
     steps = 60
     script: list[dict[str, Any]] = [
         {
@@ -172,7 +173,10 @@ async def test_every_hand_over_of_a_chain_costs_the_same(harness: Harness) -> No
     assert len(inputs) >= 3
     sizes = [inputs_.ByteSize() for inputs_ in inputs]
     assert max(sizes) < 40_000
-    assert abs(sizes[-1] - sizes[0]) <= 0.1 * sizes[0], sizes
+    # The first is a little smaller (the tracker's recent actions are not yet at their bound);
+    # from then on every hand-over is the same size, whatever the step.
+    assert sizes[-1] - sizes[0] <= 0.15 * sizes[0], sizes
+    assert abs(sizes[-1] - sizes[1]) <= 64, sizes
     carried = json.loads(inputs[-1].payloads[0].data)["resume"]
     assert "input" not in carried  # the run's input is the next run's input, not copied
     assert len(carried["memory"]["history"]) <= 2  # only what no model call has sent

@@ -35,15 +35,16 @@ CARRIED_BY_REFERENCE = "carried-by-reference"
 (``AgentRun.handed_over``), and not the run's input twice; before it, the whole memory was
 carried inline (compacted above ``MAX_CARRIED_MEMORY_BYTES``) with 500 trace entries and a
 stream tail of up to 256 KiB."""
-TRACE_TAIL = 20
+TRACE_TAIL = 10
 """Trace entries a hand-over by reference carries (the rest are counted in ``trace_earlier``
 and stay readable in the earlier runs' histories)."""
-FILES_CARRIED = 50
+FILES_CARRIED = 20
 """Written files and reads the progress tracker carries (written ones beyond are counted)."""
-STREAM_EVENTS = 40
-STREAM_BYTES = 24 * 1024
-"""The live stream's tail a hand-over by reference carries: enough for a watcher that
-reconnects to see the last turn, bounded in bytes."""
+STREAM_EVENTS = 48
+STREAM_BYTES = 12 * 1024
+"""The live stream's tail a hand-over by reference carries: a watcher that reconnects from an
+offset a few turns back misses nothing, and the bound in bytes keeps long replies from making
+the hand-over large (the whole stream of a run is in its history)."""
 
 DEFAULT_EVENT_BOUND = "default-event-bound"
 """Patch id: an input that does not name ``continue_as_new_after_events`` gets its default too
