@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import pytest
 from temporalio.api.common.v1 import Payloads
 
 from activities.store.blobs import FileBlobStore
@@ -32,6 +33,7 @@ from workflows.agent.models import (
 )
 from workflows.agent.state import AgentRun
 from workflows.agent.state_machine import State
+from workflows.agent.threads import ImportRefused, rebuild
 from workflows.agent.workflow import AgentWorkflow
 
 VIEW_NOTE = "longer than this model's context"
@@ -102,6 +104,10 @@ async def test_a_thread_shown_as_a_view_still_exports_and_imports_every_message(
         f"answer {i}" for i in range(turns)
     ]
     assert not any(VIEW_NOTE in u for u in users)  # the view's summary is not the record
+    answer: ThreadExport = await handle.query(AgentWorkflow.export)
+    assert answer.record is not None  # the query's answer names the record, and is no file
+    with pytest.raises(ImportRefused, match=r"starter\.py export"):
+        rebuild(answer, str(harness.workspace), datetime.now(UTC))
 
     path = tmp_path / "thread.json"
     path.write_text(exported.stdout)

@@ -158,6 +158,11 @@ def rebuild(thread: ThreadExport, workspace: str, now: datetime) -> tuple[AgentI
     is not run again blindly). The thread then waits for its user if it last answered, else the
     model answers what is open.
     """
+    if thread.record is not None:
+        raise ImportRefused(
+            "it names the thread's record in the store instead of holding its conversation "
+            "(the export query's answer): write the file with starter.py export"
+        )
     messages = list(thread.conversation.messages)
     system = messages.pop(0).content if messages[0].role == "system" else None
     if not messages or messages[0].role != "user" or not messages[0].content:
