@@ -96,7 +96,9 @@ LIFTED: dict[str, dict[str, str]] = {
 class AgentRun(Mutable):
     """The whole state of one run; the workflow class is the loop that moves it.
 
-    Carried whole across continue-as-new (and by ``starter.py import``): ``input`` and the
+    Carried across continue-as-new (bounded, the conversation by reference to its stored
+    record: ``handed_over``; whole without a store: ``carried``) and whole by ``starter.py
+    import``: ``input`` and the
     chosen ``model``; ``state`` in the transition table and ``started_at``; ``memory`` (the
     conversation, the step's calls and approvals, usage); Nexora's ``tracker``; the ``trace``
     tail with ``last_event`` and ``trace_earlier``; ``flags`` one state leaves for the next;
