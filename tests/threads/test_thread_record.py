@@ -251,3 +251,31 @@ def test_old_carried_shapes_still_resume() -> None:
     assert handover.resumed(whole).memory.history == run.memory.history
     lean = run.input.model_copy(update={"resume": run.model_dump(mode="json", exclude={"input"})})
     assert handover.resumed(lean).input == run.input
+
+
+async def test_reflection_summarises_beside_the_record(harness: Harness) -> None:
+    """Reflecting adds its summary to the conversation and the model is shown it first, yet the
+    record still holds every call the summary stands for."""
+    summarizer = harness.script({"content": "Wrote a0-a3."})
+    writes = [
+        {"tool_calls": [{"name": "write_file", "arguments": {"path": f"a{i}.md", "content": "x"}}]}
+        for i in range(6)
+    ]
+    model = _in_arrival_order(harness, *writes, {"content": "wrote them all"})
+    handle = await harness.start(
+        model, reflect_every_n_steps=4, reflection_keep_recent=1, reflection_model=summarizer
+    )
+    result: AgentResult = await handle.result()
+    assert result.status is RunStatus.DONE, result.error
+    after = harness.requests(model)[4]["messages"]  # the first call after Reflecting
+    assert after[2]["content"].startswith("Summary of steps 1-3")
+    assert "a0.md" not in json.dumps(after[3:])  # what it summarised is not shown again
+    exported: ThreadExport = await handle.query(AgentWorkflow.export)
+    whole = await whole_thread(ConversationStore(FileBlobStore(TEST_STORE)), exported)
+    written = [
+        json.loads(c.arguments)["path"] for m in whole.conversation.messages for c in m.tool_calls
+    ]
+    assert written == [f"a{i}.md" for i in range(6)]
+    assert any(
+        (m.content or "").startswith("Summary of steps 1-3") for m in whole.conversation.messages
+    )
