@@ -1,6 +1,6 @@
 """Treadle's benchmark suite: one command, a fresh dev server, one table.
 
-    .venv/bin/python -m bench.suite [--quick] [--rows step,recovery,replay,parked,throughput]
+    .venv/bin/python -m bench.suite [--quick] [--rows step,recovery,replay,parked,throughput,chain]
                                     [--json FILE]
 
 Every figure is a ratio against a baseline measured in the same run, or a count (events, bytes,
@@ -22,6 +22,9 @@ against the same dev server and the same scripted model server, with no other lo
   tenth of them, every one approved: evicted runs are replayed on demand and finish.
 - ``throughput``: steps/s with 1, 2 and 4 ``worker.py`` processes on one task queue, the ratio to
   one, and the CPU the server, the workers and the machine spent, to show where the bottleneck is.
+- ``chain``: history per step through continue-as-new chains of 200 and 2,000 steps, the bytes of
+  their first and last hand-over, and the store's growth after 3,000 write steps against the
+  content written (``bench/chain.py``).
 
 Nothing is asserted: the machine is shared and noisy, so read the ratios. ``--quick`` runs small
 counts (the smoke test uses it); the full suite takes a few minutes on two cores.
@@ -75,7 +78,7 @@ from workflows.agent.workflow import AgentWorkflow
 
 ROOT = Path(__file__).resolve().parents[1]
 
-ROWS = ("step", "recovery", "replay", "parked", "throughput")
+ROWS = ("step", "recovery", "replay", "parked", "throughput", "chain")
 SUGGESTED_EVENTS = 4096
 """Temporal suggests continue-as-new at this many events: a run's history grows no further."""
 BEFORE_HEARTBEAT_SECONDS = 15.0
@@ -893,7 +896,14 @@ RUNNERS: dict[str, Callable[[Bench], Awaitable[list[Row]]]] = {
     "replay": row_replay,
     "parked": row_parked,
     "throughput": row_throughput,
+    "chain": lambda bench: _chain_rows(bench),
 }
+
+
+async def _chain_rows(bench: Bench) -> list[Row]:
+    from bench.chain import row_chain  # it builds on this module's Bench and Row
+
+    return await row_chain(bench)
 
 
 @contextlib.asynccontextmanager

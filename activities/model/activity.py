@@ -69,6 +69,7 @@ from activities.model.tokens import publishing
 from activities.model.tool_schemas import ToolSchemas
 from activities.store.blobs import BlobCorrupt
 from activities.store.conversation import ConversationStore
+from activities.store.view import view
 from workflows.agent.content_refs import holds_refs
 from workflows.agent.models import ModelRequest, ModelResponse
 from workflows.agent.providers import PROVIDERS, ModelStringError, resolve
@@ -169,7 +170,9 @@ class ModelActivities:
         try:
             # Heartbeats go on for as long as the call, however long its stream.
             async with heartbeating(), publishing(request) as on_text:
-                whole = await self._tool_schemas.inline(await self._whole(request))
+                whole = await self._view(
+                    await self._tool_schemas.inline(await self._whole(request))
+                )
                 telemetry.record_input(whole.messages)  # only with content capture on
                 result = await self.complete(
                     whole, read_timeout=start_to_close.total_seconds(), on_text=on_text
@@ -222,6 +225,27 @@ class ModelActivities:
             )
         added = await self._store.resolve(request.messages)
         return request.model_copy(update={"messages": earlier + added, "conversation": None})
+
+    async def _view(self, request: ModelRequest) -> ModelRequest:
+        """The request as its model is shown it: a conversation longer than the model's
+        context window becomes a view (``activities.store.view``), its summary stored beside
+        the record (the record itself stays whole)."""
+        shown = view(
+            request.messages,
+            request.context_window_tokens,
+            request.view_from,
+            request.view_summary_at,
+        )
+        if not shown.left_out:
+            return request
+        summary = None
+        if shown.summary is not None and self._store is not None:
+            summary = await self._store.put_text(shown.summary)
+        activity.logger.info(
+            "model.view",
+            extra={"left_out": shown.left_out, "shown": len(shown.messages), "summary": summary},
+        )
+        return request.model_copy(update={"messages": shown.messages})
 
     def _failure(
         self,

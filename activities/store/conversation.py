@@ -16,7 +16,7 @@ from typing import Any
 
 from activities.content.door import resolve_message
 from activities.store.blobs import BlobCorrupt, BlobStore, check_key
-from workflows.agent.models import ChatMessage
+from workflows.agent.models import ChatMessage, ThreadExport
 
 CACHE_HEADS = 512
 """Conversations a worker keeps resolved in memory (least recently used are dropped)."""
@@ -94,3 +94,22 @@ class ConversationStore:
         self._cache.move_to_end(head)
         while len(self._cache) > self._cache_heads:
             self._cache.popitem(last=False)
+
+
+async def whole_thread(store: ConversationStore, exported: ThreadExport) -> ThreadExport:
+    """The exported thread with its whole conversation: the store's record (``record``)
+    followed by what the run holds beyond it, every stored content read back. The result
+    names no record: it is the conversation on its own, a file ``import`` takes."""
+    messages = exported.conversation.messages
+    record = exported.record
+    if record is not None:
+        stored = await store.messages(record.head)
+        if len(stored) != record.messages:
+            raise BlobCorrupt(
+                f"the thread's record {record.head} holds {len(stored)} messages; the thread "
+                f"expected {record.messages}"
+            )
+        messages = stored + (messages[len(messages) - record.after :] if record.after else ())
+    messages = await store.resolve(messages)
+    conversation = exported.conversation.model_copy(update={"messages": messages})
+    return exported.model_copy(update={"conversation": conversation, "record": None})

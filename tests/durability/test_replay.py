@@ -71,6 +71,8 @@ def test_the_corpus_holds_runs_from_before_each_versioned_change() -> None:
     without its marker, which ``test_recorded_history_replays`` replays through the new code
     (the old path). The ``coalesced-search-attributes`` change (one upsert before each wait
     instead of one per transition) also needs old runs that upserted per transition."""
+    from workflows.agent.engine import REFLECTION_KEEPS_RECORD
+    from workflows.agent.handover import CARRIED_BY_REFERENCE
     from workflows.agent.outages import STORE_OUTAGES
     from workflows.agent.workflow import (
         CARRY_CONTENT_HASHES,
@@ -86,6 +88,12 @@ def test_the_corpus_holds_runs_from_before_each_versioned_change() -> None:
     for patch in (*patches, STORE_OUTAGES):
         before = [name for name, ids in marked.items() if patch not in ids]
         assert before, f"no recorded run from before {patch}"
+    # The hand-over by reference and reflection beside the record: runs that continued as new,
+    # and runs that reflected, recorded before either.
+    continued = [n for n, t in agent_runs.items() if "CONTINUED_AS_NEW" in t]
+    assert any(CARRIED_BY_REFERENCE not in marked[n] for n in continued)
+    reflected = [n for n in agent_runs if "reflection" in n]
+    assert any(REFLECTION_KEEPS_RECORD not in marked[n] for n in reflected)
     per_transition = [
         name
         for name, t in agent_runs.items()

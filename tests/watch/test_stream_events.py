@@ -189,7 +189,10 @@ async def test_the_tail_carried_across_continue_as_new_is_bounded_in_bytes(
         status: AgentStatus = await answered(harness, handle, i + 1)
     kept = await stream_items(handle)
     offsets = [offset for offset, _ in kept]
-    assert offsets == list(range(offsets[0], status.stream_offset))
+    # The run may hand over between the status and this read: the next run's ``resumed``
+    # then follows, at the next offset.
+    assert offsets == list(range(offsets[0], offsets[-1] + 1))
+    assert offsets[-1] + 1 >= status.stream_offset
     assert offsets[0] > 0  # the oldest were left behind
     # What came over from earlier runs is within the byte bound (wire size ~4/3 of JSON).
     current = status.run_in_chain

@@ -30,7 +30,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from activities import threads
 from activities.errors import ThreadUnavailable, TreadleError
-from activities.store.conversation import ConversationStore
+from activities.store.conversation import ConversationStore, whole_thread
 from treadle.cli import live, shell
 from treadle.cli.exits import UsageError
 from treadle.cli.thread_import import ImportPlan, plan_import
@@ -197,18 +197,15 @@ async def _filled_in(exported: ThreadExport) -> ThreadExport:
         for m in exported.conversation.messages
         if m.content_ref is not None or any(holds_refs(c.arguments) for c in m.tool_calls)
     ]
-    if not stored:
+    if not stored and exported.record is None:
         return exported
     blobs = open_blob_store(store_location(os.environ), os.environ)
     if blobs is None:
-        raise UsageError("the thread stores long contents, but TREADLE_STORE is 'none'")
-    store = ConversationStore(blobs)
+        raise UsageError("the thread's conversation is in the store, but TREADLE_STORE is 'none'")
     try:
-        messages = await store.resolve(exported.conversation.messages)
+        return await whole_thread(ConversationStore(blobs), exported)
     except TreadleError as exc:
         raise UsageError(f"cannot read the thread's stored contents: {exc}") from exc
-    conversation = exported.conversation.model_copy(update={"messages": messages})
-    return exported.model_copy(update={"conversation": conversation})
 
 
 def check_import(args: argparse.Namespace) -> None:

@@ -39,6 +39,16 @@ class Price(Frozen):
     """Price of prompt tokens served from the provider's cache; ``prompt`` when unset."""
 
 
+DEFAULT_CONTEXT_WINDOW_TOKENS = 128_000
+"""The context window of a model ``context_window_tokens`` does not name."""
+
+
+def context_window(config: AgentConfig, model: str) -> int:
+    """The tokens ``model`` takes in, as ``config.context_window_tokens`` says."""
+    windows = config.context_window_tokens
+    return windows.get(model) or windows.get("default") or DEFAULT_CONTEXT_WINDOW_TOKENS
+
+
 class AgentConfig(Frozen):
     """Limits and policies of one run. Validated once, when the run is started."""
 
@@ -134,6 +144,13 @@ class AgentConfig(Frozen):
     max_observation_chars: int = Field(12_000, ge=200, le=1_000_000)
     """Tool output beyond this is cut (with a note) before the model and the history see it."""
 
+    context_window_tokens: dict[str, int] = Field(
+        default_factory=lambda: {"default": DEFAULT_CONTEXT_WINDOW_TOKENS}
+    )
+    """How many tokens each model takes in (``provider:model`` -> tokens; ``default`` for the
+    others). A conversation longer than its model's window is shown as a view: the system
+    prompt and task, a summary of the older turns, the recent turns verbatim; the thread's
+    record keeps every message (docs/threads.md)."""
     model_timeout_seconds: float = Field(300, gt=0, le=86_400)
     """Start-to-close timeout of one model call attempt."""
     model_max_attempts: int = Field(5, ge=1, le=100)

@@ -77,6 +77,7 @@ __all__ = [
     "EMPTY_REPLIES_STUCK",
     "EXPLORATION_IS_PROGRESS",
     "LOADED_TOOLS",
+    "REFLECTION_KEEPS_RECORD",
     "SIGNALS",
     "WAITING_STATES",
     "AgentEngine",
@@ -93,6 +94,11 @@ EXPLORATION_IS_PROGRESS = "exploration-is-progress"
 EMPTY_REPLIES_STUCK = "empty-replies-stuck"
 """``workflow.patched`` id: replies with no text and no tool call, ``max_empty_replies`` in a
 row, make the run stuck (Planning -Stuck-> Recovering); before, each was only sent back."""
+
+REFLECTION_KEEPS_RECORD = "reflection-keeps-record"
+"""``workflow.patched`` id: Reflecting appends its summary to the conversation and the model is
+shown it from there (``memory.view_from``), so the stored record stays whole; before, the
+history was rewritten and the conversation sent again from its start."""
 
 WAITING_STATES = frozenset(
     {
@@ -122,7 +128,7 @@ class AgentEngine(AgentHandlers):
         if input.resume is None:
             self._run = AgentRun.begin(input, workflow.now())
         else:
-            self._run = AgentRun.model_validate(input.resume)
+            self._run = handover.resumed(input)
         self._pub = Publisher(self._run, input.stream)
         self._tools = ToolRunner(self._run, self._pub)
 
@@ -430,7 +436,11 @@ class AgentEngine(AgentHandlers):
     async def _compress(self) -> None:
         run, m, config = self._run, self._run.memory, self._run.input.config
         keep = config.reflection_keep_recent
-        older, recent = m.history[:-keep], m.history[-keep:]
+        # Behind the patch, the record stays whole: the summary is appended beside it and the
+        # model is shown the record from the first turn kept verbatim on.
+        beside = m.conversation_head is not None and workflow.patched(REFLECTION_KEEPS_RECORD)
+        start = m.summarised_turns if beside else 0
+        older, recent = m.history[start:-keep], m.history[-keep:]
         if not older:
             self._pub.record(
                 State.REFLECTING, "HistoryKept", f"no turns older than the last {keep}"
@@ -459,11 +469,17 @@ class AgentEngine(AgentHandlers):
             self._pub.record(
                 State.REFLECTING, "ReflectionFallback", f"summary call failed: {detail}"
             )
-        m.history = (reflection.summary_turn(older, summary, unresolved), *recent)
-        # The conversation changed from its start: the next call sends it whole again.
-        m.conversation_head = None
-        m.conversation_sent = 0
-        m.conversation_turns = 0
+        if beside:
+            m.view_from = m.history_base + len(m.messages_of(m.history[: len(m.history) - keep]))
+            m.view_summary_at = m.history_base + len(m.messages_of(m.history))
+            m.summarised_turns = len(m.history) - keep
+            m.history = (*m.history, reflection.summary_turn(older, summary, unresolved))
+        else:
+            m.history = (reflection.summary_turn(older, summary, unresolved), *recent)
+            # The conversation changed from its start: the next call sends it whole again.
+            m.conversation_head = None
+            m.conversation_sent = 0
+            m.conversation_turns = 0
         self._pub.record(
             State.REFLECTING,
             "HistoryCompressed",

@@ -1,5 +1,15 @@
-"""Continue-as-new: how a run or thread hands itself, whole, to a fresh run of the same
-workflow id, so its history stays bounded however long it lives."""
+"""Continue-as-new: how a run or thread hands itself to a fresh run of the same workflow id, so
+its history stays bounded however long it lives.
+
+What is handed over is bounded (``CARRIED_BY_REFERENCE``): the conversation goes by reference
+to the record the store already holds (``memory.conversation_head``), every list carried is a
+bounded tail with a count of the rest, and the run's input is not copied into its own resume
+(the next run's input is that input). A hand-over costs the same at step 100 as at step
+100,000. Why not one blob written by an activity: the carried state is the workflow's own, so
+an activity writing it would take it as its input, in history all the same; what keeps the
+hand-over small is carrying nothing that grows (and External Storage takes an input that is
+still large, such as a long inbox of queued messages, as a reference).
+"""
 
 from __future__ import annotations
 
@@ -10,15 +20,31 @@ from temporalio import workflow
 from temporalio.contrib.workflow_streams import WorkflowStream
 
 from workflows.agent.events import CARRIED_BYTES, EVENTS_CARRIED
-from workflows.agent.models import AgentConfig
+from workflows.agent.models import AgentConfig, AgentInput
 from workflows.agent.state import AgentRun
 
 CARRIED_TRACE_ENTRIES = 500
-"""The trace's tail a run hands to the next run of its chain (older entries are counted)."""
+"""The trace's tail a run without the patch (or without a store) hands over."""
 MAX_CARRIED_MEMORY_BYTES = 1_000_000
-"""Above this, older turns are compacted before the hand-over, so the next run's input stays
-well under Temporal's 2 MB payload limit."""
+"""Without a store (or the patch), the conversation is carried inline: above this, older turns
+are compacted before the hand-over, so the next run's input stays under Temporal's 2 MB
+payload limit."""
 
+CARRIED_BY_REFERENCE = "carried-by-reference"
+"""Patch id: the hand-over carries the conversation by its store reference and bounded tails
+(``AgentRun.handed_over``), and not the run's input twice; before it, the whole memory was
+carried inline (compacted above ``MAX_CARRIED_MEMORY_BYTES``) with 500 trace entries and a
+stream tail of up to 256 KiB."""
+TRACE_TAIL = 10
+"""Trace entries a hand-over by reference carries (the rest are counted in ``trace_earlier``
+and stay readable in the earlier runs' histories)."""
+FILES_CARRIED = 20
+"""Written files and reads the progress tracker carries (written ones beyond are counted)."""
+STREAM_EVENTS = 48
+STREAM_BYTES = 12 * 1024
+"""The live stream's tail a hand-over by reference carries: a watcher that reconnects from an
+offset a few turns back misses nothing, and the bound in bytes keeps long replies from making
+the hand-over large (the whole stream of a run is in its history)."""
 
 DEFAULT_EVENT_BOUND = "default-event-bound"
 """Patch id: an input that does not name ``continue_as_new_after_events`` gets its default too
@@ -50,23 +76,41 @@ def due(run: AgentRun) -> str | None:
 
 
 async def continue_as_new(run: AgentRun, stream: WorkflowStream) -> NoReturn:
-    """Hand the whole run, and the live stream's tail with its offsets, to a fresh run of the
-    same workflow id. The stream releases its pollers and every handler finishes first, so no
-    signal or update is lost in the hand-over. Call at a safe point: no activity or approval
-    pending."""
+    """Hand the run, and the live stream's tail with its offsets, to a fresh run of the same
+    workflow id (by reference and bounded, see the module's docstring). The stream releases its
+    pollers and every handler finishes first, so no signal or update is lost in the hand-over.
+    Call at a safe point: no activity or approval pending."""
+    # Without a store there is no record to refer to: the conversation is carried inline.
+    by_reference = run.memory.conversation_head is not None and workflow.patched(
+        CARRIED_BY_REFERENCE
+    )
+    events, most = (
+        (STREAM_EVENTS, STREAM_BYTES) if by_reference else (EVENTS_CARRIED, CARRIED_BYTES)
+    )
     log = stream.get_state()
     keep, size = 0, 0
-    for item in reversed(log.log[-EVENTS_CARRIED:]):
+    for item in reversed(log.log[-events:]):
         size += len(item.data) + len(item.topic)
-        if size > CARRIED_BYTES:
+        if size > most:
             break
         keep += 1
     stream.truncate(log.base_offset + len(log.log) - keep)
-    carried = run.carried(CARRIED_TRACE_ENTRIES, MAX_CARRIED_MEMORY_BYTES)
+    if by_reference:
+        carried = run.handed_over(TRACE_TAIL, FILES_CARRIED)
+        resume = carried.model_dump(mode="json", exclude={"input"})
+    else:
+        carried = run.carried(CARRIED_TRACE_ENTRIES, MAX_CARRIED_MEMORY_BYTES)
+        resume = carried.model_dump(mode="json")
     await stream.continue_as_new(
-        lambda state: [
-            run.input.model_copy(
-                update={"resume": carried.model_dump(mode="json"), "stream": state}
-            )
-        ]
+        lambda state: [run.input.model_copy(update={"resume": resume, "stream": state})]
     )
+
+
+def resumed(input: AgentInput) -> AgentRun:
+    """The run ``input.resume`` hands over. A hand-over by reference leaves out the run's
+    input, which is this input itself; an older hand-over, or ``starter.py import``, carries it
+    whole (plain JSON of an ``AgentRun``)."""
+    carried = dict(input.resume or {})
+    if "input" not in carried:
+        carried["input"] = input.model_copy(update={"resume": None, "stream": None})
+    return AgentRun.model_validate(carried)

@@ -23,7 +23,12 @@ history                Observing (append tool turns);       never
                        user's next message, in threads);
                        Recovering, WaitingForHuman (append
                        hints and guidance);
-                       Reflecting (compress)
+                       Reflecting (compress; or, behind
+                       reflection-keeps-record, append
+                       its summary)
+summarised_turns,      Reflecting                           never
+view_from,
+view_summary_at
 pending_guidance       Recovering                           WaitingForHuman
 human_guidance         WaitingForHuman (the guide signal)   WaitingForHuman
 turn_start_step        WaitingForUserInput                  never
@@ -119,6 +124,9 @@ OWNERSHIP: dict[str, Ownership] = {
     "conversation_head": _own({S.PLANNING}, {S.PLANNING, S.REFLECTING}),
     "conversation_sent": _own({S.PLANNING}, {S.PLANNING, S.REFLECTING}),
     "conversation_turns": _own({S.PLANNING}, {S.PLANNING, S.REFLECTING}),
+    "summarised_turns": _own({S.REFLECTING}),
+    "view_from": _own({S.REFLECTING}),
+    "view_summary_at": _own({S.REFLECTING}),
     "pending_guidance": _own({S.RECOVERING}, {S.WAITING_FOR_HUMAN}),
     "human_guidance": _own({S.WAITING_FOR_HUMAN}, {S.WAITING_FOR_HUMAN}),
     "final_answer": _own({S.PLANNING}),
@@ -170,6 +178,22 @@ class AgentMemory(Mutable):
     conversation_turns: int = 0
     """How many turns of ``history`` it covers: the next call renders and sends only the turns
     after these (so a step costs the workflow the same at step 10 as at step 10,000)."""
+    history_base: int = 2
+    """Messages of the stored record before ``history``'s first turn (the system prompt and
+    the task, then the turns a hand-over left to the store)."""
+    summarised_turns: int = 0
+    """Turns at the start of ``history`` that Reflecting summarised (behind the
+    ``reflection-keeps-record`` patch it summarises beside the record, never instead of it)."""
+    view_from: int = 0
+    """The model is shown the record from this message on (after the system prompt and the
+    task): what comes before it, Reflecting summarised. 0: from the start."""
+    view_summary_at: int = 0
+    """The record's message holding Reflecting's latest summary: shown first (after the task),
+    then the record from ``view_from`` on without it. 0: none."""
+    turns_stored: int = 0
+    """Turns of the conversation that only the store holds now: a hand-over by reference
+    (``AgentRun.handed_over``) keeps in ``history`` only the turns no model call has sent yet,
+    the rest being the stored record ``conversation_head`` names."""
     turn_start_step: int = 0
     """The step a thread's current turn began after; ``max_steps`` counts from here."""
     final_answer: str | None = None

@@ -305,14 +305,29 @@ class ThreadSettings(Frozen):
     config: AgentConfig = AgentConfig()
 
 
+class StoredRecord(Frozen):
+    """Where the whole conversation is: the store's append-only record of a thread."""
+
+    head: str
+    """The record's head in the conversation store (``ConversationStore.messages``)."""
+    messages: int
+    """How many messages the record holds."""
+    after: int = 0
+    """How many of the export's last ``conversation.messages`` follow the record (not stored
+    yet); the export's other messages are already in it."""
+
+
 class ThreadExport(Frozen):
     """A thread in Loom's JSON shape (``agent_state`` and ``conversation.messages``), plus
     Treadle's own settings under ``treadle``. ``starter.py export`` writes it, ``import``
-    starts a new thread that continues from it."""
+    starts a new thread that continues from it. The ``export`` query of a thread whose record
+    is in the store names it (``record``): the whole conversation is the record's messages and
+    then the last ``record.after`` ones here; ``starter.py export`` writes that whole."""
 
     agent_state: LoomAgentState
     conversation: LoomConversation
     treadle: ThreadSettings = ThreadSettings()
+    record: StoredRecord | None = None
 
 
 # --------------------------------------------------------------------------------------------
@@ -398,6 +413,14 @@ class ModelRequest(Frozen):
     require_tool: bool = False
     """The reply must call a tool (OpenAI ``tool_choice: "required"``, Anthropic ``any``): a
     typed answer comes as the ``final_answer`` tool's arguments."""
+    view_from: int = 0
+    """The model is shown the conversation's first messages (system prompt, task), then from
+    this one on: Reflecting summarised those between (0: all are shown)."""
+    view_summary_at: int = 0
+    """The message holding that summary, shown right after the task instead (0: none)."""
+    context_window_tokens: int | None = None
+    """The model's context window: a longer conversation is shown to it as a view (a summary
+    of the older messages, then the recent ones; ``activities.store.view``)."""
 
 
 class ModelResponse(Frozen):

@@ -11,6 +11,7 @@ from datetime import datetime
 
 from workflows.agent import typed_answers
 from workflows.agent.catalogue import TOOLS, estimate_prompt_tokens
+from workflows.agent.config import context_window
 from workflows.agent.models import (
     ModelRequest,
     ModelResponse,
@@ -62,6 +63,9 @@ def model_request(run: AgentRun) -> ModelRequest | CannotCall:
         temperature=config.temperature,
         max_tokens=config.max_tokens,
         logprobs=config.confidence_threshold is not None,
+        context_window_tokens=context_window(config, run.model),
+        view_from=m.view_from,
+        view_summary_at=m.view_summary_at,
     )
     request = typed_answers.ask(config, request)
     size = len(request.model_dump_json())

@@ -243,6 +243,8 @@ class ProgressTracker(BaseModel):
     tool_calls: int = 0
     files_modified: dict[str, str | None] = Field(default_factory=dict)
     """path -> content hash of the last successful write (``None`` when unknown)."""
+    files_modified_earlier: int = 0
+    """Files left out of ``files_modified`` at hand-overs (only the latest are carried)."""
     seen_reads: dict[str, str | None] = Field(default_factory=dict)
     """target -> content hash of its last successful read or listing (``None`` when unknown),
     oldest first: what the run has already explored."""
@@ -476,7 +478,7 @@ class ProgressTracker(BaseModel):
             total_phases=self.total_phases,
             current_phase=self.phase.number if self.phase else None,
             current_phase_description=self.phase.description if self.phase else None,
-            files_modified=len(self.files_modified),
+            files_modified=len(self.files_modified) + self.files_modified_earlier,
             tool_calls=self.tool_calls,
             tests_passed=self.tests_passed,
             tests_failed=self.tests_failed,

@@ -96,7 +96,9 @@ LIFTED: dict[str, dict[str, str]] = {
 class AgentRun(Mutable):
     """The whole state of one run; the workflow class is the loop that moves it.
 
-    Carried whole across continue-as-new (and by ``starter.py import``): ``input`` and the
+    Carried across continue-as-new (bounded, the conversation by reference to its stored
+    record: ``handed_over``; whole without a store: ``carried``) and whole by ``starter.py
+    import``: ``input`` and the
     chosen ``model``; ``state`` in the transition table and ``started_at``; ``memory`` (the
     conversation, the step's calls and approvals, usage); Nexora's ``tracker``; the ``trace``
     tail with ``last_event`` and ``trace_earlier``; ``flags`` one state leaves for the next;
@@ -195,6 +197,41 @@ class AgentRun(Mutable):
             }
         )
 
+    def handed_over(self, trace_tail: int, files: int) -> AgentRun:
+        """This run as the next run of its chain starts from, when the store holds the
+        conversation (``memory.conversation_head``): every carried list is bounded, so a
+        hand-over costs the same at step 100 as at step 100,000.
+
+        The conversation is carried by reference: ``history`` keeps only the turns no model
+        call has sent yet (the rest is the stored record the head names, counted in
+        ``turns_stored``), nothing is compacted, and the record stays whole for ``export``.
+        The trace keeps its last ``trace_tail`` entries (the rest counted in
+        ``trace_earlier``); the tracker keeps its latest ``files`` written files (the rest
+        counted) and reads."""
+        m = self.memory
+        sent = min(m.conversation_turns, len(m.history))
+        # model_copy writes no field through the ownership checks: this is a hand-over
+        # between two runs, not a state writing to the memory.
+        memory = m.model_copy(
+            update={
+                "history": m.history[sent:],
+                "conversation_turns": 0,
+                "turns_stored": m.turns_stored + sent,
+                "history_base": m.history_base + len(m.messages_of(m.history[:sent])),
+                "summarised_turns": max(0, m.summarised_turns - sent),
+            }
+        )
+        dropped = max(0, len(self.trace) - trace_tail)
+        return self.model_copy(
+            update={
+                "trace": self.trace[dropped:],
+                "trace_earlier": self.trace_earlier + dropped,
+                "memory": memory,
+                "tracker": bounded_tracker(self.tracker, files),
+                "runs": self.runs + 1,
+            }
+        )
+
     @classmethod
     def begin(cls, input: AgentInput, now: datetime) -> AgentRun:
         """A fresh run of ``input``, started at ``now``."""
@@ -242,3 +279,19 @@ class AgentRun(Mutable):
         if self.state is not State.WAITING_FOR_HUMAN:
             return ()
         return tuple(p for p in self.memory.pending_approvals if p.decision is None)
+
+
+def bounded_tracker(tracker: ProgressTracker, files: int) -> ProgressTracker:
+    """The tracker with its latest ``files`` written files (the others counted in
+    ``files_modified_earlier``) and reads; its other lists are bounded by their config."""
+    written = list(tracker.files_modified.items())
+    dropped = max(0, len(written) - files)
+    if not dropped and len(tracker.seen_reads) <= files:
+        return tracker
+    return tracker.model_copy(
+        update={
+            "files_modified": dict(written[dropped:]),
+            "files_modified_earlier": tracker.files_modified_earlier + dropped,
+            "seen_reads": dict(list(tracker.seen_reads.items())[-files:]),
+        }
+    )

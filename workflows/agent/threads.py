@@ -16,6 +16,7 @@ from workflows.agent.models import (
     AgentInput,
     LoomAgentState,
     LoomConversation,
+    StoredRecord,
     ThreadExport,
     ThreadSettings,
     ToolOutcome,
@@ -115,21 +116,37 @@ class ImportRefused(ValueError):
     """A thread file whose conversation cannot be continued (a clear, one-line reason)."""
 
 
+EXPORT_INLINE_CHARS = 1_000_000
+"""A conversation longer than this is answered by reference to its record (a query's answer
+must stay well under the 4 MB a gRPC message may carry)."""
+
+
 def export(run: AgentRun) -> ThreadExport:
     """The thread as Loom's ``agent_state`` + ``conversation.messages``. Contents stored by
-    reference are previews here (the workflow never reads the store); ``starter.py export``
-    fills them in from it."""
+    reference are previews here (the workflow never reads the store), and a conversation the
+    store's record holds is named by ``record`` (see ``ThreadExport``): ``starter.py export``
+    reads both back from the store."""
     m = run.memory
     pending = m.current_tool_calls if run.state in (State.WAITING_FOR_HUMAN, State.ACTING) else ()
+    messages = m.build_messages()
+    record = None
+    if m.conversation_head is not None:
+        after = len(m.messages_of(m.history[m.conversation_turns :]))
+        record = StoredRecord(head=m.conversation_head, messages=m.conversation_sent, after=after)
+        if m.turns_stored or sum(len(x.content or "") for x in messages) > EXPORT_INLINE_CHARS:
+            # The run no longer holds (or should not answer with) the whole conversation:
+            # the record does; here only what it does not hold yet.
+            messages = messages[:2] + messages[len(messages) - after :]
     return ThreadExport(
         agent_state=LoomAgentState(
             kind=LOOM_KIND[run.state],
             pending_tool_calls=pending,
         ),
-        conversation=LoomConversation(messages=m.build_messages()),
+        conversation=LoomConversation(messages=messages),
         treadle=ThreadSettings(
             model=run.input.model, task_type=run.input.task_type, config=run.input.config
         ),
+        record=record,
     )
 
 
@@ -141,6 +158,11 @@ def rebuild(thread: ThreadExport, workspace: str, now: datetime) -> tuple[AgentI
     is not run again blindly). The thread then waits for its user if it last answered, else the
     model answers what is open.
     """
+    if thread.record is not None:
+        raise ImportRefused(
+            "it names the thread's record in the store instead of holding its conversation "
+            "(the export query's answer): write the file with starter.py export"
+        )
     messages = list(thread.conversation.messages)
     system = messages.pop(0).content if messages[0].role == "system" else None
     if not messages or messages[0].role != "user" or not messages[0].content:

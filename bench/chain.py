@@ -1,0 +1,176 @@
+"""Long chains: history per step across hand-overs, and the store's growth against the content
+written (issue 22's targets). The suite's ``chain`` row:
+
+    .venv/bin/python -m bench.suite --rows chain          # 200-, 2,000-step chains; 3,000 writes
+    .venv/bin/python -m bench.suite --quick --rows chain   # small counts
+
+1. a run of N steps that each read a new 2 KB file, through its continue-as-new chain (800
+   events a run, the default): the history of every run of the chain over the steps, and the
+   bytes of the first and the last hand-over (the continue-as-new command's input);
+2. a run of 3,000 steps that each write a new 2 KB file: the bytes the store gained (the
+   conversation store and External Storage's blobs) against the content written.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from activities.model.activity import http_client
+from activities.store.blobs import FileBlobStore
+from bench.suite import Bench, Row
+from worker import build_worker
+from workflows.agent.models import AgentConfig, AgentInput, AgentResult, RunStatus
+from workflows.agent.workflow import AgentWorkflow
+
+FILE_BYTES = 2_000
+PER_STEP_TARGET = 4 * 1024
+
+
+def _reads(steps: int) -> list[dict[str, Any]]:
+    turns: list[dict[str, Any]] = [
+        {"tool_calls": [{"name": "read_file", "arguments": {"path": f"r{i}.txt"}}]}
+        for i in range(steps)
+    ]
+    return [*turns, {"content": "read them all"}]
+
+
+def _writes(steps: int) -> list[dict[str, Any]]:
+    turns: list[dict[str, Any]] = [
+        {
+            "tool_calls": [
+                {
+                    "name": "write_file",
+                    "arguments": {"path": f"w{i}.txt", "content": f"{i:06d}" * (FILE_BYTES // 6)},
+                }
+            ]
+        }
+        for i in range(steps)
+    ]
+    return [*turns, {"content": "wrote them all"}]
+
+
+def _bytes(root: Path) -> int:
+    return sum(p.stat().st_size for p in root.rglob("*") if p.is_file()) if root.exists() else 0
+
+
+async def _chain(bench: Bench, workflow_id: str) -> list[tuple[int, int | None]]:
+    """(history bytes, bytes of its continue-as-new input or None) of every run, first first."""
+    runs: list[tuple[int, int | None]] = []
+    handle = bench.client.get_workflow_handle(workflow_id)
+    first = (await handle.fetch_history()).events[0]
+    run_id: str | None = first.workflow_execution_started_event_attributes.first_execution_run_id
+    while run_id:
+        history = await bench.client.get_workflow_handle(workflow_id, run_id=run_id).fetch_history()
+        size = sum(e.ByteSize() for e in history.events)
+        last = history.events[-1]
+        if last.HasField("workflow_execution_continued_as_new_event_attributes"):
+            attributes = last.workflow_execution_continued_as_new_event_attributes
+            runs.append((size, attributes.input.ByteSize()))
+            run_id = attributes.new_execution_run_id
+        else:
+            runs.append((size, None))
+            run_id = None
+    return runs
+
+
+async def _run(
+    bench: Bench, queue: str, script: list[dict[str, Any]], workspace: str, steps: int
+) -> tuple[str, AgentResult, float]:
+    name = f"chain-{uuid.uuid4().hex[:8]}"
+    # A view shows the model fewer turns than the conversation holds: answer in arrival order.
+    bench.models.add_model(name, script, order="arrival")
+    workflow_id = f"bench-chain-{uuid.uuid4().hex[:8]}"
+    started = time.perf_counter()
+    handle = await bench.client.start_workflow(
+        AgentWorkflow.run,
+        AgentInput(
+            task="Work through the files.",
+            model=f"openai:{name}",
+            workspace=workspace,
+            config=AgentConfig(max_steps=steps + 5, stream_tokens=False),
+        ),
+        id=workflow_id,
+        task_queue=queue,
+    )
+    result: AgentResult = await handle.result()
+    return workflow_id, result, time.perf_counter() - started
+
+
+async def row_chain(bench: Bench) -> list[Row]:
+    lengths = (20, 60) if bench.quick else (200, 2_000)
+    write_steps = 60 if bench.quick else 3_000
+    rows: list[Row] = []
+    queue = f"bench-chain-{uuid.uuid4().hex[:6]}"
+    store = bench.tmp / "chain-store"
+    async with (
+        http_client() as http,
+        build_worker(
+            bench.client,
+            task_queue=queue,
+            settings=bench.settings,
+            http=http,
+            store=FileBlobStore(store),
+        ),
+    ):
+        for steps in lengths:
+            workspace = bench.workspace(f"reads-{steps}")
+            for i in range(steps):
+                Path(workspace, f"r{i}.txt").write_text(f"{i:06d}" * (FILE_BYTES // 6))
+            workflow_id, result, seconds = await _run(bench, queue, _reads(steps), workspace, steps)
+            runs = await _chain(bench, workflow_id)
+            per_step = sum(size for size, _ in runs) / (steps + 1)
+            hand_overs = [cost for _, cost in runs if cost is not None]
+            rows.append(
+                Row(
+                    "chain",
+                    f"history per step, {steps} steps reading 2 KB, {len(runs)} run(s) "
+                    f"({result.status.value}, {seconds:.0f} s)",
+                    f"{per_step / 1024:.2f} KiB",
+                    target="<= 4 KiB",
+                    met="yes" if per_step <= PER_STEP_TARGET else "NO",
+                    values={"per_step_bytes": per_step, "runs": len(runs)},
+                )
+            )
+            if hand_overs:
+                rows.append(
+                    Row(
+                        "chain",
+                        f"bytes of a hand-over, first and last of {len(hand_overs)} "
+                        f"({steps}-step chain)",
+                        f"{hand_overs[-1]}",
+                        baseline=f"{hand_overs[0]}",
+                        ratio=f"{hand_overs[-1] / hand_overs[0]:.2f}x",
+                        target="same",
+                        met="yes"
+                        if abs(hand_overs[-1] - hand_overs[0]) <= hand_overs[0] / 5
+                        else "NO",
+                        values={"first": hand_overs[0], "last": hand_overs[-1]},
+                    )
+                )
+        external_before = _bytes(bench.store)
+        before = _bytes(store)
+        workspace = bench.workspace("writes")
+        workflow_id, result, seconds = await _run(
+            bench, queue, _writes(write_steps), workspace, write_steps
+        )
+        gained = _bytes(store) - before + _bytes(bench.store) - external_before
+        written = write_steps * (FILE_BYTES // 6) * 6
+        runs = await _chain(bench, workflow_id)
+        allowed = 2 * written + 1024 * write_steps
+        rows.append(
+            Row(
+                "chain",
+                f"store bytes after {write_steps} steps writing 2 KB ({len(runs)} run(s), "
+                f"{result.status.value}, {seconds:.0f} s) against the content written",
+                f"{gained / 1024 / 1024:.2f} MiB",
+                baseline=f"{written / 1024 / 1024:.2f} MiB",
+                ratio=f"{gained / written:.2f}x",
+                target="<= 2x + 1 KB/step",
+                met="yes" if gained <= allowed and result.status is RunStatus.DONE else "NO",
+                values={"store_bytes": gained, "content_bytes": written},
+            )
+        )
+    return rows
