@@ -4,6 +4,9 @@ one token budget, ending with their parent, and failing as observations, never a
 from __future__ import annotations
 
 import asyncio
+import json
+import subprocess
+import sys
 from typing import Any
 
 import pytest
@@ -12,7 +15,8 @@ from temporalio.exceptions import CancelledError
 from temporalio.service import RPCError
 
 from tests.support.harness import Harness, tool_messages
-from workflows.agent.models import AgentResult, AgentStatus, RunStatus
+from tests.support.processes import ROOT
+from workflows.agent.models import AgentResult, AgentStatus, PendingApproval, RunStatus
 from workflows.agent.workflow import AgentWorkflow
 
 LIST = {"name": "list_dir", "arguments": {"path": "."}}
@@ -239,3 +243,52 @@ async def test_a_child_that_fails_is_an_error_observation(harness: Harness) -> N
         ("call_s", "failed"),
         ("call_b", "error"),
     ]
+
+
+async def pending_in(handle: WorkflowHandle[Any, Any], count: int) -> tuple[PendingApproval, ...]:
+    """Wait until the parent's status lists ``count`` pending approvals; return them."""
+    for _ in range(600):
+        status: AgentStatus = await handle.query(AgentWorkflow.state)
+        if len(status.pending_approvals) == count:
+            return status.pending_approvals
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"{handle.id} never listed {count} pending approval(s)")
+
+
+async def test_a_childs_approval_is_decided_through_the_parent(harness: Harness) -> None:
+    """A child's call waiting for approval shows in its parent's status, named by the parent's
+    call and the child's; the stock CLI's signal to the parent, and ``starter.py approve
+    PARENT_ID``, decide it in the child."""
+    sub = harness.script({"tool_calls": [LIST]}, {"content": "listed"})
+    parent = harness.script(
+        {"tool_calls": [delegate("one", sub, "call_1"), delegate("two", sub, "call_2")]},
+        {"content": "both listed"},
+    )
+    handle = await harness.start(parent, require_approval=["list_dir"], subagents={"models": [sub]})
+    children = [child(harness, handle, "call_1"), child(harness, handle, "call_2")]
+    pending = await pending_in(handle, 2)
+    assert sorted(p.call_id for p in pending) == ["call_1/call_t0_0", "call_2/call_t0_0"]
+    assert {p.tool for p in pending} == {"list_dir"}
+    signalled = await harness.temporal(
+        "workflow", "signal", "--workflow-id", handle.id, "--name", "approve",
+        "--input", json.dumps({"call_id": "call_1/call_t0_0"}),
+    )  # fmt: skip
+    assert signalled.returncode == 0, signalled.stderr
+    [left] = await pending_in(handle, 1)
+    assert left.call_id == "call_2/call_t0_0"
+    approved = await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, str(ROOT / "starter.py"), *harness.cli_args(), "approve", handle.id],
+        cwd=ROOT, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert approved.returncode == 0, approved.stderr
+    assert "approved call_2/call_t0_0 (list_dir)" in approved.stdout
+    result: AgentResult = await handle.result()
+    assert result.status is RunStatus.DONE, result.error
+    for c in children:
+        done: AgentResult = await c.result()
+        assert done.answer == "listed"
+    seen = observations(harness, parent, 1)
+    assert all(o.endswith("listed") for o in seen.values())
+    trace = await handle.query(AgentWorkflow.trace)
+    assert [e.event for e in trace.entries].count("SignalForwarded") == 2

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Collection
+from typing import Any
 
 from temporalio import workflow
 from temporalio.exceptions import (
@@ -39,11 +40,16 @@ from temporalio.exceptions import (
 )
 from temporalio.workflow import ParentClosePolicy
 
+from workflows.agent.approvals import Refused, check_approver
 from workflows.agent.catalogue import DelegateArgs
+from workflows.agent.events import approval_commands
 from workflows.agent.family import ChildRun, ChildStatus
 from workflows.agent.models import (
     AgentInput,
     AgentResult,
+    ApprovalDecision,
+    Decision,
+    PendingApproval,
     RunStatus,
     TokenUsage,
     ToolCall,
@@ -53,6 +59,7 @@ from workflows.agent.planning import MIN_COMPLETION_TOKENS
 from workflows.agent.publishing import Publisher
 from workflows.agent.state import AgentRun
 from workflows.agent.status import cut
+from workflows.base import Frozen
 
 DELEGATE = "delegate"
 
@@ -62,6 +69,14 @@ _STATUS: dict[RunStatus, ChildStatus] = {
     RunStatus.HALTED: "halted",
     RunStatus.RUNNING: "running",
 }
+
+CHILD_WAITING = "subagent_waiting"
+"""The signal a child sends its parent when its calls wait for a human, and when they were
+decided (a name, not a method: this module cannot import the workflow class it is part of)."""
+
+SUBAGENT_APPROVALS = "subagent-approvals"
+"""``workflow.patched`` id: a child tells its parent what waits for a human. Only children of
+runs with ``subagents`` reach it, which no run recorded before sub-agents is."""
 
 SUBAGENTS = "subagents"
 """``workflow.patched`` id: a ``delegate`` call starts a child workflow. Runs recorded before
@@ -263,6 +278,7 @@ def _ended(
             "cost_usd": result.cost_usd,
             "steps": result.steps,
             "outcome": cut(outcome or "", 200) or None,
+            "pending_approvals": (),
         }
     )
     run.family.replace(ended)
@@ -292,7 +308,14 @@ def _ended_without_result(
         status, why = _why(exc)
     tokens = _count(run, child, None)
     run.family.replace(
-        child.model_copy(update={"status": status, "tokens": tokens, "outcome": cut(why, 200)})
+        child.model_copy(
+            update={
+                "status": status,
+                "tokens": tokens,
+                "outcome": cut(why, 200),
+                "pending_approvals": (),
+            }
+        )
     )
     pub.record(run.state, "SubagentEnded", f"{child.workflow_id} {status}: {why}")
     text = f"ERROR: sub-agent {child.workflow_id} {why}"
@@ -313,3 +336,132 @@ def _why(exc: ChildWorkflowError) -> tuple[ChildStatus, str]:
     if isinstance(cause, ApplicationError):
         return "failed", f"failed: {cause.message}"
     return "failed", f"failed: {cause or exc}"
+
+
+# --------------------------------------------------------------------------------------------
+# One place to answer: a child's approvals shown by its parent, and decided through it
+# --------------------------------------------------------------------------------------------
+
+
+class ChildWaiting(Frozen):
+    """What a child tells its parent (``CHILD_WAITING``): its calls waiting for a human."""
+
+    workflow_id: str
+    pending: tuple[PendingApproval, ...] = ()
+
+
+async def tell_parent(run: AgentRun) -> None:
+    """A child: tell the parent which of its calls wait for a human now (none: decided). A
+    parent that is gone is no error: the child's own approvals still work."""
+    info, sub = workflow.info(), run.input.config.subagents
+    if info.parent is None or sub is None or sub.depth == 0:
+        return
+    if not workflow.patched(SUBAGENT_APPROVALS):
+        return
+    body = ChildWaiting(workflow_id=info.workflow_id, pending=run.waiting_approvals())
+    parent = workflow.get_external_workflow_handle(info.parent.workflow_id)
+    try:
+        await parent.signal(CHILD_WAITING, body)
+    except ApplicationError as exc:
+        workflow.logger.warning("agent.subagent.parent_gone", extra={"why": exc.message})
+
+
+def child_waiting(run: AgentRun, pub: Publisher, body: ChildWaiting) -> None:
+    """A parent: a child's calls wait for a human (or no longer do); shown in ``status`` and the
+    Web UI, and each new one published on the parent's stream, tagged with the child."""
+    child = next((c for c in run.family.children if c.workflow_id == body.workflow_id), None)
+    if child is None or child.status != "running":
+        return
+    known = {p.call_id for p in child.pending_approvals}
+    run.family.replace(child.model_copy(update={"pending_approvals": body.pending}))
+    waiting = ", ".join(f"{child.call_id}/{p.call_id} ({p.tool})" for p in body.pending)
+    pub.record(run.state, "SubagentWaiting", f"{child.workflow_id}: {waiting or 'decided'}")
+    parent_id = workflow.info().workflow_id
+    for p in body.pending:
+        if p.call_id in known:
+            continue
+        named = f"{child.call_id}/{p.call_id}"
+        pub.emit(
+            "approval_needed",
+            f"sub-agent {child.workflow_id}: {p.tool}",
+            tool=p.tool,
+            call_id=named,
+            target=child.workflow_id,
+            arguments=p.arguments,
+            commands=approval_commands(parent_id, named),
+        )
+    pub.show()
+
+
+def for_child(run: AgentRun, decision: Decision) -> tuple[ChildRun, PendingApproval] | None:
+    """The child's pending call an approve, reject or modify names, or ``None``."""
+    if decision.action == "guide":
+        return None
+    return run.family.waiting_call(decision.call_id)
+
+
+def forward(run: AgentRun, pub: Publisher, decision: Decision) -> PendingApproval | None:
+    """A parent: send a decision on to the child whose call it names (the child checks it as
+    its own); returns that call as decided, or ``None`` when it names no child's call. A name
+    the run does not take decisions from is refused here too (``Refused``)."""
+    found = for_child(run, decision)
+    if found is None:
+        return None
+    child, pending = found
+    check_approver(run, decision.decided_by)
+    body = {**decision.body(), "call_id": pending.call_id}
+    remaining = tuple(p for p in child.pending_approvals if p.call_id != pending.call_id)
+    run.family.replace(child.model_copy(update={"pending_approvals": remaining}))
+    by = f" by {decision.decided_by}" if decision.decided_by else ""
+    named = f"{child.call_id}/{pending.call_id}"
+    pub.record(
+        run.state, "SignalForwarded", f"{decision.action} {named}{by} to {child.workflow_id}"
+    )
+    handle = workflow.get_external_workflow_handle(child.workflow_id)
+    # Handlers are not coroutines here: the signal goes out as a task of the run's own loop
+    # (deterministic: it is scheduled in this workflow task, as any command is).
+    asyncio.get_running_loop().create_task(_send(handle, decision.action, body))
+    return pending.model_copy(
+        update={
+            "call_id": named,
+            "decision": _DECIDED[decision.action],
+            "decided_by": decision.decided_by,
+        }
+    )
+
+
+_DECIDED = {
+    "approve": ApprovalDecision.APPROVED,
+    "reject": ApprovalDecision.REJECTED,
+    "modify": ApprovalDecision.MODIFIED,
+}
+
+
+def check_forward(run: AgentRun, decision: Decision) -> bool:
+    """The ``decide`` validator's part: the decision names a child's call (and comes from a
+    name the run takes decisions from, else it is refused like the run's own)."""
+    if for_child(run, decision) is None:
+        return False
+    try:
+        check_approver(run, decision.decided_by)
+    except Refused as exc:
+        raise ApplicationError(str(exc), type="DecisionRefused", non_retryable=True) from None
+    return True
+
+
+def signal_decision(action: str, body: Any) -> Decision | None:
+    """An approve, reject or modify signal's body as a decision, if it is one (the run's own
+    checks say why a body that is not)."""
+    if not isinstance(body, dict):
+        return None
+    try:
+        return Decision.model_validate({**body, "action": action})
+    except ValueError:
+        return None
+
+
+async def _send(handle: workflow.ExternalWorkflowHandle[Any], action: str, body: Any) -> None:
+    try:
+        await handle.signal(action, body)
+    except ApplicationError as exc:  # the child ended meanwhile: nothing waits any more
+        workflow.logger.warning("agent.subagent.forward_failed", extra={"why": exc.message})

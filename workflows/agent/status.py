@@ -54,7 +54,7 @@ def status(
         max_steps=config.max_steps,
         model=run.model,
         task=run.input.task,
-        pending_approvals=run.waiting_approvals(),
+        pending_approvals=(*run.waiting_approvals(), *run.family.pending()),
         usage=m.usage,
         cost_usd=run_cost(run),
         token_budget=config.token_budget,
@@ -101,7 +101,7 @@ def details(run: AgentRun, now: datetime, outage: Outage | None = None) -> str:
             + (" · closing" if run.thread.closing else "")
             + (f" · run {run.runs} of this id" if run.runs > 1 else "")
         )
-    waiting = run.waiting_approvals()
+    waiting = (*run.waiting_approvals(), *run.family.pending())
     if waiting:
         lines.append("**Waiting for approval:**")
         lines.extend(f"- `{p.call_id}` {p.tool} {json.dumps(p.arguments)[:120]}" for p in waiting)
