@@ -30,7 +30,7 @@ def test_recorded_histories_are_present() -> None:
         "approve", "parallel", "max_steps", "killed", "reject", "modify", "not_json",
         "halted", "guidance", "productive", "reflection", "confidence", "budget", "cancelling",
         "thread", "continued-as-new", "identical_content", "parallel_children",
-        "cancelling_the_parent", "a_child_that_fails", "one_budget",
+        "cancelling_the_parent", "a_child_that_fails", "one_budget", "decided_through_the_parent",
     )  # fmt: skip
     for needed in needed_all:
         assert any(needed in name for name in names), needed
@@ -73,7 +73,7 @@ def test_the_corpus_holds_runs_from_before_each_versioned_change() -> None:
     without its marker, which ``test_recorded_history_replays`` replays through the new code
     (the old path). The ``coalesced-search-attributes`` change (one upsert before each wait
     instead of one per transition) also needs old runs that upserted per transition."""
-    from workflows.agent.delegation import SUBAGENTS
+    from workflows.agent.delegation import SUBAGENT_APPROVALS, SUBAGENTS
     from workflows.agent.outages import STORE_OUTAGES
     from workflows.agent.workflow import (
         CARRY_CONTENT_HASHES,
@@ -86,7 +86,7 @@ def test_the_corpus_holds_runs_from_before_each_versioned_change() -> None:
     agent_runs = {name: t for name, t in texts.items() if '"AgentWorkflow"' in t}
     marked = {name: patch_markers(t) for name, t in agent_runs.items()}
     patches = (CARRY_CONTENT_HASHES, CLIENT_QUERIES, COALESCED_SEARCH_ATTRIBUTES, LOADED_TOOLS)
-    for patch in (*patches, STORE_OUTAGES, SUBAGENTS):
+    for patch in (*patches, STORE_OUTAGES, SUBAGENTS, SUBAGENT_APPROVALS):
         before = [name for name, ids in marked.items() if patch not in ids]
         assert before, f"no recorded run from before {patch}"
     per_transition = [
@@ -96,4 +96,5 @@ def test_the_corpus_holds_runs_from_before_each_versioned_change() -> None:
         and t.count("EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES") >= 6
     ]
     assert per_transition, "no recorded run that upserted at every transition"
-    assert any(SUBAGENTS in ids for ids in marked.values()), "no recorded family of sub-agents"
+    for patch in (SUBAGENTS, SUBAGENT_APPROVALS):
+        assert any(patch in ids for ids in marked.values()), f"no recorded run after {patch}"
