@@ -176,6 +176,12 @@ def _format_status(status: AgentStatus) -> str:
     if status.client_query is not None:
         q = status.client_query
         lines.append(f"client:   {q.id}  {q.kind}  {q.what[:200]}  (answer_query)")
+    for child in status.children:  # sub-agents: their tokens are counted in the run's
+        lines.append(
+            f"child:    {child.workflow_id}  {child.status}  {child.tokens} tokens"
+            + (f" of {child.token_budget}" if child.token_budget else "")
+            + f"  {child.task}"
+        )
     if status.final_answer:
         lines.append(f"answer:   {status.final_answer}")
     if status.error:
@@ -254,6 +260,8 @@ def build_input(args: argparse.Namespace, workspace_id: str) -> PlannedRun:
         config["allow_run_command"] = True
     if args.mcp_servers:
         config["mcp_servers"] = args.mcp_servers
+    if args.subagents and config.get("subagents") is None:
+        config["subagents"] = {}  # the defaults: max_depth 2, max_children 8
     if args.output_schema:
         config["output_schema"] = args.output_schema
     if isinstance(config.get("output_schema"), str):  # a schema file or a type's import path
@@ -414,6 +422,9 @@ def add_run_options(run: argparse.ArgumentParser) -> None:
         "--config", metavar="FILE", help="AgentConfig fields as JSON or YAML (flags override)"
     )
     run.add_argument("--allow-commands", action="store_true", help="enable run_command")
+    run.add_argument(
+        "--subagents", action="store_true", help="offer delegate: sub-agents (docs/subagents.md)"
+    )
     run.add_argument(
         "--mcp-servers",
         metavar="NAME,...",

@@ -35,6 +35,7 @@ from temporalio import activity
 from activities.content import redaction
 from activities.errors import ModelConfigError, StoreUnavailable
 from workflows.agent import content_refs
+from workflows.agent.catalogue import TOOLS
 from workflows.agent.models import ChatMessage, ModelResponse, ToolCall, ToolResult
 from workflows.agent.typed_answers import FINAL_ANSWER_TOOL
 
@@ -126,10 +127,8 @@ async def reply(store: TextStore | None, response: ModelResponse) -> ModelRespon
     """The model's reply as it may enter the history (see the module docstring)."""
     if store is None:
         return response
-    # A typed answer's final_answer call is the run's answer, which stays whole (the workflow
-    # validates it and cannot read the store).
     calls = tuple(
-        [c if c.name == FINAL_ANSWER_TOOL else await _call(store, c) for c in response.tool_calls]
+        [c if _whole_in_workflow(c) else await _call(store, c) for c in response.tool_calls]
     )
     update: dict[str, Any] = {}
     if any(new is not old for new, old in zip(calls, response.tool_calls, strict=True)):
@@ -143,6 +142,14 @@ async def reply(store: TextStore | None, response: ModelResponse) -> ModelRespon
             "content_chars": len(clean),
         }
     return response.model_copy(update=update) if update else response
+
+
+def _whole_in_workflow(call: ToolCall) -> bool:
+    """A call the workflow itself carries out (``delegate``'s task, ``ask_client``'s question,
+    ``wait``) or a typed answer's ``final_answer`` (the run's answer, which the workflow
+    validates): it keeps its arguments whole, since the workflow cannot read the store."""
+    spec = TOOLS.get(call.name)
+    return call.name == FINAL_ANSWER_TOOL or (spec is not None and spec.in_workflow)
 
 
 async def tool_output(store: TextStore | None, result: ToolResult) -> ToolResult:

@@ -22,13 +22,15 @@ RECORDED = sorted(HISTORIES.glob("*.json"))
 
 def test_recorded_histories_are_present() -> None:
     """The replay corpus exists and covers approvals, parallel tools, errors, a crash, stuck
-    recovery, phases, reflection, confidence, budgets, threads and continue-as-new."""
+    recovery, phases, reflection, confidence, budgets, threads and continue-as-new, and families
+    of sub-agents (parents and their children: parallel, cancelled, failed, out of budget)."""
     names = {p.stem for p in RECORDED}
     assert len(names) >= 20
     needed_all = (
         "approve", "parallel", "max_steps", "killed", "reject", "modify", "not_json",
         "halted", "guidance", "productive", "reflection", "confidence", "budget", "cancelling",
-        "thread", "continued-as-new", "identical_content",
+        "thread", "continued-as-new", "identical_content", "parallel_children",
+        "cancelling_the_parent", "a_child_that_fails", "one_budget", "decided_through_the_parent",
     )  # fmt: skip
     for needed in needed_all:
         assert any(needed in name for name in names), needed
@@ -71,6 +73,7 @@ def test_the_corpus_holds_runs_from_before_each_versioned_change() -> None:
     without its marker, which ``test_recorded_history_replays`` replays through the new code
     (the old path). The ``coalesced-search-attributes`` change (one upsert before each wait
     instead of one per transition) also needs old runs that upserted per transition."""
+    from workflows.agent.delegation import SUBAGENT_APPROVALS, SUBAGENTS
     from workflows.agent.engine import REFLECTION_KEEPS_RECORD
     from workflows.agent.handover import CARRIED_BY_REFERENCE
     from workflows.agent.outages import STORE_OUTAGES
@@ -85,7 +88,7 @@ def test_the_corpus_holds_runs_from_before_each_versioned_change() -> None:
     agent_runs = {name: t for name, t in texts.items() if '"AgentWorkflow"' in t}
     marked = {name: patch_markers(t) for name, t in agent_runs.items()}
     patches = (CARRY_CONTENT_HASHES, CLIENT_QUERIES, COALESCED_SEARCH_ATTRIBUTES, LOADED_TOOLS)
-    for patch in (*patches, STORE_OUTAGES):
+    for patch in (*patches, STORE_OUTAGES, SUBAGENTS, SUBAGENT_APPROVALS):
         before = [name for name, ids in marked.items() if patch not in ids]
         assert before, f"no recorded run from before {patch}"
     # The hand-over by reference and reflection beside the record: runs that continued as new,
@@ -101,3 +104,5 @@ def test_the_corpus_holds_runs_from_before_each_versioned_change() -> None:
         and t.count("EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES") >= 6
     ]
     assert per_transition, "no recorded run that upserted at every transition"
+    for patch in (SUBAGENTS, SUBAGENT_APPROVALS):
+        assert any(patch in ids for ids in marked.values()), f"no recorded run after {patch}"

@@ -24,8 +24,8 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError, is_cancelled_exception
 
 from workflows import telemetry
-from workflows.agent import calls, client_queries, events, mcp, recovery, waiting
-from workflows.agent.catalogue import AskClientArgs, StartPhaseArgs, WaitArgs
+from workflows.agent import calls, client_queries, delegation, events, mcp, recovery, waiting
+from workflows.agent.catalogue import AskClientArgs, DelegateArgs, StartPhaseArgs, WaitArgs
 from workflows.agent.mcp import McpCallRequest, McpListRequest, McpToolList
 from workflows.agent.models import ToolCall, ToolOutcome, ToolPolicy, ToolRequest, ToolResult
 from workflows.agent.publishing import Publisher
@@ -192,6 +192,12 @@ class ToolRunner:
         if tool.runs == "workflow":
             if isinstance(checked.args, StartPhaseArgs):
                 return recovery.start_phase_call(self._run, call, checked.args, workflow.now())
+            if isinstance(checked.args, DelegateArgs):  # a sub-agent: a child workflow
+                offered = (*self.box().offered_names(), *(t.name for t in self.box().offered_mcp()))
+                outcome = await delegation.delegate(
+                    self._run, self._pub, call, checked.args, offered
+                )
+                return self._finished(outcome, checked.short_target)
             # Only replaying a run recorded before client queries (``act`` asks the others):
             # the tool did not exist then, and no activity ran for it.
             return self._failed(call, f"ERROR: unknown tool {call.name!r}")

@@ -100,6 +100,23 @@ class WaitArgs(ToolArgs):
         return self
 
 
+class DelegateArgs(ToolArgs):
+    task: str = Field(
+        min_length=1,
+        max_length=20_000,
+        description="The sub-task, complete and self-contained: the sub-agent sees only this.",
+    )
+    tools: tuple[str, ...] | None = Field(
+        None, description="Tools the sub-agent may use (default: the same as yours)."
+    )
+    model: str | None = Field(
+        None, max_length=200, description="provider:model for the sub-agent (default: yours)."
+    )
+    max_steps: int | None = Field(
+        None, ge=1, description="Step limit of the sub-agent (default and most: yours)."
+    )
+
+
 @dataclass(frozen=True)
 class ToolSpec:
     name: str
@@ -206,6 +223,16 @@ _TOOLS: dict[str, ToolSpec] = {
             WaitArgs,
             mutating=False,
             target=lambda args: f"{args.seconds:g}s" if args.seconds else str(args.until),
+            in_workflow=True,
+        ),
+        ToolSpec(
+            "delegate",
+            "Hand a self-contained sub-task to a sub-agent (a run of its own, sharing your "
+            "workspace and your token budget); its final answer comes back as this call's "
+            "result. Several delegate calls in one reply run in parallel.",
+            DelegateArgs,
+            mutating=True,
+            target=lambda args: str(args.task).split("\n", 1)[0],
             in_workflow=True,
         ),
     )

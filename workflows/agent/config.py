@@ -49,6 +49,32 @@ def context_window(config: AgentConfig, model: str) -> int:
     return windows.get(model) or windows.get("default") or DEFAULT_CONTEXT_WINDOW_TOKENS
 
 
+class SubagentConfig(Frozen):
+    """Sub-agents (``delegate``): how deep a family may grow, and how wide."""
+
+    max_depth: int = Field(2, ge=1, le=10)
+    """Levels of runs below the top one: 1 lets a run delegate but not its children."""
+    max_children: int = Field(8, ge=1, le=200)
+    """Children one run may start in all (continue-as-new keeps the count)."""
+    models: tuple[str, ...] = ()
+    """Models a child may be given besides the run's own (its model, ``models`` values and
+    ``fallback_models``)."""
+    depth: int = Field(0, ge=0, le=10)
+    """Where this run is in its family: 0 for the top run; a child's config carries its
+    parent's plus one."""
+
+    @field_validator("models", mode="before")
+    @classmethod
+    def _models(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            value = tuple(part.strip() for part in value.split(",") if part.strip())
+        if isinstance(value, list | tuple):
+            for model in value:
+                if isinstance(model, str):
+                    _check_model(model)
+        return value
+
+
 class AgentConfig(Frozen):
     """Limits and policies of one run. Validated once, when the run is started."""
 
@@ -205,6 +231,12 @@ class AgentConfig(Frozen):
     attempts (``model_max_attempts``) with retryable errors (an outage, overload, timeouts);
     a refusal (a 4xx) is no outage and falls back to nothing. Each step begins with the run's
     model. ``starter.py run --model a,b`` sets them."""
+
+    # Sub-agents (issue 26)
+    subagents: SubagentConfig | None = None
+    """The ``delegate`` tool: the model hands a sub-task to a child run (a child workflow)
+    that spends from this run's token budget and ends with it. ``None``: not offered.
+    ``starter.py run --subagents`` turns the defaults on (see docs/subagents.md)."""
 
     @field_validator("hooks", mode="before")
     @classmethod

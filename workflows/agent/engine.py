@@ -32,6 +32,7 @@ from workflows.agent import (
     approvals,
     calls,
     client_queries,
+    delegation,
     events,
     fallback,
     handover,
@@ -509,8 +510,10 @@ class AgentEngine(AgentHandlers):
                 commands=events.approval_commands(workflow_id, p.call_id),
             )
         self._pub.show()
+        await delegation.tell_parent(run)  # a sub-agent: its parent shows what waits
         # Durable: this wait survives worker restarts and lasts as long as it must.
         await workflow.wait_condition(lambda: approvals.all_decided(m))
+        await delegation.tell_parent(run)
         decided = {p.call_id: p.decision for p in m.pending_approvals}
         for p in waiting_before:
             outcome = decided.get(p.call_id)

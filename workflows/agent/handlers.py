@@ -16,7 +16,7 @@ from temporalio import workflow
 from temporalio.common import RawValue
 from temporalio.exceptions import ApplicationError
 
-from workflows.agent import approvals, client_queries, status, threads, waiting
+from workflows.agent import approvals, client_queries, delegation, status, threads, waiting
 from workflows.agent.acting import ToolRunner
 from workflows.agent.approvals import Refused
 from workflows.agent.client_queries import AnswerRefused
@@ -140,6 +140,21 @@ class AgentHandlers:
             return
         self._pub.record(self._run.state, "SignalReceived", f"{signal}: {cut(reason, 200)}")
 
+    @workflow.signal(name=delegation.CHILD_WAITING)
+    def subagent_waiting(self, *bodies: Any) -> None:
+        """From a child run (``delegate``): its calls waiting for a human, or none any more.
+        Shown in this run's status; decided through it (``delegation.forward``)."""
+        try:
+            body = approvals.signal_body(delegation.CHILD_WAITING, bodies)
+            waiting = delegation.ChildWaiting.model_validate(body)
+        except Refused as exc:
+            self._refused(delegation.CHILD_WAITING, exc)
+            return
+        except ValidationError as exc:
+            self._refused(delegation.CHILD_WAITING, Refused(describe_errors(exc)))
+            return
+        delegation.child_waiting(self._run, self._pub, waiting)
+
     @workflow.signal(dynamic=True)
     def unknown_signal(self, name: str, bodies: Sequence[RawValue]) -> None:
         """Any other signal name: Temporal accepts it, so the trace says it was not understood
@@ -156,6 +171,8 @@ class AgentHandlers:
         if guidance is not None:
             self._wake("guide", lambda: guidance)
             return None
+        if delegation.check_forward(self._run, decision):  # a child's call: sent on to it
+            return delegation.forward(self._run, self._pub, decision)
         checked = approvals.check_update(self._run, decision)
         if isinstance(checked, GuideSignal):
             self._apply_guide(checked)
@@ -167,6 +184,8 @@ class AgentHandlers:
         # Raised in the validator, the refusal rejects the update: nothing reaches the history.
         decision = one_input("decide", Decision, inputs)
         if self._guidance_while_waiting(decision) is None:
+            if delegation.check_forward(self._run, decision):
+                return
             approvals.check_update(self._run, decision)
 
     def _guidance_while_waiting(self, decision: Decision) -> str | None:
@@ -181,6 +200,9 @@ class AgentHandlers:
     def _signal(self, action: str, bodies: tuple[Any, ...]) -> None:
         try:
             body = approvals.signal_body(action, bodies)
+            decision = delegation.signal_decision(action, body)
+            if decision is not None and delegation.forward(self._run, self._pub, decision):
+                return  # a child's call: sent on to it
             checked = approvals.check_decision(self._run, action, body)
         except Refused as exc:
             self._refused(action, exc)

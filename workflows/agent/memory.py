@@ -131,8 +131,9 @@ OWNERSHIP: dict[str, Ownership] = {
     "human_guidance": _own({S.WAITING_FOR_HUMAN}, {S.WAITING_FOR_HUMAN}),
     "final_answer": _own({S.PLANNING}),
     "error": _own({S.PLANNING, S.RECOVERING, S.WAITING_FOR_HUMAN}),
-    "usage": _own({S.PLANNING, S.REFLECTING}),
-    "usage_by_model": _own({S.PLANNING, S.REFLECTING}),
+    # Acting counts what a sub-agent spent (``delegation``): the family has one budget.
+    "usage": _own({S.PLANNING, S.REFLECTING, S.ACTING, S.PARALLEL_ACTING}),
+    "usage_by_model": _own({S.PLANNING, S.REFLECTING, S.ACTING, S.PARALLEL_ACTING}),
 }
 
 

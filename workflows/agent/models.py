@@ -17,6 +17,7 @@ from pydantic import Field, SerializerFunctionWrapHandler, model_serializer, mod
 from workflows.agent.config import AgentConfig as AgentConfig
 from workflows.agent.config import AgentInput as AgentInput
 from workflows.agent.config import Price as Price
+from workflows.agent.config import SubagentConfig as SubagentConfig
 from workflows.agent.decisions import MAX_CALL_ID_CHARS as MAX_CALL_ID_CHARS
 from workflows.agent.decisions import MAX_HUMAN_TEXT_CHARS as MAX_HUMAN_TEXT_CHARS
 from workflows.agent.decisions import MAX_MODIFY_ARGUMENTS_BYTES as MAX_MODIFY_ARGUMENTS_BYTES
@@ -28,6 +29,7 @@ from workflows.agent.decisions import ModifySignal as ModifySignal
 from workflows.agent.decisions import PendingApproval as PendingApproval
 from workflows.agent.decisions import RejectSignal as RejectSignal
 from workflows.agent.events import ClientQuery
+from workflows.agent.family import ChildRun
 from workflows.agent.mcp import TOOL_NAME
 from workflows.agent.progress import ProgressSummary
 from workflows.agent.state_machine import State
@@ -238,6 +240,9 @@ class AgentStatus(Frozen):
     """The model that answered the last model call: ``model``, or a fallback that took it."""
     usage_by_model: dict[str, TokenUsage] = Field(default_factory=dict)
     """``usage`` by the model that spent it (what ``cost_usd`` is priced by)."""
+    children: tuple[ChildRun, ...] = ()
+    """The run's sub-agents (``delegate``): each one's state and what it spent. ``usage`` and
+    ``cost_usd`` are the family's: the run's own plus every child's that ended."""
 
 
 class AgentResult(Frozen):

@@ -19,6 +19,7 @@ from pydantic import Field, model_validator
 from workflows.agent import providers, reflection
 from workflows.agent.catalogue import StartPhaseArgs
 from workflows.agent.events import ClientAnswer, ClientQuery
+from workflows.agent.family import Family
 from workflows.agent.mcp import McpToolList
 from workflows.agent.memory import AgentMemory
 from workflows.agent.models import AgentInput, PendingApproval, TokenUsage, TraceEntry
@@ -149,6 +150,8 @@ class AgentRun(Mutable):
     """Which run of its continue-as-new chain this is (the workflow id stays the same)."""
     workspace_snapshot: str | None = None
     """The key of the workspace's latest snapshot manifest in the store (``snapshots``)."""
+    family: Family = Field(default_factory=Family)
+    """The sub-agents this run started (``delegate``), running and ended."""
 
     @model_validator(mode="before")
     @classmethod

@@ -54,7 +54,7 @@ def status(
         max_steps=config.max_steps,
         model=run.model,
         task=run.input.task,
-        pending_approvals=run.waiting_approvals(),
+        pending_approvals=(*run.waiting_approvals(), *run.family.pending()),
         usage=m.usage,
         cost_usd=run_cost(run),
         token_budget=config.token_budget,
@@ -74,6 +74,7 @@ def status(
         outage=outage.describe() if outage is not None else None,
         served_by=run.served_by,
         usage_by_model=m.usage_by_model,
+        children=tuple(run.family.children),
     )
 
 
@@ -100,7 +101,7 @@ def details(run: AgentRun, now: datetime, outage: Outage | None = None) -> str:
             + (" · closing" if run.thread.closing else "")
             + (f" · run {run.runs} of this id" if run.runs > 1 else "")
         )
-    waiting = run.waiting_approvals()
+    waiting = (*run.waiting_approvals(), *run.family.pending())
     if waiting:
         lines.append("**Waiting for approval:**")
         lines.extend(f"- `{p.call_id}` {p.tool} {json.dumps(p.arguments)[:120]}" for p in waiting)
@@ -111,6 +112,12 @@ def details(run: AgentRun, now: datetime, outage: Outage | None = None) -> str:
         lines.append(f"**Waiting:** {outage.describe()}")
     if run.waiting.active:
         lines.append(f"**Waiting {waiting_line(run)}**")
+    if run.family.children:
+        lines.append(f"**Sub-agents** (tokens counted with the run's): {family_line(run)}")
+        lines.extend(
+            f"- `{c.workflow_id}` {c.status} · {c.tokens} tokens · {c.task}"
+            for c in run.family.children
+        )
     if m.pending_guidance:
         lines.append(f"**Stuck, waiting for guidance:** {m.pending_guidance}")
     elif run.recovery.stuck_reason:
@@ -126,3 +133,13 @@ def details(run: AgentRun, now: datetime, outage: Outage | None = None) -> str:
 def waiting_line(run: AgentRun) -> str:
     """A parked run's wake time and reason (the Web UI's details)."""
     return describe(run.waiting)
+
+
+def family_line(run: AgentRun) -> str:
+    """A run's children in one line: how many run and ended, and the budget they hold."""
+    children = run.family.children
+    running = sum(1 for c in children if c.status == "running")
+    held = run.family.reserved()
+    return f"{running} running, {len(children) - running} ended" + (
+        f", {held} tokens held for them" if held else ""
+    )

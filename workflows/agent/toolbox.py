@@ -138,6 +138,12 @@ class CheckedCall:
         return json.dumps(self.arguments or {}, separators=(",", ":"))
 
 
+def may_delegate(config: AgentConfig) -> bool:
+    """The run offers ``delegate``: sub-agents are on and its children stay within depth."""
+    sub = config.subagents
+    return sub is not None and sub.depth < sub.max_depth
+
+
 def _catalogue_tool(spec: ToolSpec) -> OfferedTool:
     return OfferedTool(
         name=spec.name,
@@ -192,7 +198,8 @@ class Toolbox:
         """The catalogue tools this run offers: its choice (``config.tools``, or all of them)
         less blacklisted ones, less ``run_command`` unless the run allows it, less
         ``ask_client`` without client queries, less ``wait`` unless the run offers it and
-        ``max_wait_seconds`` is not 0. In the catalogue's order."""
+        ``max_wait_seconds`` is not 0, less ``delegate`` unless the run may start children
+        (``may_delegate``). In the catalogue's order."""
         config = self.config
         chosen = TOOLS if config.tools is None else config.tools
         return tuple(
@@ -204,6 +211,7 @@ class Toolbox:
             and (name != "run_command" or config.allow_run_command)
             and (name != "ask_client" or config.client_queries)
             and (name != "wait" or (self.wait and config.max_wait_seconds > 0))
+            and (name != "delegate" or may_delegate(config))
         )
 
     def offered_mcp(self) -> tuple[OfferedTool, ...]:

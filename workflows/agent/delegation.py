@@ -1,0 +1,465 @@
+"""Sub-agents: a ``delegate`` call starts a child ``AgentWorkflow`` and waits for it, durably.
+
+One family, one set of rules:
+
+- **Bounded.** A run offers ``delegate`` only with ``config.subagents``; a child's config
+  carries its parent's depth plus one, and a run starts at most ``max_children`` children in
+  all. A call beyond either bound, or asking for tools, a model or a step limit beyond the
+  parent's own, is refused: its ``ERROR:`` observation, no child.
+- **One budget.** A child's token budget is a share reserved from what its parent has left
+  (``share``): the parent's budget, less what it spent, less what its running children hold,
+  split evenly between the step's delegate calls still to start and the parent itself. When
+  the child ends, what it spent (its ``AgentResult`` usage, its own children's included) is
+  counted in the parent's usage and its reservation is released, so the family as a whole never
+  spends more than the top run's budget. A child that ended without a result (crashed,
+  terminated, timed out) counts its whole share: what it spent is unknown.
+- **One lifetime.** A child's workflow id is its parent's plus the call's id; its parent close
+  policy is ``REQUEST_CANCEL``, so cancelling, terminating or timing out the parent cancels its
+  children, and a cancelled parent waits for them to end cleanly. A child that fails, times out
+  or halts is that call's ``ERROR:`` observation, never a failed parent. The parent continues as
+  new only between steps, and a step's children all end within it: a hand-over never happens
+  while children run.
+
+Several ``delegate`` calls in one reply run as ParallelActing runs any calls: concurrently.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Collection
+from typing import Any
+
+from temporalio import workflow
+from temporalio.exceptions import (
+    ApplicationError,
+    CancelledError,
+    ChildWorkflowError,
+    TerminatedError,
+    TimeoutError,
+    WorkflowAlreadyStartedError,
+)
+from temporalio.workflow import ParentClosePolicy
+
+from workflows.agent.approvals import Refused, check_approver
+from workflows.agent.catalogue import DelegateArgs
+from workflows.agent.events import approval_commands
+from workflows.agent.family import ChildRun, ChildStatus
+from workflows.agent.models import (
+    AgentInput,
+    AgentResult,
+    ApprovalDecision,
+    Decision,
+    PendingApproval,
+    RunStatus,
+    TokenUsage,
+    ToolCall,
+    ToolOutcome,
+)
+from workflows.agent.planning import MIN_COMPLETION_TOKENS
+from workflows.agent.publishing import Publisher
+from workflows.agent.state import AgentRun
+from workflows.agent.status import cut
+from workflows.base import Frozen
+
+DELEGATE = "delegate"
+
+_STATUS: dict[RunStatus, ChildStatus] = {
+    RunStatus.DONE: "done",
+    RunStatus.ERROR: "error",
+    RunStatus.HALTED: "halted",
+    RunStatus.RUNNING: "running",
+}
+
+CHILD_WAITING = "subagent_waiting"
+"""The signal a child sends its parent when its calls wait for a human, and when they were
+decided (a name, not a method: this module cannot import the workflow class it is part of)."""
+
+SUBAGENT_APPROVALS = "subagent-approvals"
+"""``workflow.patched`` id: a child tells its parent what waits for a human. Only children of
+runs with ``subagents`` reach it, which no run recorded before sub-agents is."""
+
+SUBAGENTS = "subagents"
+"""``workflow.patched`` id: a ``delegate`` call starts a child workflow. Runs recorded before
+sub-agents existed never offered the tool (their configs have no ``subagents``), so none
+reaches it; the marker is there for a run whose model called a tool of that name anyway."""
+
+
+async def delegate(
+    run: AgentRun, pub: Publisher, call: ToolCall, args: DelegateArgs, offered: Collection[str]
+) -> ToolOutcome:
+    """Run one ``delegate`` call: a refusal, or a child run awaited to its end."""
+    refused = refusal(run, call, args, offered)
+    if refused is not None:
+        return ToolOutcome.of(call, refused, success=False)
+    if not workflow.patched(SUBAGENTS):  # cannot happen: see SUBAGENTS
+        return ToolOutcome.of(call, "ERROR: unknown tool 'delegate'", success=False)
+    child = _reserve(run, call, args)
+    pub.record(
+        run.state,
+        "SubagentStarted",
+        f"{child.workflow_id} ({child.model}, "
+        f"{'budget ' + str(child.token_budget) if child.token_budget else 'no budget'}): "
+        f"{child.task}",
+    )
+    pub.emit("tool_started", child.task, tool=DELEGATE, call_id=call.id, target=child.workflow_id)
+    try:
+        handle = await workflow.start_child_workflow(
+            workflow.info().workflow_type,
+            child_input(run, args, child),
+            id=child.workflow_id,
+            result_type=AgentResult,
+            parent_close_policy=ParentClosePolicy.REQUEST_CANCEL,
+            static_summary=f"sub-agent · {cut(args.task, 180)}",
+            static_details=(
+                f"delegated by {workflow.info().workflow_id} (call {call.id}, step {child.step}); "
+                f"depth {_depth(run) + 1}; model {child.model}; token budget "
+                f"{child.token_budget if child.token_budget is not None else 'none'}"
+            ),
+        )
+        result: AgentResult = await handle
+    except (ChildWorkflowError, WorkflowAlreadyStartedError) as exc:
+        if _parent_cancelled():
+            raise  # the parent itself is cancelled: its children were, and so is it
+        return _ended_without_result(run, pub, call, child, exc)
+    return _ended(run, pub, call, child, result)
+
+
+def refusal(
+    run: AgentRun, call: ToolCall, args: DelegateArgs, offered: Collection[str]
+) -> str | None:
+    """Why this call starts no child (its ``ERROR:`` observation), or ``None``."""
+    config = run.input.config
+    sub = config.subagents
+    if sub is None:
+        return "ERROR: delegate is not offered in this run (subagents is off)"
+    if sub.depth >= sub.max_depth:
+        return (
+            f"ERROR: delegate refused: this run is a sub-agent at depth {sub.depth}, the deepest "
+            f"subagents.max_depth ({sub.max_depth}) allows; do this sub-task yourself"
+        )
+    if len(run.family.children) >= sub.max_children:
+        return (
+            f"ERROR: delegate refused: this run has started {len(run.family.children)} "
+            f"sub-agent(s), all subagents.max_children allows; do this sub-task yourself"
+        )
+    missing = [name for name in args.tools or () if name not in offered]
+    if missing:
+        return (
+            f"ERROR: delegate refused: this run does not have the tool(s) {', '.join(missing)} "
+            f"to give (it has: {', '.join(offered)})"
+        )
+    if args.model is not None and args.model not in allowed_models(run):
+        return (
+            f"ERROR: delegate refused: model {args.model} is not one this run may give "
+            f"(allowed: {', '.join(allowed_models(run))})"
+        )
+    if args.max_steps is not None and args.max_steps > config.max_steps:
+        return (
+            f"ERROR: delegate refused: max_steps {args.max_steps} is more than this run's own "
+            f"({config.max_steps})"
+        )
+    budget = share(run, call)
+    if budget is not None and budget < MIN_COMPLETION_TOKENS:
+        return (
+            f"ERROR: delegate refused: the token budget has {budget_left(run)} tokens left, too "
+            "few to share with a sub-agent"
+        )
+    return None
+
+
+def allowed_models(run: AgentRun) -> tuple[str, ...]:
+    """The models a child may be given: the run's own, the models its config names, its
+    fallbacks, and ``subagents.models``."""
+    config = run.input.config
+    extra = config.subagents.models if config.subagents else ()
+    named = (run.model, run.input.model, *config.models.values(), *config.fallback_models, *extra)
+    return tuple(dict.fromkeys(named))
+
+
+def budget_left(run: AgentRun) -> int | None:
+    """What the run may still give out: its budget, less what it (and its ended children)
+    spent, less what its running children hold. ``None``: it has no budget."""
+    budget = run.input.config.token_budget
+    if budget is None:
+        return None
+    return max(0, budget - run.memory.usage.total_tokens - run.family.reserved())
+
+
+def share(run: AgentRun, call: ToolCall) -> int | None:
+    """The token budget a child started by ``call`` gets: what is left, split evenly between
+    the step's delegate calls from this one on and the parent itself (which needs room to read
+    the answers). Deterministic: the calls start in the step's order."""
+    left = budget_left(run)
+    if left is None:
+        return None
+    calls = run.memory.current_tool_calls
+    ids = [c.id for c in calls]
+    position = ids.index(call.id) if call.id in ids else len(ids)
+    later = sum(1 for c in calls[position:] if c.name == DELEGATE) or 1
+    return left // (later + 1)
+
+
+def child_input(run: AgentRun, args: DelegateArgs, child: ChildRun) -> AgentInput:
+    """What the child runs: the sub-task, in the parent's workspace, under the parent's config
+    narrowed to what the call asked for, one level deeper, with its share of the budget. It
+    asks no client (only the parent's watcher could answer, and does not see it yet)."""
+    config = run.input.config
+    sub = config.subagents
+    narrowed = config.model_copy(
+        update={
+            "max_steps": args.max_steps or config.max_steps,
+            "tools": args.tools if args.tools is not None else config.tools,
+            "token_budget": child.token_budget,
+            "models": {},
+            "client_queries": False,
+            "subagents": sub.model_copy(update={"depth": sub.depth + 1}) if sub else None,
+        }
+    )
+    return AgentInput(
+        task=args.task,
+        model=child.model,
+        workspace=run.input.workspace,
+        task_type=run.input.task_type,
+        config=narrowed,
+    )
+
+
+def _depth(run: AgentRun) -> int:
+    sub = run.input.config.subagents
+    return sub.depth if sub else 0
+
+
+def _reserve(run: AgentRun, call: ToolCall, args: DelegateArgs) -> ChildRun:
+    """Record the child before anything is awaited: siblings started in the same step see its
+    share held, in the step's order."""
+    child = ChildRun(
+        call_id=call.id,
+        workflow_id=f"{workflow.info().workflow_id}.{call.id}",
+        task=cut(args.task.strip().split("\n", 1)[0], 120),
+        model=args.model or run.model,
+        step=run.memory.step,
+        token_budget=share(run, call),
+    )
+    run.family.children = [*run.family.children, child]
+    return child
+
+
+def _parent_cancelled() -> bool:
+    """This run's own cancellation (not its child's) reached the awaiting task."""
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
+
+
+def _count(run: AgentRun, child: ChildRun, result: AgentResult | None) -> int:
+    """Count what the child spent in the parent's usage (by model, for cost); its whole share
+    when it ended without a result. Returns the tokens counted."""
+    if result is not None:
+        spent = dict(result.usage_by_model) or {child.model: result.usage}
+    elif child.token_budget:
+        budget = child.token_budget
+        spent = {child.model: TokenUsage(total_tokens=budget, estimated_tokens=budget)}
+    else:
+        spent = {}
+    for model, usage in spent.items():
+        run.spend(model, usage)
+    return sum(u.total_tokens for u in spent.values())
+
+
+def _ended(
+    run: AgentRun, pub: Publisher, call: ToolCall, child: ChildRun, result: AgentResult
+) -> ToolOutcome:
+    tokens = _count(run, child, result)
+    status = _STATUS[result.status]
+    outcome = result.answer if status == "done" else result.error
+    ended = child.model_copy(
+        update={
+            "status": status,
+            "tokens": tokens,
+            "cost_usd": result.cost_usd,
+            "steps": result.steps,
+            "outcome": cut(outcome or "", 200) or None,
+            "pending_approvals": (),
+        }
+    )
+    run.family.replace(ended)
+    pub.record(run.state, "SubagentEnded", f"{child.workflow_id} {status}, {tokens} tokens")
+    limit = run.input.config.max_observation_chars
+    if status == "done":
+        text = f"Sub-agent {child.workflow_id} answered:\n{result.answer or ''}"
+        return ToolOutcome.of(call, cut(text, limit), success=True)
+    why = result.error or "no answer"
+    text = (
+        f"ERROR: sub-agent {child.workflow_id} ended {status} after {result.steps} step(s): {why}"
+    )
+    return ToolOutcome.of(call, cut(text, limit), success=False)
+
+
+def _ended_without_result(
+    run: AgentRun,
+    pub: Publisher,
+    call: ToolCall,
+    child: ChildRun,
+    exc: ChildWorkflowError | WorkflowAlreadyStartedError,
+) -> ToolOutcome:
+    if isinstance(exc, WorkflowAlreadyStartedError):
+        status: ChildStatus = "failed"
+        why = f"could not start: workflow id {child.workflow_id} is already running"
+    else:
+        status, why = _why(exc)
+    tokens = _count(run, child, None)
+    run.family.replace(
+        child.model_copy(
+            update={
+                "status": status,
+                "tokens": tokens,
+                "outcome": cut(why, 200),
+                "pending_approvals": (),
+            }
+        )
+    )
+    pub.record(run.state, "SubagentEnded", f"{child.workflow_id} {status}: {why}")
+    text = f"ERROR: sub-agent {child.workflow_id} {why}"
+    return ToolOutcome.of(call, cut(text, run.input.config.max_observation_chars), success=False)
+
+
+def _why(exc: ChildWorkflowError) -> tuple[ChildStatus, str]:
+    """How a child's workflow closed without a result, in words."""
+    cause = exc.cause
+    if isinstance(cause, CancelledError):
+        return "cancelled", "was cancelled"
+    if isinstance(cause, TerminatedError):
+        return "failed", "was terminated"  # the reason stays in the child's own history
+    if isinstance(cause, TimeoutError):
+        return "failed", "timed out"
+    if isinstance(cause, ApplicationError):
+        return "failed", f"failed: {cause.message}"
+    return "failed", f"failed: {cause or exc}"
+
+
+# --------------------------------------------------------------------------------------------
+# One place to answer: a child's approvals shown by its parent, and decided through it
+# --------------------------------------------------------------------------------------------
+
+
+class ChildWaiting(Frozen):
+    """What a child tells its parent (``CHILD_WAITING``): its calls waiting for a human."""
+
+    workflow_id: str
+    pending: tuple[PendingApproval, ...] = ()
+
+
+async def tell_parent(run: AgentRun) -> None:
+    """A child: tell the parent which of its calls wait for a human now (none: decided). A
+    parent that is gone is no error: the child's own approvals still work."""
+    info, sub = workflow.info(), run.input.config.subagents
+    if info.parent is None or sub is None or sub.depth == 0:
+        return
+    if not workflow.patched(SUBAGENT_APPROVALS):
+        return
+    body = ChildWaiting(workflow_id=info.workflow_id, pending=run.waiting_approvals())
+    parent = workflow.get_external_workflow_handle(info.parent.workflow_id)
+    try:
+        await parent.signal(CHILD_WAITING, body)
+    except ApplicationError as exc:
+        workflow.logger.warning("agent.subagent.parent_gone", extra={"why": exc.message})
+
+
+def child_waiting(run: AgentRun, pub: Publisher, body: ChildWaiting) -> None:
+    """A parent: a child's calls wait for a human (or no longer do); shown in ``status`` and the
+    Web UI, and each new one published on the parent's stream, tagged with the child."""
+    child = next((c for c in run.family.children if c.workflow_id == body.workflow_id), None)
+    if child is None or child.status != "running":
+        return
+    known = {p.call_id for p in child.pending_approvals}
+    run.family.replace(child.model_copy(update={"pending_approvals": body.pending}))
+    waiting = ", ".join(f"{child.call_id}/{p.call_id} ({p.tool})" for p in body.pending)
+    pub.record(run.state, "SubagentWaiting", f"{child.workflow_id}: {waiting or 'decided'}")
+    parent_id = workflow.info().workflow_id
+    for p in body.pending:
+        if p.call_id in known:
+            continue
+        named = f"{child.call_id}/{p.call_id}"
+        pub.emit(
+            "approval_needed",
+            f"sub-agent {child.workflow_id}: {p.tool}",
+            tool=p.tool,
+            call_id=named,
+            target=child.workflow_id,
+            arguments=p.arguments,
+            commands=approval_commands(parent_id, named),
+        )
+    pub.show()
+
+
+def for_child(run: AgentRun, decision: Decision) -> tuple[ChildRun, PendingApproval] | None:
+    """The child's pending call an approve, reject or modify names, or ``None``."""
+    if decision.action == "guide":
+        return None
+    return run.family.waiting_call(decision.call_id)
+
+
+def forward(run: AgentRun, pub: Publisher, decision: Decision) -> PendingApproval | None:
+    """A parent: send a decision on to the child whose call it names (the child checks it as
+    its own); returns that call as decided, or ``None`` when it names no child's call. A name
+    the run does not take decisions from is refused here too (``Refused``)."""
+    found = for_child(run, decision)
+    if found is None:
+        return None
+    child, pending = found
+    check_approver(run, decision.decided_by)
+    body = {**decision.body(), "call_id": pending.call_id}
+    remaining = tuple(p for p in child.pending_approvals if p.call_id != pending.call_id)
+    run.family.replace(child.model_copy(update={"pending_approvals": remaining}))
+    by = f" by {decision.decided_by}" if decision.decided_by else ""
+    named = f"{child.call_id}/{pending.call_id}"
+    pub.record(
+        run.state, "SignalForwarded", f"{decision.action} {named}{by} to {child.workflow_id}"
+    )
+    handle = workflow.get_external_workflow_handle(child.workflow_id)
+    # Handlers are not coroutines here: the signal goes out as a task of the run's own loop
+    # (deterministic: it is scheduled in this workflow task, as any command is).
+    asyncio.get_running_loop().create_task(_send(handle, decision.action, body))
+    return pending.model_copy(
+        update={
+            "call_id": named,
+            "decision": _DECIDED[decision.action],
+            "decided_by": decision.decided_by,
+        }
+    )
+
+
+_DECIDED = {
+    "approve": ApprovalDecision.APPROVED,
+    "reject": ApprovalDecision.REJECTED,
+    "modify": ApprovalDecision.MODIFIED,
+}
+
+
+def check_forward(run: AgentRun, decision: Decision) -> bool:
+    """The ``decide`` validator's part: the decision names a child's call (and comes from a
+    name the run takes decisions from, else it is refused like the run's own)."""
+    if for_child(run, decision) is None:
+        return False
+    try:
+        check_approver(run, decision.decided_by)
+    except Refused as exc:
+        raise ApplicationError(str(exc), type="DecisionRefused", non_retryable=True) from None
+    return True
+
+
+def signal_decision(action: str, body: Any) -> Decision | None:
+    """An approve, reject or modify signal's body as a decision, if it is one (the run's own
+    checks say why a body that is not)."""
+    if not isinstance(body, dict):
+        return None
+    try:
+        return Decision.model_validate({**body, "action": action})
+    except ValueError:
+        return None
+
+
+async def _send(handle: workflow.ExternalWorkflowHandle[Any], action: str, body: Any) -> None:
+    try:
+        await handle.signal(action, body)
+    except ApplicationError as exc:  # the child ended meanwhile: nothing waits any more
+        workflow.logger.warning("agent.subagent.forward_failed", extra={"why": exc.message})

@@ -1,0 +1,83 @@
+"""A run's children as the run records them: one ``ChildRun`` per ``delegate`` call that
+started a sub-agent, kept in ``AgentRun.family`` (carried across continue-as-new) and shown by
+``status``. Pure data; what starts and awaits them is ``delegation``."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from workflows.agent.decisions import PendingApproval
+from workflows.base import Frozen, Mutable
+
+SEPARATOR = "/"
+"""A child's call as its parent names it: ``<the parent's delegate call id>/<the child's call
+id>`` (``call_1/call_t0_0``), so a decision sent to the parent reaches the right child."""
+
+ChildStatus = Literal["running", "done", "error", "halted", "cancelled", "failed"]
+"""``running`` until it ends; then its ``AgentResult`` status (``done``, ``error``, ``halted``),
+or ``cancelled`` / ``failed`` (it crashed, timed out, was terminated) by how its workflow
+closed."""
+
+
+class ChildRun(Frozen):
+    """One sub-agent of the run: which call started it, where it is, what it spent."""
+
+    call_id: str
+    workflow_id: str
+    task: str
+    """The sub-task, cut to a line's worth."""
+    model: str
+    step: int
+    """The parent's step whose call started it."""
+    token_budget: int | None = None
+    """The share of the parent's budget reserved for it (``None``: the parent has none)."""
+    status: ChildStatus = "running"
+    tokens: int = 0
+    """Tokens it spent (its whole family's), counted in the parent's usage once it ended."""
+    cost_usd: float | None = None
+    steps: int = 0
+    outcome: str | None = None
+    """Its answer or why it did not answer, cut to a line's worth."""
+    pending_approvals: tuple[PendingApproval, ...] = ()
+    """Its calls waiting for a human, as it last told its parent (by its own call ids)."""
+
+
+class Family(Mutable):
+    """The children one run started, in the order it started them."""
+
+    children: list[ChildRun] = Field(default_factory=list)
+
+    def reserved(self) -> int:
+        """Tokens held for children still running (their shares, spent or not)."""
+        return sum(c.token_budget or 0 for c in self.children if c.status == "running")
+
+    def running(self) -> tuple[ChildRun, ...]:
+        return tuple(c for c in self.children if c.status == "running")
+
+    def started(self, call_id: str) -> ChildRun | None:
+        return next((c for c in self.children if c.call_id == call_id), None)
+
+    def replace(self, child: ChildRun) -> None:
+        """``child`` ended (or changed): its record replaces the one of the same call."""
+        self.children = [child if c.call_id == child.call_id else c for c in self.children]
+
+    def pending(self) -> tuple[PendingApproval, ...]:
+        """Every running child's calls waiting for a human, named as the parent takes decisions
+        for them (``call_1/call_t0_0``)."""
+        return tuple(
+            p.model_copy(update={"call_id": f"{c.call_id}{SEPARATOR}{p.call_id}"})
+            for c in self.children
+            if c.status == "running"
+            for p in c.pending_approvals
+        )
+
+    def waiting_call(self, call_id: str | None) -> tuple[ChildRun, PendingApproval] | None:
+        """The child and its pending call a decision names (``call_1/call_t0_0``; no id: the
+        only one waiting in the family), or ``None``: not a child's."""
+        pending = [(c, p) for c in self.running() for p in c.pending_approvals]
+        if call_id is None:
+            return pending[0] if len(pending) == 1 else None
+        outer, _, inner = call_id.partition(SEPARATOR)
+        return next(((c, p) for c, p in pending if (c.call_id, p.call_id) == (outer, inner)), None)
