@@ -296,7 +296,14 @@ async def test_a_run_no_worker_answers_for_says_so(harness: Harness, ui: str, pa
     )
     try:
         await open_run(page, ui, handle.id)
-        await expect(page.locator("#stream-note")).to_contain_text("waiting for a worker")
-        await expect(page.locator("#status")).to_contain_text("is a worker running?")
+        # Three queries wait out their 5 s timeout one after another before the page can say
+        # so (status, transcript, stream): a watchdog sized for a busy machine, not a target.
+        unanswered = 120_000
+        await expect(page.locator("#stream-note")).to_contain_text(
+            "waiting for a worker", timeout=unanswered
+        )
+        await expect(page.locator("#status")).to_contain_text(
+            "is a worker running?", timeout=unanswered
+        )
     finally:
         await handle.terminate("the test is over")
