@@ -72,6 +72,7 @@ def test_the_corpus_holds_runs_from_before_each_versioned_change() -> None:
     (the old path). The ``coalesced-search-attributes`` change (one upsert before each wait
     instead of one per transition) also needs old runs that upserted per transition."""
     from workflows.agent.outages import STORE_OUTAGES
+    from workflows.agent.publishing import ONE_UPSERT_PER_STEP
     from workflows.agent.workflow import (
         CARRY_CONTENT_HASHES,
         CLIENT_QUERIES,
@@ -83,7 +84,7 @@ def test_the_corpus_holds_runs_from_before_each_versioned_change() -> None:
     agent_runs = {name: t for name, t in texts.items() if '"AgentWorkflow"' in t}
     marked = {name: patch_markers(t) for name, t in agent_runs.items()}
     patches = (CARRY_CONTENT_HASHES, CLIENT_QUERIES, COALESCED_SEARCH_ATTRIBUTES, LOADED_TOOLS)
-    for patch in (*patches, STORE_OUTAGES):
+    for patch in (*patches, STORE_OUTAGES, ONE_UPSERT_PER_STEP):
         before = [name for name, ids in marked.items() if patch not in ids]
         assert before, f"no recorded run from before {patch}"
     per_transition = [
