@@ -25,18 +25,25 @@ polls (``cooldown``) instead of a push.
 - Encrypted runs: the query's answer is decrypted by the client's codec; the items inside were
   made by the payload converter alone (the stream runs the codec on its envelopes only), so
   they decode with ``client.data_converter.payload_converter``.
+- Traced clients: a watch is one span (``watch <workflow id>``) with every poll's query under
+  it, so a watch is one trace, not a one-span trace per poll.
+- A quiet run is polled less: after each empty poll the pause doubles, up to
+  ``QUIET_COOLDOWN``; the next item brings it back to ``cooldown``. A run parked on an approval
+  for a day costs its watchers' server a query a second each, not four.
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Literal
 
 from google.protobuf.message import DecodeError
+from opentelemetry import trace
 from pydantic import ValidationError
 from temporalio.api.common.v1 import Payload
 from temporalio.client import (
@@ -72,6 +79,8 @@ __all__ = [
 
 COOLDOWN = 0.25
 """Seconds between polls once the reader has caught up (none while ``more_ready``)."""
+QUIET_COOLDOWN = 1.0
+"""The longest pause between polls of a run that published nothing for a while."""
 QUERY_TIMEOUT = timedelta(seconds=5)
 """How long one poll may take; a run with no worker does not answer at all."""
 RETRY_SECONDS = 1.0
@@ -165,6 +174,26 @@ async def watch_events(
     Raises `StreamUnavailable` when there is no such run or it has no stream; waits (with a
     ``waiting`` notice) while no worker answers.
     """
+    span = trace.get_tracer(__name__).start_span(
+        f"watch {workflow_id}", attributes={"temporalWorkflowID": workflow_id}
+    )
+    inner = _watch(client, workflow_id, span, from_offset, on_notice, cooldown)
+    try:
+        async with contextlib.aclosing(inner):
+            async for item in inner:
+                yield item
+    finally:
+        span.end()
+
+
+async def _watch(
+    client: Client,
+    workflow_id: str,
+    span: trace.Span,
+    from_offset: int | None,
+    on_notice: Callable[[StreamNotice], None] | None,
+    cooldown: float,
+) -> AsyncGenerator[StreamItem, None]:
     handle: WorkflowHandle[Any, Any] = client.get_workflow_handle(workflow_id)
     notify = on_notice or (lambda _notice: None)
     converter = client.data_converter.payload_converter
@@ -172,17 +201,21 @@ async def watch_events(
     waiting = False
     closed = False
     next_closed_check = 0.0
+    pause = cooldown
     loop = asyncio.get_running_loop()
     while True:
         try:
-            if offset is None:
-                offset = await stream_end(handle)
-            result = await handle.query(
-                POLL_QUERY,
-                PollInput(topics=[EVENTS_TOPIC, TOKENS_TOPIC], from_offset=offset),
-                result_type=PollResult,
-                rpc_timeout=QUERY_TIMEOUT,
-            )
+            # The watch's span is current only around its own calls: the generator yields
+            # between them, to a caller whose context is its own.
+            with trace.use_span(span, end_on_exit=False):
+                if offset is None:
+                    offset = await stream_end(handle)
+                result = await handle.query(
+                    POLL_QUERY,
+                    PollInput(topics=[EVENTS_TOPIC, TOKENS_TOPIC], from_offset=offset),
+                    result_type=PollResult,
+                    rpc_timeout=QUERY_TIMEOUT,
+                )
         except (WorkflowQueryFailedError, WorkflowQueryRejectedError, RPCError) as exc:
             if isinstance(exc, RPCError) and exc.status is RPCStatusCode.NOT_FOUND:
                 raise StreamUnavailable(f"no run with id {workflow_id!r}") from exc
@@ -231,13 +264,18 @@ async def watch_events(
             return
         if result.more_ready:
             continue
-        if not result.items and loop.time() >= next_closed_check:
-            next_closed_check = loop.time() + CLOSED_CHECK_SECONDS
-            # Closed: one more poll reads what was published before the end, then stop.
-            closed = await _closed(handle)
-            if closed:
-                continue
-        await asyncio.sleep(cooldown)
+        if result.items:
+            pause = cooldown
+        else:
+            pause = min(max(pause * 2, cooldown), max(QUIET_COOLDOWN, cooldown))
+            if loop.time() >= next_closed_check:
+                next_closed_check = loop.time() + CLOSED_CHECK_SECONDS
+                # Closed: one more poll reads what was published before the end, then stop.
+                with trace.use_span(span, end_on_exit=False):
+                    closed = await _closed(handle)
+                if closed:
+                    continue
+        await asyncio.sleep(pause)
 
 
 def _decode(converter: PayloadConverter, topic: str, data: str, offset: int) -> StreamItem | None:
