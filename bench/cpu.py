@@ -12,6 +12,9 @@ replies, Treadle with the defaults), one at a time, and each run's CPU is read f
 again with the processes' idle CPU (measured first, both workers polling) taken out. Wall time
 is printed too, but on a shared machine only the CPU ratios are worth reading.
 
+``--watchers N``: the same Treadle run alone and with N live views following it (the CLI's
+and the browser page's reader), interleaved, CPU per step of the server and the worker.
+
 Replay: the last Treadle run and the last floor run are replayed in this process (Treadle's
 ``Replayer`` as the suite builds it; the floor's with the SDK's defaults), CPU per step.
 ``--profile`` adds a cProfile of Treadle's replay (the top functions by cumulative time).
@@ -52,6 +55,7 @@ from bench.suite import (
     start_agent,
     write_script,
 )
+from treadle.stream import watch_events
 from worker import WORKFLOWS, workflow_runner
 from workflows.agent.models import AgentConfig, RunStatus
 
@@ -256,7 +260,51 @@ async def measure(
     }
     if args.profile:
         print(await profile_replay(treadle_replayer, histories["whole replies"]), file=sys.stderr)
+    if args.watchers:
+        figures["watched"] = await watched(
+            bench, treadle.pid, tq, model, steps, reps, args.watchers
+        )
     return figures
+
+
+async def watched(
+    bench: Bench, worker_pid: int, tq: str, model: str, steps: int, reps: int, watchers: int
+) -> dict[str, float]:
+    """The same Treadle run alone and followed by ``watchers`` live views (``watch_events``,
+    as the CLI and the browser page read it), interleaved: CPU per step of server and worker."""
+    config = AgentConfig(max_steps=steps + 5, stream_tokens=False)
+    samples: dict[int, list[Sample]] = {0: [], watchers: []}
+
+    async def follow(workflow_id: str) -> None:
+        async for _ in watch_events(bench.client, workflow_id):
+            pass
+
+    def run_with(count: int) -> Callable[[], Any]:
+        async def go() -> None:
+            handle = await start_agent(bench, tq, model, config)
+            views = [asyncio.create_task(follow(handle.id)) for _ in range(count)]
+            result = await handle.result()
+            await asyncio.gather(*views)
+            if result.status is not RunStatus.DONE:
+                raise RuntimeError(f"a watched run ended {result.status}")
+
+        return go
+
+    for rep in range(reps + 1):
+        for count in samples:
+            sample = await measured(worker_pid, bench.server_pid, run_with(count))
+            if rep:
+                samples[count].append(sample)
+    per_step = steps + 1
+    out: dict[str, float] = {"watchers": watchers}
+    for count, label in ((0, "alone"), (watchers, "watched")):
+        out[f"{label}_server_ms"] = (
+            statistics.median(s.server for s in samples[count]) / per_step * 1000
+        )
+        out[f"{label}_worker_ms"] = (
+            statistics.median(s.worker for s in samples[count]) / per_step * 1000
+        )
+    return out
 
 
 def render(f: dict[str, Any]) -> str:
@@ -295,6 +343,15 @@ def render(f: dict[str, Any]) -> str:
         f"replay CPU per step (ms): treadle {replay['whole replies']:.2f}, floor "
         f"{replay['floor']:.2f}, ratio {replay['whole replies'] / replay['floor']:.2f}x"
     )
+    if "watched" in f:
+        w = f["watched"]
+        lines.append(
+            f"{w['watchers']:.0f} watchers on one run, CPU per step (ms): server "
+            f"{w['alone_server_ms']:.1f} -> {w['watched_server_ms']:.1f} "
+            f"({w['watched_server_ms'] / w['alone_server_ms'] - 1:+.0%}), worker "
+            f"{w['alone_worker_ms']:.1f} -> {w['watched_worker_ms']:.1f} "
+            f"({w['watched_worker_ms'] / w['alone_worker_ms'] - 1:+.0%})"
+        )
     return "\n".join(lines)
 
 
@@ -303,6 +360,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=20, help="tool steps per run")
     parser.add_argument("--reps", type=int, default=5, help="measured runs of each side")
     parser.add_argument("--profile", action="store_true", help="cProfile Treadle's replay")
+    parser.add_argument("--watchers", type=int, default=0, help="also: a run with N live views")
     parser.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
     args = parser.parse_args()
     figures = asyncio.run(run(args))
