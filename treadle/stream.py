@@ -30,6 +30,9 @@ polls (``cooldown``) instead of a push.
 - A quiet run is polled less: after each empty poll the pause doubles, up to
   ``QUIET_COOLDOWN``; the next item brings it back to ``cooldown``. A run parked on an approval
   for a day costs its watchers' server a query a second each, not four.
+- Watchers of one run in one process (one client: the browser page serving many browsers)
+  share its polls: a poll from the offset they all wait at, in flight or under ``cooldown``
+  old, answers all of them. Separate processes each poll.
 """
 
 from __future__ import annotations
@@ -210,12 +213,9 @@ async def _watch(
             with trace.use_span(span, end_on_exit=False):
                 if offset is None:
                     offset = await stream_end(handle)
-                result = await handle.query(
-                    POLL_QUERY,
-                    PollInput(topics=[EVENTS_TOPIC, TOKENS_TOPIC], from_offset=offset),
-                    result_type=PollResult,
-                    rpc_timeout=QUERY_TIMEOUT,
-                )
+                # Once the run has closed, the last poll must be newer than the close.
+                fresh = None if closed else cooldown
+                result = await _shared_poll(client, handle, offset, fresh)
         except (WorkflowQueryFailedError, WorkflowQueryRejectedError, RPCError) as exc:
             if isinstance(exc, RPCError) and exc.status is RPCStatusCode.NOT_FOUND:
                 raise StreamUnavailable(f"no run with id {workflow_id!r}") from exc
@@ -276,6 +276,55 @@ async def _watch(
                 if closed:
                     continue
         await asyncio.sleep(pause)
+
+
+_polls: dict[tuple[int, str, int], tuple[float, asyncio.Future[PollResult]]] = {}
+"""Polls in flight or just answered, by client, workflow id and offset (``_shared_poll``)."""
+
+
+async def _shared_poll(
+    client: Client, handle: WorkflowHandle[Any, Any], offset: int, fresh: float | None
+) -> PollResult:
+    """One poll of the run's stream from ``offset``, shared by every watcher of this client
+    that asks for the same offset while it is in flight or less than ``fresh`` seconds old:
+    a hundred views of one run in one process (the browser page) cost the server one query
+    per cooldown, not a hundred. Watchers at one offset are the ones caught up, and an answer
+    at most ``fresh`` old is what their own cooldown would have shown them. ``fresh=None``:
+    a poll of its own, newer than anything shared."""
+    loop = asyncio.get_running_loop()
+    now = loop.time()
+    for old, (asked, answer) in list(_polls.items()):
+        if answer.done() and now - asked > (fresh or 0):
+            del _polls[old]
+    key = (id(client), handle.id, offset)
+    shared = _polls.get(key) if fresh is not None else None
+    if shared is not None and shared[1].get_loop() is loop:
+        try:
+            return await asyncio.shield(shared[1])
+        except asyncio.CancelledError:
+            if not shared[1].cancelled():
+                raise  # this watcher is being cancelled
+            # The watcher that asked was cancelled, not this one: ask again below.
+    future: asyncio.Future[PollResult] = loop.create_future()
+    _polls[key] = (now, future)
+    try:
+        result: PollResult = await handle.query(
+            POLL_QUERY,
+            PollInput(topics=[EVENTS_TOPIC, TOKENS_TOPIC], from_offset=offset),
+            result_type=PollResult,
+            rpc_timeout=QUERY_TIMEOUT,
+        )
+    except BaseException as exc:
+        # A failure is not kept: the next watcher asks again (it may be a worker coming back).
+        _polls.pop(key, None)
+        if isinstance(exc, Exception):
+            future.set_exception(exc)
+            future.exception()  # retrieved here, so one nobody else awaited is not reported
+        else:
+            future.cancel()
+        raise
+    future.set_result(result)
+    return result
 
 
 def _decode(converter: PayloadConverter, topic: str, data: str, offset: int) -> StreamItem | None:
