@@ -25,18 +25,28 @@ polls (``cooldown``) instead of a push.
 - Encrypted runs: the query's answer is decrypted by the client's codec; the items inside were
   made by the payload converter alone (the stream runs the codec on its envelopes only), so
   they decode with ``client.data_converter.payload_converter``.
+- Traced clients: a watch is one span (``watch <workflow id>``) with every poll's query under
+  it, so a watch is one trace, not a one-span trace per poll.
+- A quiet run is polled less: after each empty poll the pause doubles, up to
+  ``QUIET_COOLDOWN``; the next item brings it back to ``cooldown``. A run parked on an approval
+  for a day costs its watchers' server a query a second each, not four.
+- Watchers of one run in one process (one client: the browser page serving many browsers)
+  share its polls: a poll from the offset they all wait at, in flight or under ``cooldown``
+  old, answers all of them. Separate processes each poll.
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Literal
 
 from google.protobuf.message import DecodeError
+from opentelemetry import trace
 from pydantic import ValidationError
 from temporalio.api.common.v1 import Payload
 from temporalio.client import (
@@ -72,6 +82,8 @@ __all__ = [
 
 COOLDOWN = 0.25
 """Seconds between polls once the reader has caught up (none while ``more_ready``)."""
+QUIET_COOLDOWN = 1.0
+"""The longest pause between polls of a run that published nothing for a while."""
 QUERY_TIMEOUT = timedelta(seconds=5)
 """How long one poll may take; a run with no worker does not answer at all."""
 RETRY_SECONDS = 1.0
@@ -165,6 +177,26 @@ async def watch_events(
     Raises `StreamUnavailable` when there is no such run or it has no stream; waits (with a
     ``waiting`` notice) while no worker answers.
     """
+    span = trace.get_tracer(__name__).start_span(
+        f"watch {workflow_id}", attributes={"temporalWorkflowID": workflow_id}
+    )
+    inner = _watch(client, workflow_id, span, from_offset, on_notice, cooldown)
+    try:
+        async with contextlib.aclosing(inner):
+            async for item in inner:
+                yield item
+    finally:
+        span.end()
+
+
+async def _watch(
+    client: Client,
+    workflow_id: str,
+    span: trace.Span,
+    from_offset: int | None,
+    on_notice: Callable[[StreamNotice], None] | None,
+    cooldown: float,
+) -> AsyncGenerator[StreamItem, None]:
     handle: WorkflowHandle[Any, Any] = client.get_workflow_handle(workflow_id)
     notify = on_notice or (lambda _notice: None)
     converter = client.data_converter.payload_converter
@@ -172,17 +204,18 @@ async def watch_events(
     waiting = False
     closed = False
     next_closed_check = 0.0
+    pause = cooldown
     loop = asyncio.get_running_loop()
     while True:
         try:
-            if offset is None:
-                offset = await stream_end(handle)
-            result = await handle.query(
-                POLL_QUERY,
-                PollInput(topics=[EVENTS_TOPIC, TOKENS_TOPIC], from_offset=offset),
-                result_type=PollResult,
-                rpc_timeout=QUERY_TIMEOUT,
-            )
+            # The watch's span is current only around its own calls: the generator yields
+            # between them, to a caller whose context is its own.
+            with trace.use_span(span, end_on_exit=False):
+                if offset is None:
+                    offset = await stream_end(handle)
+                # Once the run has closed, the last poll must be newer than the close.
+                fresh = None if closed else cooldown
+                result = await _shared_poll(client, handle, offset, fresh)
         except (WorkflowQueryFailedError, WorkflowQueryRejectedError, RPCError) as exc:
             if isinstance(exc, RPCError) and exc.status is RPCStatusCode.NOT_FOUND:
                 raise StreamUnavailable(f"no run with id {workflow_id!r}") from exc
@@ -231,13 +264,67 @@ async def watch_events(
             return
         if result.more_ready:
             continue
-        if not result.items and loop.time() >= next_closed_check:
-            next_closed_check = loop.time() + CLOSED_CHECK_SECONDS
-            # Closed: one more poll reads what was published before the end, then stop.
-            closed = await _closed(handle)
-            if closed:
-                continue
-        await asyncio.sleep(cooldown)
+        if result.items:
+            pause = cooldown
+        else:
+            pause = min(max(pause * 2, cooldown), max(QUIET_COOLDOWN, cooldown))
+            if loop.time() >= next_closed_check:
+                next_closed_check = loop.time() + CLOSED_CHECK_SECONDS
+                # Closed: one more poll reads what was published before the end, then stop.
+                with trace.use_span(span, end_on_exit=False):
+                    closed = await _closed(handle)
+                if closed:
+                    continue
+        await asyncio.sleep(pause)
+
+
+_polls: dict[tuple[int, str, int], tuple[float, asyncio.Future[PollResult]]] = {}
+"""Polls in flight or just answered, by client, workflow id and offset (``_shared_poll``)."""
+
+
+async def _shared_poll(
+    client: Client, handle: WorkflowHandle[Any, Any], offset: int, fresh: float | None
+) -> PollResult:
+    """One poll of the run's stream from ``offset``, shared by every watcher of this client
+    that asks for the same offset while it is in flight or less than ``fresh`` seconds old:
+    a hundred views of one run in one process (the browser page) cost the server one query
+    per cooldown, not a hundred. Watchers at one offset are the ones caught up, and an answer
+    at most ``fresh`` old is what their own cooldown would have shown them. ``fresh=None``:
+    a poll of its own, newer than anything shared."""
+    loop = asyncio.get_running_loop()
+    now = loop.time()
+    for old, (asked, answer) in list(_polls.items()):
+        if answer.done() and now - asked > (fresh or 0):
+            del _polls[old]
+    key = (id(client), handle.id, offset)
+    shared = _polls.get(key) if fresh is not None else None
+    if shared is not None and shared[1].get_loop() is loop:
+        try:
+            return await asyncio.shield(shared[1])
+        except asyncio.CancelledError:
+            if not shared[1].cancelled():
+                raise  # this watcher is being cancelled
+            # The watcher that asked was cancelled, not this one: ask again below.
+    future: asyncio.Future[PollResult] = loop.create_future()
+    _polls[key] = (now, future)
+    try:
+        result: PollResult = await handle.query(
+            POLL_QUERY,
+            PollInput(topics=[EVENTS_TOPIC, TOKENS_TOPIC], from_offset=offset),
+            result_type=PollResult,
+            rpc_timeout=QUERY_TIMEOUT,
+        )
+    except BaseException as exc:
+        # A failure is not kept: the next watcher asks again (it may be a worker coming back).
+        _polls.pop(key, None)
+        if isinstance(exc, Exception):
+            future.set_exception(exc)
+            future.exception()  # retrieved here, so one nobody else awaited is not reported
+        else:
+            future.cancel()
+        raise
+    future.set_result(result)
+    return result
 
 
 def _decode(converter: PayloadConverter, topic: str, data: str, offset: int) -> StreamItem | None:

@@ -21,6 +21,7 @@ from tests.support.telemetry import (
     uncached_worker,
 )
 from treadle.scripted_model import ScriptedModelServer
+from treadle.stream import watch_events
 from workflows.agent.models import AgentConfig, AgentInput
 from workflows.agent.workflow import AgentWorkflow
 
@@ -226,3 +227,39 @@ async def test_a_run_that_continues_as_new_stays_one_trace(
     # continued as new is ended and exported like any other).
     assert Counter(s.span_id for s in spans).most_common(1)[0][1] == 1
     assert all(s.parent_id in by_id for s in spans if s is not root)
+
+
+async def test_watching_a_run_is_one_trace_not_one_per_poll(
+    temporal_address: str, model_server: ScriptedModelServer, tmp_path: Path
+) -> None:
+    """Every poll of a watch (``watch_events``) is a query span under the watch's one span:
+    a watcher adds one trace, however many polls it makes."""
+    observed = await observed_client(temporal_address)
+    slow = [{**turns()[0], "delay": 1.0}, turns()[1]]
+    name = f"watched-{uuid.uuid4().hex[:10]}"
+    model_server.add_model(name, slow)
+    task_queue = f"watched-{uuid.uuid4().hex[:10]}"
+    async with (
+        http_client() as http,
+        scripted_worker(observed.client, task_queue, model_server, http),
+    ):
+        handle = await observed.client.start_workflow(
+            AgentWorkflow.run,
+            AgentInput(task="Look around.", model=f"openai:{name}", workspace=str(tmp_path)),
+            id=f"watched-{uuid.uuid4().hex[:12]}",
+            task_queue=task_queue,
+        )
+        kinds = [item.value.kind async for item in watch_events(observed.client, handle.id)]
+    assert kinds[-1] == "ended"
+    await flush_spans()
+    (watch,) = [s for s in observed.receiver.spans if s.name == f"watch {handle.id}"]
+    polls = [
+        s
+        for s in observed.receiver.spans
+        if s.name.startswith("QueryWorkflow:")
+        and s.attributes.get("temporalWorkflowID") == handle.id
+    ]
+    assert len(polls) >= 2
+    assert {s.trace_id for s in polls} == {watch.trace_id}
+    assert watch.parent_id == ""
+    assert all(s.parent_id == watch.span_id for s in polls)

@@ -7,13 +7,14 @@ from __future__ import annotations
 import asyncio
 import uuid
 from datetime import UTC, datetime
+from typing import Any
 
 from temporalio import workflow
-from temporalio.client import Client
+from temporalio.client import Client, Interceptor, OutboundInterceptor, QueryWorkflowInput
 from temporalio.contrib.workflow_streams import WorkflowStream
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
-from treadle.stream import StreamItem, StreamNotice, stream_end, watch_events
+from treadle.stream import POLL_QUERY, StreamItem, StreamNotice, stream_end, watch_events
 from workflows.agent.events import EVENTS_TOPIC, AgentEvent
 
 AT = datetime(2026, 1, 1, tzinfo=UTC)
@@ -101,3 +102,54 @@ async def test_gaps_from_now_skipped_items_and_a_run_that_closes(client: Client)
     ]
     assert texts(read_now) == [(10, "e10"), (12, "e12")]
     assert [n.kind for n in now] == ["skipped"]
+
+
+class CountPolls(Interceptor):
+    """Counts the stream polls a client sends, by the offset each asks from."""
+
+    def __init__(self) -> None:
+        self.offsets: list[int] = []
+
+    def intercept_client(self, next: OutboundInterceptor) -> OutboundInterceptor:
+        counter = self
+
+        class Outbound(OutboundInterceptor):
+            async def query_workflow(self, input: QueryWorkflowInput) -> Any:
+                if input.query == POLL_QUERY:
+                    counter.offsets.append(input.args[0].from_offset)
+                return await super().query_workflow(input)
+
+        return Outbound(next)
+
+
+async def test_watchers_in_one_process_share_the_polls_of_a_run(client: Client) -> None:
+    """Twenty views of one run in one process (the browser page serving twenty browsers) ask
+    the server once for what they all wait for, and each reads every item, in order."""
+    queue = f"stream-{uuid.uuid4().hex[:8]}"
+    counted = CountPolls()
+    watching = Client(
+        client.service_client,
+        namespace=client.namespace,
+        data_converter=client.data_converter,
+        interceptors=[counted],
+    )
+    async with Worker(
+        client,
+        task_queue=queue,
+        workflows=[PublishingWorkflow],
+        workflow_runner=UnsandboxedWorkflowRunner(),
+    ):
+        handle = await client.start_workflow(
+            PublishingWorkflow.run, id=f"stream-{uuid.uuid4().hex[:8]}", task_queue=queue
+        )
+        await handle.signal(PublishingWorkflow.publish, ["a", "b"])
+        assert await stream_end(handle) == 2
+        views = [asyncio.create_task(collect(watching, handle.id, 0, [])) for _ in range(20)]
+        await asyncio.sleep(0.5)
+        await handle.signal(PublishingWorkflow.publish, ["c"])
+        await asyncio.sleep(0.5)
+        await handle.signal(PublishingWorkflow.finish)
+        read = [await asyncio.wait_for(view, 30) for view in views]
+
+    assert all(texts(r) == [(0, "a"), (1, "b"), (2, "c")] for r in read)
+    assert counted.offsets.count(0) == 1

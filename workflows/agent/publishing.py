@@ -3,7 +3,8 @@ its search attributes (AgentState / AgentStep / AgentModel) and the Web UI's cur
 
 None of it decides anything: the loop calls ``Publisher`` after it moved. Publishing on the
 stream adds no history event; search-attribute changes are held back and sent together before
-the run waits (``send_attributes``), so the transitions between two waits cost one upsert.
+the run waits (``send_attributes``), so the transitions between two waits cost one upsert, and a
+step's tool calls send none of their own (``ONE_UPSERT_PER_STEP``): a step costs one upsert.
 """
 
 from __future__ import annotations
@@ -16,10 +17,20 @@ from temporalio.contrib.workflow_streams import WorkflowStream, WorkflowStreamSt
 from temporalio.exceptions import ApplicationError
 
 from workflows.agent import events, status
+from workflows.agent import search_attributes as sa
 from workflows.agent.events import AgentEvent, EventKind
 from workflows.agent.outages import Outage
 from workflows.agent.state import AgentRun
 from workflows.agent.state_machine import State
+
+ONE_UPSERT_PER_STEP = "one-upsert-per-step"
+"""``workflow.patched`` id: the tool calls of a step send no upsert of their own. ``AgentState``
+reads ``Planning`` from the step's model call through its tools, and ``AgentStep`` the steps
+before it (both are sent before the model call, which is most of a step's time). ``Acting`` is
+sent only after a wait a user searches for (an approval's tools run as ``Acting``, never as
+``WaitingForHuman``). Before it, a step cost two upserts."""
+
+_TOOL_STATES = frozenset({State.ACTING.value, State.PARALLEL_ACTING.value})
 
 
 class Publisher:
@@ -32,6 +43,10 @@ class Publisher:
         self.stream = WorkflowStream(prior_state=prior)
         self._events = self.stream.topic(events.EVENTS_TOPIC, type=AgentEvent)
         self._pending_attributes: dict[str, SearchAttributeUpdate[Any]] = {}
+        self._sent_attributes: dict[str, Any] = {}
+        """What visibility holds for this run (sent by this run; a replay rebuilds it)."""
+        self._one_per_step: bool | None = None
+        """``workflow.patched(ONE_UPSERT_PER_STEP)``, asked where it first decides something."""
         self.coalesce_attributes = False
         """Hold search-attribute changes until the run waits (runs recorded before upserted
         at every transition, and replay so: the engine sets this behind ``workflow.patched``)."""
@@ -87,9 +102,29 @@ class Publisher:
             self._pending_attributes[update.key.name] = update
 
     def send_attributes(self) -> None:
-        if self._pending_attributes:
-            workflow.upsert_search_attributes(list(self._pending_attributes.values()))
-            self._pending_attributes.clear()
+        pending = self._pending_attributes
+        if not pending or self._held_for_step(pending):
+            return
+        workflow.upsert_search_attributes(list(pending.values()))
+        self._sent_attributes.update({name: u.value for name, u in pending.items()})
+        pending.clear()
+
+    def _held_for_step(self, pending: dict[str, SearchAttributeUpdate[Any]]) -> bool:
+        """Whether these changes are only a step moving from its model call to its tools
+        (``Planning`` -> ``Acting``, the step counted): they wait for the next change worth
+        sending, which carries them."""
+        state = pending.get(sa.AGENT_STATE.name)
+        if (
+            state is None
+            or state.value not in _TOOL_STATES
+            or self._sent_attributes.get(sa.AGENT_STATE.name) != State.PLANNING.value
+            or set(pending) - {sa.AGENT_STATE.name, sa.AGENT_STEP.name}
+        ):
+            return False
+        if self._one_per_step is None:
+            # Runs recorded before upserted here, and replay so (no marker in their history).
+            self._one_per_step = workflow.patched(ONE_UPSERT_PER_STEP)
+        return self._one_per_step
 
     def show(self) -> None:
         """The Web UI's current details: where the run is, in a few lines of markdown."""

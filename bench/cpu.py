@@ -1,0 +1,373 @@
+"""CPU seconds per step against an honest floor: the measure that stays stable on a busy machine.
+
+    python -m bench.cpu [--steps 20] [--reps 5] [--profile] [--json FILE]
+
+Two worker processes on one fresh dev server: ``worker.py`` as a user runs it (the defaults,
+the conversation store) and the bare Temporal floor in its own process
+(``bench/floor_worker.py``: the SDK's default converter, no codec, no External Storage), both
+looping the same two activities per step (a model call over HTTP to the same scripted model
+server, a file write) and asking for whole replies. Runs alternate (floor, Treadle with whole
+replies, Treadle with the defaults), one at a time, and each run's CPU is read from
+``/proc/PID/stat`` of its worker and of the dev server: per step, the median over the reps, and
+again with the processes' idle CPU (measured first, both workers polling) taken out. Wall time
+is printed too, but on a shared machine only the CPU ratios are worth reading.
+
+``--watchers N``: the same Treadle run alone and with N live views following it (the CLI's
+and the browser page's reader), interleaved, CPU per step of the server and the worker.
+
+Replay: the last Treadle run and the last floor run are replayed in this process (Treadle's
+``Replayer`` as the suite builds it; the floor's with the SDK's defaults), CPU per step.
+``--profile`` adds a cProfile of Treadle's replay (the top functions by cumulative time).
+Nothing is asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import cProfile
+import io
+import json
+import pstats
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from temporalio.client import Client, WorkflowHistory
+from temporalio.worker import Replayer
+
+from bench.floor import FloorInput, FloorWorkflow
+from bench.floor_worker import READY
+from bench.suite import (
+    ROOT,
+    Bench,
+    WorkerProcess,
+    bench_setup,
+    cpu_seconds,
+    events_per_step,
+    new_id,
+    start_agent,
+    write_script,
+)
+from treadle.stream import watch_events
+from worker import WORKFLOWS, workflow_runner
+from workflows.agent.models import AgentConfig, RunStatus
+
+IDLE_SECONDS = 3.0
+
+
+@dataclass
+class Sample:
+    """One run: CPU seconds of its worker and of the server, and its wall time."""
+
+    worker: float
+    server: float
+    wall: float
+
+
+async def start_floor_worker(bench: Bench, task_queue: str) -> asyncio.subprocess.Process:
+    log = bench.tmp / f"floor-{uuid.uuid4().hex[:6]}.log"
+    with log.open("wb") as out:
+        process = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "bench.floor_worker",
+            "--address",
+            bench.address,
+            "--task-queue",
+            task_queue,
+            "--model-url",
+            bench.models.base_url,
+            cwd=ROOT,
+            stdout=out,
+            stderr=asyncio.subprocess.STDOUT,
+        )
+    deadline = time.monotonic() + 120
+    while READY not in log.read_text(errors="replace"):
+        if process.returncode is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"the floor worker did not start:\n{log.read_text()}")
+        await asyncio.sleep(0.02)
+    return process
+
+
+async def measured(worker_pid: int, server_pid: int, run: Callable[[], Any]) -> Sample:
+    w0, s0, t0 = cpu_seconds(worker_pid), cpu_seconds(server_pid), time.perf_counter()
+    await run()
+    wall = time.perf_counter() - t0
+    return Sample(cpu_seconds(worker_pid) - w0, cpu_seconds(server_pid) - s0, wall)
+
+
+COPIES = 5
+"""Replays per measure, through one replayer: what a worker pays once (building the worker,
+checking each workflow class in the sandbox) is shared, as in a worker replaying after a cache
+miss; what each run pays (its sandbox instance, its activations, its payloads) is not."""
+
+
+async def replay_seconds(replayer: Replayer, history: WorkflowHistory, repeats: int) -> float:
+    """Median process CPU seconds of replaying ``history`` once, ``COPIES`` at a time."""
+
+    async def copies() -> AsyncIterator[WorkflowHistory]:
+        for _ in range(COPIES):
+            yield history
+
+    async def once() -> float:
+        start = time.process_time()
+        async with replayer.workflow_replay_iterator(copies()) as results:
+            async for result in results:
+                if result.replay_failure is not None:
+                    raise result.replay_failure
+        return (time.process_time() - start) / COPIES
+
+    await once()  # warm: imports, the sandbox's first module copies
+    return statistics.median([await once() for _ in range(repeats)])
+
+
+async def profile_replay(replayer: Replayer, history: WorkflowHistory) -> str:
+    profiler = cProfile.Profile()
+    profiler.enable()
+    await replay_seconds(replayer, history, 1)
+    profiler.disable()
+    out = io.StringIO()
+    stats = pstats.Stats(profiler, stream=out)
+    stats.sort_stats("tottime").print_stats(25)
+    stats.sort_stats("cumulative").print_stats(40)
+    return out.getvalue()
+
+
+async def run(args: argparse.Namespace) -> dict[str, Any]:
+    steps, reps = args.steps, args.reps
+    with tempfile.TemporaryDirectory(prefix="treadle-cpu-") as tmp_dir:
+        async with bench_setup(False, Path(tmp_dir)) as bench:
+            plain = await Client.connect(bench.address, namespace="default")
+            tq, fq = new_id("cpu"), new_id("cpu-floor")
+            treadle = await WorkerProcess.start(bench, tq)
+            floor = await start_floor_worker(bench, fq)
+            try:
+                return await measure(bench, plain, treadle, floor, tq, fq, steps, reps, args)
+            finally:
+                floor.kill()
+                await floor.wait()
+                await treadle.stop()
+
+
+async def measure(
+    bench: Bench,
+    plain: Client,
+    treadle: WorkerProcess,
+    floor: asyncio.subprocess.Process,
+    tq: str,
+    fq: str,
+    steps: int,
+    reps: int,
+    args: argparse.Namespace,
+) -> dict[str, Any]:
+    server = bench.server_pid
+    pids = {"floor": floor.pid, "whole replies": treadle.pid, "defaults": treadle.pid}
+    await asyncio.sleep(1.0)
+    idle0 = {p: cpu_seconds(p) for p in (server, floor.pid, treadle.pid)}
+    await asyncio.sleep(IDLE_SECONDS)
+    idle = {p: (cpu_seconds(p) - idle0[p]) / IDLE_SECONDS for p in idle0}
+
+    model = f"cpu-{uuid.uuid4().hex[:6]}"
+    bench.models.add_model(model, write_script(steps))
+    configs = {
+        "whole replies": AgentConfig(max_steps=steps + 5, stream_tokens=False),
+        "defaults": AgentConfig(max_steps=steps + 5),
+    }
+    samples: dict[str, list[Sample]] = {"floor": [], **{k: [] for k in configs}}
+    last: dict[str, Any] = {}
+
+    async def floor_run() -> None:
+        name = f"floor-{uuid.uuid4().hex[:8]}"
+        bench.models.add_model(name, write_script(steps), order="arrival")
+        handle = await plain.start_workflow(
+            FloorWorkflow.run,
+            FloorInput(model=name, task="Write the files.", workspace=bench.workspace("floor")),
+            id=new_id("floor"),
+            task_queue=fq,
+        )
+        result = await handle.result()
+        if result.steps != steps + 1:
+            raise RuntimeError(f"the floor run took {result.steps} steps")
+        last["floor"] = handle
+
+    def treadle_run(name: str) -> Callable[[], Any]:
+        async def go() -> None:
+            handle = await start_agent(bench, tq, model, configs[name])
+            result = await handle.result()
+            if result.status is not RunStatus.DONE or result.steps != steps + 1:
+                raise RuntimeError(f"treadle run ended {result.status} after {result.steps}")
+            last[name] = handle
+
+        return go
+
+    for rep in range(reps + 1):  # the first round warms every side up and is not counted
+        for name in samples:
+            go = floor_run if name == "floor" else treadle_run(name)
+            sample = await measured(pids[name], server, go)
+            if rep:
+                samples[name].append(sample)
+        print(f"[cpu: round {rep} of {reps}]", file=sys.stderr, flush=True)
+
+    per_step = steps + 1
+
+    def median(name: str, what: str, net: bool) -> float:
+        values = []
+        for s in samples[name]:
+            value = getattr(s, what)
+            if net and what != "wall":
+                pid = server if what == "server" else pids[name]
+                value -= idle[pid] * s.wall
+            values.append(value)
+        return statistics.median(values) / per_step * 1000
+
+    figures: dict[str, Any] = {"steps": per_step, "reps": reps, "idle_cpu_per_s": {}}
+    figures["idle_cpu_per_s"] = {
+        "server": idle[server],
+        "floor worker": idle[floor.pid],
+        "treadle worker": idle[treadle.pid],
+    }
+    for name in samples:
+        figures[name] = {
+            "worker_ms": median(name, "worker", False),
+            "server_ms": median(name, "server", False),
+            "worker_net_ms": median(name, "worker", True),
+            "server_net_ms": median(name, "server", True),
+            "wall_ms": median(name, "wall", False),
+        }
+    histories = {
+        "floor": await plain.get_workflow_handle(last["floor"].id).fetch_history(),
+        "whole replies": await last["whole replies"].fetch_history(),
+    }
+    figures["events_per_step"] = {k: events_per_step(h) for k, h in histories.items()}
+    treadle_replayer = Replayer(
+        workflows=WORKFLOWS,
+        data_converter=bench.client.data_converter,
+        workflow_runner=workflow_runner(),
+    )
+    floor_replayer = Replayer(workflows=[FloorWorkflow])
+    figures["replay_ms"] = {
+        "whole replies": await replay_seconds(treadle_replayer, histories["whole replies"], 3)
+        / per_step
+        * 1000,
+        "floor": await replay_seconds(floor_replayer, histories["floor"], 3) / per_step * 1000,
+    }
+    if args.profile:
+        print(await profile_replay(treadle_replayer, histories["whole replies"]), file=sys.stderr)
+    if args.watchers:
+        figures["watched"] = await watched(
+            bench, treadle.pid, tq, model, steps, reps, args.watchers
+        )
+    return figures
+
+
+async def watched(
+    bench: Bench, worker_pid: int, tq: str, model: str, steps: int, reps: int, watchers: int
+) -> dict[str, float]:
+    """The same Treadle run alone and followed by ``watchers`` live views (``watch_events``,
+    as the CLI and the browser page read it), interleaved: CPU per step of server and worker."""
+    config = AgentConfig(max_steps=steps + 5, stream_tokens=False)
+    samples: dict[int, list[Sample]] = {0: [], watchers: []}
+
+    async def follow(workflow_id: str) -> None:
+        async for _ in watch_events(bench.client, workflow_id):
+            pass
+
+    def run_with(count: int) -> Callable[[], Any]:
+        async def go() -> None:
+            handle = await start_agent(bench, tq, model, config)
+            views = [asyncio.create_task(follow(handle.id)) for _ in range(count)]
+            result = await handle.result()
+            await asyncio.gather(*views)
+            if result.status is not RunStatus.DONE:
+                raise RuntimeError(f"a watched run ended {result.status}")
+
+        return go
+
+    for rep in range(reps + 1):
+        for count in samples:
+            sample = await measured(worker_pid, bench.server_pid, run_with(count))
+            if rep:
+                samples[count].append(sample)
+    per_step = steps + 1
+    out: dict[str, float] = {"watchers": watchers}
+    for count, label in ((0, "alone"), (watchers, "watched")):
+        out[f"{label}_server_ms"] = (
+            statistics.median(s.server for s in samples[count]) / per_step * 1000
+        )
+        out[f"{label}_worker_ms"] = (
+            statistics.median(s.worker for s in samples[count]) / per_step * 1000
+        )
+    return out
+
+
+def render(f: dict[str, Any]) -> str:
+    floor = f["floor"]
+    lines = [
+        f"CPU per step (ms; median of {f['reps']} interleaved runs of {f['steps']} steps; "
+        "net = idle CPU taken out)",
+        f"{'':34}{'worker':>8}{'net':>8}{'server':>8}{'net':>8}{'wall':>8}",
+    ]
+    for name in ("floor", "whole replies", "defaults"):
+        v = f[name]
+        lines.append(
+            f"{('treadle ' + name) if name != 'floor' else 'floor (own process, SDK defaults)':34}"
+            f"{v['worker_ms']:>8.1f}{v['worker_net_ms']:>8.1f}{v['server_ms']:>8.1f}"
+            f"{v['server_net_ms']:>8.1f}{v['wall_ms']:>8.1f}"
+        )
+    for name in ("whole replies", "defaults"):
+        v = f[name]
+        lines.append(
+            f"{'ratio, treadle ' + name:34}"
+            f"{v['worker_ms'] / floor['worker_ms']:>7.2f}x"
+            f"{v['worker_net_ms'] / floor['worker_net_ms']:>7.2f}x"
+            f"{v['server_ms'] / floor['server_ms']:>7.2f}x"
+            f"{v['server_net_ms'] / floor['server_net_ms']:>7.2f}x"
+            f"{v['wall_ms'] / floor['wall_ms']:>7.2f}x"
+        )
+    idle = ", ".join(f"{k} {v * 1000:.1f} ms/s" for k, v in f["idle_cpu_per_s"].items())
+    lines.append(f"idle CPU: {idle}")
+    events = f["events_per_step"]
+    lines.append(
+        f"history events per step: treadle {events['whole replies']:.1f}, "
+        f"floor {events['floor']:.1f}"
+    )
+    replay = f["replay_ms"]
+    lines.append(
+        f"replay CPU per step (ms): treadle {replay['whole replies']:.2f}, floor "
+        f"{replay['floor']:.2f}, ratio {replay['whole replies'] / replay['floor']:.2f}x"
+    )
+    if "watched" in f:
+        w = f["watched"]
+        lines.append(
+            f"{w['watchers']:.0f} watchers on one run, CPU per step (ms): server "
+            f"{w['alone_server_ms']:.1f} -> {w['watched_server_ms']:.1f} "
+            f"({w['watched_server_ms'] / w['alone_server_ms'] - 1:+.0%}), worker "
+            f"{w['alone_worker_ms']:.1f} -> {w['watched_worker_ms']:.1f} "
+            f"({w['watched_worker_ms'] / w['alone_worker_ms'] - 1:+.0%})"
+        )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--steps", type=int, default=20, help="tool steps per run")
+    parser.add_argument("--reps", type=int, default=5, help="measured runs of each side")
+    parser.add_argument("--profile", action="store_true", help="cProfile Treadle's replay")
+    parser.add_argument("--watchers", type=int, default=0, help="also: a run with N live views")
+    parser.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
+    args = parser.parse_args()
+    figures = asyncio.run(run(args))
+    print(render(figures))
+    if args.json:
+        Path(args.json).write_text(json.dumps(figures, indent=2))
+
+
+if __name__ == "__main__":
+    main()

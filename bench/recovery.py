@@ -1,0 +1,167 @@
+"""Recovery counted from the SIGKILL, with a standby worker already polling.
+
+    python -m bench.recovery [--reps 3] [--heartbeat SECONDS]
+
+Two ``worker.py`` processes poll one task queue. A run's model call (the scripted model answers
+after 4 s) is found on whichever worker took it (the pending activity's worker identity holds
+its PID); that worker is killed with SIGKILL just after the server heard its heartbeat (the
+slower, realistic case: the heartbeat timeout runs from the last beat), and a new standby is
+started for the next rep. Printed: seconds from the kill to the retry's start (its
+``ActivityTaskStarted`` event), and for a run parked on an approval whose worker is killed and
+approved at once, seconds from the kill to the approved tool's scheduling. Also the server
+load of a running call: heartbeats per second. Nothing is asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+from temporalio.api.enums.v1 import EventType
+
+from activities.heartbeat import MIN_INTERVAL_SECONDS
+from bench.suite import (
+    Bench,
+    WorkerProcess,
+    bench_setup,
+    event_seconds,
+    first_after,
+    model_schedules,
+    start_agent,
+    wait_for,
+    write_script,
+)
+from workflows.agent.models import AgentConfig, ApproveSignal, RunStatus
+from workflows.agent.workflow import AgentWorkflow
+
+
+def pid_of(identity: str) -> int:
+    """The SDK's default worker identity is ``PID@host``."""
+    return int(identity.split("@", 1)[0])
+
+
+async def model_call_retry(
+    bench: Bench, tq: str, workers: list[WorkerProcess], config: AgentConfig
+) -> float:
+    """Kill the worker inside a model call; seconds from the kill to the retry's start."""
+    model = f"slow-{uuid.uuid4().hex[:6]}"
+    bench.models.add_model(model, write_script(1, delay=4.0))
+    handle = await start_agent(bench, tq, model, config)
+    identity = ""
+
+    async def beaten() -> bool:
+        nonlocal identity
+        pending = (await handle.describe()).raw_description.pending_activities
+        if pending and pending[0].HasField("last_heartbeat_time"):
+            identity = pending[0].last_worker_identity
+            return True
+        return False
+
+    await wait_for(beaten, 60, "the model call's first heartbeat", every=0.02)
+    victim = next(w for w in workers if w.pid == pid_of(identity))
+    killed = victim.kill()
+    await victim.process.wait()
+    result = await asyncio.wait_for(handle.result(), 120)
+    if result.status is not RunStatus.DONE:
+        raise RuntimeError(f"the killed run ended {result.status}: {result.error}")
+    history = await handle.fetch_history()
+    started = first_after(
+        history, model_schedules(history)[0], EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED
+    )
+    if started.activity_task_started_event_attributes.attempt < 2:
+        raise RuntimeError("the model call was not retried: the kill came too late")
+    workers.remove(victim)
+    return event_seconds(started) - killed
+
+
+async def approval_after_kill(bench: Bench, tq: str, workers: list[WorkerProcess]) -> float:
+    """Kill the worker caching a run parked on approval and approve at once: seconds from the
+    kill to the approved tool's scheduling."""
+    model = f"appr-{uuid.uuid4().hex[:6]}"
+    bench.models.add_model(model, write_script(1))
+    config = AgentConfig(require_approval=("write_file",), max_steps=5)
+    handle = await start_agent(bench, tq, model, config)
+
+    async def parked() -> bool:
+        return (await handle.query(AgentWorkflow.state)).state.value == "WaitingForHuman"
+
+    await wait_for(parked, 60, "the run to wait for approval")
+    history = await handle.fetch_history()
+    completed = [
+        e for e in history.events if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED
+    ]
+    identity = completed[-1].workflow_task_completed_event_attributes.identity
+    victim = next(w for w in workers if w.pid == pid_of(identity))
+    killed = victim.kill()
+    await handle.signal(AgentWorkflow.approve, ApproveSignal())
+    await victim.process.wait()
+    result = await asyncio.wait_for(handle.result(), 120)
+    if result.status is not RunStatus.DONE:
+        raise RuntimeError(f"the approved run ended {result.status}: {result.error}")
+    history = await handle.fetch_history()
+    signalled = next(
+        i
+        for i, e in enumerate(history.events)
+        if e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED
+    )
+    tool = first_after(history, signalled, EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED)
+    workers.remove(victim)
+    return event_seconds(tool) - killed
+
+
+async def run(args: argparse.Namespace) -> None:
+    config = AgentConfig(max_steps=5)
+    if args.heartbeat is not None:
+        config = config.model_copy(update={"heartbeat_timeout_seconds": args.heartbeat})
+    timeout = config.heartbeat_timeout_seconds
+    beats = 1 / max(MIN_INTERVAL_SECONDS, timeout / 3)
+    retries: list[float] = []
+    approvals: list[float] = []
+    with tempfile.TemporaryDirectory(prefix="treadle-recovery-") as tmp_dir:
+        async with bench_setup(False, Path(tmp_dir)) as bench:
+            tq = f"bench-kill-{uuid.uuid4().hex[:6]}"
+            workers: list[WorkerProcess] = []
+            for rep in range(args.reps):
+                for approval in (False, True):
+                    while len(workers) < 2:  # the one that will be killed and a standby
+                        workers.append(await WorkerProcess.start(bench, tq))
+                    await asyncio.sleep(0.5)  # both polling
+                    if approval:
+                        approvals.append(await approval_after_kill(bench, tq, workers))
+                    else:
+                        retries.append(await model_call_retry(bench, tq, workers, config))
+                print(f"[recovery: rep {rep + 1} of {args.reps}]", file=sys.stderr, flush=True)
+            for worker in workers:
+                await worker.stop()
+
+    def spread(values: list[float]) -> str:
+        return (
+            f"median {statistics.median(values):.2f} s "
+            f"(min {min(values):.2f}, max {max(values):.2f}; {len(values)} kills)"
+        )
+
+    print(
+        f"heartbeat_timeout_seconds={timeout:g}: a running call heartbeats every "
+        f"{1 / beats:.2f} s ({beats:.1f} heartbeat RPCs per second per running call)"
+    )
+    print(f"SIGKILL -> model call retried on the standby: {spread(retries)}")
+    print(f"SIGKILL + approve at once -> approved tool scheduled: {spread(approvals)}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--heartbeat", type=float, help="heartbeat_timeout_seconds of the runs")
+    start = time.perf_counter()
+    asyncio.run(run(parser.parse_args()))
+    print(f"({time.perf_counter() - start:.0f} s)")
+
+
+if __name__ == "__main__":
+    main()
