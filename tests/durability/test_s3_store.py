@@ -10,7 +10,6 @@ import re
 import secrets
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Iterator
 from datetime import timedelta
@@ -18,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 import boto3
-import httpx
 import pytest
 from temporalio.client import Client
 from temporalio.worker import Replayer
@@ -28,6 +26,7 @@ from activities.store.blobs import BlobMissing, key_of
 from activities.store.conversation import ConversationStore
 from activities.store.s3 import S3BlobStore, S3Objects, S3Settings, S3StoreUnavailable
 from tests.support.harness import scripted_worker
+from tests.support.moto import moto_server
 from tests.support.processes import ROOT, clean_env, free_port
 from tests.support.threads import imported_thread
 from treadle.codec import ENV_VAR as KEYS_ENV
@@ -61,30 +60,8 @@ well under what one model call may carry."""
 @pytest.fixture(scope="module")
 def s3_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """moto's S3 server as its own process on a free loopback port, until the module ends."""
-    port = free_port()
-    log = tmp_path_factory.mktemp("moto") / "moto.log"
-    with log.open("wb") as out:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    endpoint = f"http://127.0.0.1:{port}"
-    try:
-        for _ in range(600):
-            if process.poll() is not None:
-                pytest.fail(f"moto server exited: {log.read_text()}")
-            try:
-                httpx.get(f"{endpoint}/moto-api/", timeout=1)
-                break
-            except httpx.TransportError:
-                time.sleep(0.1)
-        else:
-            pytest.fail(f"moto server never answered on {endpoint}: {log.read_text()}")
+    with moto_server(tmp_path_factory.mktemp("moto")) as endpoint:
         yield endpoint
-    finally:
-        process.terminate()
-        process.wait(30)
 
 
 @pytest.fixture

@@ -49,6 +49,17 @@ def context_window(config: AgentConfig, model: str) -> int:
     return windows.get(model) or windows.get("default") or DEFAULT_CONTEXT_WINDOW_TOKENS
 
 
+def _model_list(value: Any) -> Any:
+    """An ordered list of models, given as a list or as ``"a,b"``, each model string checked."""
+    if isinstance(value, str):
+        value = tuple(part.strip() for part in value.split(",") if part.strip())
+    if isinstance(value, list | tuple):
+        for model in value:
+            if isinstance(model, str):
+                _check_model(model)
+    return value
+
+
 class SubagentConfig(Frozen):
     """Sub-agents (``delegate``): how deep a family may grow, and how wide."""
 
@@ -66,13 +77,7 @@ class SubagentConfig(Frozen):
     @field_validator("models", mode="before")
     @classmethod
     def _models(cls, value: Any) -> Any:
-        if isinstance(value, str):
-            value = tuple(part.strip() for part in value.split(",") if part.strip())
-        if isinstance(value, list | tuple):
-            for model in value:
-                if isinstance(model, str):
-                    _check_model(model)
-        return value
+        return _model_list(value)
 
 
 class AgentConfig(Frozen):
@@ -267,13 +272,7 @@ class AgentConfig(Frozen):
     @field_validator("fallback_models", mode="before")
     @classmethod
     def _fallback_models(cls, value: Any) -> Any:
-        if isinstance(value, str):
-            value = tuple(part.strip() for part in value.split(",") if part.strip())
-        if isinstance(value, list | tuple):
-            for model in value:
-                if isinstance(model, str):
-                    _check_model(model)
-        return value
+        return _model_list(value)
 
     @field_validator("reflection_model")
     @classmethod
