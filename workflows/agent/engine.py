@@ -32,6 +32,7 @@ from workflows.agent import (
     approvals,
     calls,
     client_queries,
+    compressing,
     delegation,
     events,
     fallback,
@@ -53,6 +54,7 @@ from workflows.agent.acting import (
     LOADED_TOOLS,
     ToolRunner,
 )
+from workflows.agent.compressing import REFLECTION_KEEPS_RECORD as REFLECTION_KEEPS_RECORD
 from workflows.agent.handlers import SIGNALS, AgentHandlers
 from workflows.agent.hooks import HookRequest, HookResult
 from workflows.agent.models import (
@@ -95,11 +97,6 @@ EXPLORATION_IS_PROGRESS = "exploration-is-progress"
 EMPTY_REPLIES_STUCK = "empty-replies-stuck"
 """``workflow.patched`` id: replies with no text and no tool call, ``max_empty_replies`` in a
 row, make the run stuck (Planning -Stuck-> Recovering); before, each was only sent back."""
-
-REFLECTION_KEEPS_RECORD = "reflection-keeps-record"
-"""``workflow.patched`` id: Reflecting appends its summary to the conversation and the model is
-shown it from there (``memory.view_from``), so the stored record stays whole; before, the
-history was rewritten and the conversation sent again from its start."""
 
 WAITING_STATES = frozenset(
     {
@@ -430,63 +427,9 @@ class AgentEngine(AgentHandlers):
             )
             m.history = (*m.history, m.turn(note=note))
             m.said(None)
-        await self._compress()
+        await compressing.compress(self._run, self._pub)
         run.flags.reflect_reason = ""
         return Event.REFLECT_DONE
-
-    async def _compress(self) -> None:
-        run, m, config = self._run, self._run.memory, self._run.input.config
-        keep = config.reflection_keep_recent
-        # Behind the patch, the record stays whole: the summary is appended beside it and the
-        # model is shown the record from the first turn kept verbatim on.
-        beside = m.conversation_head is not None and workflow.patched(REFLECTION_KEEPS_RECORD)
-        start = m.summarised_turns if beside else 0
-        older, recent = m.history[start:-keep], m.history[-keep:]
-        if not older:
-            self._pub.record(
-                State.REFLECTING, "HistoryKept", f"no turns older than the last {keep}"
-            )
-            return
-        unresolved = reflection.unresolved_errors(older, recent)
-        model = config.reflection_model or run.model
-        try:
-            response = await calls.summarise(
-                config,
-                reflection.summary_request(model, m.task, older),
-                f"step {m.step} · reflect {model.partition(':')[2]}",
-            )
-            summary = (response.content or "").strip()
-            run.spend(model, response.usage)
-            telemetry.model_spent(model, response.usage, config.prices)
-            if not summary or response.tool_calls:
-                raise reflection.NoSummary("the summary reply was empty or called tools")
-            how = "summarised by the model"
-        except (ActivityError, reflection.NoSummary) as exc:
-            if is_cancelled_exception(exc):
-                raise
-            summary = reflection.compact(older)
-            how = "compacted without a model"
-            detail = failure_message(exc) if isinstance(exc, ActivityError) else str(exc)
-            self._pub.record(
-                State.REFLECTING, "ReflectionFallback", f"summary call failed: {detail}"
-            )
-        if beside:
-            m.view_from = m.history_base + len(m.messages_of(m.history[: len(m.history) - keep]))
-            m.view_summary_at = m.history_base + len(m.messages_of(m.history))
-            m.summarised_turns = len(m.history) - keep
-            m.history = (*m.history, reflection.summary_turn(older, summary, unresolved))
-        else:
-            m.history = (reflection.summary_turn(older, summary, unresolved), *recent)
-            # The conversation changed from its start: the next call sends it whole again.
-            m.conversation_head = None
-            m.conversation_sent = 0
-            m.conversation_turns = 0
-        self._pub.record(
-            State.REFLECTING,
-            "HistoryCompressed",
-            f"{len(older)} turns {how}; {len(recent)} kept verbatim; "
-            f"{len(unresolved)} unresolved error(s) carried",
-        )
 
     async def _wait_for_user(self) -> Event:
         return await threads.wait_for_user(self._run, self._hand_over_if_due)
