@@ -30,18 +30,16 @@ from temporalio.exceptions import ActivityError, ApplicationError, is_cancelled_
 from workflows import telemetry
 from workflows.agent import (
     approvals,
-    calls,
     client_queries,
     compressing,
     delegation,
     events,
     fallback,
     handover,
-    hooks,
     planning,
+    post_tools,
     recovery,
     reflection,
-    snapshotting,
     status,
     threads,
     typed_answers,
@@ -56,13 +54,11 @@ from workflows.agent.acting import (
 )
 from workflows.agent.compressing import REFLECTION_KEEPS_RECORD as REFLECTION_KEEPS_RECORD
 from workflows.agent.handlers import SIGNALS, AgentHandlers
-from workflows.agent.hooks import HookRequest, HookResult
 from workflows.agent.models import (
     AgentInput,
     AgentResult,
     ModelResponse,
     RunStatus,
-    ToolOutcome,
     Turn,
 )
 from workflows.agent.outages import Outage
@@ -532,50 +528,8 @@ class AgentEngine(AgentHandlers):
         return Event.STUCK
 
     async def _post_tools_hook(self) -> Event:
-        """Loom's post-tools hook: each hook of the config, in order, after a step whose tools
-        changed files (``git_commit`` commits them). A failed hook is a trace line."""
-        run, config = self._run, self._run.input.config
-        history = run.memory.history
-        last = history[-1] if history else None
-        outcomes = [o for o in (last.outcomes if last else ()) if o.success]
-        changed = sorted({p for o in outcomes for p in o.mutated_paths})
-        if not config.hooks:
-            self._pub.record(
-                State.POST_TOOLS_HOOK,
-                "HookRun",
-                f"changed: {', '.join(changed) if changed else '(by command)'}",
-            )
-        for name in config.hooks:
-            result = await self._run_hook(name, last.step if last else run.memory.step, outcomes)
-            self._pub.record(State.POST_TOOLS_HOOK, "HookRun", hooks.describe(result))
-            self._pub.emit("hook", hooks.describe(result), tool=name, ok=result.outcome != "failed")
-        step, done = (last.step, last.outcomes) if last else (run.memory.step, ())
-        await snapshotting.after_step(
-            run, self._pub, self._tools.box(), step, done, calls.snapshot_workspace
-        )
-        return Event.NEEDS_REFLECTION if run.reflection_due() else Event.HOOK_DONE
-
-    async def _run_hook(self, name: str, step: int, outcomes: list[ToolOutcome]) -> HookResult:
-        config, info = self._run.input.config, workflow.info()
-        box = self._tools.box()
-        mutating = [o for o in outcomes if box.mutates(o.call.name)]
-        request = HookRequest(
-            hook=name,
-            workspace=self._run.input.workspace,
-            step=step,
-            tools=tuple(dict.fromkeys(o.call.name for o in mutating)),
-            files=tuple(sorted({p for o in mutating for p in o.mutated_paths})),
-            commit_author=config.commit_author,
-            workflow_id=info.workflow_id,
-            run_id=info.run_id,
-        )
-        try:
-            result = await calls.run_hook(config, request, f"step {step} · hook {name}")
-        except ActivityError as exc:
-            if is_cancelled_exception(exc):
-                raise
-            return HookResult.failure(name, failure_message(exc))
-        return result
+        await post_tools.run(self._run, self._pub, self._tools.box())
+        return Event.NEEDS_REFLECTION if self._run.reflection_due() else Event.HOOK_DONE
 
     async def _recover(self) -> Event:
         event = recovery.recover(self._run)
