@@ -23,6 +23,23 @@ async def test_budget_stops_the_run_before_a_call_that_would_exceed_it(harness: 
     assert (trace.entries[-1].state, trace.entries[-1].event) == ("Planning", "BudgetExceeded")
 
 
+async def test_a_tokenizer_that_counts_above_the_estimate_never_overshoots_the_budget(
+    harness: Harness,
+) -> None:
+    """A provider whose tokenizer counts a prompt at several times the ~4-characters-a-token
+    estimate (a small vocabulary, JSON-heavy tools): the check learns the ratio from the first
+    reply's real count and stops before the call that would overshoot; the plain estimate let
+    the third call through and ended at 9,030 of 8,000."""
+    heavy = {"prompt_tokens": 3000, "completion_tokens": 10}
+    model = harness.script({"tool_calls": [LIST], "usage": heavy})
+    handle = await harness.start(model, token_budget=8000)
+    result: AgentResult = await handle.result()
+    assert result.status is RunStatus.ERROR
+    assert result.error is not None and result.error.startswith("token budget exhausted")
+    assert result.usage.total_tokens <= 8000
+    assert len(harness.requests(model)) == 2
+
+
 async def test_each_call_is_capped_by_what_is_left(harness: Harness) -> None:
     """max_tokens sent to the model shrinks as the budget is spent, and respects max_tokens."""
     model = harness.script({"tool_calls": [LIST], "usage": USAGE}, {"content": "done"})

@@ -282,7 +282,7 @@ class AgentEngine(AgentHandlers):
             await self._tools.list_mcp_tools()
         m.step += 1
         telemetry.step_started(m.step)
-        request = planning.model_request(run)
+        request = planning.model_request(run, workflow.patched)
         if isinstance(request, planning.CannotCall):
             m.error = request.reason
             return request.event
@@ -296,6 +296,7 @@ class AgentEngine(AgentHandlers):
             return Event.FATAL_ERROR
         run.served_by = model
         run.spend(model, response.usage)
+        planning.calibrate(m, response.usage)
         telemetry.model_spent(model, response.usage, config.prices)
         if response.conversation is not None:
             # The store now holds everything this call sent: the next call sends only the rest.

@@ -134,6 +134,8 @@ OWNERSHIP: dict[str, Ownership] = {
     # Acting counts what a sub-agent spent (``delegation``): the family has one budget.
     "usage": _own({S.PLANNING, S.REFLECTING, S.ACTING, S.PARALLEL_ACTING}),
     "usage_by_model": _own({S.PLANNING, S.REFLECTING, S.ACTING, S.PARALLEL_ACTING}),
+    "prompt_estimate": _own({S.PLANNING}),
+    "prompt_scale": _own({S.PLANNING}),
 }
 
 
@@ -204,6 +206,11 @@ class AgentMemory(Mutable):
     """Why a stuck run waits for a human (recovery strategy ask_human)."""
     human_guidance: GuideSignal | None = None
     usage_by_model: dict[str, TokenUsage] = Field(default_factory=dict)
+    prompt_estimate: int = 0
+    """The last budget check's estimate of its request's prompt tokens (``planning``)."""
+    prompt_scale: int = 100
+    """How far the provider's tokenizer counts above that estimate, in percent (at least 100),
+    learnt from the replies that reported real usage: the budget check scales by it."""
 
     _state: State = PrivateAttr(default=State.IDLE)
 

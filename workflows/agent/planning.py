@@ -5,16 +5,18 @@ tracker. The workflow runs the activity and moves the state; these say what to d
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from datetime import datetime
 
 from workflows.agent import typed_answers
 from workflows.agent.catalogue import TOOLS, estimate_prompt_tokens
 from workflows.agent.config import context_window
+from workflows.agent.memory import AgentMemory
 from workflows.agent.models import (
     ModelRequest,
     ModelResponse,
+    TokenUsage,
     ToolCall,
     ToolOutcome,
     Turn,
@@ -40,8 +42,25 @@ class CannotCall:
     reason: str
 
 
-def model_request(run: AgentRun) -> ModelRequest | CannotCall:
-    """The next planning request, its completion capped by what is left of the token budget."""
+CALIBRATED_BUDGET = "calibrated-budget"
+"""``workflow.patched`` id: the budget check scales its prompt estimate by what the provider's
+tokenizer reported for earlier requests (``calibrate``); before, the plain estimate (~4
+characters a token) could undercount a real tokenizer, and a run's last call overshoot."""
+
+
+def calibrate(m: AgentMemory, usage: TokenUsage) -> None:
+    """Learn how far a provider's real prompt count runs above the estimate the budget check
+    made for the same request (only from usage the provider reported, not estimated)."""
+    if m.prompt_estimate and usage.prompt_tokens and not usage.estimated_tokens:
+        seen = -(-100 * usage.prompt_tokens // m.prompt_estimate)
+        m.prompt_scale = max(m.prompt_scale, min(seen, 1_000))
+
+
+def model_request(
+    run: AgentRun, patched: Callable[[str], bool] = lambda _: False
+) -> ModelRequest | CannotCall:
+    """The next planning request, its completion capped by what is left of the token budget.
+    ``patched`` is ``workflow.patched`` (asked only when the run has a token budget)."""
     m, config = run.memory, run.input.config
     box = Toolbox(config, run.mcp, run.loaded_tools, wait=bool(run.wait_offered))
     head, sent, turns = m.conversation_head, m.conversation_sent, m.conversation_turns
@@ -81,6 +100,9 @@ def model_request(run: AgentRun) -> ModelRequest | CannotCall:
     estimate = estimate_prompt_tokens(m.build_messages(), request.tools) + sum(
         schema.prompt_chars() // 4 + 10 for schema in request.tool_schemas
     )
+    if patched(CALIBRATED_BUDGET):
+        m.prompt_estimate = estimate
+        estimate = -(-estimate * m.prompt_scale // 100)
     cap = config.token_budget - m.usage.total_tokens - estimate
     if cap < MIN_COMPLETION_TOKENS:
         return CannotCall(
