@@ -8,64 +8,19 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import uuid
-from collections.abc import AsyncIterator, Callable
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
 from pydantic import ValidationError
-from temporalio.client import Client
 
-from activities.mcp import McpActivities, parse_mcp_config
-from activities.model.activity import http_client
-from tests.support.harness import Harness, replay_finished, scripted_worker, tool_messages
+from tests.support.harness import tool_messages
+from tests.support.mcp_runs import McpHarness, call, offered
 from tests.support.mcp_server import http_entry, http_server, stdio_entry
 from tests.support.processes import free_port
 from tests.support.stream import events
-from treadle.scripted_model import ScriptedModelServer
 from workflows.agent.models import AgentConfig, AgentResult, ApproveSignal, RejectSignal, RunStatus
 from workflows.agent.workflow import AgentWorkflow
-
-McpHarness = Callable[..., AbstractAsyncContextManager[Harness]]
-
-
-@pytest.fixture
-def mcp_harness(
-    request: pytest.FixtureRequest,
-    client: Client,
-    model_server: ScriptedModelServer,
-    tmp_path: Path,
-) -> McpHarness:
-    """``async with mcp_harness(entry, ...) as h``: a worker whose MCP config holds the
-    entries, on a task queue of its own; finished runs are replay-checked at the end."""
-
-    @asynccontextmanager
-    async def make(*entries: dict[str, Any]) -> AsyncIterator[Harness]:
-        task_queue = f"test-mcp-run-{uuid.uuid4().hex[:12]}"
-        workspace = tmp_path / f"workspace-{uuid.uuid4().hex[:6]}"
-        workspace.mkdir()
-        harness = Harness(client, task_queue, model_server, workspace)
-        mcp = McpActivities(parse_mcp_config({"servers": list(entries)}), environ=os.environ)
-        async with (
-            mcp,
-            http_client() as http,
-            scripted_worker(client, task_queue, model_server, http, mcp=mcp),
-        ):
-            yield harness
-        await replay_finished(request, harness)
-
-    return make
-
-
-def call(name: str, **arguments: Any) -> dict[str, Any]:
-    return {"name": name, "arguments": arguments}
-
-
-def offered(body: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """The tools one recorded chat-completions request offered, by name."""
-    return {tool["function"]["name"]: tool["function"] for tool in body.get("tools", [])}
 
 
 async def trace_data(handle: Any, event: str) -> list[str]:
