@@ -1,4 +1,5 @@
-"""What every feature's data and workflow code shares: the two pydantic bases, the one way to
+"""What every feature's data and workflow code shares: the pydantic bases (and the lean form
+of what crosses a boundary at every step), the one way to
 put a validation error into words, the one way to say why an activity failed, and how soon a
 call whose worker died is tried again.
 
@@ -9,8 +10,17 @@ passes it through the sandbox).
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    SerializationInfo,
+    SerializerFunctionWrapHandler,
+    ValidationError,
+    model_serializer,
+)
+from pydantic.fields import FieldInfo
 from temporalio.exceptions import ActivityError, ApplicationError, TimeoutError
 
 FIRST_RETRY = timedelta(seconds=0.5)
@@ -29,6 +39,72 @@ class Mutable(BaseModel):
     """Long-lived state a workflow changes in place; every assignment is validated."""
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+WHOLE: dict[str, bool] = {"whole": True}
+"""Serialisation context: a ``Lean`` model with every field. For what a user reads as JSON
+(``watch --json``), and for the sizes the workflow measures (recorded runs measured them whole,
+so their replay decides the same)."""
+
+_EMPTY: tuple[Any, ...] = (None, False, "", (), [], {})
+
+
+def at_empty_default(field: FieldInfo, value: Any) -> bool:
+    """``value`` says nothing: it is ``None``, ``False``, zero, empty, and the field's default,
+    so leaving it out parses back to the same model. A non-empty default (a list of allowed
+    commands, a limit) is always written: a reader of another version may default otherwise."""
+    if field.is_required() or not (value in _EMPTY or (type(value) in (int, float) and not value)):
+        return False
+    return bool(value == field.get_default(call_default_factory=True))
+
+
+class Lean(Frozen):
+    """Data that crosses a boundary at every step (an activity's input or result, a stream
+    event): serialised without the fields left at an empty default (``at_empty_default``),
+    which were a fifth of a step's history. Readers parse it as before: a missing field is its
+    default. ``context=WHOLE`` writes every field."""
+
+    @model_serializer(mode="wrap")
+    def _lean(self, handler: SerializerFunctionWrapHandler, info: SerializationInfo) -> Any:
+        data = handler(self)
+        if not isinstance(data, dict) or (info.context or {}).get("whole"):
+            return data
+        fields = type(self).model_fields
+        for name in [n for n in data if n in fields]:
+            if at_empty_default(fields[name], getattr(self, name)):
+                del data[name]
+        return data
+
+
+def lean_dump(model: BaseModel, exclude: set[str] | None = None) -> dict[str, Any]:
+    """``model.model_dump(mode="json", exclude=exclude)`` without the fields, at any depth, left
+    at an empty default (``at_empty_default``): the carried state of a hand-over, which is
+    written twice into history."""
+    data: dict[str, Any] = model.model_dump(mode="json", exclude=exclude)
+    _prune(model, data)
+    return data
+
+
+def _prune(model: BaseModel, data: dict[str, Any]) -> None:
+    fields = type(model).model_fields
+    for name in [n for n in data if n in fields]:
+        value = getattr(model, name)
+        if at_empty_default(fields[name], value):
+            del data[name]
+        else:
+            _prune_value(value, data[name])
+
+
+def _prune_value(value: Any, data: Any) -> None:
+    if isinstance(value, BaseModel) and isinstance(data, dict):
+        _prune(value, data)
+    elif isinstance(value, (list, tuple)) and isinstance(data, list):
+        for item, dumped in zip(value, data, strict=False):
+            _prune_value(item, dumped)
+    elif isinstance(value, dict) and isinstance(data, dict):
+        for key, item in value.items():
+            if isinstance(key, str) and key in data:
+                _prune_value(item, data[key])
 
 
 def describe_errors(

@@ -25,7 +25,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from workflows.base import Frozen
+from workflows.base import Frozen, Lean
 
 EVENTS_TOPIC = "events"
 TOKENS_TOPIC = "tokens"
@@ -120,7 +120,7 @@ class ClientAnswer(Frozen):
     """Who answered (``starter.py answer --as NAME``); attribution only, like a decision's."""
 
 
-class AgentEvent(Frozen):
+class AgentEvent(Lean):
     """One item of the ``events`` topic. Fields beyond ``kind``/``step``/``state``/``at``/``text``
     are set where they mean something for the kind."""
 

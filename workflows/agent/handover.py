@@ -22,6 +22,7 @@ from temporalio.contrib.workflow_streams import WorkflowStream
 from workflows.agent.events import CARRIED_BYTES, EVENTS_CARRIED
 from workflows.agent.models import AgentConfig, AgentInput
 from workflows.agent.state import AgentRun
+from workflows.base import lean_dump
 
 CARRIED_TRACE_ENTRIES = 500
 """The trace's tail a run without the patch (or without a store) hands over."""
@@ -40,11 +41,13 @@ TRACE_TAIL = 10
 and stay readable in the earlier runs' histories)."""
 FILES_CARRIED = 20
 """Written files and reads the progress tracker carries (written ones beyond are counted)."""
-STREAM_EVENTS = 48
-STREAM_BYTES = 12 * 1024
-"""The live stream's tail a hand-over by reference carries: a watcher that reconnects from an
-offset a few turns back misses nothing, and the bound in bytes keeps long replies from making
-the hand-over large (the whole stream of a run is in its history)."""
+STREAM_EVENTS = 24
+STREAM_BYTES = 4 * 1024
+"""The live stream's tail a hand-over by reference carries (about four steps' events): a
+watcher that reconnects from an offset a few turns back misses nothing, and the bound in bytes
+keeps long replies from making the hand-over large (the hand-over is written twice into
+history, so its every KiB costs a chain of 60-step runs 34 bytes a step; what the stream said
+is in the runs' histories, and ``trace`` reads it)."""
 
 DEFAULT_EVENT_BOUND = "default-event-bound"
 """Patch id: an input that does not name ``continue_as_new_after_events`` gets its default too
@@ -97,7 +100,7 @@ async def continue_as_new(run: AgentRun, stream: WorkflowStream) -> NoReturn:
     stream.truncate(log.base_offset + len(log.log) - keep)
     if by_reference:
         carried = run.handed_over(TRACE_TAIL, FILES_CARRIED)
-        resume = carried.model_dump(mode="json", exclude={"input"})
+        resume = lean_dump(carried, exclude={"input"})
     else:
         carried = run.carried(CARRIED_TRACE_ENTRIES, MAX_CARRIED_MEMORY_BYTES)
         resume = carried.model_dump(mode="json")

@@ -35,7 +35,7 @@ from workflows.agent.progress import ProgressSummary
 from workflows.agent.state_machine import State
 from workflows.agent.tool_args import DEFAULT_COMMAND_ALLOWLIST as DEFAULT_COMMAND_ALLOWLIST
 from workflows.agent.tool_args import ToolPolicy as ToolPolicy
-from workflows.base import Frozen
+from workflows.base import Frozen, Lean
 
 TASK_QUEUE = "treadle-agent"
 """The task queue ``worker.py`` polls and ``starter.py`` starts runs on."""
@@ -54,7 +54,7 @@ class ToolCall(Frozen):
     arguments: str = "{}"
 
 
-class ToolResult(Frozen):
+class ToolResult(Lean):
     """What one tool call produced, whatever ran it (the ``run_tool`` and ``call_mcp_tool``
     activities' result, and the result inside every ``ToolOutcome``). ``success=False``
     carries an ``ERROR: ...`` output: tool failures are data."""
@@ -340,7 +340,7 @@ class ThreadExport(Frozen):
 # --------------------------------------------------------------------------------------------
 
 
-class ChatMessage(Frozen):
+class ChatMessage(Lean):
     """Provider-neutral chat message; each provider module maps it to its wire format."""
 
     role: Literal["system", "user", "assistant", "tool"]
@@ -386,7 +386,7 @@ class ToolSchema(Frozen):
         return len(self.model_copy(update=bare).model_dump_json()) - 2 + self.parameters_chars
 
 
-class ModelRequest(Frozen):
+class ModelRequest(Lean):
     """Input of ``call_model``. Catalogue tools go by name (the activity builds their JSON
     schemas); others (MCP tools) come in ``tool_schemas``, each schema by its store key (the
     activity reads it) or, from a worker without a store, inline."""
@@ -428,7 +428,7 @@ class ModelRequest(Frozen):
     of the older messages, then the recent ones; ``activities.store.view``)."""
 
 
-class ModelResponse(Frozen):
+class ModelResponse(Lean):
     content: str | None = None
     """The reply's text; a preview when ``content_ref`` is set."""
     tool_calls: tuple[ToolCall, ...] = ()
@@ -458,7 +458,7 @@ class LoadedTools(Frozen):
     names: tuple[str, ...] = ()
 
 
-class ToolRequest(Frozen):
+class ToolRequest(Lean):
     """Input of ``run_tool``: one already schema-checked call, its workspace and policy."""
 
     call: ToolCall

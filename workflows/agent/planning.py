@@ -26,6 +26,7 @@ from workflows.agent.state import AgentRun
 from workflows.agent.state_machine import Event, State
 from workflows.agent.toolbox import Toolbox
 from workflows.agent.toolbox import call_target as call_target  # the live CLI's import
+from workflows.base import WHOLE
 
 MAX_MODEL_INPUT_BYTES = 1_500_000
 """Temporal fails a payload over 2 MB: a request this large stops the run with a clear error.
@@ -87,7 +88,8 @@ def model_request(
         view_summary_at=m.view_summary_at,
     )
     request = typed_answers.ask(config, request)
-    size = len(request.model_dump_json())
+    # Measured whole, as recorded runs measured it (the wire form is leaner, never larger).
+    size = len(request.model_dump_json(context=WHOLE))
     if size > MAX_MODEL_INPUT_BYTES:
         return CannotCall(
             Event.FATAL_ERROR,

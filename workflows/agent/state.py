@@ -26,7 +26,7 @@ from workflows.agent.models import AgentInput, PendingApproval, TokenUsage, Trac
 from workflows.agent.progress import ProgressTracker
 from workflows.agent.state_machine import State
 from workflows.agent.waiting import WaitState
-from workflows.base import Mutable
+from workflows.base import WHOLE, Mutable
 
 
 class ThreadState(Mutable):
@@ -175,7 +175,7 @@ class AgentRun(Mutable):
         older turns compacted into one summary turn (deterministic, no model call)."""
         dropped = max(0, len(self.trace) - trace_tail)
         memory = self.memory
-        if len(memory.model_dump_json()) > max_bytes and len(memory.history) > 2:
+        if len(memory.model_dump_json(context=WHOLE)) > max_bytes and len(memory.history) > 2:
             keep = max(2, len(memory.history) // 4)
             older, recent = memory.history[:-keep], memory.history[-keep:]
             summary = reflection.summary_turn(

@@ -10,6 +10,7 @@ from rich.text import Text
 from treadle.cli.shell import runnable
 from treadle.stream import StreamItem
 from workflows.agent.events import AgentEvent, ClientQuery
+from workflows.base import WHOLE
 
 __all__ = ["SHORT_CHARS", "describe_query", "event_text", "item_json", "short"]
 
@@ -107,7 +108,7 @@ def event_text(event: AgentEvent, *, show_messages: bool = True) -> Text | None:
 
 def item_json(item: StreamItem) -> dict[str, Any]:
     """One stream item as the JSON object ``watch --json`` prints."""
-    value = item.value.model_dump(mode="json")
+    value = item.value.model_dump(mode="json", context=WHOLE)
     if item.topic == "tokens":
         value["text_offset"] = value.pop("offset")
     return {"topic": item.topic, "offset": item.offset, **value}
