@@ -32,6 +32,7 @@ from workflows.agent.events import ClientQuery
 from workflows.agent.family import ChildRun
 from workflows.agent.mcp import TOOL_NAME
 from workflows.agent.progress import ProgressSummary
+from workflows.agent.snapshots import WorkspaceSync
 from workflows.agent.state_machine import State
 from workflows.agent.tool_args import DEFAULT_COMMAND_ALLOWLIST as DEFAULT_COMMAND_ALLOWLIST
 from workflows.agent.tool_args import ToolPolicy as ToolPolicy
@@ -68,6 +69,9 @@ class ToolResult(Frozen):
     output_ref: str | None = None
     """The whole output as a blob in the conversation store, when it was too long to carry."""
     output_chars: int | None = None
+    snapshot: str | None = None
+    """The key of the workspace's snapshot after the call, when the worker took one (a worker
+    with ``--workspace-root``, for a call that may change files): the run's latest from now."""
 
     @model_validator(mode="after")
     def _error_prefix(self) -> ToolResult:
@@ -464,3 +468,6 @@ class ToolRequest(Frozen):
     call: ToolCall
     workspace: str
     policy: ToolPolicy = ToolPolicy()
+    sync: WorkspaceSync | None = None
+    """The run's latest snapshot, for a worker with ``--workspace-root`` (``None``: a run
+    recorded before workspaces followed runs; every worker uses ``workspace``)."""
