@@ -149,17 +149,18 @@ async def test_a_run_moves_machines_with_its_workspace(
         )
         assert (await asyncio.wait_for(other.result(), 120)).status is RunStatus.DONE
         assert tree(root_b / directory_name(other.id)) == tree(copy_b)
+
+        # Each step's tree, checked out of the store as a user would (the run answers where
+        # its latest snapshot is).
+        cli_env = clean_env(**extra)
+        for step, expected in AFTER.items():
+            into = tmp_path / f"step-{step}"
+            done = await run_cli(
+                "--address", address, "workspace", handle.id, "--store", store,
+                "--step", str(step), "--into", str(into), env=cli_env,
+            )  # fmt: skip
+            assert done.returncode == 0, done.stderr
+            assert tree(into) == expected, step
+            assert stat.S_IMODE((into / "a.txt").stat().st_mode) & 0o600 == 0o600
     finally:
         assert await worker_b.terminate() == 0
-
-    # Each step's tree, checked out of the store as a user would.
-    cli_env = clean_env(**extra)
-    for step, expected in AFTER.items():
-        into = tmp_path / f"step-{step}"
-        done = await run_cli(
-            "--address", address, "workspace", handle.id, "--store", store,
-            "--step", str(step), "--into", str(into), env=cli_env,
-        )  # fmt: skip
-        assert done.returncode == 0, done.stderr
-        assert tree(into) == expected, step
-        assert stat.S_IMODE((into / "a.txt").stat().st_mode) & 0o600 == 0o600
