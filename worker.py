@@ -6,6 +6,7 @@
     python worker.py --mcp-config mcp.toml   # offer these MCP servers' tools (docs/mcp.md)
     python worker.py --tools-only --task-queue ws-1  # the tools of runs with tool_task_queue=ws-1
     python worker.py --tools my_pkg.tools   # your own tools, from your module's TOOLS
+    python worker.py --workspace-root /var/ws   # runs' workspaces follow them (docs/workspaces.md)
 
 Model settings (``OPENAI_BASE_URL``, ``OPENAI_API_KEY``, ``OLLAMA_BASE_URL``) are read here, from
 this process's environment, and stay here. With ``TREADLE_ENCRYPTION_KEYS`` set every payload the
@@ -218,7 +219,7 @@ def build_worker(
     if workspace_root is not None:
         if workspaces.snapshotter is None:
             raise ValueError("a workspace root needs a store: the runs' snapshots live there")
-        follower = Follower(workspace_root, workspaces.snapshotter)
+        follower = workspaces.follower = Follower(workspace_root, workspaces.snapshotter)
     redactor = Redactor([*settings.api_keys(), *secrets])
     interceptors = [RedactingInterceptor(redactor)]
     log_redaction.install()  # what activities log while they run, with the same redactor

@@ -5,8 +5,9 @@ One tool call (``run``), under the directory's lock:
 
 1. the copy is brought to the snapshot the call names (``ToolRequest.sync``), writing only what
    differs (``materialise.bring``; the snapshotter's index spares reading files it knows). A
-   fresh worker restores the whole workspace from the store; the worker that ran the previous
-   call finds nothing to do; an attempt that died half-way here is undone;
+   fresh worker restores the whole workspace from the store; a copy this worker left exactly
+   at that snapshot (its previous call completed here) is used as it is, without a look; any
+   other is walked (stat only) and corrected: an attempt that died half-way here is undone;
 2. the tool runs there;
 3. after a call that may change files, the copy is snapshotted on that same snapshot, before
    the activity returns: its result carries the new key (``ToolResult.snapshot``), which the
@@ -33,7 +34,12 @@ from activities.workspace.materialise import Checkout, bring
 from activities.workspace.snapshot import Snapshotter
 from workflows.agent.catalogue import TOOLS
 from workflows.agent.models import ToolResult
-from workflows.agent.snapshots import DEFAULT_IGNORE, SnapshotRequest, WorkspaceSync
+from workflows.agent.snapshots import (
+    DEFAULT_IGNORE,
+    SnapshotRequest,
+    SnapshotResult,
+    WorkspaceSync,
+)
 
 __all__ = ["Follower", "directory_name"]
 
@@ -58,6 +64,9 @@ class Follower:
         self.root = root
         self.snapshotter = snapshotter
         self._locks: dict[Path, asyncio.Lock] = {}
+        self._exactly: dict[Path, str | None] = {}
+        """Copies known to be exactly a snapshot: brought to it or snapshotted here, with no
+        call run in them since (one that died or raised leaves its copy unknown)."""
         self.last_checkout: Checkout | None = None
         """What the last ``bring`` wrote and removed: for tests, never for the run."""
 
@@ -79,9 +88,11 @@ class Follower:
         async with lock:
             async with heartbeating("workspace", sync.step):
                 await self._bring(directory, sync)
+            self._exactly.pop(directory, None)
             result = await execute(directory)
             spec = TOOLS.get(tool)
             if spec is not None and not spec.mutating:
+                self._exactly[directory] = sync.manifest
                 return result
             if tool in REPORTS_ITS_PATHS:
                 paths: tuple[str, ...] | None = result.mutated_paths if result.success else ()
@@ -98,10 +109,33 @@ class Follower:
             )
             async with heartbeating("snapshot", sync.step):
                 taken = await self.snapshotter.snapshot(request)
+            self._exactly[directory] = taken.manifest
             return result.model_copy(update={"snapshot": taken.manifest})
+
+    async def snapshot(self, request: SnapshotRequest) -> SnapshotResult:
+        """The after-step snapshot of a run whose workspace follows it: of this worker's copy,
+        brought to the run's latest snapshot first (nothing to do where its calls ran)."""
+        directory = self.directory(request.workflow_id)
+        sync = WorkspaceSync(
+            manifest=request.previous,
+            step=request.step,
+            ignore=request.ignore,
+            max_file_bytes=request.max_file_bytes,
+        )
+        async with self._locks.setdefault(directory, asyncio.Lock()):
+            await self._bring(directory, sync)
+            self._exactly.pop(directory, None)
+            taken = await self.snapshotter.snapshot(
+                request.model_copy(update={"workspace": str(directory)})
+            )
+            self._exactly[directory] = taken.manifest
+            return taken
 
     async def _bring(self, directory: Path, sync: WorkspaceSync) -> None:
         """The copy made the snapshot ``sync.manifest`` (empty when there is none yet)."""
+        if directory in self._exactly and self._exactly[directory] == sync.manifest:
+            self.last_checkout = Checkout()  # the previous call here left it so
+            return
         record = self.snapshotter.record_of(directory)
         if sync.manifest is None:
             ignore = DEFAULT_IGNORE if sync.ignore is None else sync.ignore

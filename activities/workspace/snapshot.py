@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from temporalio import activity
 
@@ -36,6 +37,9 @@ from activities.workspace.manifest import (
 )
 from activities.workspace.scan import Exclusions, Index, Rules, Seen, entry_of, look_at, read, walk
 from workflows.agent.snapshots import SnapshotRequest, SnapshotResult
+
+if TYPE_CHECKING:  # follow imports this module
+    from activities.workspace.follow import Follower
 
 __all__ = ["Record", "Snapshotter", "WorkspaceActivities", "size"]
 
@@ -251,6 +255,8 @@ class WorkspaceActivities:
 
     def __init__(self, store: BlobStore | None) -> None:
         self.snapshotter = Snapshotter(store) if store is not None else None
+        self.follower: Follower | None = None
+        """A worker with ``--workspace-root``: a following run's snapshot is of its copy."""
 
     @activity.defn(name="snapshot_workspace")
     async def snapshot_workspace(self, request: SnapshotRequest) -> SnapshotResult:
@@ -263,6 +269,12 @@ class WorkspaceActivities:
         if request.merge:  # the step's parallel calls' snapshots: the store alone
             try:
                 return await self.snapshotter.merge(request)
+            except StoreUnavailable as exc:
+                raise exc.to_application_error() from exc
+        if request.follows and self.follower is not None:  # this worker's copy of it
+            try:
+                async with heartbeating("snapshot", request.step):
+                    return await self.follower.snapshot(request)
             except StoreUnavailable as exc:
                 raise exc.to_application_error() from exc
         if not os.path.isdir(request.workspace):

@@ -126,6 +126,9 @@ class SnapshotRequest(Frozen):
     the defaults at every step)."""
     max_file_bytes: int = Field(50 * 2**20, ge=0)
     full_walk_every: int = Field(20, ge=1)
+    follows: bool = False
+    """The run's workspace follows it: a worker with ``--workspace-root`` snapshots its copy
+    of the run's workspace (brought to ``previous`` first), not ``workspace``."""
     merge: tuple[str, ...] = ()
     """The snapshots a step's parallel calls each took on ``previous`` (a worker with
     ``--workspace-root``), in call order: their changes are applied to ``previous`` in that

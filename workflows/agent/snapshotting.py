@@ -78,6 +78,7 @@ async def after_step(
         ignore=None if snapshots.ignore == DEFAULT_IGNORE else snapshots.ignore,
         max_file_bytes=snapshots.max_file_bytes,
         full_walk_every=snapshots.full_walk_every,
+        follows=workflow.patched(WORKSPACE_FOLLOWS),
     )
     try:
         result = await call(config, request, f"step {step} · snapshot workspace")
