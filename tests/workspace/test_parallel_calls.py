@@ -1,6 +1,7 @@
-"""Parallel calls of one step on a worker with a root: each starts from the step's snapshot,
-their snapshots are merged in call order, and a path two of them changed keeps the later
-call's version, which the trace and the overridden call's observation say."""
+"""Runs on a worker with a root (in this process): parallel calls of one step each start from
+the step's snapshot, their snapshots are merged in call order, and a path two of them changed
+keeps the later call's version, which the trace and the overridden call's observation say; a
+step its calls snapshotted takes no second snapshot after its hooks."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
 from activities.model.activity import ProviderSettings, http_client
@@ -19,7 +21,8 @@ from activities.workspace.follow import directory_name
 from tests.support.harness import TEST_STORE, replayer, start_agent
 from treadle.scripted_model import ScriptedModelServer
 from worker import build_worker
-from workflows.agent.models import RunStatus
+from workflows.agent.models import AgentConfig, RunStatus
+from workflows.agent.snapshots import SnapshotConfig
 from workflows.agent.workflow import AgentWorkflow
 
 
@@ -98,4 +101,41 @@ async def test_parallel_calls_on_one_path_resolve_in_call_order(
     assert str(seen[2].body["messages"][-1]["content"]).endswith("2"), seen[2].body["messages"][-1]
     history = await handle.fetch_history()
     assert (root / directory_name(handle.id) / "same.txt").read_text() == "2"
+    await replayer().replay_workflow(history)
+
+
+async def test_a_step_snapshotted_by_its_calls_takes_no_second_snapshot(
+    client: Client, model_server: ScriptedModelServer, rooted: tuple[str, Path], tmp_path: Path
+) -> None:
+    """Snapshots on, on a worker with a root: the calls' own snapshots are the steps'; no
+    ``snapshot_workspace`` runs after the hooks, and the trace says whose they are."""
+    task_queue, _root = rooted
+    model = f"own-{uuid.uuid4().hex[:8]}"
+    model_server.add_model(
+        model,
+        [
+            {"tool_calls": [write("a.txt", "1")]},
+            {"tool_calls": [write("b.txt", "2")]},
+            {"content": "done"},
+        ],
+    )
+    handle = await start_agent(
+        client, task_queue, f"openai:{model}", tmp_path / "home", "two",
+        config=AgentConfig(snapshots=SnapshotConfig(enabled=True)), id_prefix="own",
+    )  # fmt: skip
+    assert (await handle.result()).status is RunStatus.DONE
+    head = await handle.query(AgentWorkflow.workspace)
+    assert head.manifest is not None
+    chain = await Manifests(FileBlobStore(TEST_STORE)).chain(head.manifest)
+    assert [m.step for _, m in chain] == [2, 1]
+    trace = await handle.query(AgentWorkflow.trace)
+    lines = [e.data for e in trace.entries if e.event == "WorkspaceSnapshot"]
+    assert len(lines) == 2 and all("taken by its calls" in line for line in lines), lines
+    history = await handle.fetch_history()
+    kinds = {
+        e.activity_task_scheduled_event_attributes.activity_type.name
+        for e in history.events
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+    }
+    assert "snapshot_workspace" not in kinds and "run_tool" in kinds
     await replayer().replay_workflow(history)
