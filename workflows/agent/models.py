@@ -337,6 +337,10 @@ class ThreadExport(Frozen):
     conversation: LoomConversation
     treadle: ThreadSettings = ThreadSettings()
     record: StoredRecord | None = None
+    workspace: str | None = None
+    """The key of the thread's latest workspace snapshot in the store (``starter.py
+    workspace``): an import continues from it. The files stay in the store; the file names
+    them."""
 
 
 # --------------------------------------------------------------------------------------------
