@@ -18,7 +18,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
 from activities.workspace.follow import directory_name
-from tests.support.harness import replayer, start_agent
+from tests.support.harness import keep_history, replayer, start_agent
 from tests.support.processes import clean_env, run_cli, server_address, start_worker
 from treadle.scripted_model import ScriptedModelServer
 from workflows.agent.models import AgentConfig, AgentResult, RunStatus
@@ -140,6 +140,7 @@ async def test_a_run_moves_machines_with_its_workspace(
         history = await handle.fetch_history()
         assert tool_attempts(list(history.events)) == [(1, 1), (1, 1), (1, 1), (2, 1), (1, 1)]
         await replayer().replay_workflow(history)
+        keep_history(f"workspace-follows-moved-machines-{kind}", history)
 
         # An uninterrupted run of the same script, on B alone, leaves the same tree.
         again = f"follow-{uuid.uuid4().hex[:8]}"

@@ -18,7 +18,7 @@ from activities.model.activity import ProviderSettings, http_client
 from activities.store.blobs import FileBlobStore
 from activities.workspace import Manifests
 from activities.workspace.follow import directory_name
-from tests.support.harness import TEST_STORE, replayer, start_agent
+from tests.support.harness import TEST_STORE, keep_history, replayer, start_agent
 from treadle.scripted_model import ScriptedModelServer
 from worker import build_worker
 from workflows.agent.models import AgentConfig, RunStatus
@@ -102,6 +102,7 @@ async def test_parallel_calls_on_one_path_resolve_in_call_order(
     history = await handle.fetch_history()
     assert (root / directory_name(handle.id) / "same.txt").read_text() == "2"
     await replayer().replay_workflow(history)
+    keep_history("workspace-follows-parallel-merge", history)
 
 
 async def test_a_step_snapshotted_by_its_calls_takes_no_second_snapshot(
@@ -139,3 +140,4 @@ async def test_a_step_snapshotted_by_its_calls_takes_no_second_snapshot(
     }
     assert "snapshot_workspace" not in kinds and "run_tool" in kinds
     await replayer().replay_workflow(history)
+    keep_history("workspace-follows-snapshots-on", history)
