@@ -107,5 +107,5 @@ def test_the_corpus_holds_runs_from_before_each_versioned_change() -> None:
         and t.count("EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES") >= 6
     ]
     assert per_transition, "no recorded run that upserted at every transition"
-    for patch in (SUBAGENTS, SUBAGENT_APPROVALS):
+    for patch in (SUBAGENTS, SUBAGENT_APPROVALS, WORKSPACE_FOLLOWS):
         assert any(patch in ids for ids in marked.values()), f"no recorded run after {patch}"
