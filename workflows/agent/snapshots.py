@@ -14,8 +14,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import timedelta
+from typing import Any
 
-from pydantic import Field
+from pydantic import Field, SerializerFunctionWrapHandler, model_serializer
 from temporalio import workflow
 from temporalio.common import RetryPolicy
 
@@ -108,6 +109,16 @@ class WorkspaceSync(Frozen):
     ignore: tuple[str, ...] | None = None
     """As ``SnapshotRequest.ignore``."""
     max_file_bytes: int = Field(50 * 2**20, ge=0)
+
+    @model_serializer(mode="wrap")
+    def _compact(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # In every tool call's request: only what is not a default (``{"step": 3}`` for a
+        # run with no snapshot yet and the default patterns).
+        data: dict[str, Any] = handler(self)
+        for name in ("manifest", "ignore", "max_file_bytes"):
+            if name in data and data[name] == WorkspaceSync.model_fields[name].default:
+                del data[name]
+        return data
 
 
 class SnapshotRequest(Frozen):
