@@ -451,8 +451,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="run runs' tools in this worker's copies of their workspaces, DIR/<run>, each "
         "brought to the run's latest snapshot in the store before a call and snapshotted after "
         "it, so a run continues on any worker with everything its completed calls did "
-        "(needs --store; docs/workspaces.md). Without it, tools run in each run's own "
-        "--workspace path on this machine",
+        "(needs --store; one worker process per root; docs/workspaces.md). Without it, tools run "
+        "in each run's own --workspace path on this machine",
     )
     parser.add_argument("--log-level", default="INFO")
     parser.add_argument(

@@ -48,6 +48,9 @@ REPORTS_ITS_PATHS = frozenset({"write_file", "edit_file"})
 the snapshot after them looks at those paths alone. After any other tool that may change
 files (a command, your own tools) the whole copy is walked (stat only, reading what changed)."""
 
+KEEP_LOCKS = 1024
+"""Copies whose lock and state a worker keeps between calls."""
+
 
 def directory_name(workflow_id: str) -> str:
     """The run's directory under a worker's root: its workflow id made a safe file name,
@@ -84,8 +87,7 @@ class Follower:
         ``sync.manifest``; the result with the snapshot taken after it, when it may change
         files (``StoreUnavailable`` when the store cannot be reached, before or after)."""
         directory = self.directory(workflow_id)
-        lock = self._locks.setdefault(directory, asyncio.Lock())
-        async with lock:
+        async with self._lock(directory):
             async with heartbeating("workspace", sync.step):
                 await self._bring(directory, sync)
             self._exactly.pop(directory, None)
@@ -122,7 +124,7 @@ class Follower:
             ignore=request.ignore,
             max_file_bytes=request.max_file_bytes,
         )
-        async with self._locks.setdefault(directory, asyncio.Lock()):
+        async with self._lock(directory):
             await self._bring(directory, sync)
             self._exactly.pop(directory, None)
             taken = await self.snapshotter.snapshot(
@@ -130,6 +132,15 @@ class Follower:
             )
             self._exactly[directory] = taken.manifest
             return taken
+
+    def _lock(self, directory: Path) -> asyncio.Lock:
+        """The copy's lock (one process per root: the lock is this worker's). Past
+        ``KEEP_LOCKS`` copies, those no call holds are forgotten (their next call walks them)."""
+        if directory not in self._locks and len(self._locks) >= KEEP_LOCKS:
+            for idle in [d for d, lock in self._locks.items() if not lock.locked()]:
+                del self._locks[idle]
+                self._exactly.pop(idle, None)
+        return self._locks.setdefault(directory, asyncio.Lock())
 
     async def _bring(self, directory: Path, sync: WorkspaceSync) -> None:
         """The copy made the snapshot ``sync.manifest`` (empty when there is none yet)."""
