@@ -6,6 +6,7 @@
     python worker.py --mcp-config mcp.toml   # offer these MCP servers' tools (docs/mcp.md)
     python worker.py --tools-only --task-queue ws-1  # the tools of runs with tool_task_queue=ws-1
     python worker.py --tools my_pkg.tools   # your own tools, from your module's TOOLS
+    python worker.py --workspace-root /var/ws   # runs' workspaces follow them (docs/workspaces.md)
 
 Model settings (``OPENAI_BASE_URL``, ``OPENAI_API_KEY``, ``OLLAMA_BASE_URL``) are read here, from
 this process's environment, and stay here. With ``TREADLE_ENCRYPTION_KEYS`` set every payload the
@@ -56,6 +57,7 @@ from activities.tools.confinement import Confinement
 from activities.tools.loading import ToolModuleError, list_loaded_tools
 from activities.tools.loading import load as load_tool_modules
 from activities.workspace import WorkspaceActivities
+from activities.workspace.follow import Follower
 from treadle.cli.exits import run_and_exit
 from treadle.codec import EncryptionError
 from treadle.connection import (
@@ -189,6 +191,7 @@ def build_worker(
     mcp: McpActivities | None = None,
     tools_only: bool = False,
     secrets: Sequence[str] = (),
+    workspace_root: Path | None = None,
 ) -> Worker:
     """The one place that decides what a Treadle worker runs and how.
 
@@ -205,9 +208,18 @@ def build_worker(
     they are redacted from everything an activity returns, raises, stores, streams or puts on a
     span or logs (``activities.content``). The redacting interceptor is the worker's last, so
     the tracing interceptor and the SDK's failure logging see only redacted text.
+
+    ``workspace_root`` makes the workspace follow the run: runs' tools run in this worker's
+    copies of their workspaces under it, brought to each run's latest snapshot first and
+    snapshotted after (``activities.workspace.follow``); it needs ``store``.
     """
     # Workspace files go to the store as they are: a check-out must give the same bytes back.
     workspaces = WorkspaceActivities(store)
+    follower = None
+    if workspace_root is not None:
+        if workspaces.snapshotter is None:
+            raise ValueError("a workspace root needs a store: the runs' snapshots live there")
+        follower = workspaces.follower = Follower(workspace_root, workspaces.snapshotter)
     redactor = Redactor([*settings.api_keys(), *secrets])
     interceptors = [RedactingInterceptor(redactor)]
     log_redaction.install()  # what activities log while they run, with the same redactor
@@ -215,7 +227,7 @@ def build_worker(
         store = RedactedBlobs(store, redactor)
     conversations = ConversationStore(store) if store is not None else None
     models = ModelActivities(settings, http, conversations)
-    tools = ToolActivities(confinement=confinement, store=conversations)
+    tools = ToolActivities(confinement=confinement, store=conversations, follower=follower)
     probe = StoreProbeActivities(store)  # a run waits for an unreachable store with it
     if mcp is None:
         mcp = McpActivities(McpConfig())
@@ -328,6 +340,7 @@ async def run(args: argparse.Namespace, mcp_config: McpConfig | None = None) -> 
                 mcp=mcp,
                 tools_only=args.tools_only,
                 secrets=worker_secrets((), os.environ, _mcp_variables(mcp_config)),
+                workspace_root=workspace_root(args.workspace_root),
             )
             async with worker:
                 print(
@@ -432,6 +445,15 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "call, beside the built-in ones and those of installed packages' treadle.tools entry "
         "points (repeatable; give the same to the runs' workflow and tools-only workers)",
     )
+    parser.add_argument(
+        "--workspace-root",
+        metavar="DIR",
+        help="run runs' tools in this worker's copies of their workspaces, DIR/<run>, each "
+        "brought to the run's latest snapshot in the store before a call and snapshotted after "
+        "it, so a run continues on any worker with everything its completed calls did "
+        "(needs --store; one worker process per root; docs/workspaces.md). Without it, tools run "
+        "in each run's own --workspace path on this machine",
+    )
     parser.add_argument("--log-level", default="INFO")
     parser.add_argument(
         "--log-format",
@@ -461,6 +483,15 @@ def blob_store(where: str, environ: Mapping[str, str]) -> BlobStore | None:
     return open_blob_store(parse_store(where), environ)
 
 
+def workspace_root(where: str | None) -> Path | None:
+    """The ``--workspace-root`` directory, made absolute and created."""
+    if where is None:
+        return None
+    root = Path(where).expanduser().resolve()
+    root.mkdir(parents=True, exist_ok=True)
+    return root
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     configure_logging(args.log_level, args.log_format)
@@ -468,6 +499,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         # Before the dev server: a bad setting must not leave anything started behind it.
         check_settings(address=args.address, environ=os.environ)
         check_store(args.store, os.environ)  # an S3 bucket that does not answer: refused now
+        if args.workspace_root and parse_store(args.store) is None:
+            raise StoreSettingsError(
+                "--workspace-root needs a store (--store): snapshots live there"
+            )
         mcp_config = load_mcp_config(Path(args.mcp_config), os.environ) if args.mcp_config else None
         load_tool_modules(args.tools)  # before any run is checked: runs list what is loaded
         # Every line this process logs passes the door, whichever logger wrote it.

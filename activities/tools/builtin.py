@@ -25,7 +25,7 @@ import os
 import re
 import secrets
 import stat
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +41,7 @@ from activities.tools.confinement import Confinement
 from activities.tools.custom import Tool, ToolContext
 from activities.tools.output import ToolOutput, cap_output, content_hash, failed
 from activities.tools.workspace import is_inside, relative, resolve, workspace_root
+from activities.workspace.follow import Follower
 from workflows.agent.catalogue import (
     TOOLS,
     EditFileArgs,
@@ -490,9 +491,13 @@ class ToolActivities:
         *,
         confinement: Confinement = Confinement.AUTO,
         store: ConversationStore | None = None,
+        follower: Follower | None = None,
     ) -> None:
         self.confinement = confinement
         self.store = store
+        self.follower = follower
+        """A worker with ``--workspace-root``: runs' tools run in its copies of their
+        workspaces, brought to each run's latest snapshot first (``workspace.follow``)."""
 
     @activity.defn(name="run_tool")
     async def run_tool(self, request: ToolRequest) -> ToolResult:
@@ -515,9 +520,7 @@ class ToolActivities:
             if args is None:
                 result = refused
             else:
-                result = await _execute(
-                    Path(request.workspace), call.name, args, request.policy, self.confinement
-                )
+                result = await self._in_workspace(request, args)
             span.finished(result.success)
         activity.logger.info(
             "tool.finished tool=%s call_id=%s success=%s",
@@ -526,3 +529,17 @@ class ToolActivities:
             result.success,
         )
         return await door.tool_output(self.store, result)
+
+    async def _in_workspace(self, request: ToolRequest, args: ToolArgs) -> ToolResult:
+        """The call in the run's own workspace, or, on a worker with a root, in its copy."""
+
+        def execute(workspace: Path) -> Awaitable[ToolResult]:
+            return _execute(workspace, request.call.name, args, request.policy, self.confinement)
+
+        if self.follower is None or request.sync is None:
+            return await execute(Path(request.workspace))
+        workflow_id = activity.info().workflow_id or request.workspace
+        try:
+            return await self.follower.run(workflow_id, request.call.name, request.sync, execute)
+        except StoreUnavailable as exc:  # the run waits for the store, then runs the call again
+            raise exc.to_application_error() from exc

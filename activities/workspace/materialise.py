@@ -17,10 +17,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from activities.store.blobs import BlobStore
-from activities.workspace.manifest import SYMLINK, Entry, Manifests, check_path
+from activities.workspace.manifest import SYMLINK, Entry, Manifests, State, check_path
 from activities.workspace.scan import Index, Rules, walk
 
-__all__ = ["Checkout", "materialise"]
+__all__ = ["Checkout", "bring", "materialise"]
 
 PARALLEL_READS = 16
 """Blobs read from the store at once (S3 answers each in tens of milliseconds)."""
@@ -40,10 +40,22 @@ async def materialise(store: BlobStore, key: str, into: Path) -> Checkout:
     """Make ``into`` the workspace of snapshot ``key`` (created if missing)."""
     manifests = Manifests(store)
     manifest = await manifests.get(key)
-    wanted = await manifests.state(key)
+    return await bring(store, await manifests.state(key), manifest.ignore, into)
+
+
+async def bring(
+    store: BlobStore,
+    wanted: State,
+    ignore: tuple[str, ...],
+    into: Path,
+    index: Index | None = None,
+) -> Checkout:
+    """Make ``into`` exactly ``wanted`` (outside the ``ignore`` patterns). ``index``: what a
+    snapshotter last hashed there, so a file whose size and times it trusts is not read again
+    (a worker bringing its own copy up to date reads only what changed)."""
     into.mkdir(parents=True, exist_ok=True)
-    rules = Rules(manifest.ignore, max_file_bytes=2**63)
-    have = await asyncio.to_thread(_present, into, rules)
+    rules = Rules(ignore, max_file_bytes=2**63)
+    have, known = await asyncio.to_thread(_present, into, rules, index or Index())
     done = Checkout()
     for rel in sorted(set(have) - set(wanted)):
         await asyncio.to_thread(_remove, into / rel)
@@ -51,7 +63,12 @@ async def materialise(store: BlobStore, key: str, into: Path) -> Checkout:
     todo = [
         (rel, entry)
         for rel, entry in sorted(wanted.items())
-        if not await asyncio.to_thread(_same, into, rel, entry, have.get(rel))
+        if not (
+            known.get(rel) == entry
+            or (
+                rel not in known and await asyncio.to_thread(_same, into, rel, entry, have.get(rel))
+            )
+        )
     ]
     done.unchanged = len(wanted) - len(todo)
     limit = asyncio.Semaphore(PARALLEL_READS)
@@ -67,10 +84,13 @@ async def materialise(store: BlobStore, key: str, into: Path) -> Checkout:
     return done
 
 
-def _present(into: Path, rules: Rules) -> dict[str, tuple[int, int]]:
-    """The files already in ``into`` (outside its ignore patterns): path -> (size, mode)."""
-    seen = walk(into, rules, Index())
-    return {rel: (sig[0], sig[4]) for rel, sig in seen.to_hash.items()}
+def _present(into: Path, rules: Rules, index: Index) -> tuple[dict[str, tuple[int, int]], State]:
+    """The files already in ``into`` (outside its ignore patterns): path -> (size, mode), and
+    the entries of those ``index`` knows unchanged."""
+    seen = walk(into, rules, index)
+    have = {rel: (sig[0], sig[4]) for rel, sig in seen.to_hash.items()}
+    have.update({rel: (entry[2], 0) for rel, entry in seen.entries.items()})
+    return have, seen.entries
 
 
 def _same(into: Path, rel: str, entry: Entry, present: tuple[int, int] | None) -> bool:

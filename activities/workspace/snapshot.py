@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from temporalio import activity
 
@@ -37,7 +38,10 @@ from activities.workspace.manifest import (
 from activities.workspace.scan import Exclusions, Index, Rules, Seen, entry_of, look_at, read, walk
 from workflows.agent.snapshots import SnapshotRequest, SnapshotResult
 
-__all__ = ["Snapshotter", "WorkspaceActivities", "size"]
+if TYPE_CHECKING:  # follow imports this module
+    from activities.workspace.follow import Follower
+
+__all__ = ["Record", "Snapshotter", "WorkspaceActivities", "size"]
 
 KEEP_WORKSPACES = 64
 """Workspaces whose index a worker keeps in memory; the one used longest ago is forgotten
@@ -134,6 +138,54 @@ class Snapshotter:
             ),
         )
 
+    async def merge(self, request: SnapshotRequest) -> SnapshotResult:
+        """The snapshots a step's parallel calls each took on ``previous``, as one: their
+        changes applied in call order (a path changed by several keeps the last call's)."""
+        previous = request.previous
+        before: State = await self.manifests.state(previous) if previous else {}
+        after = dict(before)
+        touched: dict[str, list[int]] = {}
+        exclusions = Exclusions()
+        for n, key in enumerate(request.merge):
+            for path, entry in changes_between(before, await self.manifests.state(key)).items():
+                touched.setdefault(path, []).append(n)
+                if entry is None:
+                    after.pop(path, None)
+                else:
+                    after[path] = entry
+            last = await self.manifests.get(key)
+            exclusions = Exclusions(dict(last.excluded), list(last.excluded_examples))
+        overlaps = {p: tuple(calls) for p, calls in sorted(touched.items()) if len(calls) > 1}
+        both = "; ".join(
+            f"{p} by calls {', '.join(str(n + 1) for n in calls)}" for p, calls in overlaps.items()
+        )
+        said = f" · changed by more than one call, the last kept: {both}" if both else ""
+        if previous is not None and after == before:
+            return SnapshotResult(
+                manifest=previous,
+                files=len(after),
+                overlaps=overlaps,
+                detail=f"step {request.step}: {len(request.merge)} calls merged, unchanged{said}",
+            )
+        key, manifest = await self._write(request, before, after, exclusions)
+        return SnapshotResult(
+            manifest=key,
+            created=True,
+            changed=manifest.changed,
+            changed_bytes=manifest.changed_bytes,
+            files=manifest.files,
+            excluded=manifest.excluded_count,
+            overlaps=overlaps,
+            detail=(
+                f"step {request.step}: {len(request.merge)} calls merged, {manifest.changed} "
+                f"changed ({size(manifest.changed_bytes)}), {manifest.files} files{said}"
+            ),
+        )
+
+    def record_of(self, root: Path) -> Record:
+        """What this worker knows of the workspace at ``root`` (its index, its last snapshot)."""
+        return self._record(str(root.resolve()))
+
     def _record(self, workspace: str) -> Record:
         record = self.records.pop(workspace, None) or Record()
         self.records[workspace] = record  # the most recently used last
@@ -203,6 +255,8 @@ class WorkspaceActivities:
 
     def __init__(self, store: BlobStore | None) -> None:
         self.snapshotter = Snapshotter(store) if store is not None else None
+        self.follower: Follower | None = None
+        """A worker with ``--workspace-root``: a following run's snapshot is of its copy."""
 
     @activity.defn(name="snapshot_workspace")
     async def snapshot_workspace(self, request: SnapshotRequest) -> SnapshotResult:
@@ -212,6 +266,17 @@ class WorkspaceActivities:
                 manifest=request.previous,
                 detail=f"step {request.step}: not taken, this worker has no store (--store)",
             )
+        if request.merge:  # the step's parallel calls' snapshots: the store alone
+            try:
+                return await self.snapshotter.merge(request)
+            except StoreUnavailable as exc:
+                raise exc.to_application_error() from exc
+        if request.follows and self.follower is not None:  # this worker's copy of it
+            try:
+                async with heartbeating("snapshot", request.step):
+                    return await self.follower.snapshot(request)
+            except StoreUnavailable as exc:
+                raise exc.to_application_error() from exc
         if not os.path.isdir(request.workspace):
             return SnapshotResult(
                 manifest=request.previous,

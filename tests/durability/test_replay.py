@@ -78,6 +78,7 @@ def test_the_corpus_holds_runs_from_before_each_versioned_change() -> None:
     from workflows.agent.handover import CARRIED_BY_REFERENCE
     from workflows.agent.outages import STORE_OUTAGES
     from workflows.agent.publishing import ONE_UPSERT_PER_STEP
+    from workflows.agent.snapshots import WORKSPACE_FOLLOWS
     from workflows.agent.workflow import (
         CARRY_CONTENT_HASHES,
         CLIENT_QUERIES,
@@ -89,7 +90,8 @@ def test_the_corpus_holds_runs_from_before_each_versioned_change() -> None:
     agent_runs = {name: t for name, t in texts.items() if '"AgentWorkflow"' in t}
     marked = {name: patch_markers(t) for name, t in agent_runs.items()}
     patches = (CARRY_CONTENT_HASHES, CLIENT_QUERIES, COALESCED_SEARCH_ATTRIBUTES, LOADED_TOOLS)
-    for patch in (*patches, STORE_OUTAGES, SUBAGENTS, SUBAGENT_APPROVALS, ONE_UPSERT_PER_STEP):
+    later = (STORE_OUTAGES, SUBAGENTS, SUBAGENT_APPROVALS, ONE_UPSERT_PER_STEP, WORKSPACE_FOLLOWS)
+    for patch in (*patches, *later):
         before = [name for name, ids in marked.items() if patch not in ids]
         assert before, f"no recorded run from before {patch}"
     # The hand-over by reference and reflection beside the record: runs that continued as new,
@@ -105,5 +107,5 @@ def test_the_corpus_holds_runs_from_before_each_versioned_change() -> None:
         and t.count("EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES") >= 6
     ]
     assert per_transition, "no recorded run that upserted at every transition"
-    for patch in (SUBAGENTS, SUBAGENT_APPROVALS):
+    for patch in (SUBAGENTS, SUBAGENT_APPROVALS, WORKSPACE_FOLLOWS):
         assert any(patch in ids for ids in marked.values()), f"no recorded run after {patch}"

@@ -31,7 +31,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from activities import threads
 from activities.errors import ThreadUnavailable, TreadleError
 from activities.store.conversation import ConversationStore, whole_thread
-from treadle.cli import live, shell
+from treadle.cli import live, shell, snapshots
 from treadle.cli.exits import UsageError
 from treadle.cli.thread_import import ImportPlan, plan_import
 from treadle.cli.workspaces import make_workspace, resolve_workspace
@@ -253,6 +253,10 @@ async def cmd_import(client: Client, args: argparse.Namespace) -> int:
         )
     if args.create_workspace:
         make_workspace(Path(plan.input.workspace))
+    snapshot = (plan.input.resume or {}).get("workspace_snapshot")
+    if snapshot:  # the thread's files, from the store, unless the directory has its own
+        note = await snapshots.check_out_imported(args.id, snapshot, Path(plan.input.workspace))
+        print(note, file=sys.stderr)
     await client.start_workflow(
         AgentWorkflow.run,
         plan.input,

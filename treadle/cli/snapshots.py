@@ -36,7 +36,7 @@ from treadle.stores import StoreSettingsError, open_blob_store, parse_store
 from workflows.agent.snapshots import WorkspaceHead
 from workflows.agent.workflow import AgentWorkflow
 
-__all__ = ["diff_lines", "register"]
+__all__ = ["check_out_imported", "diff_lines", "register"]
 
 
 def register(subparsers: Any) -> None:
@@ -92,6 +92,24 @@ async def cmd_workspace(client: Client, args: argparse.Namespace) -> int:
         raise UsageError(f"run {args.workflow_id!r}: {exc}") from exc
     print(_listing(chain, args.json))
     return 0
+
+
+async def check_out_imported(thread_id: str, key: str, into: Path) -> str:
+    """An imported thread's workspace snapshot, checked out into its ``--workspace`` when that
+    is empty (a directory with files of its own is left alone); one line saying which."""
+    if into.is_dir() and any(into.iterdir()):
+        return (
+            f"workspace: {into} is not empty, left as it is; the thread's snapshot: "
+            f"starter.py workspace {thread_id} --into DIR"
+        )
+    try:
+        done = await materialise(_store(None), key, into)
+    except (BlobMissing, ManifestError) as exc:
+        raise UsageError(f"the thread's workspace snapshot is not in the store: {exc}") from exc
+    return (
+        f"workspace: {len(done.written)} files ({size(done.written_bytes)}) from the thread's "
+        f"snapshot {key[:12]} into {into}"
+    )
 
 
 def _store(where: str | None) -> BlobStore:

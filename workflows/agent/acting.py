@@ -24,7 +24,16 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError, is_cancelled_exception
 
 from workflows import telemetry
-from workflows.agent import calls, client_queries, delegation, events, mcp, recovery, waiting
+from workflows.agent import (
+    calls,
+    client_queries,
+    delegation,
+    events,
+    mcp,
+    recovery,
+    snapshotting,
+    waiting,
+)
 from workflows.agent.catalogue import AskClientArgs, DelegateArgs, StartPhaseArgs, WaitArgs
 from workflows.agent.mcp import McpCallRequest, McpListRequest, McpToolList
 from workflows.agent.models import ToolCall, ToolOutcome, ToolPolicy, ToolRequest, ToolResult
@@ -177,8 +186,14 @@ class ToolRunner:
         checked = [self.checked(c) for c in todo]
         if self._run.state is State.PARALLEL_ACTING:
             outcomes = list(await asyncio.gather(*(self._run_call(c) for c in checked)))
+            outcomes = await snapshotting.merge_parallel(
+                self._run, self._pub, outcomes, calls.snapshot_workspace
+            )
         else:
-            outcomes = [await self._run_call(c) for c in checked]
+            outcomes = []
+            for c in checked:
+                outcomes.append(await self._run_call(c))
+                snapshotting.keep(self._run, outcomes[-1])
         m.observations = m.observations + tuple(outcomes)
         if all(o.success for o in m.observations):
             return Event.TOOL_SUCCESS
@@ -457,6 +472,7 @@ def tool_request(run: AgentRun, checked: CheckedCall) -> ToolRequest:
             command_timeout_seconds=config.command_timeout_seconds,
             max_output_chars=config.max_observation_chars,
         ),
+        sync=snapshotting.sync(run),
     )
 
 

@@ -32,6 +32,7 @@ from workflows.agent.events import ClientQuery
 from workflows.agent.family import ChildRun
 from workflows.agent.mcp import TOOL_NAME
 from workflows.agent.progress import ProgressSummary
+from workflows.agent.snapshots import WorkspaceSync
 from workflows.agent.state_machine import State
 from workflows.agent.tool_args import DEFAULT_COMMAND_ALLOWLIST as DEFAULT_COMMAND_ALLOWLIST
 from workflows.agent.tool_args import ToolPolicy as ToolPolicy
@@ -68,6 +69,18 @@ class ToolResult(Lean):
     output_ref: str | None = None
     """The whole output as a blob in the conversation store, when it was too long to carry."""
     output_chars: int | None = None
+    snapshot: str | None = None
+    """The key of the workspace's snapshot after the call, when the worker took one (a worker
+    with ``--workspace-root``, for a call that may change files): the run's latest from now."""
+
+    @model_serializer(mode="wrap")
+    def _as_before(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # Without a snapshot, serialised exactly as before the field existed: every tool
+        # result in history and in a run's memory keeps its size.
+        data: dict[str, Any] = handler(self)
+        if self.snapshot is None:
+            data.pop("snapshot", None)
+        return data
 
     @model_validator(mode="after")
     def _error_prefix(self) -> ToolResult:
@@ -333,6 +346,10 @@ class ThreadExport(Frozen):
     conversation: LoomConversation
     treadle: ThreadSettings = ThreadSettings()
     record: StoredRecord | None = None
+    workspace: str | None = None
+    """The key of the thread's latest workspace snapshot in the store (``starter.py
+    workspace``): an import continues from it. The files stay in the store; the file names
+    them."""
 
 
 # --------------------------------------------------------------------------------------------
@@ -464,3 +481,13 @@ class ToolRequest(Lean):
     call: ToolCall
     workspace: str
     policy: ToolPolicy = ToolPolicy()
+    sync: WorkspaceSync | None = None
+    """The run's latest snapshot, for a worker with ``--workspace-root`` (``None``: a run
+    recorded before workspaces followed runs; every worker uses ``workspace``)."""
+
+    @model_serializer(mode="wrap")
+    def _as_before(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data: dict[str, Any] = handler(self)
+        if self.sync is None:
+            data.pop("sync", None)
+        return data

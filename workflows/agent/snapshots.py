@@ -14,8 +14,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import timedelta
+from typing import Any
 
-from pydantic import Field
+from pydantic import Field, SerializerFunctionWrapHandler, model_serializer
 from temporalio import workflow
 from temporalio.common import RetryPolicy
 
@@ -24,11 +25,13 @@ from workflows.base import FIRST_RETRY, Frozen
 __all__ = [
     "DEFAULT_IGNORE",
     "SNAPSHOT_MAX_ATTEMPTS",
+    "WORKSPACE_FOLLOWS",
     "WORKSPACE_SNAPSHOTS",
     "SnapshotConfig",
     "SnapshotRequest",
     "SnapshotResult",
     "WorkspaceHead",
+    "WorkspaceSync",
     "paths_hint",
     "snapshot_call",
 ]
@@ -36,6 +39,13 @@ __all__ = [
 WORKSPACE_SNAPSHOTS = "workspace-snapshots"
 """``workflow.patched`` id: after a step whose tools changed files (and its hooks), a run
 whose config enables snapshots calls ``snapshot_workspace`` (before, no such activity ran)."""
+
+WORKSPACE_FOLLOWS = "workspace-follows-run"
+"""``workflow.patched`` id: every ``run_tool`` request carries the run's latest snapshot
+(``ToolRequest.sync``); a worker with ``--workspace-root`` brings its copy of the workspace to it
+before the tool and returns the snapshot it took after (``ToolResult.snapshot``), which the run
+keeps; a step whose mutating calls all came back so is not snapshotted again after its hooks;
+parallel calls' snapshots are merged in call order (``snapshot_workspace`` with ``merge``)."""
 
 DEFAULT_IGNORE: tuple[str, ...] = (
     ".git/objects",
@@ -88,6 +98,29 @@ class WorkspaceHead(Frozen):
     """The run's current step."""
 
 
+class WorkspaceSync(Frozen):
+    """What a tool call tells a worker with ``--workspace-root``: the snapshot the call must
+    see (its workspace is brought to it first) and how to take the one after it. A worker
+    without a root ignores it."""
+
+    manifest: str | None = None
+    """The key of the run's latest snapshot (``None``: none yet, the workspace is empty)."""
+    step: int = Field(0, ge=0)
+    ignore: tuple[str, ...] | None = None
+    """As ``SnapshotRequest.ignore``."""
+    max_file_bytes: int = Field(50 * 2**20, ge=0)
+
+    @model_serializer(mode="wrap")
+    def _compact(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # In every tool call's request: only what is not a default (``{"step": 3}`` for a
+        # run with no snapshot yet and the default patterns).
+        data: dict[str, Any] = handler(self)
+        for name in ("manifest", "ignore", "max_file_bytes"):
+            if name in data and data[name] == WorkspaceSync.model_fields[name].default:
+                del data[name]
+        return data
+
+
 class SnapshotRequest(Frozen):
     """Input of ``snapshot_workspace``: one step's workspace, to record."""
 
@@ -104,6 +137,13 @@ class SnapshotRequest(Frozen):
     the defaults at every step)."""
     max_file_bytes: int = Field(50 * 2**20, ge=0)
     full_walk_every: int = Field(20, ge=1)
+    follows: bool = False
+    """The run's workspace follows it: a worker with ``--workspace-root`` snapshots its copy
+    of the run's workspace (brought to ``previous`` first), not ``workspace``."""
+    merge: tuple[str, ...] = ()
+    """The snapshots a step's parallel calls each took on ``previous`` (a worker with
+    ``--workspace-root``), in call order: their changes are applied to ``previous`` in that
+    order, a path changed by several keeping the last call's; no workspace is read."""
 
     @property
     def patterns(self) -> tuple[str, ...]:
@@ -127,6 +167,8 @@ class SnapshotResult(Frozen):
     hashed: int = 0
     """Files read and hashed to take it (the rest were known by their size and times)."""
     excluded: int = 0
+    overlaps: dict[str, tuple[int, ...]] = Field(default_factory=dict)
+    """A merge's paths changed by more than one call -> those calls' places in ``merge``."""
     detail: str = ""
     """One line for the trace: what changed, what was left out and why."""
 

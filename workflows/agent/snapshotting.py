@@ -1,6 +1,12 @@
 """Taking a run's workspace snapshot after a step (``after_step``), when its config asks:
 the one call the engine makes, behind the ``workspace-snapshots`` patch. The config block, the
 activity's messages and options are in ``snapshots``; the activity in ``activities.workspace``.
+
+The workspace following the run (behind ``workspace-follows-run``): each tool request names the
+run's latest snapshot (``sync``); a worker with ``--workspace-root`` returns the snapshot it took
+after a call that may change files, which the run keeps (``keep``) and names in its next call.
+A step's parallel calls each start from the step's snapshot: theirs are merged in call order,
+and a path changed by more than one is reported (``merge_parallel``).
 """
 
 from __future__ import annotations
@@ -15,9 +21,11 @@ from workflows.agent.models import AgentConfig, ToolOutcome
 from workflows.agent.publishing import Publisher
 from workflows.agent.snapshots import (
     DEFAULT_IGNORE,
+    WORKSPACE_FOLLOWS,
     WORKSPACE_SNAPSHOTS,
     SnapshotRequest,
     SnapshotResult,
+    WorkspaceSync,
     paths_hint,
 )
 from workflows.agent.state import AgentRun
@@ -25,7 +33,7 @@ from workflows.agent.state_machine import State
 from workflows.agent.toolbox import Toolbox
 from workflows.base import failure_message
 
-__all__ = ["SnapshotCaller", "after_step"]
+__all__ = ["SnapshotCaller", "after_step", "keep", "merge_parallel", "sync"]
 
 
 SnapshotCaller = Callable[[AgentConfig, SnapshotRequest, str], Awaitable[SnapshotResult]]
@@ -44,6 +52,14 @@ async def after_step(
     asks for it: the manifest's key goes to ``run.workspace_snapshot``, one line to the trace.
     A snapshot that could not be taken is a trace line; the run goes on."""
     config = run.input.config
+    if _followed(box, outcomes):
+        # The worker that ran the step's tools took their snapshots (``--workspace-root``).
+        pub.record(
+            State.POST_TOOLS_HOOK,
+            "WorkspaceSnapshot",
+            f"step {step}: taken by its calls · manifest {run.workspace_snapshot}",
+        )
+        return
     if not config.snapshots.enabled or not workflow.patched(WORKSPACE_SNAPSHOTS):
         return
     hint = paths_hint(
@@ -62,6 +78,7 @@ async def after_step(
         ignore=None if snapshots.ignore == DEFAULT_IGNORE else snapshots.ignore,
         max_file_bytes=snapshots.max_file_bytes,
         full_walk_every=snapshots.full_walk_every,
+        follows=workflow.patched(WORKSPACE_FOLLOWS),
     )
     try:
         result = await call(config, request, f"step {step} · snapshot workspace")
@@ -75,3 +92,90 @@ async def after_step(
     # The whole key: ``starter.py workspace ID --manifest KEY`` reads the store from it.
     key = f" · manifest {result.manifest}" if result.created else ""
     pub.record(State.POST_TOOLS_HOOK, "WorkspaceSnapshot", result.detail + key)
+
+
+def _may_change(box: Toolbox, name: str) -> bool:
+    return box.mutates(name) or name not in TOOLS
+
+
+def _followed(box: Toolbox, outcomes: Sequence[ToolOutcome]) -> bool:
+    """Whether every call of the step that may change files came back with its snapshot
+    (results carry one only from a worker with ``--workspace-root``)."""
+    changing = [o for o in outcomes if _may_change(box, o.call.name)]
+    return bool(changing) and all(o.result.snapshot for o in changing)
+
+
+def sync(run: AgentRun) -> WorkspaceSync | None:
+    """What a tool request tells a worker with ``--workspace-root``: the run's latest snapshot.
+    Sent whatever ``snapshots.enabled`` says: such a worker snapshots the calls it runs anyway
+    (a run's work must not stay on one machine's disk), with the config's ignore patterns."""
+    if not workflow.patched(WORKSPACE_FOLLOWS):
+        return None
+    snapshots = run.input.config.snapshots
+    return WorkspaceSync(
+        manifest=run.workspace_snapshot,
+        step=run.memory.step,
+        ignore=None if snapshots.ignore == DEFAULT_IGNORE else snapshots.ignore,
+        max_file_bytes=snapshots.max_file_bytes,
+    )
+
+
+def keep(run: AgentRun, outcome: ToolOutcome) -> None:
+    """A call run in order: the snapshot it came back with is the run's latest."""
+    if outcome.result.snapshot:
+        run.workspace_snapshot = outcome.result.snapshot
+
+
+async def merge_parallel(
+    run: AgentRun, pub: Publisher, outcomes: Sequence[ToolOutcome], call: SnapshotCaller
+) -> list[ToolOutcome]:
+    """A step's parallel calls, each snapshotted on the step's snapshot: one snapshot of them
+    all, their changes applied in call order. A path changed by more than one keeps the last
+    call's version; the trace says so, and so does each overridden call's observation."""
+    before = run.workspace_snapshot
+    taken = [
+        (n, o.result.snapshot)
+        for n, o in enumerate(outcomes)
+        if o.result.snapshot and o.result.snapshot != before
+    ]
+    if len(taken) <= 1:
+        for _, key in taken:
+            run.workspace_snapshot = key
+        return list(outcomes)
+    config = run.input.config
+    request = SnapshotRequest(
+        workspace=run.input.workspace,
+        workflow_id=workflow.info().workflow_id,
+        step=run.memory.step,
+        previous=before,
+        merge=tuple(key for _, key in taken if key),
+        ignore=None if config.snapshots.ignore == DEFAULT_IGNORE else config.snapshots.ignore,
+    )
+    summary = f"step {run.memory.step} · merge {len(taken)} calls' workspaces"
+    try:
+        result = await call(config, request, summary)
+    except ActivityError as exc:
+        if is_cancelled_exception(exc):
+            raise
+        # Cannot happen but for a bug (a store outage is waited out): the last call's stands.
+        pub.record(run.state, "WorkspaceSnapshotFailed", failure_message(exc))
+        run.workspace_snapshot = taken[-1][1]
+        return list(outcomes)
+    run.workspace_snapshot = result.manifest
+    pub.record(run.state, "WorkspaceMerged", f"{result.detail} · manifest {result.manifest}")
+    notes: dict[int, list[str]] = {}
+    for path, places in result.overlaps.items():
+        last = outcomes[taken[places[-1]][0]].call
+        for place in places[:-1]:
+            notes.setdefault(taken[place][0], []).append(
+                f"NOTE: {path} was also changed by a later call of this step ({last.name} "
+                f"{last.id}); the workspace keeps that call's version."
+            )
+    merged = list(outcomes)
+    for n, lines in notes.items():
+        result_n = merged[n].result
+        text = "\n".join([result_n.output, *lines])
+        merged[n] = merged[n].model_copy(
+            update={"result": result_n.model_copy(update={"output": text})}
+        )
+    return merged

@@ -147,6 +147,7 @@ def export(run: AgentRun) -> ThreadExport:
             model=run.input.model, task_type=run.input.task_type, config=run.input.config
         ),
         record=record,
+        workspace=run.workspace_snapshot,
     )
 
 
@@ -224,6 +225,7 @@ def rebuild(thread: ThreadExport, workspace: str, now: datetime) -> tuple[AgentI
         update={
             "memory": memory,
             "state": State.WAITING_FOR_USER_INPUT if answered else State.PLANNING,
+            "workspace_snapshot": thread.workspace,
         }
     )
     run.record(run.state, "Imported", f"{len(thread.conversation.messages)} messages", now)
