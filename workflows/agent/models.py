@@ -71,16 +71,8 @@ class ToolResult(Lean):
     output_chars: int | None = None
     snapshot: str | None = None
     """The key of the workspace's snapshot after the call, when the worker took one (a worker
-    with ``--workspace-root``, for a call that may change files): the run's latest from now."""
-
-    @model_serializer(mode="wrap")
-    def _as_before(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        # Without a snapshot, serialised exactly as before the field existed: every tool
-        # result in history and in a run's memory keeps its size.
-        data: dict[str, Any] = handler(self)
-        if self.snapshot is None:
-            data.pop("snapshot", None)
-        return data
+    with ``--workspace-root``, for a call that may change files): the run's latest from now.
+    Without one it is not serialised (``Lean``): a result keeps its size."""
 
     @model_validator(mode="after")
     def _error_prefix(self) -> ToolResult:
@@ -484,10 +476,3 @@ class ToolRequest(Lean):
     sync: WorkspaceSync | None = None
     """The run's latest snapshot, for a worker with ``--workspace-root`` (``None``: a run
     recorded before workspaces followed runs; every worker uses ``workspace``)."""
-
-    @model_serializer(mode="wrap")
-    def _as_before(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        data: dict[str, Any] = handler(self)
-        if self.sync is None:
-            data.pop("sync", None)
-        return data
