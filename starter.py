@@ -157,7 +157,11 @@ def _format_status(status: AgentStatus) -> str:
         f"last:     {status.last_event or '-'}",
     ]
     if status.cost_usd is not None:
-        lines.insert(4, f"cost:     ${status.cost_usd:.4f}")
+        lines.insert(
+            4,
+            f"cost:     ${status.cost_usd:.4f}"
+            + (f" of a ${status.max_cost_usd:.4f} cap" if status.max_cost_usd else ""),
+        )
     if len(status.usage_by_model) > 1:
         by = ", ".join(f"{m} {u.total_tokens}" for m, u in status.usage_by_model.items())
         lines.insert(4, f"by model: {by}")

@@ -40,6 +40,7 @@ from temporalio.exceptions import (
 )
 from temporalio.workflow import ParentClosePolicy
 
+from workflows.agent import cost_cap
 from workflows.agent.approvals import Refused, check_approver
 from workflows.agent.catalogue import DelegateArgs
 from workflows.agent.events import approval_commands
@@ -58,7 +59,7 @@ from workflows.agent.models import (
 from workflows.agent.planning import MIN_COMPLETION_TOKENS
 from workflows.agent.publishing import Publisher
 from workflows.agent.state import AgentRun
-from workflows.agent.status import cut
+from workflows.agent.status import cost, cut
 from workflows.base import Frozen
 
 DELEGATE = "delegate"
@@ -98,7 +99,8 @@ async def delegate(
         run.state,
         "SubagentStarted",
         f"{child.workflow_id} ({child.model}, "
-        f"{'budget ' + str(child.token_budget) if child.token_budget else 'no budget'}): "
+        f"{'budget ' + str(child.token_budget) if child.token_budget else 'no budget'}"
+        f"{f', cost cap ${child.cost_budget_usd:.6f}' if child.cost_budget_usd else ''}): "
         f"{child.task}",
     )
     pub.emit("tool_started", child.task, tool=DELEGATE, call_id=call.id, target=child.workflow_id)
@@ -164,6 +166,24 @@ def refusal(
             f"ERROR: delegate refused: the token budget has {budget_left(run)} tokens left, too "
             "few to share with a sub-agent"
         )
+    return _cost_refusal(run, call, args)
+
+
+def _cost_refusal(run: AgentRun, call: ToolCall, args: DelegateArgs) -> str | None:
+    """Why the cost cap starts no child: its model has no price, or its share would not pay
+    for the smallest call."""
+    dollars = cost_share(run, call)
+    if dollars is None:
+        return None
+    config = run.input.config
+    price = cost_cap.worst_price(config, (args.model or run.model, *config.fallback_models))
+    if isinstance(price, str):
+        return f"ERROR: delegate refused: {price}"
+    if dollars * cost_cap.MILLION < MIN_COMPLETION_TOKENS * price.completion or dollars <= 0:
+        return (
+            f"ERROR: delegate refused: the cost cap has ${cost_cap.left(run) or 0:.6f} left, "
+            "too little to share with a sub-agent"
+        )
     return None
 
 
@@ -192,11 +212,24 @@ def share(run: AgentRun, call: ToolCall) -> int | None:
     left = budget_left(run)
     if left is None:
         return None
+    return left // (_later(run, call) + 1)
+
+
+def cost_share(run: AgentRun, call: ToolCall) -> float | None:
+    """The cost cap a child started by ``call`` gets: what is left of the parent's, split as
+    the token budget is (``share``). ``None``: the parent has no cost cap."""
+    left = cost_cap.left(run)
+    if left is None:
+        return None
+    return round(left / (_later(run, call) + 1), 9)
+
+
+def _later(run: AgentRun, call: ToolCall) -> int:
+    """The step's delegate calls from ``call`` on (at least one: ``call``)."""
     calls = run.memory.current_tool_calls
     ids = [c.id for c in calls]
     position = ids.index(call.id) if call.id in ids else len(ids)
-    later = sum(1 for c in calls[position:] if c.name == DELEGATE) or 1
-    return left // (later + 1)
+    return sum(1 for c in calls[position:] if c.name == DELEGATE) or 1
 
 
 def child_input(run: AgentRun, args: DelegateArgs, child: ChildRun) -> AgentInput:
@@ -210,6 +243,7 @@ def child_input(run: AgentRun, args: DelegateArgs, child: ChildRun) -> AgentInpu
             "max_steps": args.max_steps or config.max_steps,
             "tools": args.tools if args.tools is not None else config.tools,
             "token_budget": child.token_budget,
+            "max_cost_usd": child.cost_budget_usd,
             "models": {},
             "client_queries": False,
             "subagents": sub.model_copy(update={"depth": sub.depth + 1}) if sub else None,
@@ -239,6 +273,7 @@ def _reserve(run: AgentRun, call: ToolCall, args: DelegateArgs) -> ChildRun:
         model=args.model or run.model,
         step=run.memory.step,
         token_budget=share(run, call),
+        cost_budget_usd=cost_share(run, call),
     )
     run.family.children = [*run.family.children, child]
     return child
@@ -262,6 +297,13 @@ def _count(run: AgentRun, child: ChildRun, result: AgentResult | None) -> int:
         spent = {}
     for model, usage in spent.items():
         run.spend(model, usage)
+    if result is None:
+        # Unknown what it spent: its whole cost share is counted, as its tokens are.
+        run.family.lost_cost_usd += child.cost_budget_usd or 0.0
+    elif result.cost_usd:
+        # What the child counted beyond its priced usage (its own lost children).
+        priced = cost(result.usage_by_model, run.input.config.prices) or 0.0
+        run.family.lost_cost_usd += max(0.0, round(result.cost_usd - priced, 9))
     return sum(u.total_tokens for u in spent.values())
 
 

@@ -39,7 +39,13 @@ def cost(usage_by_model: Mapping[str, TokenUsage], prices: Mapping[str, Price]) 
 
 
 def run_cost(run: AgentRun) -> float | None:
-    return cost(run.memory.usage_by_model, run.input.config.prices)
+    """The run's cost: its usage (its ended children's included) priced, plus what children
+    that ended without saying cost (their whole cost shares)."""
+    priced = cost(run.memory.usage_by_model, run.input.config.prices)
+    lost = run.family.lost_cost_usd
+    if not lost:
+        return priced
+    return round((priced or 0.0) + lost, 6)
 
 
 def status(
@@ -58,6 +64,7 @@ def status(
         usage=m.usage,
         cost_usd=run_cost(run),
         token_budget=config.token_budget,
+        max_cost_usd=config.max_cost_usd,
         confidence=m.confidence_score,
         last_event=run.last_event,
         final_answer=m.final_answer,
