@@ -180,10 +180,23 @@ def _format_status(status: AgentStatus) -> str:
     if status.client_query is not None:
         q = status.client_query
         lines.append(f"client:   {q.id}  {q.kind}  {q.what[:200]}  (answer_query)")
-    for child in status.children:  # sub-agents: their tokens are counted in the run's
+    running = [c for c in status.children if c.status == "running"]
+    if running:  # what running sub-agents reported is not yet in the run's usage
+        spent = u.total_tokens + sum(c.tokens for c in running)
+        dollars = (status.cost_usd or 0) + sum(c.cost_usd or 0 for c in running)
         lines.append(
-            f"child:    {child.workflow_id}  {child.status}  {child.tokens} tokens"
+            f"family:   {spent} tokens"
+            + (f", ${dollars:.4f}" if status.cost_usd is not None else "")
+            + f" (this run and its ended sub-agents, and {len(running)} running)"
+        )
+    for child in status.children:  # sub-agents: an ended one's spend is counted in the run's
+        lines.append(
+            f"child:    {child.workflow_id}  {child.status}"
+            + (f" ({child.state}, step {child.steps})" if child in running and child.state else "")
+            + f"  {child.tokens} tokens"
             + (f" of {child.token_budget}" if child.token_budget else "")
+            + (f"  ${child.cost_usd:.4f}" if child.cost_usd is not None else "")
+            + (f" of ${child.cost_budget_usd:.4f}" if child.cost_budget_usd else "")
             + f"  {child.task}"
         )
     if status.final_answer:

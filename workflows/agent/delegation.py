@@ -43,7 +43,6 @@ from temporalio.workflow import ParentClosePolicy
 from workflows.agent import cost_cap
 from workflows.agent.approvals import Refused, check_approver
 from workflows.agent.catalogue import DelegateArgs
-from workflows.agent.events import approval_commands
 from workflows.agent.family import ChildRun, ChildStatus
 from workflows.agent.models import (
     AgentInput,
@@ -60,7 +59,6 @@ from workflows.agent.planning import MIN_COMPLETION_TOKENS
 from workflows.agent.publishing import Publisher
 from workflows.agent.state import AgentRun
 from workflows.agent.status import cost, cut
-from workflows.base import Frozen
 
 DELEGATE = "delegate"
 
@@ -70,14 +68,6 @@ _STATUS: dict[RunStatus, ChildStatus] = {
     RunStatus.HALTED: "halted",
     RunStatus.RUNNING: "running",
 }
-
-CHILD_WAITING = "subagent_waiting"
-"""The signal a child sends its parent when its calls wait for a human, and when they were
-decided (a name, not a method: this module cannot import the workflow class it is part of)."""
-
-SUBAGENT_APPROVALS = "subagent-approvals"
-"""``workflow.patched`` id: a child tells its parent what waits for a human. Only children of
-runs with ``subagents`` reach it, which no run recorded before sub-agents is."""
 
 SUBAGENTS = "subagents"
 """``workflow.patched`` id: a ``delegate`` call starts a child workflow. Runs recorded before
@@ -381,56 +371,6 @@ def _why(exc: ChildWorkflowError) -> tuple[ChildStatus, str]:
 # --------------------------------------------------------------------------------------------
 # One place to answer: a child's approvals shown by its parent, and decided through it
 # --------------------------------------------------------------------------------------------
-
-
-class ChildWaiting(Frozen):
-    """What a child tells its parent (``CHILD_WAITING``): its calls waiting for a human."""
-
-    workflow_id: str
-    pending: tuple[PendingApproval, ...] = ()
-
-
-async def tell_parent(run: AgentRun) -> None:
-    """A child: tell the parent which of its calls wait for a human now (none: decided). A
-    parent that is gone is no error: the child's own approvals still work."""
-    info, sub = workflow.info(), run.input.config.subagents
-    if info.parent is None or sub is None or sub.depth == 0:
-        return
-    if not workflow.patched(SUBAGENT_APPROVALS):
-        return
-    body = ChildWaiting(workflow_id=info.workflow_id, pending=run.waiting_approvals())
-    parent = workflow.get_external_workflow_handle(info.parent.workflow_id)
-    try:
-        await parent.signal(CHILD_WAITING, body)
-    except ApplicationError as exc:
-        workflow.logger.warning("agent.subagent.parent_gone", extra={"why": exc.message})
-
-
-def child_waiting(run: AgentRun, pub: Publisher, body: ChildWaiting) -> None:
-    """A parent: a child's calls wait for a human (or no longer do); shown in ``status`` and the
-    Web UI, and each new one published on the parent's stream, tagged with the child."""
-    child = next((c for c in run.family.children if c.workflow_id == body.workflow_id), None)
-    if child is None or child.status != "running":
-        return
-    known = {p.call_id for p in child.pending_approvals}
-    run.family.replace(child.model_copy(update={"pending_approvals": body.pending}))
-    waiting = ", ".join(f"{child.call_id}/{p.call_id} ({p.tool})" for p in body.pending)
-    pub.record(run.state, "SubagentWaiting", f"{child.workflow_id}: {waiting or 'decided'}")
-    parent_id = workflow.info().workflow_id
-    for p in body.pending:
-        if p.call_id in known:
-            continue
-        named = f"{child.call_id}/{p.call_id}"
-        pub.emit(
-            "approval_needed",
-            f"sub-agent {child.workflow_id}: {p.tool}",
-            tool=p.tool,
-            call_id=named,
-            target=child.workflow_id,
-            arguments=p.arguments,
-            commands=approval_commands(parent_id, named),
-        )
-    pub.show()
 
 
 def for_child(run: AgentRun, decision: Decision) -> tuple[ChildRun, PendingApproval] | None:

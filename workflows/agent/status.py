@@ -122,7 +122,11 @@ def details(run: AgentRun, now: datetime, outage: Outage | None = None) -> str:
     if run.family.children:
         lines.append(f"**Sub-agents** (tokens counted with the run's): {family_line(run)}")
         lines.extend(
-            f"- `{c.workflow_id}` {c.status} · {c.tokens} tokens · {c.task}"
+            f"- `{c.workflow_id}` {c.status}"
+            + (f" ({c.state}, step {c.steps})" if c.status == "running" and c.state else "")
+            + f" · {c.tokens} tokens"
+            + (f" · ${c.cost_usd:.4f}" if c.cost_usd is not None else "")
+            + f" · {c.task}"
             for c in run.family.children
         )
     if m.pending_guidance:
@@ -146,7 +150,9 @@ def family_line(run: AgentRun) -> str:
     """A run's children in one line: how many run and ended, and the budget they hold."""
     children = run.family.children
     running = sum(1 for c in children if c.status == "running")
-    held = run.family.reserved()
-    return f"{running} running, {len(children) - running} ended" + (
-        f", {held} tokens held for them" if held else ""
+    held, spending = run.family.reserved(), run.family.running_tokens()
+    return (
+        f"{running} running, {len(children) - running} ended"
+        + (f", {held} tokens held for them" if held else "")
+        + (f", {spending} of them spent so far" if spending else "")
     )
