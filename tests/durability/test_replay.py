@@ -23,7 +23,8 @@ RECORDED = sorted(HISTORIES.glob("*.json"))
 def test_recorded_histories_are_present() -> None:
     """The replay corpus exists and covers approvals, parallel tools, errors, a crash, stuck
     recovery, phases, reflection, confidence, budgets, threads and continue-as-new, and families
-    of sub-agents (parents and their children: parallel, cancelled, failed, out of budget)."""
+    of sub-agents (parents and their children: parallel, cancelled, failed, out of budget or
+    cost, reporting while they run, a grandchild's approval decided through the top run)."""
     names = {p.stem for p in RECORDED}
     assert len(names) >= 20
     needed_all = (
@@ -31,6 +32,7 @@ def test_recorded_histories_are_present() -> None:
         "halted", "guidance", "productive", "reflection", "confidence", "budget", "cancelling",
         "thread", "continued-as-new", "identical_content", "parallel_children",
         "cancelling_the_parent", "a_child_that_fails", "one_budget", "decided_through_the_parent",
+        "one_cost_cap", "running_spend", "stream_tagged", "grandchilds_approval",
     )  # fmt: skip
     for needed in needed_all:
         assert any(needed in name for name in names), needed
