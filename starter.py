@@ -273,6 +273,8 @@ def build_input(args: argparse.Namespace, workspace_id: str) -> PlannedRun:
         config["max_steps"] = args.max_steps
     if args.token_budget is not None:
         config["token_budget"] = args.token_budget
+    if args.max_cost_usd is not None:
+        config["max_cost_usd"] = args.max_cost_usd  # needs prices (--config) for its models
     if args.allow_commands:
         config["allow_run_command"] = True
     if args.mcp_servers:
@@ -435,6 +437,12 @@ def add_run_options(run: argparse.ArgumentParser) -> None:
     run.add_argument("--require-approval", metavar="TOOL,...", help="tools that need approval")
     run.add_argument("--max-steps", type=int)
     run.add_argument("--token-budget", type=int, metavar="N", help="total tokens the run may use")
+    run.add_argument(
+        "--max-cost-usd",
+        type=float,
+        metavar="USD",
+        help="total US dollars the run (and its sub-agents) may spend, priced by prices",
+    )
     run.add_argument(
         "--config", metavar="FILE", help="AgentConfig fields as JSON or YAML (flags override)"
     )

@@ -4,29 +4,19 @@ the top run."""
 
 from __future__ import annotations
 
-import asyncio
-import subprocess
-import sys
+from datetime import UTC, datetime
 
 import pytest
 
-from tests.support.family import LIST, child, delegate, pending_in, shows, usage
+from tests.support.family import LIST, child, delegate, pending_in, shows, starter, usage
 from tests.support.harness import Harness
-from tests.support.processes import ROOT
 from tests.support.stream import events, wait_for_event
+from treadle.cli.live.lines import event_text
+from workflows.agent.events import AgentEvent
 from workflows.agent.models import AgentResult, AgentStatus, RunStatus
 from workflows.agent.workflow import AgentWorkflow
 
 DOLLAR_A_MILLION = {"prompt": 1.0, "completion": 1.0}
-
-
-async def starter(harness: Harness, *arguments: str) -> subprocess.CompletedProcess[str]:
-    """``starter.py`` against the harness's server, as a user would run it."""
-    return await asyncio.to_thread(
-        subprocess.run,
-        [sys.executable, str(ROOT / "starter.py"), *harness.cli_args(), *arguments],
-        cwd=ROOT, capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
 
 
 async def test_a_childs_running_spend_shows_in_its_parents_status(harness: Harness) -> None:
@@ -132,3 +122,18 @@ async def test_a_grandchilds_approval_is_decided_through_the_top_run(harness: Ha
     # The grandchild's events reached the top's stream, tagged with the grandchild.
     tagged = {e.subagent for e in await events(handle) if e.subagent is not None}
     assert grandchild.id in tagged
+
+
+def test_watch_shows_a_childs_event_as_one_line_tagged_with_it() -> None:
+    """``watch`` of the parent shows a child's event as the line it would have, tagged with the
+    child; a child's model reply (which the parent's own would print as its text) is one short
+    line."""
+    at = datetime.now(UTC)
+    tool = AgentEvent(kind="tool_started", step=2, state="Acting", at=at, tool="list_dir",
+                      target=".", subagent="run-1.call_1")  # fmt: skip
+    line = event_text(tool)
+    assert line is not None and line.plain == "[run-1.call_1] → list_dir ."
+    model = AgentEvent(kind="model", step=2, state="Planning", at=at, text="",
+                       tool_calls=("list_dir .",), subagent="run-1.call_1")  # fmt: skip
+    line = event_text(model)
+    assert line is not None and line.plain == "[run-1.call_1] model: list_dir ."

@@ -3,9 +3,12 @@ spend shown by its parent while the child still runs."""
 
 from __future__ import annotations
 
+import uuid
+from pathlib import Path
+
 import pytest
 
-from tests.support.family import LIST, child, delegate, observations, usage
+from tests.support.family import LIST, child, delegate, observations, starter, usage
 from tests.support.harness import Harness
 from workflows.agent.models import AgentResult, AgentStatus, RunStatus
 from workflows.agent.workflow import AgentWorkflow
@@ -64,3 +67,42 @@ async def test_one_cost_cap_stops_a_child_midway_and_the_parent_at_its_limit(
     seen = observations(harness, parent, 1)
     assert seen["call_h"].startswith(f"ERROR: sub-agent {handle.id}.call_h ended error")
     await child(harness, handle, "call_q").result()
+
+
+async def test_a_run_stops_at_its_cost_cap_and_status_shows_it(
+    harness: Harness, tmp_path: Path
+) -> None:
+    """``run --max-cost-usd`` with prices: the run stops before the call that would pass the
+    cap, and ``status`` shows the cost against it."""
+    model = harness.script(
+        {"tool_calls": [LIST], "usage": usage(400_000)},
+        {"content": "never reached"},
+    )
+    config = tmp_path / "agent.yaml"
+    config.write_text(f"prices:\n  {model}: {{prompt: 1.5, completion: 6}}\n")
+    handle = harness.client.get_workflow_handle_for(AgentWorkflow.run, f"cost-{uuid.uuid4().hex}")
+    harness.handles.append(handle)
+    done = await starter(
+        harness, "run", "Spend", "--model", model, "--workspace", str(harness.workspace),
+        "--max-cost-usd", "0.6003", "--config", str(config), "--id", handle.id, "--wait",
+    )  # fmt: skip
+    assert done.returncode == 1, done.stderr
+    result: AgentResult = await handle.result()
+    assert result.error is not None
+    assert result.error.startswith("cost cap reached: $0.600000 of $0.600300 spent")
+    assert len(harness.requests(model)) == 1
+    shown = await starter(harness, "status", handle.id)
+    assert "cost:     $0.6000 of a $0.6003 cap" in shown.stdout
+
+
+async def test_a_cost_cap_without_a_price_stops_before_the_first_call(harness: Harness) -> None:
+    """A model without a price cannot be kept under the cap: the run says so and calls nothing."""
+    model = harness.script({"content": "never reached"})
+    handle = await harness.start(model, max_cost_usd=1.0)
+    result: AgentResult = await handle.result()
+    assert result.status is RunStatus.ERROR
+    assert result.error == (
+        f"max_cost_usd is set but model {model} has no price in prices: its calls cannot be "
+        "kept under the cost cap"
+    )
+    assert harness.requests(model) == []

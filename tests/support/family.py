@@ -4,6 +4,8 @@ children by their ids, and waiting for what a family shows."""
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -11,6 +13,7 @@ from temporalio.client import WorkflowHandle
 from temporalio.service import RPCError
 
 from tests.support.harness import Harness, tool_messages
+from tests.support.processes import ROOT
 from workflows.agent.models import AgentStatus, PendingApproval
 from workflows.agent.workflow import AgentWorkflow
 
@@ -69,3 +72,12 @@ async def pending_in(handle: WorkflowHandle[Any, Any], count: int) -> tuple[Pend
         handle, f"{count} pending approval(s)", lambda s: len(s.pending_approvals) == count
     )
     return status.pending_approvals
+
+
+async def starter(harness: Harness, *arguments: str) -> subprocess.CompletedProcess[str]:
+    """``starter.py`` against the harness's server and task queue, as a user would run it."""
+    return await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, str(ROOT / "starter.py"), *harness.cli_args(), *arguments],
+        cwd=ROOT, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
