@@ -12,13 +12,17 @@ One family, one set of rules:
   the child ends, what it spent (its ``AgentResult`` usage, its own children's included) is
   counted in the parent's usage and its reservation is released, so the family as a whole never
   spends more than the top run's budget. A child that ended without a result (crashed,
-  terminated, timed out) counts its whole share: what it spent is unknown.
+  terminated, timed out) counts its whole share: what it spent is unknown. A cost cap
+  (``max_cost_usd``) is shared the same way (``cost_share``, ``cost_cap``).
+- **One place to answer.** A child reports to its parent while it runs (``child_reports``);
+  a decision sent to the parent that names a child's call is sent on to it (``forward``).
 - **One lifetime.** A child's workflow id is its parent's plus the call's id; its parent close
   policy is ``REQUEST_CANCEL``, so cancelling, terminating or timing out the parent cancels its
   children, and a cancelled parent waits for them to end cleanly. A child that fails, times out
   or halts is that call's ``ERROR:`` observation, never a failed parent. The parent continues as
   new only between steps, and a step's children all end within it: a hand-over never happens
-  while children run.
+  while children run (Temporal does not carry children over a continue-as-new: their results
+  go to the run that started them, and its parent close policy applies; docs/subagents.md).
 
 Several ``delegate`` calls in one reply run as ParallelActing runs any calls: concurrently.
 """
@@ -369,7 +373,8 @@ def _why(exc: ChildWorkflowError) -> tuple[ChildStatus, str]:
 
 
 # --------------------------------------------------------------------------------------------
-# One place to answer: a child's approvals shown by its parent, and decided through it
+# One place to answer: a child's approvals decided through its parent (``child_reports``
+# shows them)
 # --------------------------------------------------------------------------------------------
 
 
