@@ -137,3 +137,33 @@ def test_watch_shows_a_childs_event_as_one_line_tagged_with_it() -> None:
                        tool_calls=("list_dir .",), subagent="run-1.call_1")  # fmt: skip
     line = event_text(model)
     assert line is not None and line.plain == "[run-1.call_1] model: list_dir ."
+
+
+async def test_a_stuck_child_shows_in_its_parents_status(harness: Harness) -> None:
+    """A child stuck on the same failing call and asking for guidance (recovery ask_human)
+    shows as stuck in its parent's status; guided by its own id, it goes on and answers."""
+    (harness.workspace / "main.go").write_text("package main\n")
+    bad = {
+        "name": "edit_file",
+        "arguments": {"path": "main.go", "old_text": "func missing()", "new_text": "x"},
+    }
+    sub = harness.script(
+        {"tool_calls": [bad]}, {"tool_calls": [bad]}, {"tool_calls": [bad]}, {"content": "ok"}
+    )
+    parent = harness.script(
+        {"tool_calls": [delegate("fix main.go", sub, "call_1")]}, {"content": "fixed"}
+    )
+    handle = await harness.start(parent, recovery="ask_human", subagents={"models": [sub]})
+    status = await shows(
+        handle, "a stuck child", lambda s: bool(s.children and s.children[0].stuck)
+    )
+    [stuck] = status.children
+    assert (stuck.status, stuck.state) == ("running", "WaitingForHuman")
+    shown = await starter(harness, "status", handle.id)
+    assert "(stuck: " in shown.stdout
+    kid = child(harness, handle, "call_1")
+    guided = await starter(harness, "guide", kid.id, "--guidance", "there is no such function")
+    assert guided.returncode == 0, guided.stderr
+    result: AgentResult = await handle.result()
+    assert (result.status, result.answer) == (RunStatus.DONE, "fixed")
+    assert (await kid.result()).answer == "ok"

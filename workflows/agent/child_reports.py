@@ -63,6 +63,8 @@ class ChildReport(Frozen):
     """What it spent so far: its own usage, its ended children's, and what its running
     children reported."""
     cost_usd: float | None = None
+    stuck: str | None = None
+    """Why it is stuck, if it is (guidance goes to its own id: ``starter.py guide CHILD_ID``)."""
     events: tuple[AgentEvent, ...] = ()
     """Its newest stream events since its last report (its children's among them, tagged)."""
     events_left_out: int = 0
@@ -90,6 +92,7 @@ def report(run: AgentRun, pub: Publisher) -> ChildReport:
         step=m.step,
         tokens=m.usage.total_tokens + family.running_tokens(),
         cost_usd=None if priced is None and not running else round((priced or 0) + running, 6),
+        stuck=m.pending_guidance or run.recovery.stuck_reason,
         events=tuple(
             reported(e, workflow.info().workflow_id)
             for e in pub.outbox
@@ -146,7 +149,9 @@ def child_reported(run: AgentRun, pub: Publisher, body: ChildReport) -> None:
     known = {p.call_id for p in child.pending_approvals}
     update: dict[str, object] = {"pending_approvals": body.pending}
     if body.tokens is not None:
-        update.update(tokens=body.tokens, cost_usd=body.cost_usd, state=body.state)
+        update.update(
+            tokens=body.tokens, cost_usd=body.cost_usd, state=body.state, stuck=body.stuck
+        )
         update["steps"] = body.step or 0
     run.family.replace(child.model_copy(update=update))
     if body.tokens is None or known != {p.call_id for p in body.pending}:

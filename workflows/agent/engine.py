@@ -471,6 +471,7 @@ class AgentEngine(AgentHandlers):
             commands=events.guidance_commands(workflow.info().workflow_id),
         )
         self._pub.show()
+        child_reports.report_soon(run, self._pub)  # a sub-agent: its parent shows it stuck
         telemetry.human_wait_started("guidance")
         await workflow.wait_condition(lambda: m.human_guidance is not None)
         telemetry.human_wait_ended("guidance", "answered")

@@ -43,6 +43,9 @@ class ChildRun(Frozen):
     """Its cost (its whole family's), reported while it runs, final once it ended."""
     state: str | None = None
     """Its state as it last reported (``Planning``, ``WaitingForHuman``...), while it runs."""
+    stuck: str | None = None
+    """Why it is stuck (recovering, or waiting for guidance in its own id), as it last
+    reported."""
     steps: int = 0
     outcome: str | None = None
     """Its answer or why it did not answer, cut to a line's worth."""

@@ -127,6 +127,7 @@ def details(run: AgentRun, now: datetime, outage: Outage | None = None) -> str:
             + f" · {c.tokens} tokens"
             + (f" · ${c.cost_usd:.4f}" if c.cost_usd is not None else "")
             + f" · {c.task}"
+            + (f" · stuck: {cut(c.stuck, 120)}" if c.status == "running" and c.stuck else "")
             for c in run.family.children
         )
     if m.pending_guidance:
