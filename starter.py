@@ -157,7 +157,11 @@ def _format_status(status: AgentStatus) -> str:
         f"last:     {status.last_event or '-'}",
     ]
     if status.cost_usd is not None:
-        lines.insert(4, f"cost:     ${status.cost_usd:.4f}")
+        lines.insert(
+            4,
+            f"cost:     ${status.cost_usd:.4f}"
+            + (f" of a ${status.max_cost_usd:.4f} cap" if status.max_cost_usd else ""),
+        )
     if len(status.usage_by_model) > 1:
         by = ", ".join(f"{m} {u.total_tokens}" for m, u in status.usage_by_model.items())
         lines.insert(4, f"by model: {by}")
@@ -176,11 +180,25 @@ def _format_status(status: AgentStatus) -> str:
     if status.client_query is not None:
         q = status.client_query
         lines.append(f"client:   {q.id}  {q.kind}  {q.what[:200]}  (answer_query)")
-    for child in status.children:  # sub-agents: their tokens are counted in the run's
+    running = [c for c in status.children if c.status == "running"]
+    if running:  # what running sub-agents reported is not yet in the run's usage
+        spent = u.total_tokens + sum(c.tokens for c in running)
+        dollars = (status.cost_usd or 0) + sum(c.cost_usd or 0 for c in running)
         lines.append(
-            f"child:    {child.workflow_id}  {child.status}  {child.tokens} tokens"
+            f"family:   {spent} tokens"
+            + (f", ${dollars:.4f}" if status.cost_usd is not None else "")
+            + f" (this run and its ended sub-agents, and {len(running)} running)"
+        )
+    for child in status.children:  # sub-agents: an ended one's spend is counted in the run's
+        lines.append(
+            f"child:    {child.workflow_id}  {child.status}"
+            + (f" ({child.state}, step {child.steps})" if child in running and child.state else "")
+            + f"  {child.tokens} tokens"
             + (f" of {child.token_budget}" if child.token_budget else "")
+            + (f"  ${child.cost_usd:.4f}" if child.cost_usd is not None else "")
+            + (f" of ${child.cost_budget_usd:.4f}" if child.cost_budget_usd else "")
             + f"  {child.task}"
+            + (f"  (stuck: {child.stuck[:200]})" if child in running and child.stuck else "")
         )
     if status.final_answer:
         lines.append(f"answer:   {status.final_answer}")
@@ -256,6 +274,8 @@ def build_input(args: argparse.Namespace, workspace_id: str) -> PlannedRun:
         config["max_steps"] = args.max_steps
     if args.token_budget is not None:
         config["token_budget"] = args.token_budget
+    if args.max_cost_usd is not None:
+        config["max_cost_usd"] = args.max_cost_usd  # needs prices (--config) for its models
     if args.allow_commands:
         config["allow_run_command"] = True
     if args.mcp_servers:
@@ -418,6 +438,12 @@ def add_run_options(run: argparse.ArgumentParser) -> None:
     run.add_argument("--require-approval", metavar="TOOL,...", help="tools that need approval")
     run.add_argument("--max-steps", type=int)
     run.add_argument("--token-budget", type=int, metavar="N", help="total tokens the run may use")
+    run.add_argument(
+        "--max-cost-usd",
+        type=float,
+        metavar="USD",
+        help="total US dollars the run (and its sub-agents) may spend, priced by prices",
+    )
     run.add_argument(
         "--config", metavar="FILE", help="AgentConfig fields as JSON or YAML (flags override)"
     )

@@ -23,7 +23,8 @@ RECORDED = sorted(HISTORIES.glob("*.json"))
 def test_recorded_histories_are_present() -> None:
     """The replay corpus exists and covers approvals, parallel tools, errors, a crash, stuck
     recovery, phases, reflection, confidence, budgets, threads and continue-as-new, and families
-    of sub-agents (parents and their children: parallel, cancelled, failed, out of budget)."""
+    of sub-agents (parents and their children: parallel, cancelled, failed, out of budget or
+    cost, reporting while they run, a grandchild's approval decided through the top run)."""
     names = {p.stem for p in RECORDED}
     assert len(names) >= 20
     needed_all = (
@@ -31,6 +32,7 @@ def test_recorded_histories_are_present() -> None:
         "halted", "guidance", "productive", "reflection", "confidence", "budget", "cancelling",
         "thread", "continued-as-new", "identical_content", "parallel_children",
         "cancelling_the_parent", "a_child_that_fails", "one_budget", "decided_through_the_parent",
+        "one_cost_cap", "running_spend", "stream_tagged", "grandchilds_approval",
     )  # fmt: skip
     for needed in needed_all:
         assert any(needed in name for name in names), needed
@@ -73,7 +75,8 @@ def test_the_corpus_holds_runs_from_before_each_versioned_change() -> None:
     without its marker, which ``test_recorded_history_replays`` replays through the new code
     (the old path). The ``coalesced-search-attributes`` change (one upsert before each wait
     instead of one per transition) also needs old runs that upserted per transition."""
-    from workflows.agent.delegation import SUBAGENT_APPROVALS, SUBAGENTS
+    from workflows.agent.child_reports import SUBAGENT_APPROVALS, SUBAGENT_PROGRESS
+    from workflows.agent.delegation import SUBAGENTS
     from workflows.agent.engine import REFLECTION_KEEPS_RECORD
     from workflows.agent.handover import CARRIED_BY_REFERENCE
     from workflows.agent.outages import STORE_OUTAGES
@@ -90,7 +93,8 @@ def test_the_corpus_holds_runs_from_before_each_versioned_change() -> None:
     agent_runs = {name: t for name, t in texts.items() if '"AgentWorkflow"' in t}
     marked = {name: patch_markers(t) for name, t in agent_runs.items()}
     patches = (CARRY_CONTENT_HASHES, CLIENT_QUERIES, COALESCED_SEARCH_ATTRIBUTES, LOADED_TOOLS)
-    later = (STORE_OUTAGES, SUBAGENTS, SUBAGENT_APPROVALS, ONE_UPSERT_PER_STEP, WORKSPACE_FOLLOWS)
+    subagent_patches = (SUBAGENTS, SUBAGENT_APPROVALS, SUBAGENT_PROGRESS)
+    later = (STORE_OUTAGES, *subagent_patches, ONE_UPSERT_PER_STEP, WORKSPACE_FOLLOWS)
     for patch in (*patches, *later):
         before = [name for name, ids in marked.items() if patch not in ids]
         assert before, f"no recorded run from before {patch}"
@@ -107,5 +111,5 @@ def test_the_corpus_holds_runs_from_before_each_versioned_change() -> None:
         and t.count("EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES") >= 6
     ]
     assert per_transition, "no recorded run that upserted at every transition"
-    for patch in (SUBAGENTS, SUBAGENT_APPROVALS, WORKSPACE_FOLLOWS):
+    for patch in (SUBAGENTS, SUBAGENT_APPROVALS, SUBAGENT_PROGRESS, WORKSPACE_FOLLOWS):
         assert any(patch in ids for ids in marked.values()), f"no recorded run after {patch}"

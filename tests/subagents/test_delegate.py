@@ -7,58 +7,24 @@ import asyncio
 import json
 import subprocess
 import sys
-from typing import Any
 
 import pytest
-from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError, WorkflowHandle
+from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError
 from temporalio.exceptions import CancelledError
-from temporalio.service import RPCError
 
+from tests.support.family import (
+    LIST,
+    child,
+    delegate,
+    observations,
+    pending_in,
+    reaches,
+    usage,
+)
 from tests.support.harness import Harness, tool_messages
 from tests.support.processes import ROOT
-from workflows.agent.models import AgentResult, AgentStatus, PendingApproval, RunStatus
+from workflows.agent.models import AgentResult, AgentStatus, RunStatus
 from workflows.agent.workflow import AgentWorkflow
-
-LIST = {"name": "list_dir", "arguments": {"path": "."}}
-
-
-def usage(prompt: int, completion: int = 0) -> dict[str, int]:
-    return {"prompt_tokens": prompt, "completion_tokens": completion}
-
-
-def delegate(task: str, model: str | None, call_id: str, **more: Any) -> dict[str, Any]:
-    """A scripted ``delegate`` call with its own id."""
-    arguments = {"task": task, **({"model": model} if model else {}), **more}
-    return {"name": "delegate", "arguments": arguments, "id": call_id}
-
-
-def observations(harness: Harness, model: str, request: int) -> dict[str, str]:
-    """Call id -> the observation the model was sent in its ``request``-th request."""
-    body = harness.requests(model)[request]
-    return {m["tool_call_id"]: m["content"] for m in tool_messages(body)}
-
-
-def child(
-    harness: Harness, parent: WorkflowHandle[Any, Any], call_id: str
-) -> WorkflowHandle[Any, Any]:
-    """The child a parent's call started (its id is the parent's plus the call's); replay-checked
-    with the test's other runs."""
-    handle = harness.client.get_workflow_handle_for(AgentWorkflow.run, f"{parent.id}.{call_id}")
-    harness.handles.append(handle)
-    return handle
-
-
-async def reaches(handle: WorkflowHandle[Any, Any], state: str) -> None:
-    """Wait until a child (which may not be started yet) is in ``state``."""
-    for _ in range(600):
-        try:
-            status: AgentStatus = await handle.query(AgentWorkflow.state)
-        except RPCError:
-            status = None  # type: ignore[assignment]
-        if status is not None and status.state == state:
-            return
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"{handle.id} never reached {state}")
 
 
 async def test_parallel_children_each_answer_their_own_call(harness: Harness) -> None:
@@ -258,16 +224,6 @@ async def test_a_child_that_fails_is_an_error_observation(harness: Harness) -> N
         ("call_s", "failed"),
         ("call_b", "error"),
     ]
-
-
-async def pending_in(handle: WorkflowHandle[Any, Any], count: int) -> tuple[PendingApproval, ...]:
-    """Wait until the parent's status lists ``count`` pending approvals; return them."""
-    for _ in range(600):
-        status: AgentStatus = await handle.query(AgentWorkflow.state)
-        if len(status.pending_approvals) == count:
-            return status.pending_approvals
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"{handle.id} never listed {count} pending approval(s)")
 
 
 async def test_a_childs_approval_is_decided_through_the_parent(harness: Harness) -> None:

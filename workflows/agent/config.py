@@ -141,6 +141,10 @@ class AgentConfig(Frozen):
     """Completion cap for every call (the budget may lower it further)."""
     prices: dict[str, Price] = Field(default_factory=dict)
     """``provider:model`` -> price, to turn usage into cost in ``status``."""
+    max_cost_usd: float | None = Field(None, gt=0)
+    """Total US dollars the run (and its sub-agents) may spend, priced with ``prices``; the
+    run stops before a call that would exceed it, like ``token_budget``. A model without a
+    price cannot be kept under it: the run stops before calling it. ``None``: no cap."""
     confidence_threshold: float | None = Field(None, gt=0, le=1)
     """Answers below this confidence (from the endpoint's token log-probabilities) are
     reconsidered, up to ``max_retries`` times. Off where the endpoint returns none."""

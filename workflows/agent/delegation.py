@@ -12,13 +12,17 @@ One family, one set of rules:
   the child ends, what it spent (its ``AgentResult`` usage, its own children's included) is
   counted in the parent's usage and its reservation is released, so the family as a whole never
   spends more than the top run's budget. A child that ended without a result (crashed,
-  terminated, timed out) counts its whole share: what it spent is unknown.
+  terminated, timed out) counts its whole share: what it spent is unknown. A cost cap
+  (``max_cost_usd``) is shared the same way (``cost_share``, ``cost_cap``).
+- **One place to answer.** A child reports to its parent while it runs (``child_reports``);
+  a decision sent to the parent that names a child's call is sent on to it (``forward``).
 - **One lifetime.** A child's workflow id is its parent's plus the call's id; its parent close
   policy is ``REQUEST_CANCEL``, so cancelling, terminating or timing out the parent cancels its
   children, and a cancelled parent waits for them to end cleanly. A child that fails, times out
   or halts is that call's ``ERROR:`` observation, never a failed parent. The parent continues as
   new only between steps, and a step's children all end within it: a hand-over never happens
-  while children run.
+  while children run (Temporal does not carry children over a continue-as-new: their results
+  go to the run that started them, and its parent close policy applies; docs/subagents.md).
 
 Several ``delegate`` calls in one reply run as ParallelActing runs any calls: concurrently.
 """
@@ -40,9 +44,9 @@ from temporalio.exceptions import (
 )
 from temporalio.workflow import ParentClosePolicy
 
+from workflows.agent import cost_cap
 from workflows.agent.approvals import Refused, check_approver
 from workflows.agent.catalogue import DelegateArgs
-from workflows.agent.events import approval_commands
 from workflows.agent.family import ChildRun, ChildStatus
 from workflows.agent.models import (
     AgentInput,
@@ -58,8 +62,7 @@ from workflows.agent.models import (
 from workflows.agent.planning import MIN_COMPLETION_TOKENS
 from workflows.agent.publishing import Publisher
 from workflows.agent.state import AgentRun
-from workflows.agent.status import cut
-from workflows.base import Frozen
+from workflows.agent.status import cost, cut
 
 DELEGATE = "delegate"
 
@@ -69,14 +72,6 @@ _STATUS: dict[RunStatus, ChildStatus] = {
     RunStatus.HALTED: "halted",
     RunStatus.RUNNING: "running",
 }
-
-CHILD_WAITING = "subagent_waiting"
-"""The signal a child sends its parent when its calls wait for a human, and when they were
-decided (a name, not a method: this module cannot import the workflow class it is part of)."""
-
-SUBAGENT_APPROVALS = "subagent-approvals"
-"""``workflow.patched`` id: a child tells its parent what waits for a human. Only children of
-runs with ``subagents`` reach it, which no run recorded before sub-agents is."""
 
 SUBAGENTS = "subagents"
 """``workflow.patched`` id: a ``delegate`` call starts a child workflow. Runs recorded before
@@ -98,7 +93,8 @@ async def delegate(
         run.state,
         "SubagentStarted",
         f"{child.workflow_id} ({child.model}, "
-        f"{'budget ' + str(child.token_budget) if child.token_budget else 'no budget'}): "
+        f"{'budget ' + str(child.token_budget) if child.token_budget else 'no budget'}"
+        f"{f', cost cap ${child.cost_budget_usd:.6f}' if child.cost_budget_usd else ''}): "
         f"{child.task}",
     )
     pub.emit("tool_started", child.task, tool=DELEGATE, call_id=call.id, target=child.workflow_id)
@@ -164,6 +160,24 @@ def refusal(
             f"ERROR: delegate refused: the token budget has {budget_left(run)} tokens left, too "
             "few to share with a sub-agent"
         )
+    return _cost_refusal(run, call, args)
+
+
+def _cost_refusal(run: AgentRun, call: ToolCall, args: DelegateArgs) -> str | None:
+    """Why the cost cap starts no child: its model has no price, or its share would not pay
+    for the smallest call."""
+    dollars = cost_share(run, call)
+    if dollars is None:
+        return None
+    config = run.input.config
+    price = cost_cap.worst_price(config, (args.model or run.model, *config.fallback_models))
+    if isinstance(price, str):
+        return f"ERROR: delegate refused: {price}"
+    if dollars * cost_cap.MILLION < MIN_COMPLETION_TOKENS * price.completion or dollars <= 0:
+        return (
+            f"ERROR: delegate refused: the cost cap has ${cost_cap.left(run) or 0:.6f} left, "
+            "too little to share with a sub-agent"
+        )
     return None
 
 
@@ -192,11 +206,24 @@ def share(run: AgentRun, call: ToolCall) -> int | None:
     left = budget_left(run)
     if left is None:
         return None
+    return left // (_later(run, call) + 1)
+
+
+def cost_share(run: AgentRun, call: ToolCall) -> float | None:
+    """The cost cap a child started by ``call`` gets: what is left of the parent's, split as
+    the token budget is (``share``). ``None``: the parent has no cost cap."""
+    left = cost_cap.left(run)
+    if left is None:
+        return None
+    return round(left / (_later(run, call) + 1), 9)
+
+
+def _later(run: AgentRun, call: ToolCall) -> int:
+    """The step's delegate calls from ``call`` on (at least one: ``call``)."""
     calls = run.memory.current_tool_calls
     ids = [c.id for c in calls]
     position = ids.index(call.id) if call.id in ids else len(ids)
-    later = sum(1 for c in calls[position:] if c.name == DELEGATE) or 1
-    return left // (later + 1)
+    return sum(1 for c in calls[position:] if c.name == DELEGATE) or 1
 
 
 def child_input(run: AgentRun, args: DelegateArgs, child: ChildRun) -> AgentInput:
@@ -210,6 +237,7 @@ def child_input(run: AgentRun, args: DelegateArgs, child: ChildRun) -> AgentInpu
             "max_steps": args.max_steps or config.max_steps,
             "tools": args.tools if args.tools is not None else config.tools,
             "token_budget": child.token_budget,
+            "max_cost_usd": child.cost_budget_usd,
             "models": {},
             "client_queries": False,
             "subagents": sub.model_copy(update={"depth": sub.depth + 1}) if sub else None,
@@ -239,6 +267,7 @@ def _reserve(run: AgentRun, call: ToolCall, args: DelegateArgs) -> ChildRun:
         model=args.model or run.model,
         step=run.memory.step,
         token_budget=share(run, call),
+        cost_budget_usd=cost_share(run, call),
     )
     run.family.children = [*run.family.children, child]
     return child
@@ -262,6 +291,13 @@ def _count(run: AgentRun, child: ChildRun, result: AgentResult | None) -> int:
         spent = {}
     for model, usage in spent.items():
         run.spend(model, usage)
+    if result is None:
+        # Unknown what it spent: its whole cost share is counted, as its tokens are.
+        run.family.lost_cost_usd += child.cost_budget_usd or 0.0
+    elif result.cost_usd:
+        # What the child counted beyond its priced usage (its own lost children).
+        priced = cost(result.usage_by_model, run.input.config.prices) or 0.0
+        run.family.lost_cost_usd += max(0.0, round(result.cost_usd - priced, 9))
     return sum(u.total_tokens for u in spent.values())
 
 
@@ -337,58 +373,9 @@ def _why(exc: ChildWorkflowError) -> tuple[ChildStatus, str]:
 
 
 # --------------------------------------------------------------------------------------------
-# One place to answer: a child's approvals shown by its parent, and decided through it
+# One place to answer: a child's approvals decided through its parent (``child_reports``
+# shows them)
 # --------------------------------------------------------------------------------------------
-
-
-class ChildWaiting(Frozen):
-    """What a child tells its parent (``CHILD_WAITING``): its calls waiting for a human."""
-
-    workflow_id: str
-    pending: tuple[PendingApproval, ...] = ()
-
-
-async def tell_parent(run: AgentRun) -> None:
-    """A child: tell the parent which of its calls wait for a human now (none: decided). A
-    parent that is gone is no error: the child's own approvals still work."""
-    info, sub = workflow.info(), run.input.config.subagents
-    if info.parent is None or sub is None or sub.depth == 0:
-        return
-    if not workflow.patched(SUBAGENT_APPROVALS):
-        return
-    body = ChildWaiting(workflow_id=info.workflow_id, pending=run.waiting_approvals())
-    parent = workflow.get_external_workflow_handle(info.parent.workflow_id)
-    try:
-        await parent.signal(CHILD_WAITING, body)
-    except ApplicationError as exc:
-        workflow.logger.warning("agent.subagent.parent_gone", extra={"why": exc.message})
-
-
-def child_waiting(run: AgentRun, pub: Publisher, body: ChildWaiting) -> None:
-    """A parent: a child's calls wait for a human (or no longer do); shown in ``status`` and the
-    Web UI, and each new one published on the parent's stream, tagged with the child."""
-    child = next((c for c in run.family.children if c.workflow_id == body.workflow_id), None)
-    if child is None or child.status != "running":
-        return
-    known = {p.call_id for p in child.pending_approvals}
-    run.family.replace(child.model_copy(update={"pending_approvals": body.pending}))
-    waiting = ", ".join(f"{child.call_id}/{p.call_id} ({p.tool})" for p in body.pending)
-    pub.record(run.state, "SubagentWaiting", f"{child.workflow_id}: {waiting or 'decided'}")
-    parent_id = workflow.info().workflow_id
-    for p in body.pending:
-        if p.call_id in known:
-            continue
-        named = f"{child.call_id}/{p.call_id}"
-        pub.emit(
-            "approval_needed",
-            f"sub-agent {child.workflow_id}: {p.tool}",
-            tool=p.tool,
-            call_id=named,
-            target=child.workflow_id,
-            arguments=p.arguments,
-            commands=approval_commands(parent_id, named),
-        )
-    pub.show()
 
 
 def for_child(run: AgentRun, decision: Decision) -> tuple[ChildRun, PendingApproval] | None:

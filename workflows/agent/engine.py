@@ -30,9 +30,9 @@ from temporalio.exceptions import ActivityError, ApplicationError, is_cancelled_
 from workflows import telemetry
 from workflows.agent import (
     approvals,
+    child_reports,
     client_queries,
     compressing,
-    delegation,
     events,
     fallback,
     handover,
@@ -266,6 +266,7 @@ class AgentEngine(AgentHandlers):
 
     async def _plan(self) -> Event:
         run, m, config = self._run, self._run.memory, self._run.input.config
+        child_reports.report_soon(run, self._pub)  # a sub-agent: its parent sees it go on
         await self._hand_over_if_due()
         if m.step - m.turn_start_step >= config.max_steps:
             m.error = (
@@ -450,10 +451,10 @@ class AgentEngine(AgentHandlers):
                 commands=events.approval_commands(workflow_id, p.call_id),
             )
         self._pub.show()
-        await delegation.tell_parent(run)  # a sub-agent: its parent shows what waits
+        await child_reports.tell_parent(run, self._pub)  # a sub-agent: its parent shows it
         # Durable: this wait survives worker restarts and lasts as long as it must.
         await workflow.wait_condition(lambda: approvals.all_decided(m))
-        await delegation.tell_parent(run)
+        await child_reports.tell_parent(run, self._pub)
         decided = {p.call_id: p.decision for p in m.pending_approvals}
         for p in waiting_before:
             outcome = decided.get(p.call_id)
@@ -470,6 +471,7 @@ class AgentEngine(AgentHandlers):
             commands=events.guidance_commands(workflow.info().workflow_id),
         )
         self._pub.show()
+        child_reports.report_soon(run, self._pub)  # a sub-agent: its parent shows it stuck
         telemetry.human_wait_started("guidance")
         await workflow.wait_condition(lambda: m.human_guidance is not None)
         telemetry.human_wait_ended("guidance", "answered")

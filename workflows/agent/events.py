@@ -47,6 +47,10 @@ MAX_EVENT_TEXT = 4_000
 """An event's ``text`` is cut to this many characters (the whole answer is in ``status``)."""
 MAX_ARGUMENT_CHARS = 1_000
 """Each string in an event's ``arguments`` is cut to this many characters."""
+REPORTED_EVENTS = 16
+"""A sub-agent passes at most this many of its newest events to its parent per report (the
+rest are counted); each with its ``text`` cut to ``REPORTED_TEXT`` and no ``arguments``."""
+REPORTED_TEXT = 500
 MAX_DECLINE_CHARS = 2_000
 """A client's reason for declining a query (``ClientAnswer.declined``) holds at most this many
 characters."""
@@ -150,6 +154,9 @@ class AgentEvent(Lean):
     """Run totals after a ``model`` event."""
     decided_by: str | None = None
     """``decided``: who decided, as the decision said."""
+    subagent: str | None = None
+    """The sub-agent (its workflow id) whose event a parent passes on in its own stream; its
+    ``step`` and ``state`` are the sub-agent's. ``None``: the run's own event."""
 
 
 class TokenDelta(Frozen):
@@ -175,6 +182,14 @@ def bounded(event: AgentEvent) -> AgentEvent:
         if arguments != event.arguments:
             update["arguments"] = arguments
     return event.model_copy(update=update) if update else event
+
+
+def reported(event: AgentEvent, workflow_id: str) -> AgentEvent:
+    """A sub-agent's event as its parent passes it on: tagged with the sub-agent that published
+    it (a grandchild's keeps its own tag), shorter, without arguments."""
+    text = _cut(event.text, REPORTED_TEXT) if len(event.text) > REPORTED_TEXT else event.text
+    update = {"subagent": event.subagent or workflow_id, "text": text, "arguments": None}
+    return event.model_copy(update=update)
 
 
 def _cut(text: str, limit: int) -> str:

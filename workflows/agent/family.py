@@ -33,10 +33,19 @@ class ChildRun(Frozen):
     """The parent's step whose call started it."""
     token_budget: int | None = None
     """The share of the parent's budget reserved for it (``None``: the parent has none)."""
+    cost_budget_usd: float | None = None
+    """The share of the parent's cost cap reserved for it (``None``: the parent has none)."""
     status: ChildStatus = "running"
     tokens: int = 0
-    """Tokens it spent (its whole family's), counted in the parent's usage once it ended."""
+    """Tokens it spent (its whole family's): while it runs, what it last reported (held in its
+    reservation, not yet in the parent's usage); once it ended, what was counted there."""
     cost_usd: float | None = None
+    """Its cost (its whole family's), reported while it runs, final once it ended."""
+    state: str | None = None
+    """Its state as it last reported (``Planning``, ``WaitingForHuman``...), while it runs."""
+    stuck: str | None = None
+    """Why it is stuck (recovering, or waiting for guidance in its own id), as it last
+    reported."""
     steps: int = 0
     outcome: str | None = None
     """Its answer or why it did not answer, cut to a line's worth."""
@@ -48,10 +57,25 @@ class Family(Mutable):
     """The children one run started, in the order it started them."""
 
     children: list[ChildRun] = Field(default_factory=list)
+    lost_cost_usd: float = 0.0
+    """Dollars counted for children that ended without saying what they spent (their whole
+    cost shares), and what a child's own such children cost: beyond its priced usage."""
 
     def reserved(self) -> int:
         """Tokens held for children still running (their shares, spent or not)."""
         return sum(c.token_budget or 0 for c in self.children if c.status == "running")
+
+    def reserved_cost(self) -> float:
+        """Dollars held for children still running (their cost shares, spent or not)."""
+        return sum(c.cost_budget_usd or 0.0 for c in self.children if c.status == "running")
+
+    def running_tokens(self) -> int:
+        """Tokens running children reported spending so far (inside their reservations)."""
+        return sum(c.tokens for c in self.running())
+
+    def running_cost(self) -> float:
+        """Dollars running children reported spending so far (inside their reservations)."""
+        return sum(c.cost_usd or 0.0 for c in self.running())
 
     def running(self) -> tuple[ChildRun, ...]:
         return tuple(c for c in self.children if c.status == "running")

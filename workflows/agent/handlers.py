@@ -16,7 +16,15 @@ from temporalio import workflow
 from temporalio.common import RawValue
 from temporalio.exceptions import ApplicationError
 
-from workflows.agent import approvals, client_queries, delegation, status, threads, waiting
+from workflows.agent import (
+    approvals,
+    child_reports,
+    client_queries,
+    delegation,
+    status,
+    threads,
+    waiting,
+)
 from workflows.agent.acting import ToolRunner
 from workflows.agent.approvals import Refused
 from workflows.agent.client_queries import AnswerRefused
@@ -140,20 +148,21 @@ class AgentHandlers:
             return
         self._pub.record(self._run.state, "SignalReceived", f"{signal}: {cut(reason, 200)}")
 
-    @workflow.signal(name=delegation.CHILD_WAITING)
+    @workflow.signal(name=child_reports.CHILD_WAITING)
     def subagent_waiting(self, *bodies: Any) -> None:
-        """From a child run (``delegate``): its calls waiting for a human, or none any more.
-        Shown in this run's status; decided through it (``delegation.forward``)."""
+        """From a child run (``delegate``): its report (``child_reports``): what it spent, its
+        events, its calls waiting for a human (or none any more). Shown in this run's status
+        and stream; its calls are decided through it (``delegation.forward``)."""
         try:
-            body = approvals.signal_body(delegation.CHILD_WAITING, bodies)
-            waiting = delegation.ChildWaiting.model_validate(body)
+            body = approvals.signal_body(child_reports.CHILD_WAITING, bodies)
+            reported = child_reports.ChildReport.model_validate(body)
         except Refused as exc:
-            self._refused(delegation.CHILD_WAITING, exc)
+            self._refused(child_reports.CHILD_WAITING, exc)
             return
         except ValidationError as exc:
-            self._refused(delegation.CHILD_WAITING, Refused(describe_errors(exc)))
+            self._refused(child_reports.CHILD_WAITING, Refused(describe_errors(exc)))
             return
-        delegation.child_waiting(self._run, self._pub, waiting)
+        child_reports.child_reported(self._run, self._pub, reported)
 
     @workflow.signal(dynamic=True)
     def unknown_signal(self, name: str, bodies: Sequence[RawValue]) -> None:

@@ -216,6 +216,8 @@ class AgentStatus(Frozen):
     cost_usd: float | None = None
     """Usage priced with ``config.prices``; ``None`` without a price for the model."""
     token_budget: int | None = None
+    max_cost_usd: float | None = None
+    """The run's cost cap (``config.max_cost_usd``), which ``cost_usd`` stays under."""
     confidence: float | None = None
     """The last response's confidence, when the endpoint reports log-probabilities."""
     last_event: str | None = None

@@ -9,7 +9,7 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from datetime import datetime
 
-from workflows.agent import typed_answers
+from workflows.agent import cost_cap, typed_answers
 from workflows.agent.catalogue import TOOLS, estimate_prompt_tokens
 from workflows.agent.config import context_window
 from workflows.agent.memory import AgentMemory
@@ -97,7 +97,7 @@ def model_request(
             f"(limit {MAX_MODEL_INPUT_BYTES // 1024} KiB); lower max_observation_chars or split "
             "the task",
         )
-    if config.token_budget is None:
+    if config.token_budget is None and config.max_cost_usd is None:
         return request
     estimate = estimate_prompt_tokens(m.build_messages(), request.tools) + sum(
         schema.prompt_chars() // 4 + 10 for schema in request.tool_schemas
@@ -105,15 +105,25 @@ def model_request(
     if patched(CALIBRATED_BUDGET):
         m.prompt_estimate = estimate
         estimate = -(-estimate * m.prompt_scale // 100)
-    cap = config.token_budget - m.usage.total_tokens - estimate
-    if cap < MIN_COMPLETION_TOKENS:
-        return CannotCall(
-            Event.BUDGET_EXCEEDED,
-            f"token budget exhausted: {m.usage.total_tokens} of {config.token_budget} tokens "
-            f"used, and the next call needs about {estimate} prompt tokens",
-        )
+    max_tokens = config.max_tokens
+    if config.token_budget is not None:
+        cap = config.token_budget - m.usage.total_tokens - estimate
+        if cap < MIN_COMPLETION_TOKENS:
+            return CannotCall(
+                Event.BUDGET_EXCEEDED,
+                f"token budget exhausted: {m.usage.total_tokens} of {config.token_budget} "
+                f"tokens used, and the next call needs about {estimate} prompt tokens",
+            )
+        max_tokens = min(cap, max_tokens or cap)
+    room = cost_cap.completion_room(run, estimate)
+    if isinstance(room, str):
+        return CannotCall(Event.FATAL_ERROR, room)
+    if room is not None:
+        if room < MIN_COMPLETION_TOKENS:
+            return CannotCall(Event.BUDGET_EXCEEDED, cost_cap.exhausted(run, estimate))
+        max_tokens = min(room, max_tokens or room)
     # The cap keeps one call from overshooting what is left.
-    return request.model_copy(update={"max_tokens": min(cap, config.max_tokens or cap)})
+    return request.model_copy(update={"max_tokens": max_tokens})
 
 
 def describe_response(response: ModelResponse, fallback: str | None = None) -> str:

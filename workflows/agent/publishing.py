@@ -52,6 +52,11 @@ class Publisher:
         at every transition, and replay so: the engine sets this behind ``workflow.patched``)."""
         self.outage: Outage | None = None
         """The store a call waits for now (``calls``); not carried: a replay sets it again."""
+        self.outbox: list[AgentEvent] = []
+        """A sub-agent's events not yet reported to its parent (``child_reports``), newest
+        ``events.REPORTED_EVENTS`` only; not carried: the next run of the chain starts empty."""
+        self.outbox_dropped = 0
+        """Events left out of the outbox since the last report, to say how many."""
 
     def record(self, state: State, event: str, data: str) -> None:
         """One trace line (at ``workflow.now()``)."""
@@ -60,21 +65,29 @@ class Publisher:
     def emit(self, kind: EventKind, text: str = "", **fields: Any) -> None:
         """Publish one event on the run's live stream (see ``events``)."""
         run = self._run
-        # Bounded, so the stream (kept in memory, its tail carried across continue-as-new)
-        # stays small whatever the model writes: the whole text is in status and the trace.
-        self._events.publish(
-            events.bounded(
-                AgentEvent(
-                    kind=kind,
-                    step=run.memory.step,
-                    state=run.state.value,
-                    at=workflow.now(),
-                    text=text,
-                    run=run.runs,
-                    **fields,
-                )
+        self.publish(
+            AgentEvent(
+                kind=kind,
+                step=run.memory.step,
+                state=run.state.value,
+                at=workflow.now(),
+                text=text,
+                run=run.runs,
+                **fields,
             )
         )
+
+    def publish(self, event: AgentEvent) -> None:
+        """Publish one event as it is (``emit``'s, or a child's a parent tags and passes on)."""
+        # Bounded, so the stream (kept in memory, its tail carried across continue-as-new)
+        # stays small whatever the model writes: the whole text is in status and the trace.
+        self._events.publish(events.bounded(event))
+        sub = self._run.input.config.subagents
+        if sub is not None and sub.depth > 0:  # a sub-agent: its parent's stream shows it too
+            self.outbox.append(event)
+            if len(self.outbox) > events.REPORTED_EVENTS:
+                self.outbox_dropped += len(self.outbox) - events.REPORTED_EVENTS
+                del self.outbox[: -events.REPORTED_EVENTS]
         # Keep the newest items only (the activity's token batches count too); offsets go on.
         end = self.stream_end()
         if end > events.EVENTS_KEPT:

@@ -39,7 +39,13 @@ def cost(usage_by_model: Mapping[str, TokenUsage], prices: Mapping[str, Price]) 
 
 
 def run_cost(run: AgentRun) -> float | None:
-    return cost(run.memory.usage_by_model, run.input.config.prices)
+    """The run's cost: its usage (its ended children's included) priced, plus what children
+    that ended without saying cost (their whole cost shares)."""
+    priced = cost(run.memory.usage_by_model, run.input.config.prices)
+    lost = run.family.lost_cost_usd
+    if not lost:
+        return priced
+    return round((priced or 0.0) + lost, 6)
 
 
 def status(
@@ -58,6 +64,7 @@ def status(
         usage=m.usage,
         cost_usd=run_cost(run),
         token_budget=config.token_budget,
+        max_cost_usd=config.max_cost_usd,
         confidence=m.confidence_score,
         last_event=run.last_event,
         final_answer=m.final_answer,
@@ -115,7 +122,12 @@ def details(run: AgentRun, now: datetime, outage: Outage | None = None) -> str:
     if run.family.children:
         lines.append(f"**Sub-agents** (tokens counted with the run's): {family_line(run)}")
         lines.extend(
-            f"- `{c.workflow_id}` {c.status} · {c.tokens} tokens · {c.task}"
+            f"- `{c.workflow_id}` {c.status}"
+            + (f" ({c.state}, step {c.steps})" if c.status == "running" and c.state else "")
+            + f" · {c.tokens} tokens"
+            + (f" · ${c.cost_usd:.4f}" if c.cost_usd is not None else "")
+            + f" · {c.task}"
+            + (f" · stuck: {cut(c.stuck, 120)}" if c.status == "running" and c.stuck else "")
             for c in run.family.children
         )
     if m.pending_guidance:
@@ -139,7 +151,9 @@ def family_line(run: AgentRun) -> str:
     """A run's children in one line: how many run and ended, and the budget they hold."""
     children = run.family.children
     running = sum(1 for c in children if c.status == "running")
-    held = run.family.reserved()
-    return f"{running} running, {len(children) - running} ended" + (
-        f", {held} tokens held for them" if held else ""
+    held, spending = run.family.reserved(), run.family.running_tokens()
+    return (
+        f"{running} running, {len(children) - running} ended"
+        + (f", {held} tokens held for them" if held else "")
+        + (f", {spending} of them spent so far" if spending else "")
     )

@@ -36,6 +36,8 @@ def describe_query(query: ClientQuery) -> str:
 def event_text(event: AgentEvent, *, show_messages: bool = True) -> Text | None:
     """How one event reads on a terminal; ``None`` for the kinds the status line or the model
     text show (``state``, ``model``, ``answer``)."""
+    if event.subagent is not None:
+        return _subagent_text(event, show_messages=show_messages)
     kind = event.kind
     target = f"{event.tool or ''} {event.target or ''}".strip()
     lines: list[tuple[str, str]] = []
@@ -104,6 +106,20 @@ def event_text(event: AgentEvent, *, show_messages: bool = True) -> Text | None:
             text.append("\n")
         text.append(line, style=style)
     return text
+
+
+def _subagent_text(event: AgentEvent, *, show_messages: bool) -> Text | None:
+    """A sub-agent's event its parent passed on: the line it would have, tagged with it (its
+    model replies and moves too, in one short line each)."""
+    inner = event_text(event.model_copy(update={"subagent": None}), show_messages=show_messages)
+    if inner is None:
+        said = event.text.strip() or ", ".join(event.tool_calls)
+        if not said:
+            return None
+        inner = Text(f"{event.kind}: {short(said, 200)}", style="dim")
+    tagged = Text(f"[{event.subagent}] ", style="dim cyan")
+    tagged.append_text(inner)
+    return tagged
 
 
 def item_json(item: StreamItem) -> dict[str, Any]:

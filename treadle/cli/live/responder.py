@@ -106,6 +106,8 @@ class Responder:
     ``USER@HOST``): attribution, as ``approve --as`` records it."""
 
     async def on_event(self, event: AgentEvent) -> None:
+        if event.subagent is not None:
+            return  # a sub-agent's event: its approvals reach us as this run's own
         if event.kind == "approval_needed" and self.interactive and event.call_id:
             await self._approval(event.call_id)
         elif event.kind == "guidance_needed" and self.interactive:

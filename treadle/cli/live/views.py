@@ -154,6 +154,12 @@ class TerminalView:
             self._new_text(value.step, self.text.delta(value))
             return
         event = value
+        if event.subagent is not None:  # a sub-agent's, passed on by this run: one tagged line
+            line = event_text(event, show_messages=self.show_messages)
+            if line is not None:
+                self._end_text()
+                self._print(line)
+            return
         self._track(event)
         if event.kind == "model":
             self._new_text(event.step, self.text.rest(event.step, event.text))

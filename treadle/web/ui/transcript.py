@@ -67,6 +67,9 @@ class Fold:
         if isinstance(value, TokenDelta):
             new = self.text.delta(value)
             return self._model_text(value.step, new.text, new.retried)
+        if value.subagent is not None:  # a sub-agent's event, passed on by this run
+            text = value.text or ", ".join(value.tool_calls)
+            return self._note(f"sub-agent {value.subagent}", f"{value.kind}: {text}")
         ops = self._event(value)
         ops.append({"op": "event", "kind": value.kind, "state": value.state})
         return ops

@@ -1,0 +1,188 @@
+"""A sub-agent reports to its parent while it runs, and the parent shows what it reported.
+
+A child signals its parent's workflow id (``CHILD_WAITING``, the signal's name since the first
+reports, which were only about approvals) with one bounded ``ChildReport``: its state and step,
+what it and its running children spent so far, its calls waiting for a human and its children's
+(named ``<its call>/<their call>``, so a grandchild's approval bubbles up to the top run), and its
+newest stream events. It reports when its calls wait for a human and when they were decided;
+since ``SUBAGENT_PROGRESS``, also at the start of each step and whenever one of its own children
+reported (so a grandchild's report reaches the top without waiting for the child's next step).
+
+The parent keeps the numbers in the child's ``ChildRun`` (``status``, the Web UI details),
+publishes each new pending call as its own ``approval_needed`` event (decided through it:
+``delegation.forward``), and passes the child's events on in its own stream, tagged with the
+child (``AgentEvent.subagent``). A child's events carry no more than the stream already does:
+each is cut further (``events.reported``), and at most ``events.REPORTED_EVENTS`` per report.
+What a report does not carry (the child's tokens as they stream, whole texts) stays in the
+child's own stream and status.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from temporalio import workflow
+from temporalio.exceptions import ApplicationError
+
+from workflows.agent.events import AgentEvent, EventKind, approval_commands, reported
+from workflows.agent.models import PendingApproval
+from workflows.agent.publishing import Publisher
+from workflows.agent.state import AgentRun
+from workflows.agent.status import run_cost
+from workflows.base import Frozen
+
+CHILD_WAITING = "subagent_waiting"
+"""The signal a child reports to its parent with (a name, not a method: this module cannot
+import the workflow class it is part of)."""
+
+SUBAGENT_APPROVALS = "subagent-approvals"
+"""``workflow.patched`` id: a child tells its parent what waits for a human. Only children of
+runs with ``subagents`` reach it, which no run recorded before sub-agents is."""
+
+SUBAGENT_PROGRESS = "subagent-progress"
+"""``workflow.patched`` id: a child also reports at the start of each step, and whenever one
+of its own children reported. Only sub-agents ask it (a run at depth 0 never does)."""
+
+NOT_PASSED_ON: frozenset[EventKind] = frozenset({"approval_needed", "answer", "ended", "continued"})
+"""A child's events its parent does not pass on: its approvals (the parent publishes its own,
+with commands that name the parent), and the kinds a watcher of the parent reads as the
+parent's own end (its answer, its end, its hand-over); the parent's ``delegate`` call shows
+how the child ended."""
+
+
+class ChildReport(Frozen):
+    """What a child tells its parent (``CHILD_WAITING``). Only ``workflow_id`` and ``pending``
+    were sent before ``SUBAGENT_PROGRESS``: the rest is ``None`` or empty in those reports."""
+
+    workflow_id: str
+    pending: tuple[PendingApproval, ...] = ()
+    """Its calls waiting for a human, and its children's (``<its call>/<their call>``)."""
+    state: str | None = None
+    step: int | None = None
+    tokens: int | None = None
+    """What it spent so far: its own usage, its ended children's, and what its running
+    children reported."""
+    cost_usd: float | None = None
+    stuck: str | None = None
+    """Why it is stuck, if it is (guidance goes to its own id: ``starter.py guide CHILD_ID``)."""
+    events: tuple[AgentEvent, ...] = ()
+    """Its newest stream events since its last report (its children's among them, tagged)."""
+    events_left_out: int = 0
+    """Older events since its last report that this one does not carry."""
+
+
+ChildWaiting = ChildReport
+"""The report's name when it said only what waits for a human."""
+
+
+def is_child(run: AgentRun) -> bool:
+    sub = run.input.config.subagents
+    return workflow.info().parent is not None and sub is not None and sub.depth > 0
+
+
+def report(run: AgentRun, pub: Publisher) -> ChildReport:
+    """The report this run sends its parent now; its outbox is emptied into it."""
+    m, family = run.memory, run.family
+    priced = run_cost(run)
+    running = family.running_cost()
+    body = ChildReport(
+        workflow_id=workflow.info().workflow_id,
+        pending=(*run.waiting_approvals(), *family.pending()),
+        state=run.state.value,
+        step=m.step,
+        tokens=m.usage.total_tokens + family.running_tokens(),
+        cost_usd=None if priced is None and not running else round((priced or 0) + running, 6),
+        stuck=m.pending_guidance or run.recovery.stuck_reason,
+        events=tuple(
+            reported(e, workflow.info().workflow_id)
+            for e in pub.outbox
+            if e.kind not in NOT_PASSED_ON
+        ),
+        events_left_out=pub.outbox_dropped,
+    )
+    pub.outbox.clear()
+    pub.outbox_dropped = 0
+    return body
+
+
+async def tell_parent(run: AgentRun, pub: Publisher) -> None:
+    """A child: tell the parent which of its calls wait for a human now (none: decided), with
+    the rest of its report. A parent that is gone is no error: the child's own approvals still
+    work."""
+    info = workflow.info()
+    if not is_child(run) or info.parent is None:
+        return
+    if not workflow.patched(SUBAGENT_APPROVALS):
+        return
+    await _signal(info.parent.workflow_id, report(run, pub))
+
+
+def report_soon(run: AgentRun, pub: Publisher) -> None:
+    """A child: report to the parent without waiting for the signal to be delivered (at the
+    start of a step, and from a handler when one of its own children reported)."""
+    info = workflow.info()
+    if not is_child(run) or info.parent is None:
+        return
+    if not workflow.patched(SUBAGENT_PROGRESS):
+        return
+    # Scheduled in this workflow task as any command is: deterministic. Handlers are not
+    # coroutines, and the loop need not wait a round trip for its parent to hear.
+    body = report(run, pub)
+    asyncio.get_running_loop().create_task(_signal(info.parent.workflow_id, body))
+
+
+async def _signal(parent_id: str, body: ChildReport) -> None:
+    parent = workflow.get_external_workflow_handle(parent_id)
+    try:
+        await parent.signal(CHILD_WAITING, body)
+    except ApplicationError as exc:
+        workflow.logger.warning("agent.subagent.parent_gone", extra={"why": exc.message})
+
+
+def child_reported(run: AgentRun, pub: Publisher, body: ChildReport) -> None:
+    """A parent: a child reported. Its numbers and pending calls go to its ``ChildRun``; each
+    new pending call is published as an ``approval_needed`` event that names this run, and its
+    events are passed on, tagged. A run that is itself a child reports onward."""
+    child = next((c for c in run.family.children if c.workflow_id == body.workflow_id), None)
+    if child is None or child.status != "running":
+        return
+    known = {p.call_id for p in child.pending_approvals}
+    update: dict[str, object] = {"pending_approvals": body.pending}
+    if body.tokens is not None:
+        update.update(
+            tokens=body.tokens, cost_usd=body.cost_usd, state=body.state, stuck=body.stuck
+        )
+        update["steps"] = body.step or 0
+    run.family.replace(child.model_copy(update=update))
+    if body.tokens is None or known != {p.call_id for p in body.pending}:
+        waiting = ", ".join(f"{child.call_id}/{p.call_id} ({p.tool})" for p in body.pending)
+        pub.record(run.state, "SubagentWaiting", f"{child.workflow_id}: {waiting or 'decided'}")
+    if body.events_left_out:
+        pub.publish(
+            AgentEvent(
+                kind="progress",
+                step=body.step or 0,
+                state=body.state or "",
+                at=workflow.now(),
+                text=f"{body.events_left_out} earlier event(s) of this sub-agent not passed on",
+                subagent=body.workflow_id,
+            )
+        )
+    for event in body.events:
+        pub.publish(event)
+    parent_id = workflow.info().workflow_id
+    for p in body.pending:
+        if p.call_id in known:
+            continue
+        named = f"{child.call_id}/{p.call_id}"
+        pub.emit(
+            "approval_needed",
+            f"sub-agent {child.workflow_id}: {p.tool}",
+            tool=p.tool,
+            call_id=named,
+            target=child.workflow_id,
+            arguments=p.arguments,
+            commands=approval_commands(parent_id, named),
+        )
+    pub.show()
+    report_soon(run, pub)
