@@ -75,7 +75,11 @@ def test_the_corpus_holds_runs_from_before_each_versioned_change() -> None:
     without its marker, which ``test_recorded_history_replays`` replays through the new code
     (the old path). The ``coalesced-search-attributes`` change (one upsert before each wait
     instead of one per transition) also needs old runs that upserted per transition."""
-    from workflows.agent.child_reports import SUBAGENT_APPROVALS, SUBAGENT_PROGRESS
+    from workflows.agent.child_reports import (
+        REPORT_PACE,
+        SUBAGENT_APPROVALS,
+        SUBAGENT_PROGRESS,
+    )
     from workflows.agent.delegation import SUBAGENTS
     from workflows.agent.engine import REFLECTION_KEEPS_RECORD
     from workflows.agent.handover import CARRIED_BY_REFERENCE
@@ -93,7 +97,7 @@ def test_the_corpus_holds_runs_from_before_each_versioned_change() -> None:
     agent_runs = {name: t for name, t in texts.items() if '"AgentWorkflow"' in t}
     marked = {name: patch_markers(t) for name, t in agent_runs.items()}
     patches = (CARRY_CONTENT_HASHES, CLIENT_QUERIES, COALESCED_SEARCH_ATTRIBUTES, LOADED_TOOLS)
-    subagent_patches = (SUBAGENTS, SUBAGENT_APPROVALS, SUBAGENT_PROGRESS)
+    subagent_patches = (SUBAGENTS, SUBAGENT_APPROVALS, SUBAGENT_PROGRESS, REPORT_PACE)
     later = (STORE_OUTAGES, *subagent_patches, ONE_UPSERT_PER_STEP, WORKSPACE_FOLLOWS)
     for patch in (*patches, *later):
         before = [name for name, ids in marked.items() if patch not in ids]
@@ -111,5 +115,5 @@ def test_the_corpus_holds_runs_from_before_each_versioned_change() -> None:
         and t.count("EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES") >= 6
     ]
     assert per_transition, "no recorded run that upserted at every transition"
-    for patch in (SUBAGENTS, SUBAGENT_APPROVALS, SUBAGENT_PROGRESS, WORKSPACE_FOLLOWS):
+    for patch in (*subagent_patches, WORKSPACE_FOLLOWS):
         assert any(patch in ids for ids in marked.values()), f"no recorded run after {patch}"

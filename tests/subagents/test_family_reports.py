@@ -89,6 +89,38 @@ async def test_a_childs_events_appear_in_its_parents_stream_tagged(harness: Harn
     assert (last.kind, last.subagent) == ("ended", None)
 
 
+async def test_a_childs_routine_reports_keep_their_pace_and_its_last_events_still_arrive(
+    harness: Harness,
+) -> None:
+    """A child of many quick steps does not signal its parent once a step (the parent cannot
+    hand over while it waits, so each signal would stay in its history): it reports when it
+    begins and passes the rest on when it ends, and the parent's stream misses none of them."""
+    steps = 6
+    sub = harness.script(*[{"tool_calls": [LIST]}] * steps, {"content": "listed"})
+    parent = harness.script(
+        {"tool_calls": [delegate("list it", sub, "call_1")]}, {"content": "the child listed"}
+    )
+    handle = await harness.start(parent, subagents={"models": [sub]})
+    result: AgentResult = await handle.result()
+    assert result.status is RunStatus.DONE, result.error
+    history = await handle.fetch_history()
+    signals = [
+        e for e in history.events if e.HasField("workflow_execution_signaled_event_attributes")
+    ]
+    # Quick steps, one scripted reply each: well inside one REPORT_EVERY, so the first report
+    # and the last; a slow machine may add one more, never one a step.
+    assert 2 <= len(signals) < steps, len(signals)
+    kid = f"{handle.id}.call_1"
+    passed = [e for e in await events(handle) if e.subagent == kid]
+    finished = [e.step for e in passed if e.kind == "tool_finished"]
+    # Its last step's events arrive with its last report; what a report could not carry is
+    # counted in the parent's stream (and all of it is in the child's own).
+    assert finished and finished[-1] == steps
+    left_out = [e for e in passed if "not passed on" in e.text]
+    assert len(finished) == steps or left_out
+    assert not [e for e in passed if e.kind == "state"]
+
+
 async def test_a_grandchilds_approval_is_decided_through_the_top_run(harness: Harness) -> None:
     """A grandchild's call waiting for approval bubbles up to the top run, named by each
     level's call (``call_c/call_g/call_t0_0``); ``starter.py approve TOP_ID --call`` decides it

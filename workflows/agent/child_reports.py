@@ -20,6 +20,7 @@ child's own stream and status.
 from __future__ import annotations
 
 import asyncio
+from datetime import timedelta
 
 from temporalio import workflow
 from temporalio.exceptions import ApplicationError
@@ -43,11 +44,24 @@ SUBAGENT_PROGRESS = "subagent-progress"
 """``workflow.patched`` id: a child also reports at the start of each step, and whenever one
 of its own children reported. Only sub-agents ask it (a run at depth 0 never does)."""
 
-NOT_PASSED_ON: frozenset[EventKind] = frozenset({"approval_needed", "answer", "ended", "continued"})
+REPORT_PACE = "subagent-report-pace"
+"""``workflow.patched`` id: a child's routine reports (a step began, a child of its own reported)
+come at most every ``REPORT_EVERY`` of workflow time, and a last one when it ends; what waits
+for a human, and a stuck child, are reported at once. Before it, every step reported: two more
+events a step in the child and four in the parent, which cannot continue as new while its
+children run (eight children of a thousand steps each would have taken it to 32,000 events)."""
+REPORT_EVERY = timedelta(seconds=15)
+"""Routine reports of one child, at most: its parent's history grows by about 16 events a
+minute per running child, and its status and stream lag the child by at most this long."""
+
+NOT_PASSED_ON: frozenset[EventKind] = frozenset(
+    {"approval_needed", "answer", "ended", "continued", "state"}
+)
 """A child's events its parent does not pass on: its approvals (the parent publishes its own,
-with commands that name the parent), and the kinds a watcher of the parent reads as the
-parent's own end (its answer, its end, its hand-over); the parent's ``delegate`` call shows
-how the child ended."""
+with commands that name the parent), the kinds a watcher of the parent reads as the parent's
+own end (its answer, its end, its hand-over; the parent's ``delegate`` call shows how the child
+ended), and its state transitions (the report's ``state`` says where it is, and a report's
+room is kept for its replies and tool calls)."""
 
 
 class ChildReport(Frozen):
@@ -102,6 +116,7 @@ def report(run: AgentRun, pub: Publisher) -> ChildReport:
     )
     pub.outbox.clear()
     pub.outbox_dropped = 0
+    pub.reported_at = workflow.now()
     return body
 
 
@@ -117,18 +132,34 @@ async def tell_parent(run: AgentRun, pub: Publisher) -> None:
     await _signal(info.parent.workflow_id, report(run, pub))
 
 
-def report_soon(run: AgentRun, pub: Publisher) -> None:
+def report_soon(run: AgentRun, pub: Publisher, *, urgent: bool = False) -> None:
     """A child: report to the parent without waiting for the signal to be delivered (at the
-    start of a step, and from a handler when one of its own children reported)."""
+    start of a step, and from a handler when one of its own children reported). Routine
+    reports keep their pace (``REPORT_PACE``); an ``urgent`` one (stuck, what waits for a human
+    changed) goes at once."""
     info = workflow.info()
     if not is_child(run) or info.parent is None:
         return
     if not workflow.patched(SUBAGENT_PROGRESS):
         return
+    last = pub.reported_at
+    paced = not urgent and last is not None and workflow.patched(REPORT_PACE)
+    if paced and last is not None and workflow.now() - last < REPORT_EVERY:
+        return
     # Scheduled in this workflow task as any command is: deterministic. Handlers are not
     # coroutines, and the loop need not wait a round trip for its parent to hear.
     body = report(run, pub)
     asyncio.get_running_loop().create_task(_signal(info.parent.workflow_id, body))
+
+
+async def last_report(run: AgentRun, pub: Publisher) -> None:
+    """A child that ends: what its paced reports have not passed on yet (its end itself is the
+    child workflow's result, which the parent reads)."""
+    info = workflow.info()
+    if not is_child(run) or info.parent is None or not (pub.outbox or pub.outbox_dropped):
+        return
+    if workflow.patched(SUBAGENT_PROGRESS) and workflow.patched(REPORT_PACE):
+        await _signal(info.parent.workflow_id, report(run, pub))
 
 
 async def _signal(parent_id: str, body: ChildReport) -> None:
@@ -185,4 +216,5 @@ def child_reported(run: AgentRun, pub: Publisher, body: ChildReport) -> None:
             commands=approval_commands(parent_id, named),
         )
     pub.show()
-    report_soon(run, pub)
+    changed = known != {p.call_id for p in body.pending}
+    report_soon(run, pub, urgent=changed or body.stuck is not None)

@@ -198,6 +198,7 @@ class AgentEngine(AgentHandlers):
             self._pub.send_attributes()
             raise
         self._pub.send_attributes()
+        await child_reports.last_report(run, self._pub)  # a sub-agent: the events not passed on
         outcome = {State.DONE: RunStatus.DONE, State.HALTED: RunStatus.HALTED}
         m = run.memory
         return AgentResult(
@@ -471,7 +472,7 @@ class AgentEngine(AgentHandlers):
             commands=events.guidance_commands(workflow.info().workflow_id),
         )
         self._pub.show()
-        child_reports.report_soon(run, self._pub)  # a sub-agent: its parent shows it stuck
+        child_reports.report_soon(run, self._pub, urgent=True)  # its parent shows it stuck
         telemetry.human_wait_started("guidance")
         await workflow.wait_condition(lambda: m.human_guidance is not None)
         telemetry.human_wait_ended("guidance", "answered")

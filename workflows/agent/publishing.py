@@ -9,6 +9,7 @@ step's tool calls send none of their own (``ONE_UPSERT_PER_STEP``): a step costs
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from temporalio import workflow
@@ -57,6 +58,8 @@ class Publisher:
         ``events.REPORTED_EVENTS`` only; not carried: the next run of the chain starts empty."""
         self.outbox_dropped = 0
         """Events left out of the outbox since the last report, to say how many."""
+        self.reported_at: datetime | None = None
+        """When this run (a sub-agent) last reported to its parent (``child_reports``)."""
 
     def record(self, state: State, event: str, data: str) -> None:
         """One trace line (at ``workflow.now()``)."""
