@@ -110,6 +110,7 @@ async def test_a_childs_routine_reports_keep_their_pace_and_its_last_events_stil
     # Quick steps, one scripted reply each: well inside one REPORT_EVERY, so the first report
     # and the last; a slow machine may add one more, never one a step.
     assert 2 <= len(signals) < steps, len(signals)
+    await child(harness, handle, "call_1").result()  # its history is replayed (and recorded)
     kid = f"{handle.id}.call_1"
     passed = [e for e in await events(handle) if e.subagent == kid]
     finished = [e.step for e in passed if e.kind == "tool_finished"]
