@@ -21,9 +21,13 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
-from temporalio.api.enums.v1 import EventType
+from temporalio.api.enums.v1 import EventType, PendingActivityState, TaskQueueKind, TimeoutType
+from temporalio.api.history.v1 import HistoryEvent
+from temporalio.client import WorkflowHandle
 
 from activities.heartbeat import MIN_INTERVAL_SECONDS
 from bench.suite import (
@@ -47,7 +51,12 @@ def pid_of(identity: str) -> int:
 
 
 async def model_call_retry(
-    bench: Bench, tq: str, workers: list[WorkerProcess], config: AgentConfig
+    bench: Bench,
+    tq: str,
+    workers: list[WorkerProcess],
+    config: AgentConfig,
+    *,
+    verbose: bool = False,
 ) -> float:
     """Kill the worker inside a model call; seconds from the kill to the retry's start."""
     model = f"slow-{uuid.uuid4().hex[:6]}"
@@ -65,8 +74,10 @@ async def model_call_retry(
 
     await wait_for(beaten, 60, "the model call's first heartbeat", every=0.02)
     victim = next(w for w in workers if w.pid == pid_of(identity))
+    beat = (await handle.describe()).raw_description.pending_activities[0].last_heartbeat_time
     killed = victim.kill()
     await victim.process.wait()
+    timeline = await retry_timeline(handle) if verbose else {}
     result = await asyncio.wait_for(handle.result(), 120)
     if result.status is not RunStatus.DONE:
         raise RuntimeError(f"the killed run ended {result.status}: {result.error}")
@@ -77,10 +88,40 @@ async def model_call_retry(
     if started.activity_task_started_event_attributes.attempt < 2:
         raise RuntimeError("the model call was not retried: the kill came too late")
     workers.remove(victim)
+    if verbose:
+        timeline["retry started (event)"] = event_seconds(started)
+        timeline["last heartbeat heard"] = beat.ToMicroseconds() / 1e6
+        for what, at in sorted(timeline.items(), key=lambda item: item[1]):
+            print(f"  {at - killed:+7.3f} s  {what}", file=sys.stderr)
     return event_seconds(started) - killed
 
 
-async def approval_after_kill(bench: Bench, tq: str, workers: list[WorkerProcess]) -> float:
+async def retry_timeline(handle: WorkflowHandle[Any, Any]) -> dict[str, float]:
+    """When the server saw the killed attempt time out and scheduled the next, as the pending
+    activity shows it (polled every 10 ms until the next attempt starts)."""
+    seen: dict[str, float] = {}
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        pending = (await handle.describe()).raw_description.pending_activities
+        if not pending or pending[0].attempt < 2:
+            await asyncio.sleep(0.01)
+            continue
+        info = pending[0]
+        if "attempt 2 seen by describe" not in seen:
+            seen["attempt 2 seen by describe"] = time.time()
+            if info.HasField("next_attempt_schedule_time"):
+                due = info.next_attempt_schedule_time
+                seen["attempt 2 due (server)"] = due.ToMicroseconds() / 1e6
+        if info.state == PendingActivityState.PENDING_ACTIVITY_STATE_STARTED:
+            seen["attempt 2 started (server)"] = info.last_started_time.ToMicroseconds() / 1e6
+            break
+        await asyncio.sleep(0.01)
+    return seen
+
+
+async def approval_after_kill(
+    bench: Bench, tq: str, workers: list[WorkerProcess], *, verbose: bool = False
+) -> float:
     """Kill the worker caching a run parked on approval and approve at once: seconds from the
     kill to the approved tool's scheduling."""
     model = f"appr-{uuid.uuid4().hex[:6]}"
@@ -112,7 +153,27 @@ async def approval_after_kill(bench: Bench, tq: str, workers: list[WorkerProcess
     )
     tool = first_after(history, signalled, EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED)
     workers.remove(victim)
+    if verbose:
+        print_trail(history.events[signalled:], killed)
     return event_seconds(tool) - killed
+
+
+def print_trail(events: Sequence[HistoryEvent], since: float) -> None:
+    """The workflow tasks after the kill, each with its queue (sticky or normal), the worker
+    that took it and how it timed out: where an approval's time went."""
+    for event in events:
+        kind = EventType.Name(event.event_type).removeprefix("EVENT_TYPE_")
+        detail = ""
+        if event.HasField("workflow_task_scheduled_event_attributes"):
+            queue = event.workflow_task_scheduled_event_attributes.task_queue
+            detail = "sticky" if queue.kind == TaskQueueKind.TASK_QUEUE_KIND_STICKY else "normal"
+        elif event.HasField("workflow_task_started_event_attributes"):
+            detail = event.workflow_task_started_event_attributes.identity
+        elif event.HasField("workflow_task_timed_out_event_attributes"):
+            detail = TimeoutType.Name(event.workflow_task_timed_out_event_attributes.timeout_type)
+        print(f"  {event_seconds(event) - since:+7.3f} s  {kind} {detail}", file=sys.stderr)
+        if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+            break
 
 
 async def run(args: argparse.Namespace) -> None:
@@ -133,9 +194,13 @@ async def run(args: argparse.Namespace) -> None:
                         workers.append(await WorkerProcess.start(bench, tq))
                     await asyncio.sleep(0.5)  # both polling
                     if approval:
-                        approvals.append(await approval_after_kill(bench, tq, workers))
+                        approvals.append(
+                            await approval_after_kill(bench, tq, workers, verbose=args.verbose)
+                        )
                     else:
-                        retries.append(await model_call_retry(bench, tq, workers, config))
+                        retries.append(
+                            await model_call_retry(bench, tq, workers, config, verbose=args.verbose)
+                        )
                 print(f"[recovery: rep {rep + 1} of {args.reps}]", file=sys.stderr, flush=True)
             for worker in workers:
                 await worker.stop()
@@ -158,6 +223,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--heartbeat", type=float, help="heartbeat_timeout_seconds of the runs")
+    parser.add_argument(
+        "--verbose", action="store_true", help="print each approval's workflow tasks after the kill"
+    )
     start = time.perf_counter()
     asyncio.run(run(parser.parse_args()))
     print(f"({time.perf_counter() - start:.0f} s)")
