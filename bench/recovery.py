@@ -16,12 +16,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import resource
 import statistics
 import sys
 import tempfile
 import time
 import uuid
 from collections.abc import Sequence
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -31,9 +33,11 @@ from temporalio.client import WorkflowHandle
 
 from activities.heartbeat import MIN_INTERVAL_SECONDS
 from bench.suite import (
+    ROOT,
     Bench,
     WorkerProcess,
     bench_setup,
+    cpu_seconds,
     event_seconds,
     first_after,
     model_schedules,
@@ -120,14 +124,19 @@ async def retry_timeline(handle: WorkflowHandle[Any, Any]) -> dict[str, float]:
 
 
 async def approval_after_kill(
-    bench: Bench, tq: str, workers: list[WorkerProcess], *, verbose: bool = False
+    bench: Bench,
+    tq: str,
+    workers: list[WorkerProcess],
+    *,
+    verbose: bool = False,
+    task_timeout: timedelta | None = None,
 ) -> float:
     """Kill the worker caching a run parked on approval and approve at once: seconds from the
     kill to the approved tool's scheduling."""
     model = f"appr-{uuid.uuid4().hex[:6]}"
     bench.models.add_model(model, write_script(1))
     config = AgentConfig(require_approval=("write_file",), max_steps=5)
-    handle = await start_agent(bench, tq, model, config)
+    handle = await start_agent(bench, tq, model, config, task_timeout)
 
     async def parked() -> bool:
         return (await handle.query(AgentWorkflow.state)).state.value == "WaitingForHuman"
@@ -176,26 +185,66 @@ def print_trail(events: Sequence[HistoryEvent], since: float) -> None:
             break
 
 
+async def startups(bench: Bench, count: int) -> None:
+    """A replacement's own cost, ``count`` times each, interleaved: importing ``worker`` alone
+    (a fresh interpreter, wall and CPU), and ``worker.py`` from spawn to "Worker polling"
+    (wall, and the process's CPU when it polls)."""
+    imports: list[tuple[float, float]] = []
+    starts: list[tuple[float, float]] = []
+    tq = f"bench-start-{uuid.uuid4().hex[:6]}"
+    for _ in range(count):
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        began = time.perf_counter()
+        process = await asyncio.create_subprocess_exec(
+            sys.executable, "-c", "import worker", cwd=ROOT
+        )
+        await process.wait()
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+        imports.append((time.perf_counter() - began, cpu))
+        worker = await WorkerProcess.start(bench, tq)
+        starts.append((worker.ready - worker.spawned, cpu_seconds(worker.pid)))
+        await worker.stop()
+
+    def line(what: str, values: list[tuple[float, float]]) -> str:
+        walls, cpus = [v[0] for v in values], [v[1] for v in values]
+        return (
+            f"{what}: wall median {statistics.median(walls):.2f} s (min {min(walls):.2f}, "
+            f"max {max(walls):.2f}), CPU median {statistics.median(cpus):.2f} s ({count} starts)"
+        )
+
+    print(line("import worker (fresh interpreter)", imports))
+    print(line("worker.py spawned -> polling", starts))
+
+
 async def run(args: argparse.Namespace) -> None:
     config = AgentConfig(max_steps=5)
     if args.heartbeat is not None:
         config = config.model_copy(update={"heartbeat_timeout_seconds": args.heartbeat})
     timeout = config.heartbeat_timeout_seconds
+    flags = () if args.sticky is None else ("--sticky-queue-timeout", str(args.sticky))
+    task_timeout = None if args.task_timeout is None else timedelta(seconds=args.task_timeout)
     beats = 1 / max(MIN_INTERVAL_SECONDS, timeout / 3)
     retries: list[float] = []
     approvals: list[float] = []
     with tempfile.TemporaryDirectory(prefix="treadle-recovery-") as tmp_dir:
         async with bench_setup(False, Path(tmp_dir)) as bench:
+            if args.startups:
+                await startups(bench, args.startups)
+                if not args.reps:
+                    return
             tq = f"bench-kill-{uuid.uuid4().hex[:6]}"
             workers: list[WorkerProcess] = []
             for rep in range(args.reps):
                 for approval in (False, True):
                     while len(workers) < 2:  # the one that will be killed and a standby
-                        workers.append(await WorkerProcess.start(bench, tq))
+                        workers.append(await WorkerProcess.start(bench, tq, *flags))
                     await asyncio.sleep(0.5)  # both polling
                     if approval:
                         approvals.append(
-                            await approval_after_kill(bench, tq, workers, verbose=args.verbose)
+                            await approval_after_kill(
+                                bench, tq, workers, verbose=args.verbose, task_timeout=task_timeout
+                            )
                         )
                     else:
                         retries.append(
@@ -208,7 +257,8 @@ async def run(args: argparse.Namespace) -> None:
     def spread(values: list[float]) -> str:
         return (
             f"median {statistics.median(values):.2f} s "
-            f"(min {min(values):.2f}, max {max(values):.2f}; {len(values)} kills)"
+            f"(min {min(values):.2f}, max {max(values):.2f}; {len(values)} kills: "
+            f"{', '.join(f'{v:.2f}' for v in values)})"
         )
 
     print(
@@ -223,6 +273,21 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--heartbeat", type=float, help="heartbeat_timeout_seconds of the runs")
+    parser.add_argument(
+        "--sticky", type=float, help="the workers' --sticky-queue-timeout (default: theirs)"
+    )
+    parser.add_argument(
+        "--task-timeout",
+        type=float,
+        help="the approval runs' workflow task timeout (start option; default: the server's 10 s)",
+    )
+    parser.add_argument(
+        "--startups",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also measure a replacement's import and start-up, N times (--reps 0: only that)",
+    )
     parser.add_argument(
         "--verbose", action="store_true", help="print each approval's workflow tasks after the kill"
     )
