@@ -228,7 +228,7 @@ async def run(args: argparse.Namespace) -> None:
     retries: list[float] = []
     approvals: list[float] = []
     with tempfile.TemporaryDirectory(prefix="treadle-recovery-") as tmp_dir:
-        async with bench_setup(False, Path(tmp_dir)) as bench:
+        async with bench_setup(False, Path(tmp_dir), args.timer_shift) as bench:
             if args.startups:
                 await startups(bench, args.startups)
                 if not args.reps:
@@ -280,6 +280,12 @@ def main() -> None:
         "--task-timeout",
         type=float,
         help="the approval runs' workflow task timeout (start option; default: the server's 10 s)",
+    )
+    parser.add_argument(
+        "--timer-shift",
+        metavar="DURATION",
+        help="the dev server's timer granularity (history.timerProcessorMaxTimeShift, e.g. "
+        "10ms; default: the server's 1s)",
     )
     parser.add_argument(
         "--startups",

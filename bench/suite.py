@@ -913,8 +913,10 @@ async def _chain_rows(bench: Bench) -> list[Row]:
 
 
 @contextlib.asynccontextmanager
-async def bench_setup(quick: bool, tmp: Path) -> AsyncIterator[Bench]:
-    async with DevServer.ensure(dev_server_config(tmp / "dev.sqlite")) as server:
+async def bench_setup(
+    quick: bool, tmp: Path, timer_shift: str | None = None
+) -> AsyncIterator[Bench]:
+    async with DevServer.ensure(dev_server_config(tmp / "dev.sqlite", timer_shift)) as server:
         if server.pid is None:
             raise RuntimeError("the suite needs a dev server of its own")
         with ScriptedModelServer() as models:
