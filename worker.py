@@ -162,6 +162,23 @@ PASSTHROUGH_MODULES = (
     "workflows.agent.state_machine",
     "workflows.agent.memory",
     "workflows.agent.search_attributes",
+    # The loop's other pure modules, and the agent workflow's own module: each one left out was
+    # imported again, through the sandbox's importer, for every run a worker caches and every
+    # replay after a cache miss (6-7 ms a run; now under 2). The determinism scan of
+    # tests/architecture covers them as it covers the engine.
+    "workflows.agent.config",  # AgentConfig: the same class models.py re-exports
+    "workflows.agent.decisions",
+    "workflows.agent.compressing",
+    "workflows.agent.content_refs",
+    "workflows.agent.delegation",
+    "workflows.agent.family",
+    "workflows.agent.fallback",
+    "workflows.agent.json_schema",  # loads jsonschema once per worker
+    "workflows.agent.outages",
+    "workflows.agent.post_tools",
+    "workflows.agent.typed_answers",
+    "workflows.agent.waiting",
+    "workflows.agent.workflow",  # AgentWorkflow only declares the engine a workflow
     "workflows.monitors.models",  # monitor messages; loads workflows.cron (croniter, zoneinfo) too
     "workflows.jobs.models",  # job messages and ledger arithmetic; loads croniter (cron check)
     "workflows.scheduled.models",  # scheduled agents' messages, shared with the CLI

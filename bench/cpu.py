@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHistory
 from temporalio.worker import Replayer
 
@@ -146,7 +147,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         async with bench_setup(False, Path(tmp_dir)) as bench:
             plain = await Client.connect(bench.address, namespace="default")
             tq, fq = new_id("cpu"), new_id("cpu-floor")
-            treadle = await WorkerProcess.start(bench, tq)
+            flags = () if args.sticky is None else ("--sticky-queue-timeout", str(args.sticky))
+            treadle = await WorkerProcess.start(bench, tq, *flags)
             floor = await start_floor_worker(bench, fq)
             try:
                 return await measure(bench, plain, treadle, floor, tq, fq, steps, reps, args)
@@ -182,6 +184,7 @@ async def measure(
     }
     samples: dict[str, list[Sample]] = {"floor": [], **{k: [] for k in configs}}
     last: dict[str, Any] = {}
+    handles: list[Any] = []
 
     async def floor_run() -> None:
         name = f"floor-{uuid.uuid4().hex[:8]}"
@@ -204,6 +207,7 @@ async def measure(
             if result.status is not RunStatus.DONE or result.steps != steps + 1:
                 raise RuntimeError(f"treadle run ended {result.status} after {result.steps}")
             last[name] = handle
+            handles.append(handle)
 
         return go
 
@@ -246,6 +250,15 @@ async def measure(
         "whole replies": await last["whole replies"].fetch_history(),
     }
     figures["events_per_step"] = {k: events_per_step(h) for k, h in histories.items()}
+    # A workflow task the run's worker did not take from its sticky queue in time (or did not
+    # complete in time) is handed to the normal queue: a replay, and two more events.
+    timed_out = 0
+    for handle in handles:
+        history = await handle.fetch_history()
+        timed_out += sum(
+            e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT for e in history.events
+        )
+    figures["workflow_task_timeouts"] = {"runs": len(handles), "timed_out": timed_out}
     treadle_replayer = Replayer(
         workflows=WORKFLOWS,
         data_converter=bench.client.data_converter,
@@ -338,6 +351,12 @@ def render(f: dict[str, Any]) -> str:
         f"history events per step: treadle {events['whole replies']:.1f}, "
         f"floor {events['floor']:.1f}"
     )
+    if "workflow_task_timeouts" in f:
+        t = f["workflow_task_timeouts"]
+        lines.append(
+            f"workflow tasks timed out (sticky misses) in treadle's {t['runs']} runs: "
+            f"{t['timed_out']}"
+        )
     replay = f["replay_ms"]
     lines.append(
         f"replay CPU per step (ms): treadle {replay['whole replies']:.2f}, floor "
@@ -362,6 +381,9 @@ def main() -> None:
     parser.add_argument("--profile", action="store_true", help="cProfile Treadle's replay")
     parser.add_argument("--watchers", type=int, default=0, help="also: a run with N live views")
     parser.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
+    parser.add_argument(
+        "--sticky", type=float, help="worker.py --sticky-queue-timeout (default: its own)"
+    )
     args = parser.parse_args()
     figures = asyncio.run(run(args))
     print(render(figures))

@@ -46,6 +46,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import asdict, dataclass, field
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -252,7 +253,11 @@ def new_id(prefix: str) -> str:
 
 
 async def start_agent(
-    bench: Bench, task_queue: str, model: str, config: AgentConfig
+    bench: Bench,
+    task_queue: str,
+    model: str,
+    config: AgentConfig,
+    task_timeout: timedelta | None = None,
 ) -> WorkflowHandle[Any, AgentResult]:
     return await bench.client.start_workflow(
         AgentWorkflow.run,
@@ -264,6 +269,7 @@ async def start_agent(
         ),
         id=new_id("agent"),
         task_queue=task_queue,
+        task_timeout=task_timeout,
     )
 
 
@@ -907,8 +913,10 @@ async def _chain_rows(bench: Bench) -> list[Row]:
 
 
 @contextlib.asynccontextmanager
-async def bench_setup(quick: bool, tmp: Path) -> AsyncIterator[Bench]:
-    async with DevServer.ensure(dev_server_config(tmp / "dev.sqlite")) as server:
+async def bench_setup(
+    quick: bool, tmp: Path, timer_shift: str | None = None
+) -> AsyncIterator[Bench]:
+    async with DevServer.ensure(dev_server_config(tmp / "dev.sqlite", timer_shift)) as server:
         if server.pid is None:
             raise RuntimeError("the suite needs a dev server of its own")
         with ScriptedModelServer() as models:

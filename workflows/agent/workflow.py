@@ -1,8 +1,8 @@
 """``AgentWorkflow``: the agent loop as a deterministic Temporal workflow.
 
-The loop itself is ``engine.AgentEngine``; this module only declares it a workflow. The sandbox
-re-imports a workflow's own module for every run it caches, so this one stays small and the
-engine, passed through the sandbox, is loaded once per worker (a parked run costs its state,
+The loop itself is ``engine.AgentEngine``; this module only declares it a workflow. It is
+passed through the sandbox like the engine (``worker.PASSTHROUGH_MODULES``): loaded once per
+worker, not imported again for every run it caches or replays (a parked run costs its state,
 not a copy of the code).
 """
 
