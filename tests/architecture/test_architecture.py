@@ -280,3 +280,14 @@ def f():
         "workflows/fake.py:7: datetime.now()",
         "workflows/fake.py:8: open()",
     ]
+
+
+def test_every_agent_loop_module_is_passed_through_the_sandbox() -> None:
+    """A loop module left out is imported again through the sandbox for every run a worker
+    caches and every replay (and a class it defines would exist twice: once for the modules
+    passed through, once for the sandbox's copy). A new module goes into the list."""
+    from worker import PASSTHROUGH_MODULES
+
+    agent = ROOT / "workflows" / "agent"
+    modules = {f"workflows.agent.{p.stem}" for p in agent.glob("*.py") if p.stem != "__init__"}
+    assert modules - set(PASSTHROUGH_MODULES) == set()
