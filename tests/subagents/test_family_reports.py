@@ -200,3 +200,16 @@ async def test_a_stuck_child_shows_in_its_parents_status(harness: Harness) -> No
     result: AgentResult = await handle.result()
     assert (result.status, result.answer) == (RunStatus.DONE, "fixed")
     assert (await kid.result()).answer == "ok"
+
+
+def test_a_childs_routine_reports_slow_down_as_they_add_up() -> None:
+    """Eight children of a day add about 10,000 events to their parent, not 50,000 (Temporal
+    ends a run at 51,200 events, and a parent cannot continue as new while its children run)."""
+    from workflows.agent.child_reports import SLOWEST, pace
+
+    seconds, reports = 0.0, 0
+    while seconds < 86_400:
+        seconds += pace(reports).total_seconds()
+        reports += 1
+    assert reports * 4 * 8 < 12_000
+    assert pace(0) < pace(40) < pace(80) and pace(10_000) == SLOWEST

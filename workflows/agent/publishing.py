@@ -60,6 +60,8 @@ class Publisher:
         """Events left out of the outbox since the last report, to say how many."""
         self.reported_at: datetime | None = None
         """When this run (a sub-agent) last reported to its parent (``child_reports``)."""
+        self.reports_sent = 0
+        """How many reports it sent (the pace slows as they add up)."""
 
     def record(self, state: State, event: str, data: str) -> None:
         """One trace line (at ``workflow.now()``)."""
