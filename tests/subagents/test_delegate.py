@@ -18,6 +18,7 @@ from tests.support.family import (
     delegate,
     observations,
     pending_in,
+    quick_and_hungry,
     reaches,
     usage,
 )
@@ -137,22 +138,7 @@ async def test_one_budget_stops_a_child_midway_and_the_parent_at_its_limit(
     """Each child gets a share of what the parent has left; a child that spends its share stops
     mid-task, what it spent counts against the parent, and the family never exceeds the top
     run's budget."""
-    quick = harness.script({"content": "quick answer", "usage": usage(1500, 500)})
-    hungry = harness.script(
-        {"tool_calls": [LIST], "usage": usage(9000, 500)},
-        {"content": "never reached"},
-    )
-    parent = harness.script(
-        {
-            "tool_calls": [
-                delegate("quick", quick, "call_q"),
-                delegate("hungry", hungry, "call_h"),
-            ],
-            "usage": usage(900, 100),
-        },
-        {"tool_calls": [LIST], "usage": usage(2000, 15_000)},
-        {"content": "never reached"},
-    )
+    quick, hungry, parent = quick_and_hungry(harness)
     handle = await harness.start(parent, token_budget=30_000, subagents={"models": [quick, hungry]})
     result: AgentResult = await handle.result()
     assert result.status is RunStatus.ERROR

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.family import LIST, child, delegate, observations, starter, usage
+from tests.support.family import LIST, child, observations, quick_and_hungry, starter, usage
 from tests.support.harness import Harness
 from workflows.agent.models import AgentResult, AgentStatus, RunStatus
 from workflows.agent.workflow import AgentWorkflow
@@ -23,22 +23,7 @@ async def test_one_cost_cap_stops_a_child_midway_and_the_parent_at_its_limit(
     """Each child gets a share of the dollars the parent has left; a child that spends its
     share stops before the call that would overshoot it, what it spent counts against the
     parent, and the family never spends more than the top run's cost cap."""
-    quick = harness.script({"content": "quick answer", "usage": usage(1500, 500)})
-    hungry = harness.script(
-        {"tool_calls": [LIST], "usage": usage(9000, 500)},
-        {"content": "never reached"},
-    )
-    parent = harness.script(
-        {
-            "tool_calls": [
-                delegate("quick", quick, "call_q"),
-                delegate("hungry", hungry, "call_h"),
-            ],
-            "usage": usage(900, 100),
-        },
-        {"tool_calls": [LIST], "usage": usage(2000, 15_000)},
-        {"content": "never reached"},
-    )
+    quick, hungry, parent = quick_and_hungry(harness)
     handle = await harness.start(
         parent,
         max_cost_usd=0.03,

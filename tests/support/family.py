@@ -30,6 +30,28 @@ def delegate(task: str, model: str | None, call_id: str, **more: Any) -> dict[st
     return {"name": "delegate", "arguments": arguments, "id": call_id}
 
 
+def quick_and_hungry(harness: Harness) -> tuple[str, str, str]:
+    """A family that shares one budget: a quick child (2,000 tokens), a hungry one (9,500, and a
+    second call it must not make), and their parent (1,000, then 17,000 more), as models."""
+    quick = harness.script({"content": "quick answer", "usage": usage(1500, 500)})
+    hungry = harness.script(
+        {"tool_calls": [LIST], "usage": usage(9000, 500)},
+        {"content": "never reached"},
+    )
+    parent = harness.script(
+        {
+            "tool_calls": [
+                delegate("quick", quick, "call_q"),
+                delegate("hungry", hungry, "call_h"),
+            ],
+            "usage": usage(900, 100),
+        },
+        {"tool_calls": [LIST], "usage": usage(2000, 15_000)},
+        {"content": "never reached"},
+    )
+    return quick, hungry, parent
+
+
 def observations(harness: Harness, model: str, request: int) -> dict[str, str]:
     """Call id -> the observation the model was sent in its ``request``-th request."""
     body = harness.requests(model)[request]
