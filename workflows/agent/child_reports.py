@@ -63,7 +63,7 @@ SLOWEST = timedelta(minutes=10)
 def pace(reports: int) -> timedelta:
     """How long after its last report a child that has sent ``reports`` reports next reports
     what is routine."""
-    return min(REPORT_EVERY * 2 ** min(reports // SLOWER_AFTER, 8), SLOWEST)
+    return min(REPORT_EVERY * (1 << min(reports // SLOWER_AFTER, 8)), SLOWEST)
 
 
 NOT_PASSED_ON: frozenset[EventKind] = frozenset(
