@@ -168,3 +168,31 @@ async def test_parallel_children_are_merged_in_call_order(
     }
     seen = observations(harness, parent, 2)
     assert seen["call_t1_0"].endswith("second"), seen
+
+
+async def test_without_a_root_the_child_works_in_the_same_directory(harness: Harness) -> None:
+    """A worker without a root, snapshots on: parent and child use the run's ``--workspace``
+    (the child reads the parent's file there); the child's snapshots chain on the parent's,
+    and the parent's latest snapshot, merged with the child's, holds both files."""
+    kid = harness.script(
+        {"tool_calls": [read("a.txt")]},
+        {"tool_calls": [write("kid.txt", "from the child")]},
+        {"content": "wrote kid.txt"},
+    )
+    parent = harness.script(
+        {"tool_calls": [write("a.txt", "from the parent")]},
+        {"tool_calls": [delegate("read a.txt, write kid.txt", kid, "call_kid")]},
+        {"content": "both there"},
+    )
+    handle = await harness.start(parent, subagents={"models": [kid]}, snapshots={"enabled": True})
+    result: AgentResult = await handle.result()
+    assert result.status is RunStatus.DONE, result.error
+    assert observations(harness, kid, 1)["call_t0_0"].endswith("from the parent")
+    assert (await child(harness, handle, "call_kid").result()).status is RunStatus.DONE
+    assert (harness.workspace / "kid.txt").read_text() == "from the child"
+    head = await handle.query(AgentWorkflow.workspace)
+    assert head.manifest is not None
+    assert await tree_of(head.manifest) == {
+        "a.txt": b"from the parent",
+        "kid.txt": b"from the child",
+    }
