@@ -36,7 +36,7 @@ from activities.workspace.manifest import (
     changes_between,
 )
 from activities.workspace.scan import Exclusions, Index, Rules, Seen, entry_of, look_at, read, walk
-from workflows.agent.snapshots import SnapshotRequest, SnapshotResult
+from workflows.agent.snapshots import MERGED_PATHS_KEPT, SnapshotRequest, SnapshotResult
 
 if TYPE_CHECKING:  # follow imports this module
     from activities.workspace.follow import Follower
@@ -156,6 +156,11 @@ class Snapshotter:
             last = await self.manifests.get(key)
             exclusions = Exclusions(dict(last.excluded), list(last.excluded_examples))
         overlaps = {p: tuple(calls) for p, calls in sorted(touched.items()) if len(calls) > 1}
+        paths = tuple(
+            tuple(sorted(p for p, calls in touched.items() if n in calls)[:MERGED_PATHS_KEPT])
+            for n in range(len(request.merge))
+        )
+        merged = f"{len(request.merge)} call{'s' if len(request.merge) > 1 else ''} merged"
         both = "; ".join(
             f"{p} by calls {', '.join(str(n + 1) for n in calls)}" for p, calls in overlaps.items()
         )
@@ -165,7 +170,8 @@ class Snapshotter:
                 manifest=previous,
                 files=len(after),
                 overlaps=overlaps,
-                detail=f"step {request.step}: {len(request.merge)} calls merged, unchanged{said}",
+                paths=paths,
+                detail=f"step {request.step}: {merged}, unchanged{said}",
             )
         key, manifest = await self._write(request, before, after, exclusions)
         return SnapshotResult(
@@ -176,8 +182,9 @@ class Snapshotter:
             files=manifest.files,
             excluded=manifest.excluded_count,
             overlaps=overlaps,
+            paths=paths,
             detail=(
-                f"step {request.step}: {len(request.merge)} calls merged, {manifest.changed} "
+                f"step {request.step}: {merged}, {manifest.changed} "
                 f"changed ({size(manifest.changed_bytes)}), {manifest.files} files{said}"
             ),
         )

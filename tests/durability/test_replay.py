@@ -85,7 +85,7 @@ def test_the_corpus_holds_runs_from_before_each_versioned_change() -> None:
     from workflows.agent.handover import CARRIED_BY_REFERENCE
     from workflows.agent.outages import STORE_OUTAGES
     from workflows.agent.publishing import ONE_UPSERT_PER_STEP
-    from workflows.agent.snapshots import WORKSPACE_FOLLOWS
+    from workflows.agent.snapshots import SUBAGENT_WORKSPACE, WORKSPACE_FOLLOWS
     from workflows.agent.workflow import (
         CARRY_CONTENT_HASHES,
         CLIENT_QUERIES,
@@ -98,7 +98,8 @@ def test_the_corpus_holds_runs_from_before_each_versioned_change() -> None:
     marked = {name: patch_markers(t) for name, t in agent_runs.items()}
     patches = (CARRY_CONTENT_HASHES, CLIENT_QUERIES, COALESCED_SEARCH_ATTRIBUTES, LOADED_TOOLS)
     subagent_patches = (SUBAGENTS, SUBAGENT_APPROVALS, SUBAGENT_PROGRESS, REPORT_PACE)
-    later = (STORE_OUTAGES, *subagent_patches, ONE_UPSERT_PER_STEP, WORKSPACE_FOLLOWS)
+    workspace_patches = (WORKSPACE_FOLLOWS, SUBAGENT_WORKSPACE)
+    later = (STORE_OUTAGES, *subagent_patches, ONE_UPSERT_PER_STEP, *workspace_patches)
     for patch in (*patches, *later):
         before = [name for name, ids in marked.items() if patch not in ids]
         assert before, f"no recorded run from before {patch}"
@@ -115,5 +116,5 @@ def test_the_corpus_holds_runs_from_before_each_versioned_change() -> None:
         and t.count("EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES") >= 6
     ]
     assert per_transition, "no recorded run that upserted at every transition"
-    for patch in (*subagent_patches, WORKSPACE_FOLLOWS):
+    for patch in (*subagent_patches, *workspace_patches):
         assert any(patch in ids for ids in marked.values()), f"no recorded run after {patch}"

@@ -192,8 +192,15 @@ class ToolRunner:
         else:
             outcomes = []
             for c in checked:
-                outcomes.append(await self._run_call(c))
-                snapshotting.keep(self._run, outcomes[-1])
+                outcome = await self._run_call(c)
+                if c.tool is not None and c.tool.runs == "workflow" and outcome.result.snapshot:
+                    # A sub-agent's workspace, merged into the run's (naming what it changed).
+                    (outcome,) = await snapshotting.merge_parallel(
+                        self._run, self._pub, [outcome], calls.snapshot_workspace
+                    )
+                else:
+                    snapshotting.keep(self._run, outcome)
+                outcomes.append(outcome)
         m.observations = m.observations + tuple(outcomes)
         if all(o.success for o in m.observations):
             return Event.TOOL_SUCCESS

@@ -7,7 +7,13 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import (
+    Field,
+    SerializerFunctionWrapHandler,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 from temporalio.contrib.workflow_streams import WorkflowStreamState
 
 from workflows.agent import json_schema
@@ -360,6 +366,17 @@ class AgentInput(Frozen):
     ``starter.py import``. Left out when a run starts fresh."""
     stream: WorkflowStreamState | None = None
     """The live stream's tail and offsets, handed over by continue-as-new."""
+    workspace_snapshot: str | None = None
+    """The workspace snapshot the run starts from (a sub-agent: its parent's latest, so its
+    tools see the parent's files wherever they run). Left out when there is none."""
+
+    @model_serializer(mode="wrap")
+    def _without_snapshot(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # Inputs recorded before the field keep their shape (and the sizes a run measures).
+        data: dict[str, Any] = handler(self)
+        if data.get("workspace_snapshot", "") is None:
+            del data["workspace_snapshot"]
+        return data
 
     @field_validator("model")
     @classmethod

@@ -61,6 +61,7 @@ from workflows.agent.models import (
 )
 from workflows.agent.planning import MIN_COMPLETION_TOKENS
 from workflows.agent.publishing import Publisher
+from workflows.agent.snapshots import SUBAGENT_WORKSPACE
 from workflows.agent.state import AgentRun
 from workflows.agent.status import cost, cut
 
@@ -89,6 +90,9 @@ async def delegate(
     if not workflow.patched(SUBAGENTS):  # cannot happen: see SUBAGENTS
         return ToolOutcome.of(call, "ERROR: unknown tool 'delegate'", success=False)
     child = _reserve(run, call, args)
+    # The child starts from the parent's workspace as its history says it is, and hands its
+    # own back (``snapshotting.merge_parallel`` merges it): wherever their tools run.
+    start = run.workspace_snapshot if workflow.patched(SUBAGENT_WORKSPACE) else None
     pub.record(
         run.state,
         "SubagentStarted",
@@ -101,7 +105,7 @@ async def delegate(
     try:
         handle = await workflow.start_child_workflow(
             workflow.info().workflow_type,
-            child_input(run, args, child),
+            child_input(run, args, child).model_copy(update={"workspace_snapshot": start}),
             id=child.workflow_id,
             result_type=AgentResult,
             parent_close_policy=ParentClosePolicy.REQUEST_CANCEL,
@@ -117,7 +121,12 @@ async def delegate(
         if _parent_cancelled():
             raise  # the parent itself is cancelled: its children were, and so is it
         return _ended_without_result(run, pub, call, child, exc)
-    return _ended(run, pub, call, child, result)
+    outcome = _ended(run, pub, call, child, result)
+    if workflow.patched(SUBAGENT_WORKSPACE) and result.workspace_snapshot not in (None, start):
+        # What the child's tools left, whether it answered or not: merged after the call.
+        update = {"snapshot": result.workspace_snapshot}
+        outcome = outcome.model_copy(update={"result": outcome.result.model_copy(update=update)})
+    return outcome
 
 
 def refusal(

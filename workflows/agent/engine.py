@@ -40,6 +40,7 @@ from workflows.agent import (
     post_tools,
     recovery,
     reflection,
+    snapshotting,
     status,
     threads,
     typed_answers,
@@ -210,6 +211,7 @@ class AgentEngine(AgentHandlers):
             cost_usd=status.run_cost(run),
             output=typed_answers.output_of(run.input.config, m.final_answer),
             usage_by_model=m.usage_by_model,
+            workspace_snapshot=run.workspace_snapshot,
         )
 
     def _start(self) -> None:
@@ -505,7 +507,11 @@ class AgentEngine(AgentHandlers):
         m.observations = ()
         m.pending_approvals = ()
         m.said(None)
-        run.flags.last_step_mutated = any(o.success and box.mutates(o.call.name) for o in outcomes)
+        # A sub-agent's call names what it changed (its merged snapshot's paths): the hooks run.
+        run.flags.last_step_mutated = any(
+            (o.success and box.mutates(o.call.name)) or bool(snapshotting.changed_by_child(o))
+            for o in outcomes
+        )
 
         stuck = run.tracker.check() or repeated
         if stuck:

@@ -265,6 +265,9 @@ class AgentResult(Frozen):
     """The typed answer, parsed (JSON that validates against ``config.output_schema``)."""
     usage_by_model: dict[str, TokenUsage] = Field(default_factory=dict)
     """``usage`` by the model that spent it: the run's model and any fallback that served."""
+    workspace_snapshot: str | None = None
+    """The key of the run's latest workspace snapshot when it ended (a sub-agent's parent
+    merges it into its own); ``None``: none was taken."""
 
 
 # --------------------------------------------------------------------------------------------

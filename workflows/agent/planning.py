@@ -232,7 +232,13 @@ def track(
     toolbox checked and knows them; ``exploration`` as the run's patch allows it."""
     call, spec = outcome.call, TOOLS.get(outcome.call.name)
     if spec is not None and spec.in_workflow:
-        return  # phase bookkeeping is not work
+        # Phase bookkeeping is not work; what a sub-agent changed in the run's workspace is
+        # (its ``delegate`` call names the paths its merged snapshot changed).
+        for path in outcome.mutated_paths:
+            tracker.record_tool_call(
+                call.name, path, success=True, mutating=True, exploration=exploration
+            )
+        return
     digest = content_hash(outcome, target)
     if digest is None and not mutating and outcome.success:
         digest = observation_hash(outcome)

@@ -42,7 +42,8 @@ async def _run_hook(
     run: AgentRun, box: Toolbox, name: str, step: int, outcomes: list[ToolOutcome]
 ) -> HookResult:
     config, info = run.input.config, workflow.info()
-    mutating = [o for o in outcomes if box.mutates(o.call.name)]
+    # A sub-agent's call is one when its merged snapshot changed paths.
+    mutating = [o for o in outcomes if box.mutates(o.call.name) or snapshotting.changed_by_child(o)]
     request = HookRequest(
         hook=name,
         workspace=run.input.workspace,

@@ -24,7 +24,9 @@ from workflows.base import FIRST_RETRY, Frozen
 
 __all__ = [
     "DEFAULT_IGNORE",
+    "MERGED_PATHS_KEPT",
     "SNAPSHOT_MAX_ATTEMPTS",
+    "SUBAGENT_WORKSPACE",
     "WORKSPACE_FOLLOWS",
     "WORKSPACE_SNAPSHOTS",
     "SnapshotConfig",
@@ -46,6 +48,16 @@ WORKSPACE_FOLLOWS = "workspace-follows-run"
 before the tool and returns the snapshot it took after (``ToolResult.snapshot``), which the run
 keeps; a step whose mutating calls all came back so is not snapshotted again after its hooks;
 parallel calls' snapshots are merged in call order (``snapshot_workspace`` with ``merge``)."""
+
+SUBAGENT_WORKSPACE = "subagent-workspace"
+"""``workflow.patched`` id: a child started by ``delegate`` starts from its parent's latest
+snapshot (``AgentInput.workspace_snapshot``) and ends with its own (``AgentResult``); the
+parent merges the child's into its own (``snapshot_workspace`` with ``merge``) in call order,
+as a step's parallel calls' are, and counts the paths the child changed as the call's."""
+
+MERGED_PATHS_KEPT = 200
+"""Paths a merge names per merged snapshot (``SnapshotResult.paths``): what the run's progress
+tracking and hooks are told a sub-agent changed; beyond it, the count alone."""
 
 DEFAULT_IGNORE: tuple[str, ...] = (
     ".git/objects",
@@ -169,6 +181,9 @@ class SnapshotResult(Frozen):
     excluded: int = 0
     overlaps: dict[str, tuple[int, ...]] = Field(default_factory=dict)
     """A merge's paths changed by more than one call -> those calls' places in ``merge``."""
+    paths: tuple[tuple[str, ...], ...] = ()
+    """A merge's paths changed by each merged snapshot (on ``previous``), in ``merge`` order,
+    at most ``MERGED_PATHS_KEPT`` each."""
     detail: str = ""
     """One line for the trace: what changed, what was left out and why."""
 

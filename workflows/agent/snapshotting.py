@@ -6,7 +6,9 @@ The workspace following the run (behind ``workspace-follows-run``): each tool re
 run's latest snapshot (``sync``); a worker with ``--workspace-root`` returns the snapshot it took
 after a call that may change files, which the run keeps (``keep``) and names in its next call.
 A step's parallel calls each start from the step's snapshot: theirs are merged in call order,
-and a path changed by more than one is reported (``merge_parallel``).
+and a path changed by more than one is reported (``merge_parallel``). A sub-agent's final
+snapshot comes back as its ``delegate`` call's and is merged the same way, even alone (behind
+``subagent-workspace``): the merge names the paths it changed, which become the call's.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from workflows.agent.models import AgentConfig, ToolOutcome
 from workflows.agent.publishing import Publisher
 from workflows.agent.snapshots import (
     DEFAULT_IGNORE,
+    SUBAGENT_WORKSPACE,
     WORKSPACE_FOLLOWS,
     WORKSPACE_SNAPSHOTS,
     SnapshotRequest,
@@ -33,7 +36,7 @@ from workflows.agent.state_machine import State
 from workflows.agent.toolbox import Toolbox
 from workflows.base import failure_message
 
-__all__ = ["SnapshotCaller", "after_step", "keep", "merge_parallel", "sync"]
+__all__ = ["SnapshotCaller", "after_step", "changed_by_child", "keep", "merge_parallel", "sync"]
 
 
 SnapshotCaller = Callable[[AgentConfig, SnapshotRequest, str], Awaitable[SnapshotResult]]
@@ -94,6 +97,18 @@ async def after_step(
     pub.record(State.POST_TOOLS_HOOK, "WorkspaceSnapshot", result.detail + key)
 
 
+def _delegated(outcome: ToolOutcome) -> bool:
+    """A sub-agent's call: what it changed is known from its snapshot alone."""
+    spec = TOOLS.get(outcome.call.name)
+    return spec is not None and spec.in_workflow
+
+
+def changed_by_child(outcome: ToolOutcome) -> tuple[str, ...]:
+    """The paths a sub-agent's call changed in the run's workspace (its merged snapshot's),
+    for the run's hooks and progress tracking; ``()`` for any other call."""
+    return outcome.mutated_paths if _delegated(outcome) else ()
+
+
 def _may_change(box: Toolbox, name: str) -> bool:
     return box.mutates(name) or name not in TOOLS
 
@@ -138,7 +153,10 @@ async def merge_parallel(
         for n, o in enumerate(outcomes)
         if o.result.snapshot and o.result.snapshot != before
     ]
-    if len(taken) <= 1:
+    # A sub-agent's snapshot is merged even alone: the merge says which paths it changed, for
+    # the run's progress tracking and hooks (its own calls' say so in their results).
+    children = any(_delegated(outcomes[n]) for n, _ in taken)
+    if len(taken) <= 1 and not (children and workflow.patched(SUBAGENT_WORKSPACE)):
         for _, key in taken:
             run.workspace_snapshot = key
         return list(outcomes)
@@ -152,6 +170,8 @@ async def merge_parallel(
         ignore=None if config.snapshots.ignore == DEFAULT_IGNORE else config.snapshots.ignore,
     )
     summary = f"step {run.memory.step} · merge {len(taken)} calls' workspaces"
+    if len(taken) == 1:
+        summary = f"step {run.memory.step} · merge {outcomes[taken[0][0]].call.id}'s workspace"
     try:
         result = await call(config, request, summary)
     except ActivityError as exc:
@@ -172,6 +192,12 @@ async def merge_parallel(
                 f"{last.id}); the workspace keeps that call's version."
             )
     merged = list(outcomes)
+    for place, (n, _) in enumerate(taken):
+        if _delegated(merged[n]) and place < len(result.paths):
+            update = {"mutated_paths": result.paths[place]}
+            merged[n] = merged[n].model_copy(
+                update={"result": merged[n].result.model_copy(update=update)}
+            )
     for n, lines in notes.items():
         result_n = merged[n].result
         text = "\n".join([result_n.output, *lines])

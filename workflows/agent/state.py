@@ -249,6 +249,7 @@ class AgentRun(Mutable):
                 **({"system_prompt": config.system_prompt} if config.system_prompt else {}),
             ),
             tracker=ProgressTracker(config=config.progress),
+            workspace_snapshot=input.workspace_snapshot,
         )
 
     def record(self, state: State, event: str, data: str, now: datetime) -> None:
