@@ -84,6 +84,7 @@ def test_the_corpus_holds_runs_from_before_each_versioned_change() -> None:
     from workflows.agent.engine import REFLECTION_KEEPS_RECORD
     from workflows.agent.handover import CARRIED_BY_REFERENCE
     from workflows.agent.outages import STORE_OUTAGES
+    from workflows.agent.planning import PATCHES_BEFORE_LOCAL_ACTIVITY
     from workflows.agent.publishing import ONE_UPSERT_PER_STEP
     from workflows.agent.snapshots import SUBAGENT_WORKSPACE, WORKSPACE_FOLLOWS
     from workflows.agent.workflow import (
@@ -100,6 +101,7 @@ def test_the_corpus_holds_runs_from_before_each_versioned_change() -> None:
     subagent_patches = (SUBAGENTS, SUBAGENT_APPROVALS, SUBAGENT_PROGRESS, REPORT_PACE)
     workspace_patches = (WORKSPACE_FOLLOWS, SUBAGENT_WORKSPACE)
     later = (STORE_OUTAGES, *subagent_patches, ONE_UPSERT_PER_STEP, *workspace_patches)
+    later += (PATCHES_BEFORE_LOCAL_ACTIVITY,)
     for patch in (*patches, *later):
         before = [name for name, ids in marked.items() if patch not in ids]
         assert before, f"no recorded run from before {patch}"

@@ -281,6 +281,9 @@ class AgentEngine(AgentHandlers):
             # the local activity below: a replay learns of a patch marker recorded after a
             # local activity's result only once that result has been handed over.
             run.wait_offered = workflow.patched(waiting.WAIT_TOOL)
+        if run.loaded_tools is None:
+            # The same for the patches this step's model request asks (a run with a budget).
+            planning.ask_before_local_activity(run, workflow.patched)
         await self._tools.list_loaded_tools()
         if config.mcp_servers and run.mcp is None:
             await self._tools.list_mcp_tools()

@@ -49,6 +49,30 @@ tokenizer reported for earlier requests (``calibrate``); before, the plain estim
 characters a token) could undercount a real tokenizer, and a run's last call overshoot."""
 
 
+PATCHES_BEFORE_LOCAL_ACTIVITY = "patches-before-local-activity"
+"""``workflow.patched`` id: a run with a token budget or cost cap asks ``calibrated-budget``
+before the local activity that lists its loaded tools, not after it in ``model_request``.
+
+A replay hands a local activity's result to the workflow in the task whose completion recorded
+its marker, but learns of a patch marker only in the task that recorded it. When the original
+run got that result in the next task (a query arriving while the first task runs can make the
+worker complete it with the marker and send the result on in a new one), the code after the
+result ran one task later than a replay runs it: the replay asked the patch before it knew of its
+marker, was told no, and failed ("TMPRL1100 ... patch marker encountered for change
+calibrated-budget, but there is no corresponding change command"). Asked before the local
+activity, the patch is in the same task in every history; runs recorded before ask it after."""
+
+
+def ask_before_local_activity(run: AgentRun, patched: Callable[[str], bool]) -> None:
+    """Ask, before the run's first local activity, the patches ``model_request`` would ask
+    after it (``patched`` is ``workflow.patched``, which answers a second ask the same)."""
+    config = run.input.config
+    if config.token_budget is None and config.max_cost_usd is None:
+        return
+    if patched(PATCHES_BEFORE_LOCAL_ACTIVITY):
+        patched(CALIBRATED_BUDGET)
+
+
 def calibrate(m: AgentMemory, usage: TokenUsage) -> None:
     """Learn how far a provider's real prompt count runs above the estimate the budget check
     made for the same request (only from usage the provider reported, not estimated)."""
