@@ -163,7 +163,7 @@ async def _measure(
                     for i in range(4):
                         (ws / f"f{i}.txt").write_text(f"{i}" * size)
                     name = f"reads-{uuid.uuid4().hex[:6]}"
-                    models.add_model(name, _script(args.steps, 4))
+                    models.add_model(name, _script(args.steps, 4), order="arrival")
                     handle, _ = await _run(client, queue, f"openai:{name}", ws, args.steps)
                     events, size_bytes = await _history(client, handle.id)
                     per_step = size_bytes / (args.steps + 1) / 1024
@@ -178,7 +178,7 @@ async def _measure(
                     ws = tmp / f"ws-{label.replace(' ', '-')}-writes-{size}"
                     ws.mkdir()
                     name = f"writes-{uuid.uuid4().hex[:6]}"
-                    models.add_model(name, _big_writes(args.steps, size))
+                    models.add_model(name, _big_writes(args.steps, size), order="arrival")
                     handle, _ = await _run(client, queue, f"openai:{name}", ws, args.steps)
                     events, size_bytes = await _history(client, handle.id)
                     per_step = size_bytes / (args.steps + 1) / 1024
@@ -196,7 +196,7 @@ async def _measure(
                 for i in range(4):
                     (ws / f"f{i}.txt").write_text("word " * 1600)  # 8 KB, ~2k tokens
                 name = f"conv-{uuid.uuid4().hex[:6]}"
-                models.add_model(name, _script(args.calls - 1, 4))
+                models.add_model(name, _script(args.calls - 1, 4), order="arrival")
                 start = time.perf_counter()
                 handle, result = await _run(client, queue, f"openai:{name}", ws, args.calls)
                 runs = await _chain(client, handle.id)
@@ -295,7 +295,8 @@ async def _long_run(
     return (
         f"{args.long_steps}-step productive run",
         "with store",
-        f"{result.status.value} after {result.steps} steps; {len(runs)} runs in the chain; "
+        f"{result.status.value} after {result.steps} steps"
+        f"{f' ({result.error})' if result.error else ''}; {len(runs)} runs in the chain; "
         f"largest run {largest[1] / 1024 / 1024:.2f} MiB, {largest[0]} events; store "
         f"{_blob_bytes(root) / 1024 / 1024:.1f} MiB; {time.perf_counter() - start:.0f} s",
     )
