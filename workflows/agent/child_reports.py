@@ -25,7 +25,13 @@ from datetime import timedelta
 from temporalio import workflow
 from temporalio.exceptions import ApplicationError
 
-from workflows.agent.events import AgentEvent, EventKind, approval_commands, reported
+from workflows.agent.events import (
+    AgentEvent,
+    EventKind,
+    approval_commands,
+    guidance_commands,
+    reported,
+)
 from workflows.agent.models import PendingApproval
 from workflows.agent.publishing import Publisher
 from workflows.agent.state import AgentRun
@@ -90,7 +96,8 @@ class ChildReport(Frozen):
     children reported."""
     cost_usd: float | None = None
     stuck: str | None = None
-    """Why it is stuck, if it is (guidance goes to its own id: ``starter.py guide CHILD_ID``)."""
+    """Why it is stuck, if it is (guided through the parent: ``starter.py guide PARENT_ID
+    --child CALL``, or its own id)."""
     events: tuple[AgentEvent, ...] = ()
     """Its newest stream events since its last report (its children's among them, tagged)."""
     events_left_out: int = 0
@@ -201,6 +208,7 @@ def child_reported(run: AgentRun, pub: Publisher, body: ChildReport) -> None:
     if body.tokens is None or known != {p.call_id for p in body.pending}:
         waiting = ", ".join(f"{child.call_id}/{p.call_id} ({p.tool})" for p in body.pending)
         pub.record(run.state, "SubagentWaiting", f"{child.workflow_id}: {waiting or 'decided'}")
+    parent_id = workflow.info().workflow_id
     if body.events_left_out:
         pub.publish(
             AgentEvent(
@@ -213,8 +221,7 @@ def child_reported(run: AgentRun, pub: Publisher, body: ChildReport) -> None:
             )
         )
     for event in body.events:
-        pub.publish(event)
-    parent_id = workflow.info().workflow_id
+        pub.publish(_answerable_here(event, child.call_id, parent_id))
     for p in body.pending:
         if p.call_id in known:
             continue
@@ -231,3 +238,15 @@ def child_reported(run: AgentRun, pub: Publisher, body: ChildReport) -> None:
     pub.show()
     changed = known != {p.call_id for p in body.pending}
     report_soon(run, pub, urgent=changed or body.stuck is not None)
+
+
+def _answerable_here(event: AgentEvent, call_id: str, parent_id: str) -> AgentEvent:
+    """A child's event as its parent passes it on: a stuck run's ``guidance_needed`` names the
+    child by its call (``call_1``, a grandchild's ``call_1/call_2``) and carries the commands
+    that guide it through this run (``delegation.forward_guidance``)."""
+    if event.kind != "guidance_needed":
+        return event
+    named = f"{call_id}/{event.call_id}" if event.call_id else call_id
+    return event.model_copy(
+        update={"call_id": named, "commands": guidance_commands(parent_id, named)}
+    )

@@ -121,7 +121,16 @@ class AgentHandlers:
     @workflow.signal
     def guide(self, *bodies: Any) -> None:
         """``{"guidance": "..."}`` or ``{"halt": true, "reason": "..."}`` for a stuck run; guidance
-        also wakes a run parked by the ``wait`` tool, and the model reads it."""
+        also wakes a run parked by the ``wait`` tool, and the model reads it. With
+        ``"call_id"``: for the stuck sub-agent that call started, sent on to it."""
+        try:
+            for_child = delegation.guidance_for_child(bodies)
+            if for_child is not None:
+                delegation.forward_guidance(self._run, self._pub, for_child)
+                return
+        except Refused as exc:
+            self._refused("guide", exc)
+            return
         if self._run.state is State.WAITING:
             self._wake("guide", lambda: waiting.guidance(bodies))
             return
@@ -176,6 +185,15 @@ class AgentHandlers:
         modify one pending call (returns it as decided), or guide a stuck run (returns nothing);
         guidance also wakes a run parked by the ``wait`` tool."""
         decision = one_input("decide", Decision, inputs)
+        for_child = delegation.check_forward_guidance(self._run, decision)
+        if for_child is not None:  # a sub-agent's guidance: sent on to it
+            try:
+                delegation.forward_guidance(self._run, self._pub, for_child)
+            except Refused as exc:
+                raise ApplicationError(
+                    str(exc), type="DecisionRefused", non_retryable=True
+                ) from None
+            return None
         guidance = self._guidance_while_waiting(decision)
         if guidance is not None:
             self._wake("guide", lambda: guidance)
@@ -192,6 +210,8 @@ class AgentHandlers:
     def _validate_decide(self, *inputs: Any) -> None:
         # Raised in the validator, the refusal rejects the update: nothing reaches the history.
         decision = one_input("decide", Decision, inputs)
+        if delegation.check_forward_guidance(self._run, decision) is not None:
+            return
         if self._guidance_while_waiting(decision) is None:
             if delegation.check_forward(self._run, decision):
                 return

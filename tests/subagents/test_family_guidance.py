@@ -1,0 +1,114 @@
+"""A stuck sub-agent is guided (or halted) through its parent: ``starter.py guide PARENT_ID
+--child CALL`` or the stock CLI's ``guide`` signal to the parent naming the child's call; a
+grandchild by its path (``call_1/call_2``)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from tests.support.family import child, delegate, shows, starter
+from tests.support.harness import Harness
+from tests.support.stream import wait_for_event
+from workflows.agent.models import AgentResult, RunStatus
+from workflows.agent.workflow import AgentWorkflow
+
+
+def failing_edit(harness: Harness) -> dict[str, Any]:
+    """A call that fails the same way each time: three make a run stuck."""
+    (harness.workspace / "main.go").write_text("package main\n")
+    return {
+        "name": "edit_file",
+        "arguments": {"path": "main.go", "old_text": "func missing()", "new_text": "x"},
+    }
+
+
+async def test_a_stuck_child_is_guided_through_its_parent(harness: Harness) -> None:
+    """A stuck child's ``guidance_needed`` reaches its parent's stream naming the child's call,
+    with commands that work on the parent; ``starter.py guide PARENT_ID --child call_1`` sends
+    the guidance on, the child's model reads it, and both runs finish."""
+    bad = failing_edit(harness)
+    sub = harness.script(
+        {"tool_calls": [bad]}, {"tool_calls": [bad]}, {"tool_calls": [bad]}, {"content": "ok"}
+    )
+    parent = harness.script(
+        {"tool_calls": [delegate("fix main.go", sub, "call_1")]}, {"content": "fixed"}
+    )
+    handle = await harness.start(parent, recovery="ask_human", subagents={"models": [sub]})
+    kid = child(harness, handle, "call_1")
+    needed = await wait_for_event(handle, lambda e: e.kind == "guidance_needed")
+    assert (needed.subagent, needed.call_id) == (kid.id, "call_1")
+    assert f'python starter.py guide {handle.id} --child call_1 --guidance "..."' in (
+        needed.commands
+    )
+    await shows(handle, "a stuck child", lambda s: bool(s.children and s.children[0].stuck))
+    guided = await starter(
+        harness, "guide", handle.id, "--child", "call_1", "--guidance", "there is no such function"
+    )
+    assert guided.returncode == 0, guided.stderr
+    assert f"sent guidance to sub-agent call_1 of run {handle.id}" in guided.stdout
+    result: AgentResult = await handle.result()
+    assert (result.status, result.answer) == (RunStatus.DONE, "fixed")
+    assert (await kid.result()).answer == "ok"
+    assert "there is no such function" in json.dumps(harness.requests(sub)[-1])
+    trace = await handle.query(AgentWorkflow.trace)
+    assert "SignalForwarded" in [e.event for e in trace.entries]
+
+
+async def test_a_guide_naming_no_stuck_child_is_refused(harness: Harness) -> None:
+    """Guidance for a child that is not stuck, or a call that started no child, is refused by
+    the parent (``starter.py`` says why) and changes nothing."""
+    sub = harness.script(
+        {"tool_calls": [{"name": "list_dir", "arguments": {"path": "."}}]}, {"content": "listed"}
+    )
+    parent = harness.script({"tool_calls": [delegate("list", sub, "call_1")]}, {"content": "done"})
+    handle = await harness.start(parent, require_approval=["list_dir"], subagents={"models": [sub]})
+    child(harness, handle, "call_1")
+    await shows(handle, "a waiting child", lambda s: bool(s.pending_approvals))
+    not_stuck = await starter(harness, "guide", handle.id, "--child", "call_1", "--guidance", "x")
+    assert not_stuck.returncode == 2
+    assert "is not waiting for guidance" in not_stuck.stderr
+    unknown = await starter(harness, "guide", handle.id, "--child", "call_9", "--halt")
+    assert unknown.returncode == 2
+    assert "no running sub-agent was started by call 'call_9'" in unknown.stderr
+    approved = await starter(harness, "approve", handle.id)
+    assert approved.returncode == 0, approved.stderr
+    result: AgentResult = await handle.result()
+    assert (result.status, result.answer) == (RunStatus.DONE, "done")
+
+
+async def test_a_stuck_grandchild_is_halted_through_the_top_run_with_the_stock_cli(
+    harness: Harness,
+) -> None:
+    """A stuck grandchild's guidance request reaches the top run named by its path
+    (``call_1/call_2``); the stock CLI's ``guide`` signal to the top run halts it, level by
+    level; the child reads the halt as its call's ``ERROR:`` and answers."""
+    bad = failing_edit(harness)
+    grand = harness.script({"tool_calls": [bad]}, {"tool_calls": [bad]}, {"tool_calls": [bad]})
+    sub = harness.script(
+        {"tool_calls": [delegate("fix main.go", grand, "call_2")]}, {"content": "gave up"}
+    )
+    top = harness.script({"tool_calls": [delegate("fix it", sub, "call_1")]}, {"content": "done"})
+    handle = await harness.start(top, recovery="ask_human", subagents={"models": [sub, grand]})
+    kid = child(harness, handle, "call_1")
+    grandkid = child(harness, kid, "call_2")
+    needed = await wait_for_event(
+        handle, lambda e: e.kind == "guidance_needed" and e.call_id == "call_1/call_2"
+    )
+    assert needed.subagent == grandkid.id
+    body = {"call_id": "call_1/call_2", "halt": True, "reason": "not worth it"}
+    stock = (
+        f"temporal workflow signal --workflow-id {handle.id} --name guide --input "
+        f"""'{json.dumps({"call_id": "call_1/call_2", "guidance": "..."})}'"""
+    )
+    assert stock in needed.commands
+    signalled = await harness.temporal(
+        "workflow", "signal", "--workflow-id", handle.id, "--name", "guide",
+        "--input", json.dumps(body),
+    )  # fmt: skip
+    assert signalled.returncode == 0, signalled.stderr
+    halted: AgentResult = await grandkid.result()
+    assert halted.status is RunStatus.HALTED and "not worth it" in (halted.error or "")
+    assert (await kid.result()).answer == "gave up"
+    result: AgentResult = await handle.result()
+    assert (result.status, result.answer) == (RunStatus.DONE, "done")
