@@ -80,7 +80,7 @@ def test_the_corpus_holds_runs_from_before_each_versioned_change() -> None:
         SUBAGENT_APPROVALS,
         SUBAGENT_PROGRESS,
     )
-    from workflows.agent.delegation import SUBAGENTS
+    from workflows.agent.delegation import SUBAGENT_GUIDANCE, SUBAGENTS
     from workflows.agent.engine import REFLECTION_KEEPS_RECORD
     from workflows.agent.handover import CARRIED_BY_REFERENCE
     from workflows.agent.outages import STORE_OUTAGES
@@ -99,6 +99,7 @@ def test_the_corpus_holds_runs_from_before_each_versioned_change() -> None:
     marked = {name: patch_markers(t) for name, t in agent_runs.items()}
     patches = (CARRY_CONTENT_HASHES, CLIENT_QUERIES, COALESCED_SEARCH_ATTRIBUTES, LOADED_TOOLS)
     subagent_patches = (SUBAGENTS, SUBAGENT_APPROVALS, SUBAGENT_PROGRESS, REPORT_PACE)
+    subagent_patches += (SUBAGENT_GUIDANCE,)
     workspace_patches = (WORKSPACE_FOLLOWS, SUBAGENT_WORKSPACE)
     later = (STORE_OUTAGES, *subagent_patches, ONE_UPSERT_PER_STEP, *workspace_patches)
     later += (PATCHES_BEFORE_LOCAL_ACTIVITY,)
