@@ -180,6 +180,8 @@ def _format_status(status: AgentStatus) -> str:
     if status.client_query is not None:
         q = status.client_query
         lines.append(f"client:   {q.id}  {q.kind}  {q.what[:200]}  (answer_query)")
+    for q in status.child_queries:  # a sub-agent's, answered through this run
+        lines.append(f"client:   {q.id}  {q.kind}  {q.what[:200]}  (answer_query)")
     running = [c for c in status.children if c.status == "running"]
     if running:  # what running sub-agents reported is not yet in the run's usage
         spent = u.total_tokens + sum(c.tokens for c in running)

@@ -27,7 +27,9 @@ from temporalio.exceptions import ApplicationError
 
 from workflows.agent.events import (
     AgentEvent,
+    ClientQuery,
     EventKind,
+    answer_commands,
     approval_commands,
     guidance_commands,
     reported,
@@ -73,13 +75,13 @@ def pace(reports: int) -> timedelta:
 
 
 NOT_PASSED_ON: frozenset[EventKind] = frozenset(
-    {"approval_needed", "answer", "ended", "continued", "state"}
+    {"approval_needed", "client_query", "answer", "ended", "continued", "state"}
 )
-"""A child's events its parent does not pass on: its approvals (the parent publishes its own,
-with commands that name the parent), the kinds a watcher of the parent reads as the parent's
-own end (its answer, its end, its hand-over; the parent's ``delegate`` call shows how the child
-ended), and its state transitions (the report's ``state`` says where it is, and a report's
-room is kept for its replies and tool calls)."""
+"""A child's events its parent does not pass on: its approvals and client queries (the parent
+publishes its own, with commands that name the parent), the kinds a watcher of the parent reads
+as the parent's own end (its answer, its end, its hand-over; the parent's ``delegate`` call
+shows how the child ended), and its state transitions (the report's ``state`` says where it
+is, and a report's room is kept for its replies and tool calls)."""
 
 
 class ChildReport(Frozen):
@@ -102,6 +104,9 @@ class ChildReport(Frozen):
     """Its newest stream events since its last report (its children's among them, tagged)."""
     events_left_out: int = 0
     """Older events since its last report that this one does not carry."""
+    queries: tuple[ClientQuery, ...] = ()
+    """Its client query waiting for an answer, and its children's (``<their call>/q1``):
+    answered through the parent (``child_queries``)."""
 
 
 ChildWaiting = ChildReport
@@ -132,6 +137,7 @@ def report(run: AgentRun, pub: Publisher) -> ChildReport:
             if e.kind not in NOT_PASSED_ON
         ),
         events_left_out=pub.outbox_dropped,
+        queries=(*_open_query(run), *family.queries()),
     )
     pub.outbox.clear()
     pub.outbox_dropped = 0
@@ -198,7 +204,8 @@ def child_reported(run: AgentRun, pub: Publisher, body: ChildReport) -> None:
     if child is None or child.status != "running":
         return
     known = {p.call_id for p in child.pending_approvals}
-    update: dict[str, object] = {"pending_approvals": body.pending}
+    asked = {q.id for q in child.client_queries}
+    update: dict[str, object] = {"pending_approvals": body.pending, "client_queries": body.queries}
     if body.tokens is not None:
         update.update(
             tokens=body.tokens, cost_usd=body.cost_usd, state=body.state, stuck=body.stuck
@@ -235,8 +242,21 @@ def child_reported(run: AgentRun, pub: Publisher, body: ChildReport) -> None:
             arguments=p.arguments,
             commands=approval_commands(parent_id, named),
         )
+    for q in body.queries:
+        if q.id in asked:
+            continue
+        query = q.model_copy(update={"id": f"{child.call_id}/{q.id}"})
+        pub.emit(
+            "client_query",
+            f"sub-agent {child.workflow_id}: {query.kind}: {query.what[:200]}",
+            query=query,
+            call_id=query.id,
+            target=child.workflow_id,
+            commands=answer_commands(parent_id, query),
+        )
     pub.show()
     changed = known != {p.call_id for p in body.pending}
+    changed = changed or asked != {q.id for q in body.queries}
     report_soon(run, pub, urgent=changed or body.stuck is not None)
 
 
@@ -250,3 +270,9 @@ def _answerable_here(event: AgentEvent, call_id: str, parent_id: str) -> AgentEv
     return event.model_copy(
         update={"call_id": named, "commands": guidance_commands(parent_id, named)}
     )
+
+
+def _open_query(run: AgentRun) -> tuple[ClientQuery, ...]:
+    """The run's own client query while it waits for its answer."""
+    query = run.client.query
+    return (query,) if query is not None and run.client.answer is None else ()

@@ -48,6 +48,7 @@ from temporalio.workflow import ParentClosePolicy
 from workflows.agent import cost_cap
 from workflows.agent.approvals import Refused, check_approver
 from workflows.agent.catalogue import DelegateArgs
+from workflows.agent.child_queries import SUBAGENT_QUERIES
 from workflows.agent.family import SEPARATOR, ChildRun, ChildStatus
 from workflows.agent.models import (
     AgentInput,
@@ -96,6 +97,7 @@ async def delegate(
     # The child starts from the parent's workspace as its history says it is, and hands its
     # own back (``snapshotting.merge_parallel`` merges it): wherever their tools run.
     start = run.workspace_snapshot if workflow.patched(SUBAGENT_WORKSPACE) else None
+    asks = workflow.patched(SUBAGENT_QUERIES)
     pub.record(
         run.state,
         "SubagentStarted",
@@ -108,7 +110,9 @@ async def delegate(
     try:
         handle = await workflow.start_child_workflow(
             workflow.info().workflow_type,
-            child_input(run, args, child).model_copy(update={"workspace_snapshot": start}),
+            child_input(run, args, child, asks=asks).model_copy(
+                update={"workspace_snapshot": start}
+            ),
             id=child.workflow_id,
             result_type=AgentResult,
             parent_close_policy=ParentClosePolicy.REQUEST_CANCEL,
@@ -238,10 +242,13 @@ def _later(run: AgentRun, call: ToolCall) -> int:
     return sum(1 for c in calls[position:] if c.name == DELEGATE) or 1
 
 
-def child_input(run: AgentRun, args: DelegateArgs, child: ChildRun) -> AgentInput:
+def child_input(
+    run: AgentRun, args: DelegateArgs, child: ChildRun, *, asks: bool = True
+) -> AgentInput:
     """What the child runs: the sub-task, in the parent's workspace, under the parent's config
     narrowed to what the call asked for, one level deeper, with its share of the budget. It
-    asks no client (only the parent's watcher could answer, and does not see it yet)."""
+    asks the client as the parent does (answered through the parent: ``child_queries``);
+    children started before ``SUBAGENT_QUERIES`` (``asks`` false) asked none."""
     config = run.input.config
     sub = config.subagents
     narrowed = config.model_copy(
@@ -251,7 +258,7 @@ def child_input(run: AgentRun, args: DelegateArgs, child: ChildRun) -> AgentInpu
             "token_budget": child.token_budget,
             "max_cost_usd": child.cost_budget_usd,
             "models": {},
-            "client_queries": False,
+            "client_queries": config.client_queries and asks,
             "subagents": sub.model_copy(update={"depth": sub.depth + 1}) if sub else None,
         }
     )

@@ -18,6 +18,7 @@ from temporalio.exceptions import ApplicationError
 
 from workflows.agent import (
     approvals,
+    child_queries,
     child_reports,
     client_queries,
     delegation,
@@ -173,6 +174,14 @@ class AgentHandlers:
             return
         child_reports.child_reported(self._run, self._pub, reported)
 
+    @workflow.signal(name=child_queries.CLIENT_ANSWER)
+    def client_answer(self, *bodies: Any) -> None:
+        """From the parent run: an answer to this run's client query (or its child's) that the
+        parent's ``answer_query`` took (``child_queries``)."""
+        why = child_queries.from_parent(self._run, self._pub, bodies)
+        if why is not None:
+            self._refused(child_queries.CLIENT_ANSWER, Refused(why))
+
     @workflow.signal(dynamic=True)
     def unknown_signal(self, name: str, bodies: Sequence[RawValue]) -> None:
         """Any other signal name: Temporal accepts it, so the trace says it was not understood
@@ -316,6 +325,12 @@ class AgentHandlers:
         """``{"query_id": "q1", "kind": "file_read", "content": "..."}`` (or ``"declined"``):
         the answer to the pending client query; returns the query it answered."""
         answer = one_input("answer_query", ClientAnswer, inputs)
+        try:
+            forwarded = child_queries.forward(self._run, self._pub, answer)
+        except AnswerRefused as exc:
+            raise ApplicationError(str(exc), type="AnswerRefused", non_retryable=True) from None
+        if forwarded is not None:  # a sub-agent's query: sent on to it
+            return forwarded
         run, client = self._run, self._run.client
         query = client.query
         if query is None or client.answer is not None:
@@ -336,6 +351,8 @@ class AgentHandlers:
         answer = one_input("answer_query", ClientAnswer, inputs)
         client = self._run.client
         try:
+            if child_queries.for_child(self._run, answer) is not None:
+                return
             client_queries.check_answer(
                 client.query if client.answer is None else None,
                 answer,

@@ -75,6 +75,7 @@ def status(
         queued_messages=len(run.thread.inbox),
         run_in_chain=run.runs,
         client_query=run.client.query,
+        child_queries=run.family.queries(),
         wakes_at=run.waiting.wakes_at if run.waiting.active else None,
         stream_offset=stream_offset,
         last_decision=last_decision(run),

@@ -124,6 +124,8 @@ class Responder:
                 await self._guidance(status.step)
         if status.client_query is not None:
             await self._client_query(status.client_query)
+        for query in status.child_queries:  # a sub-agent's, answered through this run
+            await self._client_query(query)
 
     # -- approvals and guidance ---------------------------------------------------------------
 

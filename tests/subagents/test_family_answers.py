@@ -1,6 +1,7 @@
-"""A stuck sub-agent is guided (or halted) through its parent: ``starter.py guide PARENT_ID
---child CALL`` or the stock CLI's ``guide`` signal to the parent naming the child's call; a
-grandchild by its path (``call_1/call_2``)."""
+"""One place to answer a family: a stuck sub-agent is guided (or halted) through its parent
+(``starter.py guide PARENT_ID --child CALL``, or the stock CLI's ``guide`` signal to the parent
+naming the child's call; a grandchild by its path, ``call_1/call_2``), and a sub-agent's client
+queries are answered through it (``starter.py answer PARENT_ID call_1/q1``)."""
 
 from __future__ import annotations
 
@@ -112,3 +113,48 @@ async def test_a_stuck_grandchild_is_halted_through_the_top_run_with_the_stock_c
     assert (await kid.result()).answer == "gave up"
     result: AgentResult = await handle.result()
     assert (result.status, result.answer) == (RunStatus.DONE, "done")
+
+
+def ask(what: str, call_id: str) -> dict[str, Any]:
+    return {"name": "ask_client", "arguments": {"kind": "question", "what": what}, "id": call_id}
+
+
+async def test_a_childs_client_queries_are_answered_through_its_parent(harness: Harness) -> None:
+    """Two children ask their client: the parent's status and stream show both queries named by
+    the parent's call (``call_1/q1``) with commands that work on the parent; ``starter.py
+    answer PARENT_ID call_1/q1`` and the stock CLI's ``answer_query`` update to the parent answer
+    them, and each child's model reads its answer."""
+    first = harness.script({"tool_calls": [ask("which port?", "ask_1")]}, {"content": "port ok"})
+    second = harness.script({"tool_calls": [ask("which host?", "ask_2")]}, {"content": "host ok"})
+    parent = harness.script(
+        {"tool_calls": [delegate("port", first, "call_1"), delegate("host", second, "call_2")]},
+        {"content": "both known"},
+    )
+    handle = await harness.start(parent, subagents={"models": [first, second]})
+    kids = [child(harness, handle, "call_1"), child(harness, handle, "call_2")]
+    status = await shows(handle, "two child queries", lambda s: len(s.child_queries) == 2)
+    assert sorted((q.id, q.what) for q in status.child_queries) == [
+        ("call_1/q1", "which port?"),
+        ("call_2/q1", "which host?"),
+    ]
+    asked = await wait_for_event(
+        handle, lambda e: e.kind == "client_query" and e.call_id == "call_1/q1"
+    )
+    assert asked.subagent is None and asked.target == kids[0].id
+    assert f'python starter.py answer {handle.id} call_1/q1 "..."' in asked.commands
+    shown = await starter(harness, "status", handle.id)
+    assert "client:   call_2/q1  question  which host?" in shown.stdout
+    answered = await starter(harness, "answer", handle.id, "call_1/q1", "8080")
+    assert answered.returncode == 0, answered.stderr
+    assert f"answered call_1/q1 (question: which port?) in run {handle.id}" in answered.stdout
+    body = {"query_id": "call_2/q1", "kind": "question", "content": "example.org"}
+    updated = await harness.temporal(
+        "workflow", "update", "execute", "--workflow-id", handle.id, "--name", "answer_query",
+        "--input", json.dumps(body),
+    )  # fmt: skip
+    assert updated.returncode == 0, updated.stderr
+    result: AgentResult = await handle.result()
+    assert (result.status, result.answer) == (RunStatus.DONE, "both known")
+    assert [(await k.result()).answer for k in kids] == ["port ok", "host ok"]
+    assert "The client answered: 8080" in json.dumps(harness.requests(first)[-1])
+    assert "The client answered: example.org" in json.dumps(harness.requests(second)[-1])
