@@ -241,6 +241,9 @@ class Responder:
             return
         status = await self._status()
         query = status.client_query if status is not None else None
+        if status is not None and announced is not None and "/" in announced.id:
+            # A sub-agent's, which this run takes answers for (``call_1/q1``).
+            query = next((q for q in status.child_queries if q.id == announced.id), None)
         if query is None:
             return  # answered already, timed out, or never asked by the run
         key = f"{query.id}@{query.asked_at.isoformat()}"
