@@ -102,11 +102,13 @@ async def cmd_answer(client: Client, args: argparse.Namespace) -> int:
     query = next((q for q in waiting if q.id == args.query_id), None)
     if query is None and status.client_query is not None and not status.child_queries:
         query = status.client_query  # its id is checked by the run, which says what waits
+    if query is None and not waiting:
+        raise UsageError(f"run {args.workflow_id} has no client query waiting")
     if query is None:
         named = ", ".join(q.id for q in waiting)
         raise UsageError(
-            f"run {args.workflow_id} has no client query {args.query_id!r} waiting"
-            + (f" (waiting: {named})" if named else "")
+            f"run {args.workflow_id} has no client query {args.query_id!r} waiting "
+            f"(waiting: {named})"
         )
     try:
         answer = ClientAnswer(
