@@ -200,7 +200,11 @@ def _format_status(status: AgentStatus) -> str:
             + (f"  ${child.cost_usd:.4f}" if child.cost_usd is not None else "")
             + (f" of ${child.cost_budget_usd:.4f}" if child.cost_budget_usd else "")
             + f"  {child.task}"
-            + (f"  (stuck: {child.stuck[:200]})" if child in running and child.stuck else "")
+            + (
+                f"  (stuck: {child.stuck[:200]}; guide --child {child.call_id})"
+                if child in running and child.stuck
+                else ""
+            )
         )
     if status.final_answer:
         lines.append(f"answer:   {status.final_answer}")

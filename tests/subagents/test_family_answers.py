@@ -8,11 +8,20 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from temporalio.api.sdk.v1 import WorkflowMetadata
+from temporalio.client import WorkflowHandle
+
 from tests.support.family import child, delegate, shows, starter
 from tests.support.harness import Harness
 from tests.support.stream import wait_for_event
 from workflows.agent.models import AgentResult, RunStatus
 from workflows.agent.workflow import AgentWorkflow
+
+
+async def current_details(handle: WorkflowHandle[Any, Any]) -> str:
+    """The run's Web UI Current Details."""
+    metadata = await handle.query("__temporal_workflow_metadata", result_type=WorkflowMetadata)
+    return metadata.current_details
 
 
 def failing_edit(harness: Harness) -> dict[str, Any]:
@@ -43,6 +52,9 @@ async def test_a_stuck_child_is_guided_through_its_parent(harness: Harness) -> N
         needed.commands
     )
     await shows(handle, "a stuck child", lambda s: bool(s.children and s.children[0].stuck))
+    assert "(guide it: `guide --child call_1`)" in await current_details(handle)
+    shown = await starter(harness, "status", handle.id)
+    assert "; guide --child call_1)" in shown.stdout
     guided = await starter(
         harness, "guide", handle.id, "--child", "call_1", "--guidance", "there is no such function"
     )
@@ -144,6 +156,9 @@ async def test_a_childs_client_queries_are_answered_through_its_parent(harness: 
     assert f'python starter.py answer {handle.id} call_1/q1 "..."' in asked.commands
     shown = await starter(harness, "status", handle.id)
     assert "client:   call_2/q1  question  which host?" in shown.stdout
+    assert "**Waiting for the client:** `call_2/q1` question which host?" in (
+        await current_details(handle)
+    )
     answered = await starter(harness, "answer", handle.id, "call_1/q1", "8080")
     assert answered.returncode == 0, answered.stderr
     assert f"answered call_1/q1 (question: which port?) in run {handle.id}" in answered.stdout
