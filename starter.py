@@ -8,7 +8,7 @@
     python starter.py approve ID [--call CALL_ID] [--as NAME]   # NAME: who decides (USER@HOST)
     python starter.py reject ID [--call CALL_ID] --reason TEXT [--as NAME]
     python starter.py modify ID [--call CALL_ID] --args JSON [--as NAME]
-    python starter.py guide ID (--guidance TEXT | --halt [--reason TEXT]) [--as NAME]
+    python starter.py guide ID (--guidance TEXT | --halt [--reason TEXT]) [--child CALL] [--as NAME]
     python starter.py wake ID [--reason TEXT]   # end a wait (the wait tool) now
     python starter.py watch ID [--from-start | --from N] [--json] [--interactive]  # live
     python starter.py answer ID QUERY_ID TEXT | --decline REASON [--as NAME]  # a client query
@@ -180,6 +180,8 @@ def _format_status(status: AgentStatus) -> str:
     if status.client_query is not None:
         q = status.client_query
         lines.append(f"client:   {q.id}  {q.kind}  {q.what[:200]}  (answer_query)")
+    for q in status.child_queries:  # a sub-agent's, answered through this run
+        lines.append(f"client:   {q.id}  {q.kind}  {q.what[:200]}  (answer_query)")
     running = [c for c in status.children if c.status == "running"]
     if running:  # what running sub-agents reported is not yet in the run's usage
         spent = u.total_tokens + sum(c.tokens for c in running)
@@ -198,7 +200,11 @@ def _format_status(status: AgentStatus) -> str:
             + (f"  ${child.cost_usd:.4f}" if child.cost_usd is not None else "")
             + (f" of ${child.cost_budget_usd:.4f}" if child.cost_budget_usd else "")
             + f"  {child.task}"
-            + (f"  (stuck: {child.stuck[:200]})" if child in running and child.stuck else "")
+            + (
+                f"  (stuck: {child.stuck[:200]}; guide --child {child.call_id})"
+                if child in running and child.stuck
+                else ""
+            )
         )
     if status.final_answer:
         lines.append(f"answer:   {status.final_answer}")
@@ -369,6 +375,7 @@ async def cmd_decide(client: Client, args: argparse.Namespace) -> int:
             guidance=args.guidance,
             halt=bool(args.halt),
             reason=args.reason,
+            call_id=args.child,
             decided_by=identity.decided_by(args),
         )
     else:
@@ -394,7 +401,8 @@ async def cmd_decide(client: Client, args: argparse.Namespace) -> int:
         raise UsageError(f"run {args.workflow_id!r}: {exc.message}") from exc
     if decided is None:
         what = "told to halt" if args.halt else "sent guidance to"
-        print(f"{what} run {args.workflow_id}")
+        child = f"sub-agent {args.child} of " if args.child else ""
+        print(f"{what} {child}run {args.workflow_id}")
         return 0
     done = {"approve": "approved", "reject": "rejected", "modify": "modified"}[args.command]
     print(f"{done} {decided.call_id} ({decided.tool}) in run {args.workflow_id}")
@@ -493,6 +501,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     guide.add_argument("--guidance", help="advice for the model; the run continues")
     guide.add_argument("--halt", action="store_true", help="stop the run (status halted)")
     guide.add_argument("--reason", help="why, with --halt")
+    guide.add_argument(
+        "--child",
+        metavar="CALL",
+        help="a stuck sub-agent of the run: the call that started it (call_1; a grandchild "
+        "call_1/call_2); the run sends the guidance on",
+    )
     identity.add_as_option(guide)
 
     for name in ("status", "trace"):

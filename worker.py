@@ -168,6 +168,7 @@ PASSTHROUGH_MODULES = (
     # tests/architecture covers them as it covers the engine.
     "workflows.agent.config",  # AgentConfig: the same class models.py re-exports
     "workflows.agent.child_reports",
+    "workflows.agent.child_queries",
     "workflows.agent.cost_cap",
     "workflows.agent.decisions",
     "workflows.agent.compressing",

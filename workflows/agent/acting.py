@@ -26,6 +26,7 @@ from temporalio.exceptions import ActivityError, ApplicationError, is_cancelled_
 from workflows import telemetry
 from workflows.agent import (
     calls,
+    child_reports,
     client_queries,
     delegation,
     events,
@@ -363,6 +364,7 @@ class ToolRunner:
             commands=events.answer_commands(workflow.info().workflow_id, query),
         )
         self._pub.show()
+        child_reports.report_soon(run, self._pub, urgent=True)  # a sub-agent: its parent asks
         timeout = config.client_query_timeout_seconds
         waited = (workflow.now() - query.asked_at).total_seconds()
         # A timeout is not an error here: the model is told, and the run goes on.
@@ -400,6 +402,7 @@ class ToolRunner:
             call_id=query.call_id,
             ok=ok,
         )
+        child_reports.report_soon(run, self._pub, urgent=True)
         return Event.CLIENT_QUERY_DONE_PARALLEL if parallel else Event.CLIENT_QUERY_DONE
 
     # ----------------------------------------------------------------------------------------

@@ -25,7 +25,15 @@ from datetime import timedelta
 from temporalio import workflow
 from temporalio.exceptions import ApplicationError
 
-from workflows.agent.events import AgentEvent, EventKind, approval_commands, reported
+from workflows.agent.events import (
+    AgentEvent,
+    ClientQuery,
+    EventKind,
+    answer_commands,
+    approval_commands,
+    guidance_commands,
+    reported,
+)
 from workflows.agent.models import PendingApproval
 from workflows.agent.publishing import Publisher
 from workflows.agent.state import AgentRun
@@ -67,13 +75,13 @@ def pace(reports: int) -> timedelta:
 
 
 NOT_PASSED_ON: frozenset[EventKind] = frozenset(
-    {"approval_needed", "answer", "ended", "continued", "state"}
+    {"approval_needed", "client_query", "answer", "ended", "continued", "state"}
 )
-"""A child's events its parent does not pass on: its approvals (the parent publishes its own,
-with commands that name the parent), the kinds a watcher of the parent reads as the parent's
-own end (its answer, its end, its hand-over; the parent's ``delegate`` call shows how the child
-ended), and its state transitions (the report's ``state`` says where it is, and a report's
-room is kept for its replies and tool calls)."""
+"""A child's events its parent does not pass on: its approvals and client queries (the parent
+publishes its own, with commands that name the parent), the kinds a watcher of the parent reads
+as the parent's own end (its answer, its end, its hand-over; the parent's ``delegate`` call
+shows how the child ended), and its state transitions (the report's ``state`` says where it
+is, and a report's room is kept for its replies and tool calls)."""
 
 
 class ChildReport(Frozen):
@@ -90,11 +98,15 @@ class ChildReport(Frozen):
     children reported."""
     cost_usd: float | None = None
     stuck: str | None = None
-    """Why it is stuck, if it is (guidance goes to its own id: ``starter.py guide CHILD_ID``)."""
+    """Why it is stuck, if it is (guided through the parent: ``starter.py guide PARENT_ID
+    --child CALL``, or its own id)."""
     events: tuple[AgentEvent, ...] = ()
     """Its newest stream events since its last report (its children's among them, tagged)."""
     events_left_out: int = 0
     """Older events since its last report that this one does not carry."""
+    queries: tuple[ClientQuery, ...] = ()
+    """Its client query waiting for an answer, and its children's (``<their call>/q1``):
+    answered through the parent (``child_queries``)."""
 
 
 ChildWaiting = ChildReport
@@ -125,6 +137,7 @@ def report(run: AgentRun, pub: Publisher) -> ChildReport:
             if e.kind not in NOT_PASSED_ON
         ),
         events_left_out=pub.outbox_dropped,
+        queries=(*_open_query(run), *family.queries()),
     )
     pub.outbox.clear()
     pub.outbox_dropped = 0
@@ -191,7 +204,8 @@ def child_reported(run: AgentRun, pub: Publisher, body: ChildReport) -> None:
     if child is None or child.status != "running":
         return
     known = {p.call_id for p in child.pending_approvals}
-    update: dict[str, object] = {"pending_approvals": body.pending}
+    asked = {q.id for q in child.client_queries}
+    update: dict[str, object] = {"pending_approvals": body.pending, "client_queries": body.queries}
     if body.tokens is not None:
         update.update(
             tokens=body.tokens, cost_usd=body.cost_usd, state=body.state, stuck=body.stuck
@@ -201,6 +215,7 @@ def child_reported(run: AgentRun, pub: Publisher, body: ChildReport) -> None:
     if body.tokens is None or known != {p.call_id for p in body.pending}:
         waiting = ", ".join(f"{child.call_id}/{p.call_id} ({p.tool})" for p in body.pending)
         pub.record(run.state, "SubagentWaiting", f"{child.workflow_id}: {waiting or 'decided'}")
+    parent_id = workflow.info().workflow_id
     if body.events_left_out:
         pub.publish(
             AgentEvent(
@@ -213,8 +228,7 @@ def child_reported(run: AgentRun, pub: Publisher, body: ChildReport) -> None:
             )
         )
     for event in body.events:
-        pub.publish(event)
-    parent_id = workflow.info().workflow_id
+        pub.publish(_answerable_here(event, child.call_id, parent_id))
     for p in body.pending:
         if p.call_id in known:
             continue
@@ -228,6 +242,37 @@ def child_reported(run: AgentRun, pub: Publisher, body: ChildReport) -> None:
             arguments=p.arguments,
             commands=approval_commands(parent_id, named),
         )
+    for q in body.queries:
+        if q.id in asked:
+            continue
+        query = q.model_copy(update={"id": f"{child.call_id}/{q.id}"})
+        pub.emit(
+            "client_query",
+            f"sub-agent {child.workflow_id}: {query.kind}: {query.what[:200]}",
+            query=query,
+            call_id=query.id,
+            target=child.workflow_id,
+            commands=answer_commands(parent_id, query),
+        )
     pub.show()
     changed = known != {p.call_id for p in body.pending}
+    changed = changed or asked != {q.id for q in body.queries}
     report_soon(run, pub, urgent=changed or body.stuck is not None)
+
+
+def _answerable_here(event: AgentEvent, call_id: str, parent_id: str) -> AgentEvent:
+    """A child's event as its parent passes it on: a stuck run's ``guidance_needed`` names the
+    child by its call (``call_1``, a grandchild's ``call_1/call_2``) and carries the commands
+    that guide it through this run (``delegation.forward_guidance``)."""
+    if event.kind != "guidance_needed":
+        return event
+    named = f"{call_id}/{event.call_id}" if event.call_id else call_id
+    return event.model_copy(
+        update={"call_id": named, "commands": guidance_commands(parent_id, named)}
+    )
+
+
+def _open_query(run: AgentRun) -> tuple[ClientQuery, ...]:
+    """The run's own client query while it waits for its answer."""
+    query = run.client.query
+    return (query,) if query is not None and run.client.answer is None else ()

@@ -76,12 +76,15 @@ class ModifySignal(Frozen):
 
 class GuideSignal(Frozen):
     """``{"guidance": "..."}`` to continue a stuck run with advice for the model, or
-    ``{"halt": true, "reason": "..."}`` to stop it."""
+    ``{"halt": true, "reason": "..."}`` to stop it. With ``"call_id"``, it is for the stuck
+    sub-agent that call started (``call_1``; a grandchild ``call_1/call_2``): the run sends it
+    on (``delegation.forward_guidance``)."""
 
     guidance: str | None = Field(None, min_length=1, max_length=MAX_HUMAN_TEXT_CHARS)
     halt: bool = False
     reason: str | None = Field(None, max_length=MAX_HUMAN_TEXT_CHARS)
     decided_by: Name | None = None
+    call_id: str | None = Field(None, min_length=1, max_length=MAX_CALL_ID_CHARS)
 
     @model_validator(mode="after")
     def _one_choice(self) -> GuideSignal:

@@ -33,6 +33,7 @@ import asyncio
 from collections.abc import Collection
 from typing import Any
 
+from pydantic import ValidationError
 from temporalio import workflow
 from temporalio.exceptions import (
     ApplicationError,
@@ -47,12 +48,14 @@ from temporalio.workflow import ParentClosePolicy
 from workflows.agent import cost_cap
 from workflows.agent.approvals import Refused, check_approver
 from workflows.agent.catalogue import DelegateArgs
-from workflows.agent.family import ChildRun, ChildStatus
+from workflows.agent.child_queries import SUBAGENT_QUERIES
+from workflows.agent.family import SEPARATOR, ChildRun, ChildStatus
 from workflows.agent.models import (
     AgentInput,
     AgentResult,
     ApprovalDecision,
     Decision,
+    GuideSignal,
     PendingApproval,
     RunStatus,
     TokenUsage,
@@ -64,6 +67,7 @@ from workflows.agent.publishing import Publisher
 from workflows.agent.snapshots import SUBAGENT_WORKSPACE
 from workflows.agent.state import AgentRun
 from workflows.agent.status import cost, cut
+from workflows.base import describe_errors
 
 DELEGATE = "delegate"
 
@@ -93,6 +97,7 @@ async def delegate(
     # The child starts from the parent's workspace as its history says it is, and hands its
     # own back (``snapshotting.merge_parallel`` merges it): wherever their tools run.
     start = run.workspace_snapshot if workflow.patched(SUBAGENT_WORKSPACE) else None
+    asks = workflow.patched(SUBAGENT_QUERIES)
     pub.record(
         run.state,
         "SubagentStarted",
@@ -105,7 +110,9 @@ async def delegate(
     try:
         handle = await workflow.start_child_workflow(
             workflow.info().workflow_type,
-            child_input(run, args, child).model_copy(update={"workspace_snapshot": start}),
+            child_input(run, args, child, asks=asks).model_copy(
+                update={"workspace_snapshot": start}
+            ),
             id=child.workflow_id,
             result_type=AgentResult,
             parent_close_policy=ParentClosePolicy.REQUEST_CANCEL,
@@ -235,10 +242,13 @@ def _later(run: AgentRun, call: ToolCall) -> int:
     return sum(1 for c in calls[position:] if c.name == DELEGATE) or 1
 
 
-def child_input(run: AgentRun, args: DelegateArgs, child: ChildRun) -> AgentInput:
+def child_input(
+    run: AgentRun, args: DelegateArgs, child: ChildRun, *, asks: bool = True
+) -> AgentInput:
     """What the child runs: the sub-task, in the parent's workspace, under the parent's config
     narrowed to what the call asked for, one level deeper, with its share of the budget. It
-    asks no client (only the parent's watcher could answer, and does not see it yet)."""
+    asks the client as the parent does (answered through the parent: ``child_queries``);
+    children started before ``SUBAGENT_QUERIES`` (``asks`` false) asked none."""
     config = run.input.config
     sub = config.subagents
     narrowed = config.model_copy(
@@ -248,7 +258,7 @@ def child_input(run: AgentRun, args: DelegateArgs, child: ChildRun) -> AgentInpu
             "token_budget": child.token_budget,
             "max_cost_usd": child.cost_budget_usd,
             "models": {},
-            "client_queries": False,
+            "client_queries": config.client_queries and asks,
             "subagents": sub.model_copy(update={"depth": sub.depth + 1}) if sub else None,
         }
     )
@@ -422,6 +432,71 @@ def forward(run: AgentRun, pub: Publisher, decision: Decision) -> PendingApprova
             "decided_by": decision.decided_by,
         }
     )
+
+
+SUBAGENT_GUIDANCE = "subagent-guidance"
+"""``workflow.patched`` id: a ``guide`` naming a child's call (``call_id``) is sent on to that
+child (``forward_guidance``). Before it, no run took one: a ``guide`` body with a ``call_id``
+did not parse, so no recorded run reaches it."""
+
+
+def guidance_for_child(bodies: tuple[Any, ...]) -> GuideSignal | None:
+    """A ``guide`` signal's body that names a child's call, or ``None`` (the run's own
+    guidance, whose checks say why a body is wrong)."""
+    if len(bodies) != 1 or not isinstance(bodies[0], dict) or "call_id" not in bodies[0]:
+        return None
+    try:
+        return GuideSignal.model_validate(bodies[0])
+    except ValidationError as exc:
+        raise Refused(describe_errors(exc)) from None
+
+
+def guided_child(run: AgentRun, signal: GuideSignal) -> tuple[ChildRun, str | None]:
+    """The running child a guidance names, and the rest of its path (a grandchild's call, for
+    the child to send on), or ``Refused``: no such child, or it does not wait for guidance."""
+    outer, _, inner = (signal.call_id or "").partition(SEPARATOR)
+    child = next((c for c in run.family.running() if c.call_id == outer), None)
+    if child is None:
+        running = ", ".join(c.call_id for c in run.family.running()) or "none"
+        raise Refused(f"no running sub-agent was started by call {outer!r} (running: {running})")
+    if not inner and (child.stuck is None or child.state != "WaitingForHuman"):
+        raise Refused(f"sub-agent {child.workflow_id} is not waiting for guidance")
+    check_approver(run, signal.decided_by)
+    return child, inner or None
+
+
+def forward_guidance(run: AgentRun, pub: Publisher, signal: GuideSignal) -> None:
+    """A parent: send guidance (or a halt) on to the stuck child it names (``call_id``); the
+    child takes it as its own, or sends it on to its child. ``Refused`` as ``guided_child``."""
+    child, inner = guided_child(run, signal)
+    if not workflow.patched(SUBAGENT_GUIDANCE):  # cannot happen: see SUBAGENT_GUIDANCE
+        raise Refused("this run does not send guidance on to its sub-agents")
+    body = signal.model_dump(exclude_none=True, exclude={"call_id"})
+    if inner is not None:
+        body["call_id"] = inner
+    else:  # shown as guided until the child reports again
+        run.family.replace(child.model_copy(update={"stuck": None}))
+    what = "halt" if signal.halt else "guide"
+    by = f" by {signal.decided_by}" if signal.decided_by else ""
+    pub.record(run.state, "SignalForwarded", f"{what} {signal.call_id}{by} to {child.workflow_id}")
+    pub.emit("decided", f"{what} sub-agent {signal.call_id}{by}", decided_by=signal.decided_by)
+    handle = workflow.get_external_workflow_handle(child.workflow_id)
+    asyncio.get_running_loop().create_task(_send(handle, "guide", body))
+    pub.show()
+
+
+def check_forward_guidance(run: AgentRun, decision: Decision) -> GuideSignal | None:
+    """The ``decide`` validator's part: a guidance naming a child's call (a refusal rejects the
+    update), or ``None``: not one."""
+    if decision.action != "guide" or decision.call_id is None:
+        return None
+    try:
+        signal = GuideSignal.model_validate(decision.body())
+        guided_child(run, signal)
+    except (Refused, ValidationError) as exc:
+        why = describe_errors(exc) if isinstance(exc, ValidationError) else str(exc)
+        raise ApplicationError(why, type="DecisionRefused", non_retryable=True) from None
+    return signal
 
 
 _DECIDED = {

@@ -217,10 +217,19 @@ def approval_commands(workflow_id: str, call_id: str) -> tuple[str, ...]:
     )
 
 
-def guidance_commands(workflow_id: str) -> tuple[str, ...]:
+def guidance_commands(workflow_id: str, child: str | None = None) -> tuple[str, ...]:
+    """Guide or halt a stuck run; with ``child``, the stuck sub-agent its call started
+    (``call_1``, a grandchild ``call_1/call_2``), through this run, and with the stock CLI."""
+    if child is None:
+        return (
+            f'python starter.py guide {workflow_id} --guidance "..."',
+            f'python starter.py guide {workflow_id} --halt --reason "..."',
+        )
+    body = json.dumps({"call_id": child, "guidance": "..."})
     return (
-        f'python starter.py guide {workflow_id} --guidance "..."',
-        f'python starter.py guide {workflow_id} --halt --reason "..."',
+        f'python starter.py guide {workflow_id} --child {child} --guidance "..."',
+        f'python starter.py guide {workflow_id} --child {child} --halt --reason "..."',
+        f"temporal workflow signal --workflow-id {workflow_id} --name guide --input '{body}'",
     )
 
 

@@ -9,6 +9,7 @@ from typing import Literal
 from pydantic import Field
 
 from workflows.agent.decisions import PendingApproval
+from workflows.agent.events import ClientQuery
 from workflows.base import Frozen, Mutable
 
 SEPARATOR = "/"
@@ -51,6 +52,9 @@ class ChildRun(Frozen):
     """Its answer or why it did not answer, cut to a line's worth."""
     pending_approvals: tuple[PendingApproval, ...] = ()
     """Its calls waiting for a human, as it last told its parent (by its own call ids)."""
+    client_queries: tuple[ClientQuery, ...] = ()
+    """Its client queries waiting for an answer, as it last told its parent (its own by their
+    ids, its children's ``call_2/q1``)."""
 
 
 class Family(Mutable):
@@ -95,6 +99,29 @@ class Family(Mutable):
             for c in self.children
             if c.status == "running"
             for p in c.pending_approvals
+        )
+
+    def queries(self) -> tuple[ClientQuery, ...]:
+        """Every running child's client queries waiting for an answer, named as the parent
+        takes answers for them (``call_1/q1``)."""
+        return tuple(
+            q.model_copy(update={"id": f"{c.call_id}{SEPARATOR}{q.id}"})
+            for c in self.children
+            if c.status == "running"
+            for q in c.client_queries
+        )
+
+    def waiting_query(self, query_id: str) -> tuple[ChildRun, ClientQuery] | None:
+        """The child and its client query an answer names (``call_1/q1``), or ``None``."""
+        outer, _, inner = query_id.partition(SEPARATOR)
+        return next(
+            (
+                (c, q)
+                for c in self.running()
+                for q in c.client_queries
+                if (c.call_id, q.id) == (outer, inner)
+            ),
+            None,
         )
 
     def waiting_call(self, call_id: str | None) -> tuple[ChildRun, PendingApproval] | None:

@@ -18,6 +18,7 @@ from temporalio.exceptions import ApplicationError
 
 from workflows.agent import (
     approvals,
+    child_queries,
     child_reports,
     client_queries,
     delegation,
@@ -121,7 +122,16 @@ class AgentHandlers:
     @workflow.signal
     def guide(self, *bodies: Any) -> None:
         """``{"guidance": "..."}`` or ``{"halt": true, "reason": "..."}`` for a stuck run; guidance
-        also wakes a run parked by the ``wait`` tool, and the model reads it."""
+        also wakes a run parked by the ``wait`` tool, and the model reads it. With
+        ``"call_id"``: for the stuck sub-agent that call started, sent on to it."""
+        try:
+            for_child = delegation.guidance_for_child(bodies)
+            if for_child is not None:
+                delegation.forward_guidance(self._run, self._pub, for_child)
+                return
+        except Refused as exc:
+            self._refused("guide", exc)
+            return
         if self._run.state is State.WAITING:
             self._wake("guide", lambda: waiting.guidance(bodies))
             return
@@ -164,6 +174,14 @@ class AgentHandlers:
             return
         child_reports.child_reported(self._run, self._pub, reported)
 
+    @workflow.signal(name=child_queries.CLIENT_ANSWER)
+    def client_answer(self, *bodies: Any) -> None:
+        """From the parent run: an answer to this run's client query (or its child's) that the
+        parent's ``answer_query`` took (``child_queries``)."""
+        why = child_queries.from_parent(self._run, self._pub, bodies)
+        if why is not None:
+            self._refused(child_queries.CLIENT_ANSWER, Refused(why))
+
     @workflow.signal(dynamic=True)
     def unknown_signal(self, name: str, bodies: Sequence[RawValue]) -> None:
         """Any other signal name: Temporal accepts it, so the trace says it was not understood
@@ -176,6 +194,15 @@ class AgentHandlers:
         modify one pending call (returns it as decided), or guide a stuck run (returns nothing);
         guidance also wakes a run parked by the ``wait`` tool."""
         decision = one_input("decide", Decision, inputs)
+        for_child = delegation.check_forward_guidance(self._run, decision)
+        if for_child is not None:  # a sub-agent's guidance: sent on to it
+            try:
+                delegation.forward_guidance(self._run, self._pub, for_child)
+            except Refused as exc:
+                raise ApplicationError(
+                    str(exc), type="DecisionRefused", non_retryable=True
+                ) from None
+            return None
         guidance = self._guidance_while_waiting(decision)
         if guidance is not None:
             self._wake("guide", lambda: guidance)
@@ -192,6 +219,8 @@ class AgentHandlers:
     def _validate_decide(self, *inputs: Any) -> None:
         # Raised in the validator, the refusal rejects the update: nothing reaches the history.
         decision = one_input("decide", Decision, inputs)
+        if delegation.check_forward_guidance(self._run, decision) is not None:
+            return
         if self._guidance_while_waiting(decision) is None:
             if delegation.check_forward(self._run, decision):
                 return
@@ -296,6 +325,12 @@ class AgentHandlers:
         """``{"query_id": "q1", "kind": "file_read", "content": "..."}`` (or ``"declined"``):
         the answer to the pending client query; returns the query it answered."""
         answer = one_input("answer_query", ClientAnswer, inputs)
+        try:
+            forwarded = child_queries.forward(self._run, self._pub, answer)
+        except AnswerRefused as exc:
+            raise ApplicationError(str(exc), type="AnswerRefused", non_retryable=True) from None
+        if forwarded is not None:  # a sub-agent's query: sent on to it
+            return forwarded
         run, client = self._run, self._run.client
         query = client.query
         if query is None or client.answer is not None:
@@ -316,6 +351,8 @@ class AgentHandlers:
         answer = one_input("answer_query", ClientAnswer, inputs)
         client = self._run.client
         try:
+            if child_queries.for_child(self._run, answer) is not None:
+                return
             client_queries.check_answer(
                 client.query if client.answer is None else None,
                 answer,

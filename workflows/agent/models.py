@@ -233,6 +233,9 @@ class AgentStatus(Frozen):
     """Which run of its continue-as-new chain answers (the workflow id stays the same)."""
     client_query: ClientQuery | None = None
     """Loom's server query waiting for the client (``WaitingForClient``)."""
+    child_queries: tuple[ClientQuery, ...] = ()
+    """Its sub-agents' client queries waiting for an answer, named as it takes answers for them
+    (``call_1/q1``: ``answer_query`` on this run sends the answer on)."""
     wakes_at: datetime | None = None
     """When a run parked by the ``wait`` tool (``Waiting``) wakes, unless woken earlier."""
     stream_offset: int = 0

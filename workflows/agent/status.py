@@ -75,6 +75,7 @@ def status(
         queued_messages=len(run.thread.inbox),
         run_in_chain=run.runs,
         client_query=run.client.query,
+        child_queries=run.family.queries(),
         wakes_at=run.waiting.wakes_at if run.waiting.active else None,
         stream_offset=stream_offset,
         last_decision=last_decision(run),
@@ -115,6 +116,8 @@ def details(run: AgentRun, now: datetime, outage: Outage | None = None) -> str:
     if run.client.query is not None:
         q = run.client.query
         lines.append(f"**Waiting for the client:** `{q.id}` {q.kind} {cut(q.what, 120)}")
+    for q in run.family.queries():  # a sub-agent's, answered through this run
+        lines.append(f"**Waiting for the client:** `{q.id}` {q.kind} {cut(q.what, 120)}")
     if outage is not None:
         lines.append(f"**Waiting:** {outage.describe()}")
     if run.waiting.active:
@@ -127,7 +130,11 @@ def details(run: AgentRun, now: datetime, outage: Outage | None = None) -> str:
             + f" · {c.tokens} tokens"
             + (f" · ${c.cost_usd:.4f}" if c.cost_usd is not None else "")
             + f" · {c.task}"
-            + (f" · stuck: {cut(c.stuck, 120)}" if c.status == "running" and c.stuck else "")
+            + (
+                f" · stuck: {cut(c.stuck, 120)} (guide it: `guide --child {c.call_id}`)"
+                if c.status == "running" and c.stuck
+                else ""
+            )
             for c in run.family.children
         )
     if m.pending_guidance:

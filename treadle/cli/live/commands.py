@@ -97,9 +97,19 @@ async def cmd_answer(client: Client, args: argparse.Namespace) -> int:
         raise UsageError("give the answer as TEXT, or --decline REASON")
     status = await _attach_status(handle, required=True)
     assert status is not None
-    query = status.client_query
-    if query is None:
+    waiting = (*((status.client_query,) if status.client_query else ()), *status.child_queries)
+    # The run's own query, or a sub-agent's it takes answers for (``call_1/q1``).
+    query = next((q for q in waiting if q.id == args.query_id), None)
+    if query is None and status.client_query is not None and not status.child_queries:
+        query = status.client_query  # its id is checked by the run, which says what waits
+    if query is None and not waiting:
         raise UsageError(f"run {args.workflow_id} has no client query waiting")
+    if query is None:
+        named = ", ".join(q.id for q in waiting)
+        raise UsageError(
+            f"run {args.workflow_id} has no client query {args.query_id!r} waiting "
+            f"(waiting: {named})"
+        )
     try:
         answer = ClientAnswer(
             query_id=args.query_id,

@@ -124,6 +124,8 @@ class Responder:
                 await self._guidance(status.step)
         if status.client_query is not None:
             await self._client_query(status.client_query)
+        for query in status.child_queries:  # a sub-agent's, answered through this run
+            await self._client_query(query)
 
     # -- approvals and guidance ---------------------------------------------------------------
 
@@ -239,6 +241,9 @@ class Responder:
             return
         status = await self._status()
         query = status.client_query if status is not None else None
+        if status is not None and announced is not None and "/" in announced.id:
+            # A sub-agent's, which this run takes answers for (``call_1/q1``).
+            query = next((q for q in status.child_queries if q.id == announced.id), None)
         if query is None:
             return  # answered already, timed out, or never asked by the run
         key = f"{query.id}@{query.asked_at.isoformat()}"

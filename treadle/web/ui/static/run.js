@@ -181,6 +181,13 @@ function renderCards(view) {
   const waiting = new Map();
   for (const p of s.pending_approvals) if (!p.decision) waiting.set(`call:${p.call_id}`, () => approvalCard(p, view.schemas[p.tool]));
   if (s.client_query) waiting.set(`query:${s.client_query.id}`, () => queryCard(s.client_query));
+  // A sub-agent's query or stuck run, answered through this run (call_1/q1, --child call_1).
+  for (const q of s.child_queries || []) waiting.set(`query:${q.id}`, () => queryCard(q));
+  for (const c of s.children || []) {
+    if (c.status === "running" && c.stuck && c.state === "WaitingForHuman") {
+      waiting.set(`guide:${c.call_id}`, () => guidanceCard({ stuck: `sub-agent ${c.workflow_id}: ${c.stuck}` }, c.call_id));
+    }
+  }
   // Waiting for a human with no call waiting (decided ones included): stuck, asking for guidance.
   if (s.state === "WaitingForHuman" && s.pending_approvals.length === 0) {
     waiting.set(`guide:${s.step}`, () => guidanceCard(s));
@@ -284,17 +291,17 @@ function queryCard(q) {
   return card;
 }
 
-function guidanceCard(s) {
-  const card = cardShell(`guide:${s.step}`, "The run is stuck and asks for guidance");
+function guidanceCard(s, child) {
+  const card = cardShell(child ? `guide:${child}` : `guide:${s.step}`, child ? "A sub-agent is stuck and asks for guidance" : "The run is stuck and asks for guidance");
   const guidance = el("textarea", { name: "guidance", rows: 2, "aria-label": "guidance for the model" });
   const why = el("input", { name: "reason", "aria-label": "why halt", placeholder: "why halt (optional)" });
   card.append(
     el("p", { class: "question", text: s.stuck || "" }),
     guidance,
     el("div", { class: "row" },
-      el("button", { type: "button", onclick: () => act(card, "decide", { action: "guide", guidance: guidance.value }, "Guidance sent by you.") }, "Guide"),
+      el("button", { type: "button", onclick: () => act(card, "decide", { action: "guide", guidance: guidance.value, call_id: child }, "Guidance sent by you.") }, "Guide"),
       why,
-      el("button", { type: "button", class: "danger", onclick: () => act(card, "decide", { action: "guide", halt: true, reason: why.value }, "Halted by you.") }, "Halt")),
+      el("button", { type: "button", class: "danger", onclick: () => act(card, "decide", { action: "guide", halt: true, reason: why.value, call_id: child }, "Halted by you.") }, "Halt")),
     el("p", { class: "error", role: "alert" }));
   return card;
 }
