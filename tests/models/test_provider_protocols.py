@@ -17,6 +17,11 @@ PROTOCOLS = ["openai", "anthropic"]
 WRITE = {"name": "write_file", "arguments": {"path": "a.txt", "content": "alpha"}}
 
 
+ONE_FAILURE_ONLY = {"heartbeat_timeout_seconds": 60.0}
+"""For the tests that count attempts: a busy machine's stalled heartbeat must not add a retry
+(or take the place of the provider's error) in a test about the provider's error."""
+
+
 def _attempt_failures(history: WorkflowHistory) -> list[tuple[int, str, int]]:
     """(attempt, last failure message, next retry delay seconds) of each retried attempt."""
     return [
@@ -99,7 +104,7 @@ async def test_rate_limit_retry_after_is_the_next_delay(harness: Harness, provid
         {"content": "ok", "errors": [{"status": 429, "headers": {"Retry-After": "2"}}]},
         provider=provider,
     )
-    handle = await harness.start(model)
+    handle = await harness.start(model, **ONE_FAILURE_ONLY)
     assert (await handle.result()).answer == "ok"
     ((attempt, message, delay),) = _attempt_failures(await handle.fetch_history())
     assert (attempt, delay) == (2, 2)
@@ -111,7 +116,7 @@ async def test_server_error_then_success(harness: Harness, provider: str) -> Non
     """A 500 (or Anthropic's 529 overloaded) is retried with backoff; the run goes on."""
     status = 529 if provider == "anthropic" else 500
     model = harness.script({"content": "ok", "errors": [{"status": status}]}, provider=provider)
-    handle = await harness.start(model)
+    handle = await harness.start(model, **ONE_FAILURE_ONLY)
     assert (await handle.result()).answer == "ok"
     ((attempt, message, _delay),) = _attempt_failures(await handle.fetch_history())
     assert attempt == 2
@@ -140,7 +145,7 @@ async def test_malformed_body_is_retried(harness: Harness, provider: str) -> Non
         {"content": "ok", "errors": [{"status": 200, "body": {"unexpected": True}}]},
         provider=provider,
     )
-    handle = await harness.start(model)
+    handle = await harness.start(model, **ONE_FAILURE_ONLY)
     assert (await handle.result()).answer == "ok"
     ((_attempt, message, _delay),) = _attempt_failures(await handle.fetch_history())
     assert message.startswith(f"{provider} response has no")
