@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from temporalio.client import Client, WorkflowHandle
+from temporalio.service import RPCError, RPCStatusCode
 
 from activities.model.activity import ProviderSettings, http_client
 from activities.store.blobs import FileBlobStore
@@ -127,7 +128,12 @@ async def _run(
         id=f"bench-{uuid.uuid4().hex[:10]}",
         task_queue=task_queue,
     )
-    return handle, await handle.result()
+    while True:
+        try:
+            return handle, await handle.result()
+        except RPCError as exc:  # an overloaded dev server's long poll gave up: poll again
+            if exc.status is not RPCStatusCode.DEADLINE_EXCEEDED:
+                raise
 
 
 def _blob_bytes(root: Path) -> int:
