@@ -75,6 +75,7 @@ def test_the_corpus_holds_runs_from_before_each_versioned_change() -> None:
     without its marker, which ``test_recorded_history_replays`` replays through the new code
     (the old path). The ``coalesced-search-attributes`` change (one upsert before each wait
     instead of one per transition) also needs old runs that upserted per transition."""
+    from workflows.agent.acting import CALLS_END_TOGETHER
     from workflows.agent.child_queries import SUBAGENT_QUERIES
     from workflows.agent.child_reports import (
         REPORT_PACE,
@@ -100,7 +101,7 @@ def test_the_corpus_holds_runs_from_before_each_versioned_change() -> None:
     marked = {name: patch_markers(t) for name, t in agent_runs.items()}
     patches = (CARRY_CONTENT_HASHES, CLIENT_QUERIES, COALESCED_SEARCH_ATTRIBUTES, LOADED_TOOLS)
     subagent_patches = (SUBAGENTS, SUBAGENT_APPROVALS, SUBAGENT_PROGRESS, REPORT_PACE)
-    subagent_patches += (SUBAGENT_GUIDANCE, SUBAGENT_QUERIES)
+    subagent_patches += (SUBAGENT_GUIDANCE, SUBAGENT_QUERIES, CALLS_END_TOGETHER)
     workspace_patches = (WORKSPACE_FOLLOWS, SUBAGENT_WORKSPACE)
     later = (STORE_OUTAGES, *subagent_patches, ONE_UPSERT_PER_STEP, *workspace_patches)
     later += (PATCHES_BEFORE_LOCAL_ACTIVITY,)

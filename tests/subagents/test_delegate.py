@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import pytest
+from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError
 from temporalio.exceptions import CancelledError
 
@@ -162,23 +163,32 @@ async def test_one_budget_stops_a_child_midway_and_the_parent_at_its_limit(
 
 
 async def test_cancelling_the_parent_ends_its_children(harness: Harness) -> None:
-    """A parent cancelled while its children run (each waiting for an approval) ends cancelled,
-    and so does every child."""
+    """A parent cancelled while its children run ends cancelled, and so does every child, a
+    grandchild too: one child waits for an approval, the other for its own child (so its
+    cancellation takes one round more). Before the parent closes, both children's
+    cancellations are in its history: none is left to the parent close policy after it."""
     sub = harness.script({"tool_calls": [LIST]}, {"content": "never"})
+    mid = harness.script({"tool_calls": [delegate("deeper", sub, "call_g")]}, {"content": "never"})
     parent = harness.script(
-        {"tool_calls": [delegate("one", sub, "call_1"), delegate("two", sub, "call_2")]},
+        {"tool_calls": [delegate("one", sub, "call_1"), delegate("two", mid, "call_2")]},
         {"content": "never"},
     )
-    handle = await harness.start(parent, require_approval=["list_dir"], subagents={"models": [sub]})
-    children = [child(harness, handle, "call_1"), child(harness, handle, "call_2")]
-    for c in children:
-        await reaches(c, "WaitingForHuman")
+    handle = await harness.start(
+        parent, require_approval=["list_dir"], subagents={"models": [sub, mid]}
+    )
+    one, two = child(harness, handle, "call_1"), child(harness, handle, "call_2")
+    grandchild = child(harness, two, "call_g")
+    for waiting in (one, grandchild):
+        await reaches(waiting, "WaitingForHuman")
     await handle.cancel()
     with pytest.raises(WorkflowFailureError) as failure:
         await handle.result()
     assert isinstance(failure.value.cause, CancelledError)
-    for c in children:
+    for c in (one, two, grandchild):
         assert (await c.describe()).status is WorkflowExecutionStatus.CANCELED
+    kinds = [e.event_type for e in (await handle.fetch_history()).events]
+    closed = kinds.index(EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CANCELED)
+    assert kinds[:closed].count(EventType.EVENT_TYPE_CHILD_WORKFLOW_EXECUTION_CANCELED) == 2
     status: AgentStatus = await handle.query(AgentWorkflow.state)
     assert status.state == "Cancelled"
 

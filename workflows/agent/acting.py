@@ -56,6 +56,11 @@ LOADED_TOOLS = "loaded-tools"
 """``workflow.patched`` id: a run lists the tools its worker loaded from your own modules
 before its first model call, and offers them (before, no worker loaded any)."""
 
+CALLS_END_TOGETHER = "cancelled-calls-end-together"
+"""``workflow.patched`` id: a run cancelled in ParallelActing ends once every call has ended
+(each sub-agent cancelled, not only the first to answer); before, it ended at the first, and
+the parent close policy cancelled the other children after it had closed."""
+
 
 class ToolRunner:
     """Checks, runs and publishes one run's tool calls."""
@@ -186,7 +191,7 @@ class ToolRunner:
             todo = [c for c in todo if c.name != waiting.WAIT]
         checked = [self.checked(c) for c in todo]
         if self._run.state is State.PARALLEL_ACTING:
-            outcomes = list(await asyncio.gather(*(self._run_call(c) for c in checked)))
+            outcomes = await self._together(checked)
             outcomes = await snapshotting.merge_parallel(
                 self._run, self._pub, outcomes, calls.snapshot_workspace
             )
@@ -206,6 +211,17 @@ class ToolRunner:
         if all(o.success for o in m.observations):
             return Event.TOOL_SUCCESS
         return Event.TOOL_FAILURE
+
+    async def _together(self, checked: list[CheckedCall]) -> list[ToolOutcome]:
+        """Run ``checked`` concurrently. When the run itself is cancelled, every call is
+        cancelled and waited for: the run ends after its children did, each with its answer."""
+        tasks = [asyncio.ensure_future(self._run_call(c)) for c in checked]
+        try:
+            return list(await asyncio.gather(*tasks))
+        except BaseException:
+            if delegation.run_cancelled() and workflow.patched(CALLS_END_TOGETHER):
+                await workflow.wait(tasks)
+            raise
 
     async def _run_call(self, checked: CheckedCall) -> ToolOutcome:
         """The one path every call takes."""

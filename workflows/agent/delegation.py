@@ -125,7 +125,7 @@ async def delegate(
         )
         result: AgentResult = await handle
     except (ChildWorkflowError, WorkflowAlreadyStartedError) as exc:
-        if _parent_cancelled():
+        if run_cancelled():
             raise  # the parent itself is cancelled: its children were, and so is it
         return _ended_without_result(run, pub, call, child, exc)
     outcome = _ended(run, pub, call, child, result)
@@ -292,7 +292,7 @@ def _reserve(run: AgentRun, call: ToolCall, args: DelegateArgs) -> ChildRun:
     return child
 
 
-def _parent_cancelled() -> bool:
+def run_cancelled() -> bool:
     """This run's own cancellation (not its child's) reached the awaiting task."""
     task = asyncio.current_task()
     return task is not None and task.cancelling() > 0
