@@ -95,6 +95,12 @@ async def _history(client: Client, workflow_id: str, run_id: str | None = None) 
     return len(history.events), sum(e.ByteSize() for e in history.events)
 
 
+async def _per_step(client: Client, workflow_id: str, steps: int) -> str:
+    """A run's history per step (its ``steps`` tool steps and the answer): bytes and events."""
+    events, size_bytes = await _history(client, workflow_id)
+    return f"{size_bytes / (steps + 1) / 1024:.1f} KiB ({events / (steps + 1):.1f} events)"
+
+
 async def _chain(client: Client, workflow_id: str) -> list[tuple[int, int]]:
     """(events, bytes) of every run of a continue-as-new chain."""
     runs = []
@@ -171,30 +177,16 @@ async def _measure(
                     name = f"reads-{uuid.uuid4().hex[:6]}"
                     models.add_model(name, _script(args.steps, 4), order="arrival")
                     handle, _ = await _run(client, queue, f"openai:{name}", ws, args.steps)
-                    events, size_bytes = await _history(client, handle.id)
-                    per_step = size_bytes / (args.steps + 1) / 1024
-                    rows.append(
-                        (
-                            f"history per step, tools return {size // 1000} KB",
-                            label,
-                            f"{per_step:.1f} KiB ({events / (args.steps + 1):.1f} events)",
-                        )
-                    )
+                    what = f"history per step, tools return {size // 1000} KB"
+                    rows.append((what, label, await _per_step(client, handle.id, args.steps)))
                 for size in (2_000, 50_000):
                     ws = tmp / f"ws-{label.replace(' ', '-')}-writes-{size}"
                     ws.mkdir()
                     name = f"writes-{uuid.uuid4().hex[:6]}"
                     models.add_model(name, _big_writes(args.steps, size), order="arrival")
                     handle, _ = await _run(client, queue, f"openai:{name}", ws, args.steps)
-                    events, size_bytes = await _history(client, handle.id)
-                    per_step = size_bytes / (args.steps + 1) / 1024
-                    rows.append(
-                        (
-                            f"history per step, each step writes {size // 1000} KB",
-                            label,
-                            f"{per_step:.1f} KiB ({events / (args.steps + 1):.1f} events)",
-                        )
-                    )
+                    what = f"history per step, each step writes {size // 1000} KB"
+                    rows.append((what, label, await _per_step(client, handle.id, args.steps)))
                 if not args.calls:
                     continue
                 ws = tmp / f"ws-{label.replace(' ', '-')}-conversation"
