@@ -117,7 +117,7 @@ async def _memory_per_waiting_run(
 async def bench(args: argparse.Namespace) -> None:
     tmp = Path(tempfile.mkdtemp(prefix="treadle-bench-"))
     steps_per_run = args.steps + 1  # tool steps plus the answering step
-    with ScriptedModelServer() as model_server:
+    with ScriptedModelServer(keep_requests=64) as model_server:
         name = f"bench-{uuid.uuid4().hex[:6]}"
         model_server.add_model(name, write_script(args.steps))
         model = f"openai:{name}"

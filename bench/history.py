@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import resource
 import tempfile
 import time
 import uuid
@@ -151,7 +152,7 @@ async def bench(args: argparse.Namespace) -> None:
         tmp = Path(tmp_dir)
         config = dev_server_config(tmp / "dev.sqlite")
         async with DevServer.ensure(config) as server:
-            with ScriptedModelServer() as models:
+            with ScriptedModelServer(keep_requests=64) as models:
                 await _measure(args, tmp, server.address, models)
 
 
@@ -296,8 +297,14 @@ async def _long_run(
         f"{result.status.value} after {result.steps} steps"
         f"{f' ({result.error})' if result.error else ''}; {len(runs)} runs in the chain; "
         f"largest run {largest[1] / 1024 / 1024:.2f} MiB, {largest[0]} events; store "
-        f"{_blob_bytes(root) / 1024 / 1024:.1f} MiB; {time.perf_counter() - start:.0f} s",
+        f"{_blob_bytes(root) / 1024 / 1024:.1f} MiB; {time.perf_counter() - start:.0f} s; "
+        f"the benchmark's process (worker and model server) peaked at {_peak_mib():.0f} MiB",
     )
+
+
+def _peak_mib() -> float:
+    """This process's peak resident memory (Linux reports KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def main() -> None:

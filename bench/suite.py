@@ -919,7 +919,7 @@ async def bench_setup(
     async with DevServer.ensure(dev_server_config(tmp / "dev.sqlite", timer_shift)) as server:
         if server.pid is None:
             raise RuntimeError("the suite needs a dev server of its own")
-        with ScriptedModelServer() as models:
+        with ScriptedModelServer(keep_requests=256) as models:
             store = tmp / "store"
             client = await connect(address=server.address, namespace="default", store=store)
             bench = Bench(

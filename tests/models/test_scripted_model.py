@@ -1192,3 +1192,17 @@ def test_a_turn_that_rejects_streaming_counts_no_attempt_for_the_refusal(path: s
         streamed = send(http, "streams", stream=True)
         assert streamed.status_code == 200
         assert streamed.headers["content-type"] == "text/event-stream; charset=utf-8"
+
+
+def test_a_server_for_thousands_of_calls_keeps_only_the_newest_requests() -> None:
+    """``keep_requests`` bounds what the server holds (a long benchmark's process would
+    otherwise keep every conversation it was sent); the newest are kept, in arrival order."""
+    with (
+        ScriptedModelServer(SCRIPT, keep_requests=2) as bounded,
+        httpx.Client(base_url=bounded.base_url) as http,
+    ):
+        for n in range(3):
+            messages = [{"role": "user", "content": f"request {n}"}]
+            http.post("/chat/completions", json={"model": "text", "messages": messages})
+        kept = [r.body["messages"][0]["content"] for r in bounded.requests]
+    assert kept == ["request 1", "request 2"]

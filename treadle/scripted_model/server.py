@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import threading
+from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from types import TracebackType
@@ -48,7 +49,11 @@ class ScriptedModelServer:
         api_key: str | None = None,
         verbose: bool = False,
         streaming: bool = True,
+        keep_requests: int | None = None,
     ) -> None:
+        """``keep_requests``: how many of the newest requests ``requests`` keeps (``None``:
+        all, as tests want; a benchmark of thousands of calls keeps a few, or its own process
+        holds every conversation it was sent and its pauses are the measurement's)."""
         self.host = host
         self.port = port
         self.api_key = api_key
@@ -61,7 +66,7 @@ class ScriptedModelServer:
         """Models that behave like another server than OpenAI's (see ``llama_cpp``)."""
         self._served: dict[str, int] = {}
         """Answered requests per model taking its turns in arrival order."""
-        self._requests: list[RecordedRequest] = []
+        self._requests: deque[RecordedRequest] = deque(maxlen=keep_requests)
         self._attempts: dict[tuple[Api, str, str, int], int] = {}
         self._httpd: HTTPServer | None = None
         self._thread: threading.Thread | None = None
