@@ -36,6 +36,7 @@ from activities.workspace.manifest import (
     changes_between,
 )
 from activities.workspace.scan import Exclusions, Index, Rules, Seen, entry_of, look_at, read, walk
+from activities.workspace.watch import Watcher, WatchUnavailable, say_once
 from workflows.agent.snapshots import MERGED_PATHS_KEPT, SnapshotRequest, SnapshotResult
 
 if TYPE_CHECKING:  # follow imports this module
@@ -60,6 +61,14 @@ class Record:
     rules: Rules | None = None
     exclusions: Exclusions = field(default_factory=Exclusions)
     """What the last whole walk left out (a snapshot of a few paths keeps reporting it)."""
+    watcher: Watcher | None = None
+    """Watching the workspace since a whole walk of it (``watch``), if it can."""
+    unwatched: str = "watching is off"
+    """Why there is no watcher."""
+    pending: set[str] = field(default_factory=set)
+    """Paths the watcher reported to a snapshot that did not complete (the store was down):
+    looked at again by the next one."""
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
 
 @dataclass
@@ -70,16 +79,25 @@ class Counts:
     hashed: int = 0
     hashed_bytes: int = 0
     whole_walk: bool = False
+    how: str = ""
+    """How it looked (the detail's words): ``watched: …``, ``walked: why``, ``reported: …``."""
 
 
 class Snapshotter:
     """Takes snapshots of the workspaces of one worker, into one store."""
 
-    def __init__(self, store: BlobStore, clock: Callable[[], int] = time.time_ns) -> None:
+    def __init__(
+        self,
+        store: BlobStore,
+        clock: Callable[[], int] = time.time_ns,
+        watching: Callable[[Path], Watcher] | None = Watcher,
+    ) -> None:
         self.store = store
         self.clock = clock
         """Now in ns: whether a file was modified too recently to trust its times (a
         benchmark passes a clock that lets seconds pass between steps)."""
+        self.watching = watching
+        """Starts a workspace's watcher (``None``: never watch, walk after every command)."""
         self.manifests = Manifests(store)
         self.records: dict[str, Record] = {}
         self.last = Counts()
@@ -87,42 +105,42 @@ class Snapshotter:
     async def snapshot(self, request: SnapshotRequest) -> SnapshotResult:
         root = Path(request.workspace)
         record = self._record(str(root.resolve()))
+        async with record.lock:  # one snapshot of a workspace at a time: its index, its watcher
+            return await self._snapshot(request, root, record)
+
+    async def _snapshot(
+        self, request: SnapshotRequest, root: Path, record: Record
+    ) -> SnapshotResult:
         rules = Rules(request.patterns, request.max_file_bytes)
         previous = request.previous
         before: State = await self.manifests.state(previous) if previous else {}
-        whole = (
-            request.paths is None
-            or previous is None
-            or record.last != previous
-            or record.rules != rules
-            or record.since_walk + 1 >= request.full_walk_every
+        why = _why_walk(request, record, rules)
+        seen, covered, how = await asyncio.to_thread(
+            self._look, root, rules, record, request.paths, before, why
         )
-        if whole:
-            seen = await asyncio.to_thread(walk, root, rules, record.index, "", self.clock())
+        whole = covered is None
+        if covered is None:
             covered = set(before)
             record.exclusions, record.since_walk = seen.exclusions, 0
         else:
-            seen, covered = await asyncio.to_thread(
-                look_at, root, rules, record.index, request.paths or (), before, self.clock()
-            )
             record.since_walk += 1
         record.rules = rules
         after = {} if whole else {p: e for p, e in before.items() if p not in covered}
         after.update(seen.entries)
         hashed_bytes = await self._hash(root, seen, record.index, after)
-        self.last = Counts(seen.stats, len(seen.to_hash), hashed_bytes, whole)
+        self.last = Counts(seen.stats, len(seen.to_hash), hashed_bytes, whole, how)
         exclusions = record.exclusions
         if previous is not None and after == before:
-            record.last = previous
+            record.last, record.pending = previous, set()
             return SnapshotResult(
                 manifest=previous,
                 files=len(after),
                 hashed=len(seen.to_hash),
                 excluded=sum(exclusions.counts.values()),
-                detail=f"step {request.step}: unchanged · {exclusions.describe()}",
+                detail=f"step {request.step}: unchanged · {how} · {exclusions.describe()}",
             )
         key, manifest = await self._write(request, before, after, exclusions)
-        record.last = key
+        record.last, record.pending = key, set()
         return SnapshotResult(
             manifest=key,
             created=True,
@@ -134,7 +152,7 @@ class Snapshotter:
             detail=(
                 f"step {request.step}: {manifest.changed} changed ({size(manifest.changed_bytes)})"
                 f", {manifest.files} files ({size(manifest.total_bytes)}) · "
-                f"{len(seen.to_hash)} read · {exclusions.describe()}"
+                f"{len(seen.to_hash)} read · {how} · {exclusions.describe()}"
             ),
         )
 
@@ -197,8 +215,69 @@ class Snapshotter:
         record = self.records.pop(workspace, None) or Record()
         self.records[workspace] = record  # the most recently used last
         while len(self.records) > KEEP_WORKSPACES:
-            self.records.pop(next(iter(self.records)))
+            forgotten = self.records.pop(next(iter(self.records)))
+            if forgotten.watcher is not None:
+                forgotten.watcher.close()
         return record
+
+    def close(self) -> None:
+        """Stop watching every workspace (their next snapshots walk)."""
+        for record in self.records.values():
+            if record.watcher is not None:
+                record.watcher.close()
+                record.watcher = None
+
+    def _look(
+        self,
+        root: Path,
+        rules: Rules,
+        record: Record,
+        reported: tuple[str, ...] | None,
+        before: State,
+        why: str | None,
+    ) -> tuple[Seen, set[str] | None, str]:
+        """What to read (blocking: in a thread): the paths the watcher saw changing, else
+        those the tools reported, else (``covered`` is ``None``) a whole walk, and how."""
+        now = self.clock()
+        watcher = record.watcher
+        # Drained at every snapshot, so the kernel's queue holds one step's events at most.
+        changes = watcher.drain() if watcher is not None else None
+        if changes is not None:
+            record.pending |= changes.paths
+        if why is None and watcher is not None and changes is not None:
+            if watcher.broken is None:
+                paths = record.pending.union(reported or ())
+                seen, covered = look_at(root, rules, record.index, paths, before, now, watcher.add)
+                if seen.linked is None:
+                    return seen, covered, f"watched: {len(paths)} paths"
+                why = f"{seen.linked} has other hard links"
+            else:
+                why = f"watcher lost, {watcher.broken}"
+        elif why is None and reported is not None:
+            seen, covered = look_at(root, rules, record.index, reported, before, now)
+            if seen.linked is None:
+                return seen, covered, f"reported: {len(reported)} paths"
+            why = f"{seen.linked} has other hard links"
+        elif why is None:
+            why = f"no watcher, {record.unwatched}"
+        if watcher is None or watcher.broken is not None:
+            if watcher is not None:
+                say_once(watcher.broken or "")
+                watcher.close()
+            watcher = record.watcher = self._start(root.resolve(), record)
+        seen = walk(root, rules, record.index, "", now, watcher.add if watcher else None)
+        return seen, None, f"walked: {why}"
+
+    def _start(self, root: Path, record: Record) -> Watcher | None:
+        """A new watcher for the workspace, watching from the walk about to be made."""
+        if self.watching is None:
+            return None
+        try:
+            return self.watching(root)
+        except WatchUnavailable as exc:
+            record.unwatched = str(exc)
+            say_once(record.unwatched)
+            return None
 
     async def _hash(self, root: Path, seen: Seen, index: Index, after: State) -> int:
         """Read and store every file whose signature changed; their entries join ``after``."""
@@ -244,6 +323,19 @@ class Snapshotter:
             ignore=request.patterns,
         )
         return await self.manifests.put(manifest, after), manifest
+
+
+def _why_walk(request: SnapshotRequest, record: Record, rules: Rules) -> str | None:
+    """Why the whole workspace must be walked whatever changed (``None``: it need not)."""
+    if request.previous is None:
+        return "the first snapshot"
+    if record.last != request.previous:
+        return "this worker did not take the previous one"
+    if record.rules != rules:
+        return "the rules changed"
+    if record.since_walk + 1 >= request.full_walk_every:
+        return f"one in {request.full_walk_every}"
+    return None
 
 
 def size(n: int) -> str:
