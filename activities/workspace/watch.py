@@ -246,9 +246,11 @@ _said: set[str] = set()
 
 
 def say_once(reason: str) -> None:
-    """Why a workspace is walked instead of watched, in the worker's log once per reason."""
-    if reason not in _said:
-        _said.add(reason)
+    """Why a workspace is walked instead of watched, in the worker's log once per kind of
+    reason (a limit reached is said once, not once per directory)."""
+    kind = reason.split(": ", 1)[-1] if reason.startswith("cannot watch ") else reason
+    if kind not in _said:
+        _said.add(kind)
         log.warning(
             "workspace.watch.unavailable reason=%s: snapshots after commands walk the whole "
             "workspace until a watcher can be trusted again",
