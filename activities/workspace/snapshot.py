@@ -2,11 +2,14 @@
 
 Cost proportional to what changed: the worker keeps, per workspace, the blob key of every file
 it hashed with the file's size, times, inode and mode (``scan.Index``, in the worker's memory);
-a walk stats every file but reads and stores only those whose signature changed. When the
-step's tools all said which paths they changed, only those are looked at (with a whole walk
-every ``full_walk_every`` snapshots, and whenever this worker did not take the run's previous
-snapshot). Content goes to the store as it is (not redacted: a check-out must give back the
-same bytes), once per distinct content; the manifest holds the rest (``manifest``).
+a walk stats every file but reads and stores only those whose signature changed. Only the
+paths the worker's inotify watcher saw change since its previous snapshot are looked at
+(``watch``; after a command too), or, without a watcher to trust, those the step's tools said
+they changed; a whole walk is taken every ``full_walk_every`` snapshots, whenever this worker
+did not take the run's previous snapshot, and after a command that no watcher saw. The
+snapshot's detail says which (``watched``, ``reported``, ``walked: why``). Content goes to the
+store as it is (not redacted: a check-out must give back the same bytes), once per distinct
+content; the manifest holds the rest (``manifest``).
 
 A retried attempt writes the same blobs and the same manifest (same content, same key), so a
 worker lost mid-snapshot costs nothing but the time. A store that is down fails the attempt;
@@ -249,14 +252,14 @@ class Snapshotter:
                 paths = record.pending.union(reported or ())
                 seen, covered = look_at(root, rules, record.index, paths, before, now, watcher.add)
                 if seen.linked is None:
-                    return seen, covered, f"watched: {len(paths)} paths"
+                    return seen, covered, f"watched: {_paths(len(paths))}"
                 why = f"{seen.linked} has other hard links"
             else:
                 why = f"watcher lost, {watcher.broken}"
         elif why is None and reported is not None:
             seen, covered = look_at(root, rules, record.index, reported, before, now)
             if seen.linked is None:
-                return seen, covered, f"reported: {len(reported)} paths"
+                return seen, covered, f"reported: {_paths(len(reported))}"
             why = f"{seen.linked} has other hard links"
         elif why is None:
             why = f"no watcher, {record.unwatched}"
@@ -336,6 +339,10 @@ def _why_walk(request: SnapshotRequest, record: Record, rules: Rules) -> str | N
     if record.since_walk + 1 >= request.full_walk_every:
         return f"one in {request.full_walk_every}"
     return None
+
+
+def _paths(n: int) -> str:
+    return f"{n} path" if n == 1 else f"{n} paths"
 
 
 def size(n: int) -> str:

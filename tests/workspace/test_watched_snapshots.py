@@ -161,7 +161,7 @@ async def test_an_overflowed_queue_falls_back_to_a_walk(
     assert "walked: watcher lost, its event queue overflowed" in overflowed.detail
     assert await state(own_store, overflowed.manifest) == await walked(own_store, root)
     command(root, "echo y > after.txt")
-    assert "watched: 1 paths" in (await steps.take()).detail
+    assert "watched: 1 path" in (await steps.take()).detail
 
 
 class Unwatchable(Watcher):
