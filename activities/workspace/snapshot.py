@@ -51,6 +51,10 @@ KEEP_WORKSPACES = 64
 """Workspaces whose index a worker keeps in memory; the one used longest ago is forgotten
 (its next snapshot reads its files once more)."""
 
+KEEP_WATCHERS = 32
+"""Workspaces a worker watches at most, the ones used last (a watcher is an inotify instance:
+``fs.inotify.max_user_instances``, 128 by default, is shared by every process of the user)."""
+
 
 @dataclass
 class Record:
@@ -108,8 +112,19 @@ class Snapshotter:
     async def snapshot(self, request: SnapshotRequest) -> SnapshotResult:
         root = Path(request.workspace)
         record = self._record(str(root.resolve()))
+        if record.watcher is None or record.watcher.broken is not None:
+            self._make_room(record)  # it may start one
         async with record.lock:  # one snapshot of a workspace at a time: its index, its watcher
             return await self._snapshot(request, root, record)
+
+    def _make_room(self, record: Record) -> None:
+        """Fewer than ``KEEP_WATCHERS`` other workspaces watched: those used longest ago stop."""
+        watched = [r for r in self.records.values() if r.watcher is not None and r is not record]
+        for oldest in watched[: max(0, len(watched) - KEEP_WATCHERS + 1)]:
+            assert oldest.watcher is not None
+            oldest.watcher.close()
+            oldest.watcher = None
+            oldest.unwatched = f"only the {KEEP_WATCHERS} workspaces used last are watched"
 
     async def _snapshot(
         self, request: SnapshotRequest, root: Path, record: Record

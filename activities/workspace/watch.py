@@ -29,6 +29,7 @@ import logging
 import os
 import struct
 import sys
+import threading
 import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -142,6 +143,9 @@ class Watcher:
             raise WatchUnavailable(f"inotify_init1: {os.strerror(code)}{_limit(code)}")
         self.fd: int | None = fd
         self._closer = weakref.finalize(self, os.close, fd)
+        self._lock = threading.Lock()
+        """The descriptor is used in the snapshotter's thread and may be closed from the
+        worker's (a workspace forgotten): never both at once."""
         self.paths: dict[int, str] = {}
         """Watch descriptor -> the directory it watches, relative to the root (``""``)."""
         self.watches: dict[str, int] = {}
@@ -151,8 +155,11 @@ class Watcher:
     def add(self, rel: str) -> None:
         """Watch the directory ``rel`` (called before it is read, so what changes after that
         read is reported); a failure breaks the watcher."""
-        if self.fd is None or self.broken is not None:
-            return
+        with self._lock:
+            if self.fd is not None and self.broken is None:
+                self._add(rel)
+
+    def _add(self, rel: str) -> None:
         try:
             wd = self._add_watch(os.fsencode(self.root / rel) if rel else os.fsencode(self.root))
         except OSError as exc:
@@ -178,18 +185,23 @@ class Watcher:
         """Every event queued since the last drain, without waiting: the paths they name (a
         new directory's path: its whole content is looked at, and watched)."""
         changes = Changes()
-        if self.fd is None:
-            return changes
+        with self._lock:
+            if self.fd is not None:
+                self._drain(changes)
+        return changes
+
+    def _drain(self, changes: Changes) -> None:
+        assert self.fd is not None
         while True:
             try:
                 data = os.read(self.fd, READ_BYTES)
             except BlockingIOError:
-                return changes
+                return
             except OSError as exc:
                 self.broken = f"reading its events: {exc}"
-                return changes
+                return
             if not data:
-                return changes
+                return
             offset = 0
             while offset < len(data):
                 wd, mask, _cookie, length = EVENT.unpack_from(data, offset)
@@ -230,8 +242,10 @@ class Watcher:
             paths.add(directory)  # gone, or (its watch dropped) walked and watched again
 
     def close(self) -> None:
-        self.fd = None
-        self._closer()
+        with self._lock:
+            self.fd = None
+            self.broken = self.broken or "closed"
+            self._closer()
 
 
 def _limit(code: int) -> str:

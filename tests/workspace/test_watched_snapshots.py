@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 
 from activities.store.blobs import FileBlobStore
 from activities.workspace import Manifests, Snapshotter
+from activities.workspace import snapshot as snapshot_module
 from activities.workspace.follow import Follower
 from activities.workspace.watch import Watcher, WatchUnavailable
 from tests.support.harness import Harness
@@ -411,3 +412,22 @@ async def test_a_run_s_command_steps_are_watched(harness: Harness, store: FileBl
     head = await handle.query(AgentWorkflow.workspace)
     assert await state(store, head.manifest) == await walked(store, harness.workspace)
     assert sorted(await state(store, head.manifest)) == ["c.txt", "src/deep/b.txt"]
+
+
+async def test_a_worker_watches_the_workspaces_used_last(
+    tmp_path: Path, own_store: FileBlobStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker keeps a bounded number of watchers (each is an inotify instance, a per-user
+    limit): the workspace used longest ago stops being watched, and says so when it walks."""
+    monkeypatch.setattr(snapshot_module, "KEEP_WATCHERS", 2)
+    snapshotter = Snapshotter(own_store)
+    runs = []
+    for n in range(3):
+        root = tmp_path / f"ws{n}"
+        make(root, 10)
+        runs.append(Steps(snapshotter, root))
+        await runs[-1].take()
+    assert sum(r.watcher is not None for r in snapshotter.records.values()) == 2
+    for n, expected in ((2, "watched:"), (0, "walked: no watcher, only the 2 workspaces used")):
+        command(runs[n].root, "echo x > x.txt")
+        assert expected in (await runs[n].take()).detail
