@@ -147,32 +147,20 @@ class Snapshotter:
         after.update(seen.entries)
         hashed_bytes = await self._hash(root, seen, record.index, after)
         self.last = Counts(seen.stats, len(seen.to_hash), hashed_bytes, whole, how)
-        exclusions = record.exclusions
-        if previous is not None and after == before:
-            record.last, record.pending = previous, set()
-            return SnapshotResult(
-                manifest=previous,
-                files=len(after),
-                hashed=len(seen.to_hash),
-                excluded=sum(exclusions.counts.values()),
-                detail=f"step {request.step}: unchanged · {how} · {exclusions.describe()}",
+        read = len(seen.to_hash)
+
+        def said(manifest: Manifest | None) -> str:
+            if manifest is None:
+                return f"unchanged · {how} · {record.exclusions.describe()}"
+            return (
+                f"{manifest.changed} changed ({size(manifest.changed_bytes)}), {manifest.files} "
+                f"files ({size(manifest.total_bytes)}) · {read} read · {how} · "
+                f"{record.exclusions.describe()}"
             )
-        key, manifest = await self._write(request, before, after, exclusions)
-        record.last, record.pending = key, set()
-        return SnapshotResult(
-            manifest=key,
-            created=True,
-            changed=manifest.changed,
-            changed_bytes=manifest.changed_bytes,
-            files=manifest.files,
-            hashed=len(seen.to_hash),
-            excluded=manifest.excluded_count,
-            detail=(
-                f"step {request.step}: {manifest.changed} changed ({size(manifest.changed_bytes)})"
-                f", {manifest.files} files ({size(manifest.total_bytes)}) · "
-                f"{len(seen.to_hash)} read · {how} · {exclusions.describe()}"
-            ),
-        )
+
+        result = await self._result(request, before, after, record.exclusions, said, hashed=read)
+        record.last, record.pending = result.manifest, set()
+        return result
 
     async def merge(self, request: SnapshotRequest) -> SnapshotResult:
         """The snapshots a step's parallel calls each took on ``previous``, as one: their
@@ -200,29 +188,53 @@ class Snapshotter:
         both = "; ".join(
             f"{p} by calls {', '.join(str(n + 1) for n in calls)}" for p, calls in overlaps.items()
         )
-        said = f" · changed by more than one call, the last kept: {both}" if both else ""
-        if previous is not None and after == before:
-            return SnapshotResult(
-                manifest=previous,
-                files=len(after),
-                overlaps=overlaps,
-                paths=paths,
-                detail=f"step {request.step}: {merged}, unchanged{said}",
+        also = f" · changed by more than one call, the last kept: {both}" if both else ""
+
+        def said(manifest: Manifest | None) -> str:
+            if manifest is None:
+                return f"{merged}, unchanged{also}"
+            return (
+                f"{merged}, {manifest.changed} changed ({size(manifest.changed_bytes)}), "
+                f"{manifest.files} files{also}"
             )
-        key, manifest = await self._write(request, before, after, exclusions)
-        return SnapshotResult(
-            manifest=key,
-            created=True,
-            changed=manifest.changed,
-            changed_bytes=manifest.changed_bytes,
-            files=manifest.files,
-            excluded=manifest.excluded_count,
-            overlaps=overlaps,
+
+        return await self._result(
+            request, before, after, exclusions, said, overlaps=overlaps, paths=paths
+        )
+
+    async def _result(
+        self,
+        request: SnapshotRequest,
+        before: State,
+        after: State,
+        exclusions: Exclusions,
+        said: Callable[[Manifest | None], str],
+        *,
+        hashed: int = 0,
+        overlaps: dict[str, tuple[int, ...]] | None = None,
+        paths: tuple[tuple[str, ...], ...] = (),
+    ) -> SnapshotResult:
+        """The workspace ``after``: the previous snapshot again when nothing changed, else a
+        new manifest in the store; ``said`` is the trace line's (of the new one, or ``None``)."""
+        unchanged = SnapshotResult(
+            manifest=request.previous,
+            files=len(after),
+            hashed=hashed,
+            excluded=sum(exclusions.counts.values()),
+            overlaps=overlaps or {},
             paths=paths,
-            detail=(
-                f"step {request.step}: {merged}, {manifest.changed} "
-                f"changed ({size(manifest.changed_bytes)}), {manifest.files} files{said}"
-            ),
+            detail=f"step {request.step}: {said(None)}",
+        )
+        if request.previous is not None and after == before:
+            return unchanged
+        key, manifest = await self._write(request, before, after, exclusions)
+        written = {"manifest": key, "created": True, "changed": manifest.changed}
+        return unchanged.model_copy(
+            update={
+                **written,
+                "changed_bytes": manifest.changed_bytes,
+                "detail": f"step {request.step}: {said(manifest)}",
+            }
         )
 
     def record_of(self, root: Path) -> Record:
