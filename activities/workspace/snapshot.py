@@ -70,7 +70,7 @@ class Record:
     """What the last whole walk left out (a snapshot of a few paths keeps reporting it)."""
     watcher: Watcher | None = None
     """Watching the workspace since a whole walk of it (``watch``), if it can."""
-    unwatched: str = "watching is off"
+    unwatched: str = "none started"
     """Why there is no watcher."""
     pending: set[str] = field(default_factory=set)
     """Paths the watcher reported to a snapshot that did not complete (the store was down):
@@ -301,6 +301,7 @@ class Snapshotter:
     def _start(self, root: Path, record: Record) -> Watcher | None:
         """A new watcher for the workspace, watching from the walk about to be made."""
         if self.watching is None:
+            record.unwatched = "watching is off"
             return None
         try:
             return self.watching(root)
@@ -359,6 +360,8 @@ def _why_walk(request: SnapshotRequest, record: Record, rules: Rules) -> str | N
     """Why the whole workspace must be walked whatever changed (``None``: it need not)."""
     if request.previous is None:
         return "the first snapshot"
+    if record.rules is None:
+        return "this worker's first of it"
     if record.last != request.previous:
         return "this worker did not take the previous one"
     if record.rules != rules:

@@ -269,7 +269,8 @@ async def test_a_hard_linked_file_is_walked_for(tmp_path: Path, own_store: FileB
 
 async def test_the_rooted_worker_watches_its_copy(tmp_path: Path, own_store: FileBlobStore) -> None:
     """A worker with ``--workspace-root`` snapshots its copy after each command the same way:
-    the first after it brought the copy is walked, the next ones watched."""
+    the first after it brought the copy is walked, the next ones watched, on the worker that
+    started the run and on one that restored it from the store."""
     snapshotter = Snapshotter(own_store)
     follower = Follower(tmp_path / "root", snapshotter)
 
@@ -290,6 +291,15 @@ async def test_the_rooted_worker_watches_its_copy(tmp_path: Path, own_store: Fil
     directory = follower.directory("wf")
     assert await state(own_store, done.snapshot) == await walked(own_store, directory)
     assert sorted(await state(own_store, done.snapshot)) == ["e/c/d"]
+    # Another worker restores the copy, walks it once after its first call, then watches.
+    other = Snapshotter(own_store)
+    elsewhere = Follower(tmp_path / "other", other)
+    for step, script in enumerate(("echo 3 > f", "echo 4 >> e/c/d"), 4):
+        sync = WorkspaceSync(manifest=done.snapshot, step=step)
+        done = await elsewhere.run("wf", "run_command", sync, running(script))
+    assert other.last.how.startswith("watched:")
+    directory = elsewhere.directory("wf")
+    assert await state(own_store, done.snapshot) == await walked(own_store, directory)
 
 
 OPERATIONS = st.lists(
