@@ -167,8 +167,11 @@ class Watcher:
             self.broken = f"cannot watch {rel or '.'}: {os.strerror(code)}{_limit(code)}"
             return
         old = self.paths.get(wd)
-        if old is not None and self.watches.get(old) == wd:
-            del self.watches[old]
+        if old is not None and old != rel:
+            # One directory at two paths (a bind mount), or moved while it was walked: its
+            # events would name one path alone.
+            self.broken = f"{old or '.'} is also {rel}"
+            return
         self.paths[wd] = rel
         self.watches[rel] = wd
 
