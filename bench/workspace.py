@@ -1,7 +1,7 @@
 """Durable workspaces: what a snapshot per step costs on a large workspace, what the store
 holds after many steps, and how long a fresh machine takes to check the workspace out.
 
-    python -m bench.workspace [--files 10000] [--mb 100] [--steps 1000] [--walk-steps 100]
+    python -m bench.workspace [--files 10000] [--mb 100] [--steps 1000] [--command-steps 100]
 
 A workspace of ``--files`` files (``--mb`` in all, in 100 directories, random bytes, last
 modified an hour ago) is snapshotted once, then one file is rewritten per step and the
@@ -10,12 +10,16 @@ code, in this process, into a directory store):
 
 - with the paths the step's tools reported (write_file, edit_file), and a whole walk every
   ``full_walk_every`` (20) snapshots: the usual step;
-- with no paths (a ``run_command`` step): a stat walk of every file each time.
+- with no paths (a ``run_command`` step), the worker's inotify watcher naming what changed
+  (a whole walk every ``full_walk_every`` snapshots all the same);
+- with no paths and no watcher (another system, or a watcher not to be trusted): a stat walk
+  of every file each time.
 
-Printed: ms per snapshot (median, p95), files read per snapshot, the bytes the activity's
-input and result add to history (encoded by the workers' data converter), the store's bytes
-after the steps against the sum of the changes, and the time to check the latest snapshot
-out into an empty directory (a fresh worker: nothing cached) and over a copy one step old.
+Printed: ms per snapshot (median, p95, max), files read and paths stat'ed per snapshot, the
+bytes the activity's input and result add to history (encoded by the workers' data
+converter), the store's bytes after the steps against the sum of the changes, and the time to
+check the latest snapshot out into an empty directory (a fresh worker: nothing cached) and
+over a copy one step old.
 Nothing is asserted: the machine is shared; read the numbers.
 """
 
@@ -29,6 +33,7 @@ import shutil
 import statistics
 import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from temporalio.contrib.pydantic import pydantic_data_converter
@@ -92,6 +97,30 @@ def pct(values: list[float], p: float) -> float:
     return ordered[min(len(ordered) - 1, int(len(ordered) * p))]
 
 
+@dataclass
+class Steps:
+    """What ``count`` steps cost: ms, files read, paths stat'ed and history bytes per step."""
+
+    last: str
+    times: list[float] = field(default_factory=list)
+    read: list[int] = field(default_factory=list)
+    stats: list[int] = field(default_factory=list)
+    history: list[int] = field(default_factory=list)
+    walks: int = 0
+    changed: int = 0
+
+    def line(self) -> str:
+        times = self.times
+        return (
+            f"median {statistics.median(times):.1f} ms, p95 {pct(times, 0.95):.1f} ms, "
+            f"max {max(times):.1f} ms; {self.walks} of {len(times)} walked the whole workspace; "
+            f"files read per step: median {statistics.median(self.read):.0f}, max "
+            f"{max(self.read)}; paths stat'ed per step: median "
+            f"{statistics.median(self.stats):.0f}; history {statistics.median(self.history):.0f}"
+            f" B per step (max {max(self.history)})"
+        )
+
+
 async def steps(
     snapshotter: Snapshotter,
     root: Path,
@@ -102,13 +131,9 @@ async def steps(
     reported: bool,
     rng: random.Random,
     start_step: int,
-) -> tuple[str, list[float], list[int], list[int], int]:
-    """``count`` steps each rewriting one file: (last key, ms, files read, history bytes,
-    bytes changed)."""
-    times: list[float] = []
-    read: list[int] = []
-    history: list[int] = []
-    changed = 0
+) -> Steps:
+    """``count`` steps each rewriting one file."""
+    done = Steps(previous)
     each = (root / paths[0]).stat().st_size
     clock = snapshotter.clock
     assert isinstance(clock, Clock)
@@ -117,7 +142,7 @@ async def steps(
         (root / rel).write_bytes(rng.randbytes(each))
         written = clock.step()
         os.utime(root / rel, ns=(written, written))
-        changed += each
+        done.changed += each
         request = SnapshotRequest(
             workspace=str(root),
             workflow_id="bench",
@@ -127,12 +152,14 @@ async def steps(
         )
         began = time.perf_counter()
         result = await snapshotter.snapshot(request)
-        times.append((time.perf_counter() - began) * 1000)
-        read.append(snapshotter.last.hashed)
-        history.append(history_bytes(request, result))
+        done.times.append((time.perf_counter() - began) * 1000)
+        done.read.append(snapshotter.last.hashed)
+        done.stats.append(snapshotter.last.stats)
+        done.walks += snapshotter.last.whole_walk
+        done.history.append(history_bytes(request, result))
         assert result.manifest is not None
-        previous = result.manifest
-    return previous, times, read, history, changed
+        previous = done.last = result.manifest
+    return done
 
 
 async def main(args: argparse.Namespace) -> None:
@@ -178,36 +205,50 @@ async def run(scratch: Path, args: argparse.Namespace) -> None:
     print(f"stat walk alone, index cold: {(time.perf_counter() - began) * 1000:.1f} ms")
 
     rng = random.Random(2)
-    key, times, read, history, changed = await steps(
+    reported = await steps(
         snapshotter, root, paths, first.manifest, args.steps, reported=True, rng=rng, start_step=1
     )
     print(
         f"{args.steps} steps {STEP_SECONDS:.0f} s apart, tools reported their paths (a whole "
-        "walk every 20th): "
-        f"median {statistics.median(times):.1f} ms, p95 {pct(times, 0.95):.1f} ms, "
-        f"max {max(times):.1f} ms; files read per step: median {statistics.median(read):.0f}, "
-        f"max {max(read)}; history {statistics.median(history):.0f} B per step (max "
-        f"{max(history)})"
+        f"walk every 20th): {reported.line()}"
     )
-    key, wtimes, wread, whistory, wchanged = await steps(
+    watcher = snapshotter.records[str(root.resolve())].watcher
+    said = f"inotify, {len(watcher.watches)} directories watched" if watcher else "none"
+    print(f"watcher: {said}")
+    watched = await steps(
         snapshotter,
         root,
         paths,
-        key,
-        args.walk_steps,
+        reported.last,
+        args.command_steps,
         reported=False,
         rng=rng,
         start_step=1 + args.steps,
     )
     print(
-        f"{args.walk_steps} steps, no paths reported (run_command: a stat walk each): "
-        f"median {statistics.median(wtimes):.1f} ms, p95 {pct(wtimes, 0.95):.1f} ms; "
-        f"files read per step: median {statistics.median(wread):.0f}, max {max(wread)}; "
-        f"history {statistics.median(whistory):.0f} B per step"
+        f"{args.command_steps} steps, no paths reported (run_command), the watcher naming "
+        f"what changed (a whole walk every 20th): {watched.line()}"
     )
-    total_steps = args.steps + args.walk_steps
+    snapshotter.close()
+    snapshotter.watching = None  # a worker that cannot watch
+    walked = await steps(
+        snapshotter,
+        root,
+        paths,
+        watched.last,
+        args.command_steps,
+        reported=False,
+        rng=rng,
+        start_step=1 + args.steps + args.command_steps,
+    )
+    print(
+        f"{args.command_steps} steps, no paths reported and no watcher (a stat walk each): "
+        f"{walked.line()}"
+    )
+    key = walked.last
+    total_steps = args.steps + 2 * args.command_steps
     grown = store_bytes(store_root) - after_first
-    changes = changed + wchanged
+    changes = reported.changed + watched.changed + walked.changed
     blobs = total_steps * (changes // total_steps)
     print(
         f"store after {total_steps} steps: +{size(grown)} over the first snapshot's "
@@ -251,7 +292,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--files", type=int, default=10_000)
     parser.add_argument("--mb", type=int, default=100)
     parser.add_argument("--steps", type=int, default=1000)
-    parser.add_argument("--walk-steps", type=int, default=100)
+    parser.add_argument("--command-steps", type=int, default=100)
     return parser.parse_args()
 
 

@@ -1,7 +1,8 @@
 """Durable workspaces: a run's workspace after each step that changed it, as a manifest in the
 content-addressed store (``snapshot``), manifests chained so any step can be rebuilt cheaply
-(``manifest``), what a walk reads and leaves out (``scan``), and a check-out of any snapshot
-into a directory, writing only what differs (``materialise``)."""
+(``manifest``), what a walk reads and leaves out (``scan``), what a command changed without a
+walk (``watch``), and a check-out of any snapshot into a directory, writing only what differs
+(``materialise``)."""
 
 from activities.workspace.manifest import Manifest, ManifestError, Manifests
 from activities.workspace.materialise import Checkout, materialise

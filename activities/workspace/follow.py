@@ -46,7 +46,8 @@ __all__ = ["Follower", "directory_name"]
 REPORTS_ITS_PATHS = frozenset({"write_file", "edit_file"})
 """Tools whose result names every path they changed (and that change none when they fail):
 the snapshot after them looks at those paths alone. After any other tool that may change
-files (a command, your own tools) the whole copy is walked (stat only, reading what changed)."""
+files (a command, your own tools) it looks at what the worker's watcher saw change in the copy
+(``watch``), or walks the whole copy (stat only, reading what changed) when it cannot trust one."""
 
 KEEP_LOCKS = 1024
 """Copies whose lock and state a worker keeps between calls."""

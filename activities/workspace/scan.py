@@ -13,7 +13,7 @@ import os
 import re
 import stat
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -143,6 +143,13 @@ class Seen:
     stats: int = 0
     """Files and directories looked at (one ``stat`` each)."""
     started_ns: int = field(default_factory=time.time_ns)
+    linked: str | None = None
+    """A file looked at alone that has other hard links (``look_at``): a change made through
+    another of its names is not reported there, so only a whole walk can be trusted."""
+
+
+Watch = Callable[[str], None]
+"""Called with each directory a walk is about to read (``watch.Watcher.add``)."""
 
 
 def _signature(st: os.stat_result) -> Signature:
@@ -168,14 +175,22 @@ def _consider(seen: Seen, index: Index, rules: Rules, rel: str, st: os.stat_resu
 
 
 def walk(
-    root: Path, rules: Rules, index: Index, below: str = "", started_ns: int | None = None
+    root: Path,
+    rules: Rules,
+    index: Index,
+    below: str = "",
+    started_ns: int | None = None,
+    watch: Watch | None = None,
 ) -> Seen:
     """Every file of the workspace (or of its directory ``below``), stat'ed once each
-    (symbolic links are not followed). ``started_ns``: now, by the snapshotter's clock."""
+    (symbolic links are not followed). ``started_ns``: now, by the snapshotter's clock;
+    ``watch``: told of each directory before it is read (ignored ones are not read)."""
     seen = Seen(started_ns=time.time_ns() if started_ns is None else started_ns)
     stack: list[tuple[str, str]] = [(str(root / below), below + "/" if below else "")]
     while stack:
         directory, prefix = stack.pop()
+        if watch is not None:
+            watch(prefix.rstrip("/"))
         try:
             entries = list(os.scandir(directory))
         except OSError:
@@ -206,12 +221,15 @@ def look_at(
     paths: Iterable[str],
     previous: State,
     started_ns: int | None = None,
+    watch: Watch | None = None,
 ) -> tuple[Seen, set[str]]:
-    """Only ``paths`` (what the step's tools said they changed), over the previous snapshot:
-    what is found there, and the previous paths that ``paths`` cover (to drop if not found)."""
+    """Only ``paths`` (what the step's tools said they changed, or what a watcher saw), over
+    the previous snapshot: what is found there, and the previous paths that ``paths`` cover
+    (to drop if not found). A directory among them is walked (and its directories watched)."""
     seen = Seen(started_ns=time.time_ns() if started_ns is None else started_ns)
     covered: set[str] = set()
-    for given in paths:
+    directories: dict[str, bool] = {}
+    for given in sorted(set(paths)):
         rel = given.strip("/")
         if not rel or rel.startswith("../") or rel == ".." or "/../" in rel:
             continue
@@ -220,6 +238,8 @@ def look_at(
             rules.ignored("/".join(rel.split("/")[:n])) for n in range(1, rel.count("/") + 1)
         ):
             continue
+        if not _within(root, rel, directories, seen):
+            continue  # under a symbolic link or a file now: not a path of the workspace
         full = root / rel
         try:
             st = full.lstat()
@@ -227,13 +247,32 @@ def look_at(
             continue  # removed
         seen.stats += 1
         if stat.S_ISDIR(st.st_mode):
-            inside = walk(root, rules, index, rel, seen.started_ns)
+            inside = walk(root, rules, index, rel, seen.started_ns, watch)
             seen.entries.update(inside.entries)
             seen.to_hash.update(inside.to_hash)
             seen.stats += inside.stats
         else:
+            if stat.S_ISREG(st.st_mode) and st.st_nlink > 1:
+                seen.linked = rel
             _consider(seen, index, rules, rel, st)
     return seen, covered
+
+
+def _within(root: Path, rel: str, directories: dict[str, bool], seen: Seen) -> bool:
+    """Whether every directory above ``rel`` is a real directory (a walk would reach it):
+    each one stat'ed once per look."""
+    parts = rel.split("/")[:-1]
+    for n in range(1, len(parts) + 1):
+        above = "/".join(parts[:n])
+        if above not in directories:
+            try:
+                directories[above] = stat.S_ISDIR((root / above).lstat().st_mode)
+            except OSError:
+                directories[above] = False
+            seen.stats += 1
+        if not directories[above]:
+            return False
+    return True
 
 
 def read(root: Path, rel: str, signature: Signature) -> bytes:

@@ -2,11 +2,14 @@
 
 Cost proportional to what changed: the worker keeps, per workspace, the blob key of every file
 it hashed with the file's size, times, inode and mode (``scan.Index``, in the worker's memory);
-a walk stats every file but reads and stores only those whose signature changed. When the
-step's tools all said which paths they changed, only those are looked at (with a whole walk
-every ``full_walk_every`` snapshots, and whenever this worker did not take the run's previous
-snapshot). Content goes to the store as it is (not redacted: a check-out must give back the
-same bytes), once per distinct content; the manifest holds the rest (``manifest``).
+a walk stats every file but reads and stores only those whose signature changed. Only the
+paths the worker's inotify watcher saw change since its previous snapshot are looked at
+(``watch``; after a command too), or, without a watcher to trust, those the step's tools said
+they changed; a whole walk is taken every ``full_walk_every`` snapshots, whenever this worker
+did not take the run's previous snapshot, and after a command that no watcher saw. The
+snapshot's detail says which (``watched``, ``reported``, ``walked: why``). Content goes to the
+store as it is (not redacted: a check-out must give back the same bytes), once per distinct
+content; the manifest holds the rest (``manifest``).
 
 A retried attempt writes the same blobs and the same manifest (same content, same key), so a
 worker lost mid-snapshot costs nothing but the time. A store that is down fails the attempt;
@@ -36,6 +39,7 @@ from activities.workspace.manifest import (
     changes_between,
 )
 from activities.workspace.scan import Exclusions, Index, Rules, Seen, entry_of, look_at, read, walk
+from activities.workspace.watch import Watcher, WatchUnavailable, say_once
 from workflows.agent.snapshots import MERGED_PATHS_KEPT, SnapshotRequest, SnapshotResult
 
 if TYPE_CHECKING:  # follow imports this module
@@ -46,6 +50,10 @@ __all__ = ["Record", "Snapshotter", "WorkspaceActivities", "size"]
 KEEP_WORKSPACES = 64
 """Workspaces whose index a worker keeps in memory; the one used longest ago is forgotten
 (its next snapshot reads its files once more)."""
+
+KEEP_WATCHERS = 32
+"""Workspaces a worker watches at most, the ones used last (a watcher is an inotify instance:
+``fs.inotify.max_user_instances``, 128 by default, is shared by every process of the user)."""
 
 
 @dataclass
@@ -60,6 +68,14 @@ class Record:
     rules: Rules | None = None
     exclusions: Exclusions = field(default_factory=Exclusions)
     """What the last whole walk left out (a snapshot of a few paths keeps reporting it)."""
+    watcher: Watcher | None = None
+    """Watching the workspace since a whole walk of it (``watch``), if it can."""
+    unwatched: str = "none started"
+    """Why there is no watcher."""
+    pending: set[str] = field(default_factory=set)
+    """Paths the watcher reported to a snapshot that did not complete (the store was down):
+    looked at again by the next one."""
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
 
 @dataclass
@@ -70,16 +86,25 @@ class Counts:
     hashed: int = 0
     hashed_bytes: int = 0
     whole_walk: bool = False
+    how: str = ""
+    """How it looked (the detail's words): ``watched: …``, ``walked: why``, ``reported: …``."""
 
 
 class Snapshotter:
     """Takes snapshots of the workspaces of one worker, into one store."""
 
-    def __init__(self, store: BlobStore, clock: Callable[[], int] = time.time_ns) -> None:
+    def __init__(
+        self,
+        store: BlobStore,
+        clock: Callable[[], int] = time.time_ns,
+        watching: Callable[[Path], Watcher] | None = Watcher,
+    ) -> None:
         self.store = store
         self.clock = clock
         """Now in ns: whether a file was modified too recently to trust its times (a
         benchmark passes a clock that lets seconds pass between steps)."""
+        self.watching = watching
+        """Starts a workspace's watcher (``None``: never watch, walk after every command)."""
         self.manifests = Manifests(store)
         self.records: dict[str, Record] = {}
         self.last = Counts()
@@ -87,56 +112,55 @@ class Snapshotter:
     async def snapshot(self, request: SnapshotRequest) -> SnapshotResult:
         root = Path(request.workspace)
         record = self._record(str(root.resolve()))
+        if record.watcher is None or record.watcher.broken is not None:
+            self._make_room(record)  # it may start one
+        async with record.lock:  # one snapshot of a workspace at a time: its index, its watcher
+            return await self._snapshot(request, root, record)
+
+    def _make_room(self, record: Record) -> None:
+        """Fewer than ``KEEP_WATCHERS`` other workspaces watched: those used longest ago stop."""
+        watched = [r for r in self.records.values() if r.watcher is not None and r is not record]
+        for oldest in watched[: max(0, len(watched) - KEEP_WATCHERS + 1)]:
+            assert oldest.watcher is not None
+            oldest.watcher.close()
+            oldest.watcher = None
+            oldest.unwatched = f"only the {KEEP_WATCHERS} workspaces used last are watched"
+
+    async def _snapshot(
+        self, request: SnapshotRequest, root: Path, record: Record
+    ) -> SnapshotResult:
         rules = Rules(request.patterns, request.max_file_bytes)
         previous = request.previous
         before: State = await self.manifests.state(previous) if previous else {}
-        whole = (
-            request.paths is None
-            or previous is None
-            or record.last != previous
-            or record.rules != rules
-            or record.since_walk + 1 >= request.full_walk_every
+        why = _why_walk(request, record, rules)
+        seen, covered, how = await asyncio.to_thread(
+            self._look, root, rules, record, request.paths, before, why
         )
-        if whole:
-            seen = await asyncio.to_thread(walk, root, rules, record.index, "", self.clock())
+        whole = covered is None
+        if covered is None:
             covered = set(before)
             record.exclusions, record.since_walk = seen.exclusions, 0
         else:
-            seen, covered = await asyncio.to_thread(
-                look_at, root, rules, record.index, request.paths or (), before, self.clock()
-            )
             record.since_walk += 1
         record.rules = rules
         after = {} if whole else {p: e for p, e in before.items() if p not in covered}
         after.update(seen.entries)
         hashed_bytes = await self._hash(root, seen, record.index, after)
-        self.last = Counts(seen.stats, len(seen.to_hash), hashed_bytes, whole)
-        exclusions = record.exclusions
-        if previous is not None and after == before:
-            record.last = previous
-            return SnapshotResult(
-                manifest=previous,
-                files=len(after),
-                hashed=len(seen.to_hash),
-                excluded=sum(exclusions.counts.values()),
-                detail=f"step {request.step}: unchanged · {exclusions.describe()}",
+        self.last = Counts(seen.stats, len(seen.to_hash), hashed_bytes, whole, how)
+        read = len(seen.to_hash)
+
+        def said(manifest: Manifest | None) -> str:
+            if manifest is None:
+                return f"unchanged · {how} · {record.exclusions.describe()}"
+            return (
+                f"{manifest.changed} changed ({size(manifest.changed_bytes)}), {manifest.files} "
+                f"files ({size(manifest.total_bytes)}) · {read} read · {how} · "
+                f"{record.exclusions.describe()}"
             )
-        key, manifest = await self._write(request, before, after, exclusions)
-        record.last = key
-        return SnapshotResult(
-            manifest=key,
-            created=True,
-            changed=manifest.changed,
-            changed_bytes=manifest.changed_bytes,
-            files=manifest.files,
-            hashed=len(seen.to_hash),
-            excluded=manifest.excluded_count,
-            detail=(
-                f"step {request.step}: {manifest.changed} changed ({size(manifest.changed_bytes)})"
-                f", {manifest.files} files ({size(manifest.total_bytes)}) · "
-                f"{len(seen.to_hash)} read · {exclusions.describe()}"
-            ),
-        )
+
+        result = await self._result(request, before, after, record.exclusions, said, hashed=read)
+        record.last, record.pending = result.manifest, set()
+        return result
 
     async def merge(self, request: SnapshotRequest) -> SnapshotResult:
         """The snapshots a step's parallel calls each took on ``previous``, as one: their
@@ -164,29 +188,53 @@ class Snapshotter:
         both = "; ".join(
             f"{p} by calls {', '.join(str(n + 1) for n in calls)}" for p, calls in overlaps.items()
         )
-        said = f" · changed by more than one call, the last kept: {both}" if both else ""
-        if previous is not None and after == before:
-            return SnapshotResult(
-                manifest=previous,
-                files=len(after),
-                overlaps=overlaps,
-                paths=paths,
-                detail=f"step {request.step}: {merged}, unchanged{said}",
+        also = f" · changed by more than one call, the last kept: {both}" if both else ""
+
+        def said(manifest: Manifest | None) -> str:
+            if manifest is None:
+                return f"{merged}, unchanged{also}"
+            return (
+                f"{merged}, {manifest.changed} changed ({size(manifest.changed_bytes)}), "
+                f"{manifest.files} files{also}"
             )
-        key, manifest = await self._write(request, before, after, exclusions)
-        return SnapshotResult(
-            manifest=key,
-            created=True,
-            changed=manifest.changed,
-            changed_bytes=manifest.changed_bytes,
-            files=manifest.files,
-            excluded=manifest.excluded_count,
-            overlaps=overlaps,
+
+        return await self._result(
+            request, before, after, exclusions, said, overlaps=overlaps, paths=paths
+        )
+
+    async def _result(
+        self,
+        request: SnapshotRequest,
+        before: State,
+        after: State,
+        exclusions: Exclusions,
+        said: Callable[[Manifest | None], str],
+        *,
+        hashed: int = 0,
+        overlaps: dict[str, tuple[int, ...]] | None = None,
+        paths: tuple[tuple[str, ...], ...] = (),
+    ) -> SnapshotResult:
+        """The workspace ``after``: the previous snapshot again when nothing changed, else a
+        new manifest in the store; ``said`` is the trace line's (of the new one, or ``None``)."""
+        unchanged = SnapshotResult(
+            manifest=request.previous,
+            files=len(after),
+            hashed=hashed,
+            excluded=sum(exclusions.counts.values()),
+            overlaps=overlaps or {},
             paths=paths,
-            detail=(
-                f"step {request.step}: {merged}, {manifest.changed} "
-                f"changed ({size(manifest.changed_bytes)}), {manifest.files} files{said}"
-            ),
+            detail=f"step {request.step}: {said(None)}",
+        )
+        if request.previous is not None and after == before:
+            return unchanged
+        key, manifest = await self._write(request, before, after, exclusions)
+        written = {"manifest": key, "created": True, "changed": manifest.changed}
+        return unchanged.model_copy(
+            update={
+                **written,
+                "changed_bytes": manifest.changed_bytes,
+                "detail": f"step {request.step}: {said(manifest)}",
+            }
         )
 
     def record_of(self, root: Path) -> Record:
@@ -197,8 +245,70 @@ class Snapshotter:
         record = self.records.pop(workspace, None) or Record()
         self.records[workspace] = record  # the most recently used last
         while len(self.records) > KEEP_WORKSPACES:
-            self.records.pop(next(iter(self.records)))
+            forgotten = self.records.pop(next(iter(self.records)))
+            if forgotten.watcher is not None:
+                forgotten.watcher.close()
         return record
+
+    def close(self) -> None:
+        """Stop watching every workspace (their next snapshots walk)."""
+        for record in self.records.values():
+            if record.watcher is not None:
+                record.watcher.close()
+                record.watcher = None
+
+    def _look(
+        self,
+        root: Path,
+        rules: Rules,
+        record: Record,
+        reported: tuple[str, ...] | None,
+        before: State,
+        why: str | None,
+    ) -> tuple[Seen, set[str] | None, str]:
+        """What to read (blocking: in a thread): the paths the watcher saw changing, else
+        those the tools reported, else (``covered`` is ``None``) a whole walk, and how."""
+        now = self.clock()
+        watcher = record.watcher
+        # Drained at every snapshot, so the kernel's queue holds one step's events at most.
+        changes = watcher.drain() if watcher is not None else None
+        if changes is not None:
+            record.pending |= changes.paths
+        if why is None and watcher is not None and changes is not None:
+            if watcher.broken is None:
+                paths = record.pending.union(reported or ())
+                seen, covered = look_at(root, rules, record.index, paths, before, now, watcher.add)
+                if seen.linked is None:
+                    return seen, covered, f"watched: {_paths(len(paths))}"
+                why = f"{seen.linked} has other hard links"
+            else:
+                why = f"watcher lost, {watcher.broken}"
+        elif why is None and reported is not None:
+            seen, covered = look_at(root, rules, record.index, reported, before, now)
+            if seen.linked is None:
+                return seen, covered, f"reported: {_paths(len(reported))}"
+            why = f"{seen.linked} has other hard links"
+        elif why is None:
+            why = f"no watcher, {record.unwatched}"
+        if watcher is None or watcher.broken is not None:
+            if watcher is not None:
+                say_once(watcher.broken or "")
+                watcher.close()
+            watcher = record.watcher = self._start(root.resolve(), record)
+        seen = walk(root, rules, record.index, "", now, watcher.add if watcher else None)
+        return seen, None, f"walked: {why}"
+
+    def _start(self, root: Path, record: Record) -> Watcher | None:
+        """A new watcher for the workspace, watching from the walk about to be made."""
+        if self.watching is None:
+            record.unwatched = "watching is off"
+            return None
+        try:
+            return self.watching(root)
+        except WatchUnavailable as exc:
+            record.unwatched = str(exc)
+            say_once(record.unwatched)
+            return None
 
     async def _hash(self, root: Path, seen: Seen, index: Index, after: State) -> int:
         """Read and store every file whose signature changed; their entries join ``after``."""
@@ -244,6 +354,25 @@ class Snapshotter:
             ignore=request.patterns,
         )
         return await self.manifests.put(manifest, after), manifest
+
+
+def _why_walk(request: SnapshotRequest, record: Record, rules: Rules) -> str | None:
+    """Why the whole workspace must be walked whatever changed (``None``: it need not)."""
+    if request.previous is None:
+        return "the first snapshot"
+    if record.rules is None:
+        return "this worker's first of it"
+    if record.last != request.previous:
+        return "this worker did not take the previous one"
+    if record.rules != rules:
+        return "the rules changed"
+    if record.since_walk + 1 >= request.full_walk_every:
+        return f"one in {request.full_walk_every}"
+    return None
+
+
+def _paths(n: int) -> str:
+    return f"{n} path" if n == 1 else f"{n} paths"
 
 
 def size(n: int) -> str:

@@ -1,22 +1,27 @@
 """Durable workspaces: snapshots of a run's workspace in the store, and check-outs of any step.
 
 Runs go through the session's harness (a real dev server, the scripted model server, a worker
-whose store is the session's test store); the scale tests drive the snapshotter directly on a
-directory of their own, counting what it reads.
+whose store is the session's test store, or one with ``--workspace-root``: ``rooted_worker``);
+the scale tests drive the snapshotter directly on a directory of their own, counting what it
+reads.
 """
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import boto3
 import pytest
+from temporalio.client import Client
 
+from activities.model.activity import ProviderSettings, http_client
 from activities.store.blobs import FileBlobStore
 from tests.support.harness import TEST_STORE
 from tests.support.moto import moto_server
+from treadle.scripted_model import ScriptedModelServer
+from worker import build_worker
 
 
 @pytest.fixture
@@ -29,6 +34,29 @@ def store() -> FileBlobStore:
 def own_store(tmp_path: Path) -> FileBlobStore:
     """A store of the test's own, to count its bytes."""
     return FileBlobStore(tmp_path / "store")
+
+
+@pytest.fixture
+async def rooted_worker(
+    client: Client, model_server: ScriptedModelServer, tmp_path: Path
+) -> AsyncIterator[tuple[str, Path]]:
+    """A worker with ``--workspace-root`` (in this process, the session's store) on a task
+    queue of its own: (queue, root)."""
+    task_queue = f"rooted-{uuid.uuid4().hex[:10]}"
+    root = tmp_path / "root"
+    settings = ProviderSettings.from_env({"OPENAI_BASE_URL": model_server.base_url})
+    async with (
+        http_client() as http,
+        build_worker(
+            client,
+            task_queue=task_queue,
+            settings=settings,
+            http=http,
+            store=FileBlobStore(TEST_STORE),
+            workspace_root=root,
+        ),
+    ):
+        yield task_queue, root
 
 
 @pytest.fixture(scope="module")

@@ -6,21 +6,17 @@ step its calls snapshotted takes no second snapshot after its hooks."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
-from activities.model.activity import ProviderSettings, http_client
 from activities.store.blobs import FileBlobStore
 from activities.workspace import Manifests
 from activities.workspace.follow import directory_name
 from tests.support.harness import TEST_STORE, keep_history, replayer, start_agent
 from treadle.scripted_model import ScriptedModelServer
-from worker import build_worker
 from workflows.agent.models import AgentConfig, RunStatus
 from workflows.agent.snapshots import SnapshotConfig
 from workflows.agent.workflow import AgentWorkflow
@@ -30,35 +26,16 @@ def write(path: str, content: str) -> dict[str, Any]:
     return {"name": "write_file", "arguments": {"path": path, "content": content}}
 
 
-@pytest.fixture
-async def rooted(
-    client: Client, model_server: ScriptedModelServer, tmp_path: Path
-) -> AsyncIterator[tuple[str, Path]]:
-    """A worker with ``--workspace-root`` on a task queue of its own: (queue, root)."""
-    task_queue = f"rooted-{uuid.uuid4().hex[:10]}"
-    root = tmp_path / "root"
-    settings = ProviderSettings.from_env({"OPENAI_BASE_URL": model_server.base_url})
-    async with (
-        http_client() as http,
-        build_worker(
-            client,
-            task_queue=task_queue,
-            settings=settings,
-            http=http,
-            store=FileBlobStore(TEST_STORE),
-            workspace_root=root,
-        ),
-    ):
-        yield task_queue, root
-
-
 async def test_parallel_calls_on_one_path_resolve_in_call_order(
-    client: Client, model_server: ScriptedModelServer, rooted: tuple[str, Path], tmp_path: Path
+    client: Client,
+    model_server: ScriptedModelServer,
+    rooted_worker: tuple[str, Path],
+    tmp_path: Path,
 ) -> None:
     """Three parallel writes, two to ``same.txt``: the step's snapshot has every file and the
     second call's ``same.txt``; the first call's observation and the trace say it was
     overridden; the next step's read sees the merged workspace."""
-    task_queue, root = rooted
+    task_queue, root = rooted_worker
     model = f"parallel-{uuid.uuid4().hex[:8]}"
     model_server.add_model(
         model,
@@ -106,11 +83,14 @@ async def test_parallel_calls_on_one_path_resolve_in_call_order(
 
 
 async def test_a_step_snapshotted_by_its_calls_takes_no_second_snapshot(
-    client: Client, model_server: ScriptedModelServer, rooted: tuple[str, Path], tmp_path: Path
+    client: Client,
+    model_server: ScriptedModelServer,
+    rooted_worker: tuple[str, Path],
+    tmp_path: Path,
 ) -> None:
     """Snapshots on, on a worker with a root: the calls' own snapshots are the steps'; no
     ``snapshot_workspace`` runs after the hooks, and the trace says whose they are."""
-    task_queue, _root = rooted
+    task_queue, _root = rooted_worker
     model = f"own-{uuid.uuid4().hex[:8]}"
     model_server.add_model(
         model,

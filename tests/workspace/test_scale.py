@@ -13,6 +13,7 @@ import pytest
 
 from activities.store.blobs import FileBlobStore
 from activities.workspace import Manifests, Snapshotter, materialise
+from activities.workspace.watch import Watcher
 from workflows.agent.snapshots import SnapshotRequest
 
 FILES = 10_000
@@ -44,16 +45,19 @@ def store_bytes(store: FileBlobStore) -> tuple[int, int]:
     return len(files), sum(p.stat().st_size for p in files)
 
 
-@pytest.mark.parametrize("reported", [False, True], ids=["walked", "paths-reported"])
+@pytest.mark.parametrize("how", ["walked", "watched", "reported"])
 async def test_one_changed_file_is_the_only_one_read(
-    tmp_path: Path, own_store: FileBlobStore, reported: bool
+    tmp_path: Path, own_store: FileBlobStore, how: str
 ) -> None:
     """After the first snapshot (every file read once), each step that rewrites one file reads
-    exactly that file, whether the whole workspace is walked (a command ran) or only the
-    reported paths are looked at; a same-size rewrite is seen too."""
+    exactly that file, whether the whole workspace is walked (a command ran on a worker that
+    cannot watch), the watcher names the paths (a command ran) or only the reported paths are
+    looked at; a same-size rewrite is seen too. Watched or reported, only that file and its
+    directory are stat'ed."""
     root = tmp_path / "ws"
     paths = make(root)
-    snapshotter = Snapshotter(own_store)
+    reported = how == "reported"
+    snapshotter = Snapshotter(own_store, watching=Watcher if how == "watched" else None)
     first = await snapshotter.snapshot(
         SnapshotRequest(workspace=str(root), workflow_id="w", step=0)
     )
@@ -74,11 +78,12 @@ async def test_one_changed_file_is_the_only_one_read(
         )
         assert (result.changed, result.files) == (1, FILES)
         assert snapshotter.last.hashed == 1 and snapshotter.last.hashed_bytes == 100
-        assert snapshotter.last.whole_walk is not reported
-        if reported:
-            assert snapshotter.last.stats == 1
-        else:
+        assert snapshotter.last.whole_walk is (how == "walked")
+        assert snapshotter.last.how.startswith(how)
+        if how == "walked":
             assert snapshotter.last.stats == FILES + 100
+        else:
+            assert snapshotter.last.stats == 2
         previous = result.manifest
     assert previous is not None
     state = await Manifests(own_store).state(previous)
@@ -89,10 +94,11 @@ async def test_a_file_written_just_before_a_snapshot_is_read_again_once(
     tmp_path: Path, own_store: FileBlobStore
 ) -> None:
     """A file modified within a second of being hashed may change again without its times
-    changing (racily clean): the next whole walk reads it once more, then trusts it."""
+    changing (racily clean): the next whole walk reads it once more, then trusts it (a
+    watcher would report such a change: this is the walk's rule)."""
     root = tmp_path / "ws"
     make(root, 50)
-    snapshotter = Snapshotter(own_store)
+    snapshotter = Snapshotter(own_store, watching=None)
     request = SnapshotRequest(workspace=str(root), workflow_id="w", step=0)
     first = await snapshotter.snapshot(request)
     (root / "d00/f00000.txt").write_bytes(b"new")

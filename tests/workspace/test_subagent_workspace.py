@@ -5,7 +5,6 @@ tracking and ``starter.py workspace PARENT_ID`` see what the child changed."""
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -13,14 +12,12 @@ from typing import Any
 import pytest
 from temporalio.client import Client
 
-from activities.model.activity import ProviderSettings, http_client
 from activities.store.blobs import FileBlobStore
 from activities.workspace import Manifests
 from activities.workspace.follow import directory_name
 from tests.support.family import child, delegate, observations, starter
 from tests.support.harness import TEST_STORE, Harness, replay_finished
 from treadle.scripted_model import ScriptedModelServer
-from worker import build_worker
 from workflows.agent.models import AgentResult, AgentStatus, RunStatus
 from workflows.agent.workflow import AgentWorkflow
 
@@ -38,28 +35,16 @@ async def rooted(
     request: pytest.FixtureRequest,
     client: Client,
     model_server: ScriptedModelServer,
+    rooted_worker: tuple[str, Path],
     tmp_path: Path,
 ) -> AsyncIterator[tuple[Harness, Path]]:
-    """A harness whose worker has ``--workspace-root`` (and the session's store): (harness,
-    root). Every finished run, children included, is replay-checked."""
-    task_queue = f"subws-{uuid.uuid4().hex[:10]}"
-    root = tmp_path / "root"
+    """A harness on a worker with ``--workspace-root``: (harness, root). Every finished run,
+    children included, is replay-checked."""
+    task_queue, root = rooted_worker
     home = tmp_path / "home"
     home.mkdir()
-    settings = ProviderSettings.from_env({"OPENAI_BASE_URL": model_server.base_url})
     h = Harness(client, task_queue, model_server, home)
-    async with (
-        http_client() as http,
-        build_worker(
-            client,
-            task_queue=task_queue,
-            settings=settings,
-            http=http,
-            store=FileBlobStore(TEST_STORE),
-            workspace_root=root,
-        ),
-    ):
-        yield h, root
+    yield h, root
     await replay_finished(request, h)
 
 
