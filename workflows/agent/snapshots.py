@@ -95,9 +95,10 @@ class SnapshotConfig(Frozen):
     max_file_bytes: int = Field(50 * 2**20, ge=0)
     """Files larger than this are left out (and counted, with their names)."""
     full_walk_every: int = Field(20, ge=1)
-    """When a step's tools all said which paths they changed, only those are looked at; every
-    this many snapshots the whole workspace is walked anyway (a command, or anything outside
-    the run, may have changed files nobody reported)."""
+    """When a step's tools all said which paths they changed, only those are looked at, and
+    after a command only what the worker's inotify watcher saw change; every this many
+    snapshots the whole workspace is walked anyway (what a watcher cannot see: a network file
+    system written from elsewhere, a write through a memory map or an outside hard link)."""
 
 
 class WorkspaceHead(Frozen):
@@ -143,7 +144,8 @@ class SnapshotRequest(Frozen):
     """The key of the run's latest manifest (``None``: its first snapshot)."""
     paths: tuple[str, ...] | None = None
     """The paths the step's tools reported changing; ``None``: they did not all say (a
-    command ran), so the whole workspace is walked."""
+    command ran), so the worker looks at what its watcher saw change, or walks the whole
+    workspace when it cannot trust one (``activities.workspace.watch``)."""
     ignore: tuple[str, ...] | None = None
     """The config's ignore patterns; ``None``: ``DEFAULT_IGNORE`` (history carries no copy of
     the defaults at every step)."""
