@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 
 from pydantic import ValidationError
 from temporalio import workflow
@@ -30,6 +30,7 @@ from workflows.agent import (
     client_queries,
     delegation,
     events,
+    handover,
     mcp,
     recovery,
     snapshotting,
@@ -65,10 +66,17 @@ the parent close policy cancelled the other children after it had closed."""
 class ToolRunner:
     """Checks, runs and publishes one run's tool calls."""
 
-    def __init__(self, run: AgentRun, publisher: Publisher) -> None:
+    def __init__(
+        self,
+        run: AgentRun,
+        publisher: Publisher,
+        hand_over: Callable[[], Awaitable[None]] | None = None,
+    ) -> None:
         self._run = run
         self._pub = publisher
         self._checked: dict[str, CheckedCall] = {}
+        self._hand_over = hand_over
+        """The engine's hand-over (continue-as-new when due), for a step whose children run on."""
 
     def box(self) -> Toolbox:
         """The run's toolbox as it is now (its MCP list changes when a tool vanishes)."""
@@ -191,10 +199,15 @@ class ToolRunner:
             todo = [c for c in todo if c.name != waiting.WAIT]
         checked = [self.checked(c) for c in todo]
         if self._run.state is State.PARALLEL_ACTING:
+            carried = any(delegation.carried(self._run, c.id) for c in todo)
             outcomes = await self._together(checked)
             outcomes = await snapshotting.merge_parallel(
                 self._run, self._pub, outcomes, calls.snapshot_workspace
             )
+            if carried:  # the step's calls, some observed by an earlier run: in their order
+                order = {c.id: n for n, c in enumerate(m.current_tool_calls)}
+                every = sorted((*m.observations, *outcomes), key=lambda o: order.get(o.call.id, 0))
+                m.observations, outcomes = tuple(every), []
         else:
             outcomes = []
             for c in checked:
@@ -216,12 +229,57 @@ class ToolRunner:
         """Run ``checked`` concurrently. When the run itself is cancelled, every call is
         cancelled and waited for: the run ends after its children did, each with its answer."""
         tasks = [asyncio.ensure_future(self._run_call(c)) for c in checked]
+        outlive = any(c.call.name == delegation.DELEGATE for c in checked) and (
+            self._run.input.config.subagents is not None
+            and workflow.patched(delegation.SUBAGENTS_OUTLIVE_RUNS)
+        )
         try:
+            if outlive:
+                await self._hand_over_while_children_run(checked, tasks)
             return list(await asyncio.gather(*tasks))
         except BaseException:
             if delegation.run_cancelled() and workflow.patched(CALLS_END_TOGETHER):
+                if outlive:  # the run's task was waiting, not the calls': cancel them
+                    for task in tasks:
+                        task.cancel()
                 await workflow.wait(tasks)
             raise
+
+    async def _hand_over_while_children_run(
+        self, checked: list[CheckedCall], tasks: Sequence[asyncio.Future[ToolOutcome]]
+    ) -> None:
+        """Wait for the step's calls; when only children that outlive the run are left and
+        the run's history asks for a hand-over, hand over without them: the calls that ended
+        are observed (and merged) now, and the next run waits for the children's ends
+        (``delegation.carried``), the children running on, not started again."""
+        run, hand_over = self._run, self._hand_over
+        if hand_over is None:
+            return
+        bound = handover.event_bound(run.input.config, workflow.patched)
+
+        def done_or_handing_over() -> bool:
+            if all(t.done() for t in tasks):
+                return True
+            left = [c for c, t in zip(checked, tasks, strict=True) if not t.done()]
+            if not all(delegation.carried(run, c.call.id) for c in left):
+                return False
+            if not handover.is_due(bound):
+                return False
+            # Decided here, in the predicate: this condition was registered before the calls'
+            # own, so in the pass that decides, no call sees its child's end after it (which
+            # would be observed in neither this run nor the next).
+            run.family.hand_over()
+            return True
+
+        await workflow.wait_condition(done_or_handing_over)
+        if not run.family.handing_over:
+            return
+        ended = [t.result() for t in tasks if t.done()]
+        merged = await snapshotting.merge_parallel(run, self._pub, ended, calls.snapshot_workspace)
+        run.memory.observations = (*run.memory.observations, *merged)
+        await hand_over()
+        # Cannot happen: the hand-over was due above, and the history only grows.
+        raise ApplicationError("a hand-over while children run was not made", non_retryable=True)
 
     async def _run_call(self, checked: CheckedCall) -> ToolOutcome:
         """The one path every call takes."""

@@ -79,6 +79,10 @@ class SubagentConfig(Frozen):
     depth: int = Field(0, ge=0, le=10)
     """Where this run is in its family: 0 for the top run; a child's config carries its
     parent's plus one."""
+    outlives_runs: bool = False
+    """Set by a parent for a child that may outlive the parent's run (``delegation``'s
+    ``SUBAGENTS_OUTLIVE_RUNS``): the child signals its end to its parent's workflow id, and
+    ends itself when it finds its parent gone."""
 
     @field_validator("models", mode="before")
     @classmethod

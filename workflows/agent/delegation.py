@@ -30,7 +30,9 @@ Several ``delegate`` calls in one reply run as ParallelActing runs any calls: co
 from __future__ import annotations
 
 import asyncio
+import builtins
 from collections.abc import Collection
+from datetime import timedelta
 from typing import Any
 
 from pydantic import ValidationError
@@ -49,6 +51,7 @@ from workflows.agent import cost_cap
 from workflows.agent.approvals import Refused, check_approver
 from workflows.agent.catalogue import DelegateArgs
 from workflows.agent.child_queries import SUBAGENT_QUERIES
+from workflows.agent.child_reports import CHILD_WAITING, ChildReport
 from workflows.agent.family import SEPARATOR, ChildRun, ChildStatus
 from workflows.agent.models import (
     AgentInput,
@@ -84,16 +87,40 @@ sub-agents existed never offered the tool (their configs have no ``subagents``),
 reaches it; the marker is there for a run whose model called a tool of that name anyway."""
 
 
+SUBAGENTS_OUTLIVE_RUNS = "subagents-outlive-runs"
+"""``workflow.patched`` id: a child is started with ``ParentClosePolicy.ABANDON`` and signals
+its end to its parent's workflow id (``child_reports.last_report``), so the parent may continue
+as new while it runs (``acting``): the next run waits for the signal. Before it, children were
+started with ``REQUEST_CANCEL`` and awaited in the run that started them."""
+
+CHECK_EVERY = timedelta(minutes=5)
+"""A run waiting for a child an earlier run of its chain started checks this often that the
+child is still there (a terminated or timed-out child signals nothing)."""
+
+
+def carried(run: AgentRun, call_id: str) -> ChildRun | None:
+    """The running child ``call_id`` started, if a hand-over may carry it (started, to outlive
+    the run): the next run waits for its end instead of starting it again."""
+    child = run.family.started(call_id)
+    if child is None or child.status != "running" or not child.outlives_runs:
+        return None
+    return child if child.run_id is not None else None
+
+
 async def delegate(
     run: AgentRun, pub: Publisher, call: ToolCall, args: DelegateArgs, offered: Collection[str]
 ) -> ToolOutcome:
     """Run one ``delegate`` call: a refusal, or a child run awaited to its end."""
+    waited = carried(run, call.id)
+    if waited is not None:  # started by an earlier run of this workflow id, still running
+        return await _outcome(run, pub, call, waited, None, run.workspace_snapshot)
     refused = refusal(run, call, args, offered)
     if refused is not None:
         return ToolOutcome.of(call, refused, success=False)
     if not workflow.patched(SUBAGENTS):  # cannot happen: see SUBAGENTS
         return ToolOutcome.of(call, "ERROR: unknown tool 'delegate'", success=False)
-    child = _reserve(run, call, args)
+    outlives = workflow.patched(SUBAGENTS_OUTLIVE_RUNS)
+    child = _reserve(run, call, args, outlives=outlives)
     # The child starts from the parent's workspace as its history says it is, and hands its
     # own back (``snapshotting.merge_parallel`` merges it): wherever their tools run.
     start = run.workspace_snapshot if workflow.patched(SUBAGENT_WORKSPACE) else None
@@ -107,6 +134,7 @@ async def delegate(
         f"{child.task}",
     )
     pub.emit("tool_started", child.task, tool=DELEGATE, call_id=call.id, target=child.workflow_id)
+    policy = ParentClosePolicy.ABANDON if outlives else ParentClosePolicy.REQUEST_CANCEL
     try:
         handle = await workflow.start_child_workflow(
             workflow.info().workflow_type,
@@ -115,7 +143,7 @@ async def delegate(
             ),
             id=child.workflow_id,
             result_type=AgentResult,
-            parent_close_policy=ParentClosePolicy.REQUEST_CANCEL,
+            parent_close_policy=policy,
             static_summary=f"sub-agent · {cut(args.task, 180)}",
             static_details=(
                 f"delegated by {workflow.info().workflow_id} (call {call.id}, step {child.step}); "
@@ -123,17 +151,128 @@ async def delegate(
                 f"{child.token_budget if child.token_budget is not None else 'none'}"
             ),
         )
+        if outlives:
+            child = child.model_copy(update={"run_id": handle.first_execution_run_id})
+            run.family.replace(child)
+            return await _outcome(run, pub, call, child, handle, start)
         result: AgentResult = await handle
     except (ChildWorkflowError, WorkflowAlreadyStartedError) as exc:
         if run_cancelled():
             raise  # the parent itself is cancelled: its children were, and so is it
         return _ended_without_result(run, pub, call, child, exc)
-    outcome = _ended(run, pub, call, child, result)
+    return _merged(_ended(run, pub, call, child, result), result, start)
+
+
+def _merged(outcome: ToolOutcome, result: AgentResult, start: str | None) -> ToolOutcome:
     if workflow.patched(SUBAGENT_WORKSPACE) and result.workspace_snapshot not in (None, start):
         # What the child's tools left, whether it answered or not: merged after the call.
         update = {"snapshot": result.workspace_snapshot}
         outcome = outcome.model_copy(update={"result": outcome.result.model_copy(update=update)})
     return outcome
+
+
+async def _outcome(
+    run: AgentRun,
+    pub: Publisher,
+    call: ToolCall,
+    child: ChildRun,
+    handle: workflow.ChildWorkflowHandle[Any, AgentResult] | None,
+    start: str | None,
+) -> ToolOutcome:
+    """A child that may outlive this run, awaited to its end: its workflow's result when this
+    run started it (``handle``), or the end it signalled (``ChildRun.delivered``), whichever
+    comes first; a run it was carried to has only the signal (and checks the child is still
+    there). The call's observation is the same either way."""
+    try:
+        if handle is not None:
+            # Whichever comes second is not read: its exception must not be left unretrieved.
+            handle.add_done_callback(lambda done: done.cancelled() or done.exception())
+            await workflow.wait_condition(
+                lambda: not run.family.handing_over and (handle.done() or _delivered(run, call.id))
+            )
+        else:
+            await _until_delivered(run, child)
+        if run.family.handing_over:  # this run ends: the next observes the child's end
+            await workflow.wait_condition(lambda: not run.family.handing_over)
+    except asyncio.CancelledError:
+        # The parent itself is cancelled: its child is cancelled and waited for, then so is it.
+        if handle is not None and not handle.done():
+            handle.cancel()
+            await workflow.wait_condition(handle.done)
+        elif handle is None:
+            await _cancel(child)
+            await _until_delivered(run, child)
+        _observed(run, pub, call, child, handle, start)  # its end, in the family's record
+        raise
+    return _observed(run, pub, call, child, handle, start)
+
+
+def _observed(
+    run: AgentRun,
+    pub: Publisher,
+    call: ToolCall,
+    child: ChildRun,
+    handle: workflow.ChildWorkflowHandle[Any, AgentResult] | None,
+    start: str | None,
+) -> ToolOutcome:
+    """The call's observation of a child that ended (as ``_outcome`` waited for it)."""
+    found = run.family.started(call.id) or child
+    delivered = found.delivered or {}
+    if handle is not None and handle.done() and not delivered:
+        try:
+            result: AgentResult = handle.result()
+        except (ChildWorkflowError, WorkflowAlreadyStartedError) as exc:
+            return _ended_without_result(run, pub, call, found, exc)
+    elif delivered.get("result") is not None:
+        result = AgentResult.model_validate(delivered["result"])
+    else:
+        why = delivered.get("ended") or "ended without telling its parent how (terminated?)"
+        status: ChildStatus = "cancelled" if why == "was cancelled" else "failed"
+        return _closed(run, pub, call, found, status, why)
+    return _merged(_ended(run, pub, call, found, result), result, start)
+
+
+def _delivered(run: AgentRun, call_id: str) -> bool:
+    child = run.family.started(call_id)
+    return child is not None and child.delivered is not None
+
+
+async def _until_delivered(run: AgentRun, child: ChildRun) -> None:
+    """Wait for the end a child signals; a child no longer there (terminated, timed out)
+    signals nothing: its end is then recorded as unknown (``delivered`` stays empty)."""
+    while not _delivered(run, child.call_id) or run.family.handing_over:
+        try:
+            await workflow.wait_condition(
+                lambda: not run.family.handing_over and _delivered(run, child.call_id),
+                timeout=CHECK_EVERY,
+                timeout_summary=f"sub-agent {child.workflow_id}",
+            )
+        except builtins.TimeoutError:  # wait_condition's (this module imports Temporal's)
+            if not await _still_there(child):
+                found = run.family.started(child.call_id) or child
+                if found.delivered is None:
+                    run.family.replace(found.model_copy(update={"delivered": {}}))
+                return
+
+
+async def _still_there(child: ChildRun) -> bool:
+    """Whether the child's workflow is still open: a report that names no child of its own,
+    which it ignores, is delivered only to an open workflow."""
+    handle = workflow.get_external_workflow_handle(child.workflow_id)
+    try:
+        await handle.signal(CHILD_WAITING, ChildReport(workflow_id=workflow.info().workflow_id))
+    except ApplicationError:
+        return False
+    return True
+
+
+async def _cancel(child: ChildRun) -> None:
+    """Cancel a child this run did not start (its parent close policy would not: it outlives
+    runs); it ends Cancelled and says so (``child_reports.ended_report``)."""
+    try:
+        await workflow.get_external_workflow_handle(child.workflow_id).cancel()
+    except ApplicationError as exc:  # it ended meanwhile
+        workflow.logger.warning("agent.subagent.cancel_failed", extra={"why": exc.message})
 
 
 def refusal(
@@ -259,7 +398,11 @@ def child_input(
             "max_cost_usd": child.cost_budget_usd,
             "models": {},
             "client_queries": config.client_queries and asks,
-            "subagents": sub.model_copy(update={"depth": sub.depth + 1}) if sub else None,
+            "subagents": sub.model_copy(
+                update={"depth": sub.depth + 1, "outlives_runs": child.outlives_runs}
+            )
+            if sub
+            else None,
         }
     )
     return AgentInput(
@@ -276,7 +419,7 @@ def _depth(run: AgentRun) -> int:
     return sub.depth if sub else 0
 
 
-def _reserve(run: AgentRun, call: ToolCall, args: DelegateArgs) -> ChildRun:
+def _reserve(run: AgentRun, call: ToolCall, args: DelegateArgs, *, outlives: bool) -> ChildRun:
     """Record the child before anything is awaited: siblings started in the same step see its
     share held, in the step's order."""
     child = ChildRun(
@@ -287,6 +430,7 @@ def _reserve(run: AgentRun, call: ToolCall, args: DelegateArgs) -> ChildRun:
         step=run.memory.step,
         token_budget=share(run, call),
         cost_budget_usd=cost_share(run, call),
+        outlives_runs=outlives,
     )
     run.family.children = [*run.family.children, child]
     return child
@@ -334,6 +478,7 @@ def _ended(
             "steps": result.steps,
             "outcome": cut(outcome or "", 200) or None,
             "pending_approvals": (),
+            "delivered": None,
         }
     )
     run.family.replace(ended)
@@ -361,6 +506,13 @@ def _ended_without_result(
         why = f"could not start: workflow id {child.workflow_id} is already running"
     else:
         status, why = _why(exc)
+    return _closed(run, pub, call, child, status, why)
+
+
+def _closed(
+    run: AgentRun, pub: Publisher, call: ToolCall, child: ChildRun, status: ChildStatus, why: str
+) -> ToolOutcome:
+    """A child that closed without a result (``why``): its whole share counts."""
     tokens = _count(run, child, None)
     run.family.replace(
         child.model_copy(
@@ -369,6 +521,7 @@ def _ended_without_result(
                 "tokens": tokens,
                 "outcome": cut(why, 200),
                 "pending_approvals": (),
+                "delivered": None,
             }
         )
     )

@@ -68,12 +68,21 @@ def event_bound(config: AgentConfig, patched: Callable[[str], bool]) -> int | No
     return config.continue_as_new_after_events
 
 
+def is_due(limit: int | None) -> bool:
+    """Temporal suggests continuing as new, or the history reached ``limit`` events (a
+    predicate a ``wait_condition`` may ask: it asks no patch)."""
+    info = workflow.info()
+    if info.is_continue_as_new_suggested():
+        return True
+    return limit is not None and info.get_current_history_length() >= limit
+
+
 def due(run: AgentRun) -> str | None:
     """Why the run should continue as new now (Temporal suggests it, or
     ``continue_as_new_after_events`` is reached), or ``None``."""
     info, limit = workflow.info(), event_bound(run.input.config, workflow.patched)
     length = info.get_current_history_length()
-    if not info.is_continue_as_new_suggested() and (limit is None or length < limit):
+    if not is_due(limit):
         return None
     return f"after {length} events, {info.get_current_history_size() // 1024} KiB of history"
 
