@@ -26,6 +26,7 @@ from temporalio.exceptions import ActivityError, ApplicationError, is_cancelled_
 from workflows import telemetry
 from workflows.agent import (
     calls,
+    child_ends,
     child_reports,
     client_queries,
     delegation,
@@ -199,7 +200,7 @@ class ToolRunner:
             todo = [c for c in todo if c.name != waiting.WAIT]
         checked = [self.checked(c) for c in todo]
         if self._run.state is State.PARALLEL_ACTING:
-            carried = any(delegation.carried(self._run, c.id) for c in todo)
+            carried = any(child_ends.carried(self._run, c.id) for c in todo)
             outcomes = await self._together(checked)
             outcomes = await snapshotting.merge_parallel(
                 self._run, self._pub, outcomes, calls.snapshot_workspace
@@ -231,7 +232,7 @@ class ToolRunner:
         tasks = [asyncio.ensure_future(self._run_call(c)) for c in checked]
         outlive = any(c.call.name == delegation.DELEGATE for c in checked) and (
             self._run.input.config.subagents is not None
-            and workflow.patched(delegation.SUBAGENTS_OUTLIVE_RUNS)
+            and workflow.patched(child_ends.SUBAGENTS_OUTLIVE_RUNS)
         )
         try:
             if outlive:
@@ -251,7 +252,7 @@ class ToolRunner:
         """Wait for the step's calls; when only children that outlive the run are left and
         the run's history asks for a hand-over, hand over without them: the calls that ended
         are observed (and merged) now, and the next run waits for the children's ends
-        (``delegation.carried``), the children running on, not started again."""
+        (``child_ends.carried``), the children running on, not started again."""
         run, hand_over = self._run, self._hand_over
         if hand_over is None:
             return
@@ -261,7 +262,7 @@ class ToolRunner:
             if all(t.done() for t in tasks):
                 return True
             left = [c for c, t in zip(checked, tasks, strict=True) if not t.done()]
-            if not all(delegation.carried(run, c.call.id) for c in left):
+            if not all(child_ends.carried(run, c.call.id) for c in left):
                 return False
             if not handover.is_due(bound):
                 return False
