@@ -103,6 +103,33 @@ async def test_children_run_on_across_their_parents_hand_over(harness: Harness) 
     ]
 
 
+async def test_a_lone_childs_call_is_carried_too(harness: Harness) -> None:
+    """One ``delegate`` call (Acting, not ParallelActing) is carried the same way: the parent
+    hands over while its child waits, and the child's answer is the call's observation."""
+    one = harness.script({"tool_calls": [WRITE]}, {"content": "one wrote"})
+    parent = harness.script(
+        {"tool_calls": [delegate("one", one, "call_1")]}, {"content": "it wrote"}
+    )
+    handle = await harness.start(
+        parent,
+        require_approval=["write_file"],
+        subagents={"models": [one]},
+        continue_as_new_after_events=20,
+    )
+    kid = child(harness, handle, "call_1")
+    await reaches(kid, "WaitingForHuman")
+    await handed_over(handle)
+    await kid.signal("approve", {"call_id": "call_t0_0"})
+    result: AgentResult = await handle.result()
+    assert result.status is RunStatus.DONE, result.error
+    assert observations(harness, parent, 1) == {
+        "call_1": f"Sub-agent {handle.id}.call_1 answered:\none wrote"
+    }
+    assert len(harness.requests(one)) == 2
+    kinds = await first_run_events(harness, handle)
+    assert EventType.EVENT_TYPE_CHILD_WORKFLOW_EXECUTION_COMPLETED not in kinds
+
+
 async def test_a_parent_cancelled_after_its_hand_over_still_ends_its_children(
     harness: Harness,
 ) -> None:

@@ -212,7 +212,12 @@ class ToolRunner:
         else:
             outcomes = []
             for c in checked:
-                outcome = await self._run_call(c)
+                if self._may_outlive([c]):
+                    # The run may hand over while this child runs: what it observed goes first.
+                    m.observations, outcomes = (*m.observations, *outcomes), []
+                    (outcome,) = await self._together([c], outlive=True)
+                else:
+                    outcome = await self._run_call(c)
                 if c.tool is not None and c.tool.runs == "workflow" and outcome.result.snapshot:
                     # A sub-agent's workspace, merged into the run's (naming what it changed).
                     (outcome,) = await snapshotting.merge_parallel(
@@ -226,14 +231,23 @@ class ToolRunner:
             return Event.TOOL_SUCCESS
         return Event.TOOL_FAILURE
 
-    async def _together(self, checked: list[CheckedCall]) -> list[ToolOutcome]:
-        """Run ``checked`` concurrently. When the run itself is cancelled, every call is
-        cancelled and waited for: the run ends after its children did, each with its answer."""
-        tasks = [asyncio.ensure_future(self._run_call(c)) for c in checked]
-        outlive = any(c.call.name == delegation.DELEGATE for c in checked) and (
+    def _may_outlive(self, checked: list[CheckedCall]) -> bool:
+        """The calls start (or wait for) children that may outlive the run, so the run may
+        hand over while they run (``SUBAGENTS_OUTLIVE_RUNS``)."""
+        return any(c.call.name == delegation.DELEGATE for c in checked) and (
             self._run.input.config.subagents is not None
             and workflow.patched(child_ends.SUBAGENTS_OUTLIVE_RUNS)
         )
+
+    async def _together(
+        self, checked: list[CheckedCall], *, outlive: bool | None = None
+    ) -> list[ToolOutcome]:
+        """Run ``checked`` concurrently. When the run itself is cancelled, every call is
+        cancelled and waited for: the run ends after its children did, each with its answer.
+        Children that may outlive the run (``outlive``) may be left to the next run."""
+        tasks = [asyncio.ensure_future(self._run_call(c)) for c in checked]
+        if outlive is None:
+            outlive = self._may_outlive(checked)
         try:
             if outlive:
                 await self._hand_over_while_children_run(checked, tasks)
