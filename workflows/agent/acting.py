@@ -9,8 +9,13 @@ runs in the workflow (``start_phase``) changes the run's state; one that runs in
 It also lists the run's MCP tools, once, before the first model call.
 
 The checked forms live on the instance, not in ``AgentRun``: a step's calls are checked in the
-same run that acts on them (continue-as-new happens only between steps), and a replay checks
+same run that acts on them (continue-as-new happens between steps, or while only sub-agents
+run, whose ``delegate`` calls the next run checks again: ``checked``), and a replay checks
 them again on its way, deterministically.
+
+A step's sub-agents may outlive the run (``child_ends.SUBAGENTS_OUTLIVE_RUNS``): when its
+history asks for a hand-over while only they run, the run hands over without waiting
+(``_hand_over_while_children_run``), and the next run waits for their ends.
 """
 
 from __future__ import annotations

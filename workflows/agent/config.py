@@ -211,8 +211,9 @@ class AgentConfig(Frozen):
     """A thread with no message for this long ends (Done) — a durable timer, no polling."""
     continue_as_new_after_events: int | None = Field(800, ge=20, le=50_000)
     """Continue as new once the run's history has this many events (at a safe point: between
-    steps, or while a thread waits): about 55 steps. It bounds what a worker replays after a
-    cache miss (a restart, an eviction, another worker taking over) to under a second.
+    steps, while a thread waits, or while only sub-agents run): about 55 steps. It bounds what
+    a worker replays after a cache miss (a restart, an eviction, another worker taking over) to
+    under a second.
     Temporal's own suggestion (4,096 events or 4 MB) applies always; ``None`` leaves only it.
     Every new run gets it, named or not; a run recorded before that (``handover.event_bound``)
     whose input left the field out keeps only Temporal's."""

@@ -91,7 +91,8 @@ async def continue_as_new(run: AgentRun, stream: WorkflowStream) -> NoReturn:
     """Hand the run, and the live stream's tail with its offsets, to a fresh run of the same
     workflow id (by reference and bounded, see the module's docstring). The stream releases its
     pollers and every handler finishes first, so no signal or update is lost in the hand-over.
-    Call at a safe point: no activity or approval pending."""
+    Call at a safe point: no activity or approval pending (sub-agents that outlive the run may
+    run on: ``child_ends``)."""
     # Without a store there is no record to refer to: the conversation is carried inline.
     by_reference = run.memory.conversation_head is not None and workflow.patched(
         CARRIED_BY_REFERENCE
