@@ -20,12 +20,14 @@ from workflows.agent.workflow import AgentWorkflow
 WRITE = {"name": "write_file", "arguments": {"path": "kid.txt", "content": "hi"}}
 
 
-async def handed_over(handle: WorkflowHandle[Any, Any]) -> str:
-    """Wait until the run continued as new; return its first run's id."""
+async def handed_over(harness: Harness, handle: WorkflowHandle[Any, Any]) -> str:
+    """Wait until the run continued as new; return its first run's id. That run, which handed
+    over while its children ran, is replay-checked with the test's other runs."""
     first = handle.first_execution_run_id
     assert first is not None
     for _ in range(600):
         if (await handle.describe()).run_id != first:
+            harness.handles.append(harness.client.get_workflow_handle(handle.id, run_id=first))
             return first
         await asyncio.sleep(0.1)
     raise AssertionError(f"{handle.id} never continued as new")
@@ -72,7 +74,7 @@ async def test_children_run_on_across_their_parents_hand_over(harness: Harness) 
     for kid in kids:
         await reaches(kid, "WaitingForHuman")
     started = {kid.id: (await kid.describe()).run_id for kid in kids}
-    await handed_over(handle)
+    await handed_over(harness, handle)
     for kid in kids:  # approved by their own ids, after the parent's run that started them
         await kid.signal("approve", {"call_id": "call_t0_0"})
     result: AgentResult = await handle.result()
@@ -118,7 +120,7 @@ async def test_a_lone_childs_call_is_carried_too(harness: Harness) -> None:
     )
     kid = child(harness, handle, "call_1")
     await reaches(kid, "WaitingForHuman")
-    await handed_over(handle)
+    await handed_over(harness, handle)
     await kid.signal("approve", {"call_id": "call_t0_0"})
     result: AgentResult = await handle.result()
     assert result.status is RunStatus.DONE, result.error
@@ -145,7 +147,7 @@ async def test_a_parent_cancelled_after_its_hand_over_still_ends_its_children(
     kids = [child(harness, handle, "call_1"), child(harness, handle, "call_2")]
     for kid in kids:
         await reaches(kid, "WaitingForHuman")
-    await handed_over(handle)
+    await handed_over(harness, handle)
     await handle.cancel()
     with pytest.raises(WorkflowFailureError) as failure:
         await handle.result()
