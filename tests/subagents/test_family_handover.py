@@ -165,6 +165,42 @@ async def test_a_parent_cancelled_after_its_hand_over_still_ends_its_children(
     ]
 
 
+async def test_a_child_terminated_after_its_parents_hand_over_is_an_error_observation(
+    harness: Harness,
+) -> None:
+    """A child terminated while a later run of its parent waits for it signals nothing: the
+    parent finds it closed, and its call is an ERROR: observation counting its whole share;
+    its sibling's answer still comes."""
+    one, two, parent = two_waiting_children(harness)
+    handle = await harness.start(
+        parent,
+        require_approval=["write_file"],
+        subagents={"models": [one, two]},
+        continue_as_new_after_events=20,
+        token_budget=30_000,
+    )
+    kids = [child(harness, handle, "call_1"), child(harness, handle, "call_2")]
+    for kid in kids:
+        await reaches(kid, "WaitingForHuman")
+    await handed_over(harness, handle)
+    await kids[0].terminate(reason="an operator stopped it")
+    await kids[1].signal("approve", {"call_id": "call_t0_0"})
+    result: AgentResult = await handle.result()
+    assert result.status is RunStatus.DONE, result.error
+    seen = observations(harness, parent, 1)
+    assert seen == {
+        "call_1": f"ERROR: sub-agent {handle.id}.call_1 closed without telling its parent how "
+        "it ended (terminated or timed out)",
+        "call_2": f"Sub-agent {handle.id}.call_2 answered:\ntwo wrote",
+    }
+    status: AgentStatus = await handle.query(AgentWorkflow.state)
+    lost, answered = status.children
+    assert (lost.status, answered.status) == ("failed", "done")
+    assert lost.token_budget is not None
+    assert lost.tokens == lost.token_budget  # unknown what it spent: its whole share
+    assert result.usage.total_tokens == 1100 + 2200 + lost.token_budget + 770
+
+
 async def test_a_child_whose_parent_was_terminated_ends_itself(harness: Harness) -> None:
     """No server cancels a child that may outlive its parent's runs: a child that finds its
     parent terminated when it reports ends itself at its next step, saying why."""
