@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable, Iterable, Sequence
+from datetime import timedelta
 
 from pydantic import ValidationError
 from temporalio import workflow
@@ -62,6 +63,10 @@ CARRY_CONTENT_HASHES = "carry-content-hashes"
 LOADED_TOOLS = "loaded-tools"
 """``workflow.patched`` id: a run lists the tools its worker loaded from your own modules
 before its first model call, and offers them (before, no worker loaded any)."""
+
+HAND_OVER_PAUSE = timedelta(seconds=1)
+"""A run that continues as new while its sub-agents run decides it after this timer (see
+``_hand_over_while_children_run``)."""
 
 CALLS_END_TOGETHER = "cancelled-calls-end-together"
 """``workflow.patched`` id: a run cancelled in ParallelActing ends once every call has ended
@@ -260,6 +265,7 @@ class ToolRunner:
         except BaseException:
             if delegation.run_cancelled() and workflow.patched(CALLS_END_TOGETHER):
                 if outlive:  # the run's task was waiting, not the calls': cancel them
+                    self._run.family.hand_over(False)  # a cancelled run hands nothing over
                     for task in tasks:
                         task.cancel()
                 await workflow.wait(tasks)
@@ -277,20 +283,29 @@ class ToolRunner:
             return
         bound = handover.event_bound(run.input.config, workflow.patched)
 
-        def done_or_handing_over() -> bool:
+        def done_or_due() -> bool:
             if all(t.done() for t in tasks):
                 return True
             left = [c for c, t in zip(checked, tasks, strict=True) if not t.done()]
-            if not all(child_ends.carried(run, c.call.id) for c in left):
-                return False
-            if not handover.is_due(bound):
-                return False
-            # Decided here, in the predicate: this condition was registered before the calls'
-            # own, so in the pass that decides, no call sees its child's end after it (which
-            # would be observed in neither this run nor the next).
+            return all(child_ends.carried(run, c.call.id) for c in left) and handover.is_due(bound)
+
+        def done_or_handing_over() -> bool:
+            if all(t.done() for t in tasks):
+                return True
+            # Decided in the predicate, before any task resumes: a call that resumes after it
+            # leaves its child's end to the next run (``child_ends.awaited``), never lost
+            # between the two.
             run.family.hand_over()
             return True
 
+        await workflow.wait_condition(done_or_due)
+        if all(t.done() for t in tasks):
+            return
+        # Due: decided again after a timer. A hand-over decided while the SDK applies an
+        # activation's signals (a child's report makes it due) would close the run before the
+        # same activation's cancellation is applied, and that cancellation would be lost with
+        # the run; a timer's activation applies the cancellation before the run decides.
+        await workflow.sleep(HAND_OVER_PAUSE, summary="hand over while sub-agents run")
         await workflow.wait_condition(done_or_handing_over)
         if not run.family.handing_over:
             return

@@ -80,8 +80,10 @@ class Family(Mutable):
         end any more in this run; the next run does."""
         return self._handing_over
 
-    def hand_over(self) -> None:
-        self._handing_over = True
+    def hand_over(self, handing_over: bool = True) -> None:
+        """The run starts handing over (or, cancelled meanwhile, does not: its calls end in
+        it)."""
+        self._handing_over = handing_over
 
     def reserved(self) -> int:
         """Tokens held for children still running (their shares, spent or not)."""
