@@ -13,7 +13,7 @@ from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError, Wor
 from temporalio.exceptions import CancelledError
 
 from tests.support.family import LIST, child, delegate, observations, reaches, usage
-from tests.support.harness import Harness
+from tests.support.harness import Harness, tool_messages
 from workflows.agent.models import AgentResult, AgentStatus, RunStatus
 from workflows.agent.workflow import AgentWorkflow
 
@@ -102,6 +102,44 @@ async def test_children_run_on_across_their_parents_hand_over(harness: Harness) 
     assert [(c.call_id, c.status, c.tokens, c.run_id) for c in status.children] == [
         ("call_1", "done", 330, started[kids[0].id]),
         ("call_2", "done", 770, started[kids[1].id]),
+    ]
+
+
+async def test_children_ending_around_the_hand_over_are_each_observed_once(
+    harness: Harness,
+) -> None:
+    """Children ending while their parent's history asks for hand-overs, before, during or
+    after one (whichever it is on this machine), are each observed once: one observation per
+    call in the parent's next request, each child started once and asked once."""
+    kids = [
+        harness.script({"content": f"answer {n}", "delay": delay, "usage": usage(100, 10)})
+        for n, delay in ((1, 0.2), (2, 0.8), (3, 1.4))
+    ]
+    parent = harness.script(
+        {
+            "tool_calls": [delegate(f"task {n}", m, f"call_{n}") for n, m in enumerate(kids, 1)],
+            "usage": usage(1000, 100),
+        },
+        {"content": "all answered", "usage": usage(2000, 200)},
+    )
+    handle = await harness.start(
+        parent, subagents={"models": kids}, continue_as_new_after_events=20
+    )
+    result: AgentResult = await handle.result()
+    assert result.status is RunStatus.DONE, result.error
+    sent = tool_messages(harness.requests(parent)[1])
+    assert [m["tool_call_id"] for m in sent] == ["call_1", "call_2", "call_3"]
+    for n, (message, model) in enumerate(zip(sent, kids, strict=True), 1):
+        assert message["content"].endswith(f"answer {n}")
+        assert len(harness.requests(model)) == 1
+        await child(harness, handle, f"call_{n}").result()
+    assert (await handle.describe()).run_id != handle.first_execution_run_id  # it handed over
+    assert result.usage.total_tokens == 1100 + 2200 + 3 * 110
+    status: AgentStatus = await handle.query(AgentWorkflow.state)
+    assert [(c.call_id, c.status) for c in status.children] == [
+        ("call_1", "done"),
+        ("call_2", "done"),
+        ("call_3", "done"),
     ]
 
 
