@@ -134,6 +134,9 @@ async def test_children_ending_around_the_hand_over_are_each_observed_once(
         assert len(harness.requests(model)) == 1
         await child(harness, handle, f"call_{n}").result()
     assert (await handle.describe()).run_id != handle.first_execution_run_id  # it handed over
+    harness.handles.append(
+        harness.client.get_workflow_handle(handle.id, run_id=handle.first_execution_run_id)
+    )
     assert result.usage.total_tokens == 1100 + 2200 + 3 * 110
     status: AgentStatus = await handle.query(AgentWorkflow.state)
     assert [(c.call_id, c.status) for c in status.children] == [
