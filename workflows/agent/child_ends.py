@@ -73,6 +73,8 @@ def carried(run: AgentRun, call_id: str) -> ChildRun | None:
 
 
 def merged(outcome: ToolOutcome, result: AgentResult, start: str | None) -> ToolOutcome:
+    """The call's outcome carrying the child's last workspace snapshot, for the parent to
+    merge (``snapshotting.merge_parallel``), when it changed from the one it started from."""
     if workflow.patched(SUBAGENT_WORKSPACE) and result.workspace_snapshot not in (None, start):
         # What the child's tools left, whether it answered or not: merged after the call.
         update = {"snapshot": result.workspace_snapshot}
@@ -124,7 +126,7 @@ def _observed(
     handle: workflow.ChildWorkflowHandle[Any, AgentResult] | None,
     start: str | None,
 ) -> ToolOutcome:
-    """The call's observation of a child that ended (as ``_outcome`` waited for it)."""
+    """The call's observation of a child that ended (as ``awaited`` waited for it)."""
     found = run.family.started(call.id) or child
     delivered = found.delivered or {}
     if handle is not None and handle.done() and not delivered:

@@ -238,7 +238,7 @@ def child_reported(run: AgentRun, pub: Publisher, body: ChildReport) -> None:
     if child is None or child.status != "running":
         return
     if child.outlives_runs and (body.result is not None or body.ended is not None):
-        # Its end, for whichever run of this workflow id waits for it (``delegation``).
+        # Its end, for whichever run of this workflow id waits for it (``child_ends``).
         ended = {"result": body.result.model_dump(mode="json")} if body.result else {}
         child = child.model_copy(update={"delivered": {**ended, "ended": body.ended}})
     known = {p.call_id for p in child.pending_approvals}
