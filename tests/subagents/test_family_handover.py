@@ -12,7 +12,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError, WorkflowHandle
 from temporalio.exceptions import CancelledError
 
-from tests.support.family import LIST, child, delegate, observations, reaches, usage
+from tests.support.family import LIST, child, delegate, observations, pending_in, reaches, usage
 from tests.support.harness import Harness, tool_messages
 from workflows.agent.models import AgentResult, AgentStatus, RunStatus
 from workflows.agent.workflow import AgentWorkflow
@@ -75,8 +75,11 @@ async def test_children_run_on_across_their_parents_hand_over(harness: Harness) 
         await reaches(kid, "WaitingForHuman")
     started = {kid.id: (await kid.describe()).run_id for kid in kids}
     await handed_over(harness, handle)
-    for kid in kids:  # approved by their own ids, after the parent's run that started them
-        await kid.signal("approve", {"call_id": "call_t0_0"})
+    # After the run that started them: one approved through the parent (its newer run knows
+    # what the children wait for), one by its own id.
+    await pending_in(handle, 2)
+    await handle.signal("approve", {"call_id": "call_1/call_t0_0"})
+    await kids[1].signal("approve", {"call_id": "call_t0_0"})
     result: AgentResult = await handle.result()
     assert result.status is RunStatus.DONE, result.error
     seen = observations(harness, parent, 1)
