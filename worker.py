@@ -167,6 +167,7 @@ PASSTHROUGH_MODULES = (
     # replay after a cache miss (6-7 ms a run; now under 2). The determinism scan of
     # tests/architecture covers them as it covers the engine.
     "workflows.agent.config",  # AgentConfig: the same class models.py re-exports
+    "workflows.agent.child_ends",
     "workflows.agent.child_reports",
     "workflows.agent.child_queries",
     "workflows.agent.cost_cap",

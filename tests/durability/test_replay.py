@@ -76,6 +76,7 @@ def test_the_corpus_holds_runs_from_before_each_versioned_change() -> None:
     (the old path). The ``coalesced-search-attributes`` change (one upsert before each wait
     instead of one per transition) also needs old runs that upserted per transition."""
     from workflows.agent.acting import CALLS_END_TOGETHER
+    from workflows.agent.child_ends import SUBAGENTS_OUTLIVE_RUNS
     from workflows.agent.child_queries import SUBAGENT_QUERIES
     from workflows.agent.child_reports import (
         REPORT_PACE,
@@ -102,6 +103,7 @@ def test_the_corpus_holds_runs_from_before_each_versioned_change() -> None:
     patches = (CARRY_CONTENT_HASHES, CLIENT_QUERIES, COALESCED_SEARCH_ATTRIBUTES, LOADED_TOOLS)
     subagent_patches = (SUBAGENTS, SUBAGENT_APPROVALS, SUBAGENT_PROGRESS, REPORT_PACE)
     subagent_patches += (SUBAGENT_GUIDANCE, SUBAGENT_QUERIES, CALLS_END_TOGETHER)
+    subagent_patches += (SUBAGENTS_OUTLIVE_RUNS,)
     workspace_patches = (WORKSPACE_FOLLOWS, SUBAGENT_WORKSPACE)
     later = (STORE_OUTAGES, *subagent_patches, ONE_UPSERT_PER_STEP, *workspace_patches)
     later += (PATCHES_BEFORE_LOCAL_ACTIVITY,)

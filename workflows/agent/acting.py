@@ -9,15 +9,21 @@ runs in the workflow (``start_phase``) changes the run's state; one that runs in
 It also lists the run's MCP tools, once, before the first model call.
 
 The checked forms live on the instance, not in ``AgentRun``: a step's calls are checked in the
-same run that acts on them (continue-as-new happens only between steps), and a replay checks
+same run that acts on them (continue-as-new happens between steps, or while only sub-agents
+run, whose ``delegate`` calls the next run checks again: ``checked``), and a replay checks
 them again on its way, deterministically.
+
+A step's sub-agents may outlive the run (``child_ends.SUBAGENTS_OUTLIVE_RUNS``): when its
+history asks for a hand-over while only they run, the run hands over without waiting
+(``_hand_over_while_children_run``), and the next run waits for their ends.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from datetime import timedelta
 
 from pydantic import ValidationError
 from temporalio import workflow
@@ -26,10 +32,12 @@ from temporalio.exceptions import ActivityError, ApplicationError, is_cancelled_
 from workflows import telemetry
 from workflows.agent import (
     calls,
+    child_ends,
     child_reports,
     client_queries,
     delegation,
     events,
+    handover,
     mcp,
     recovery,
     snapshotting,
@@ -56,6 +64,10 @@ LOADED_TOOLS = "loaded-tools"
 """``workflow.patched`` id: a run lists the tools its worker loaded from your own modules
 before its first model call, and offers them (before, no worker loaded any)."""
 
+HAND_OVER_PAUSE = timedelta(seconds=1)
+"""A run that continues as new while its sub-agents run decides it after this timer (see
+``_hand_over_while_children_run``)."""
+
 CALLS_END_TOGETHER = "cancelled-calls-end-together"
 """``workflow.patched`` id: a run cancelled in ParallelActing ends once every call has ended
 (each sub-agent cancelled, not only the first to answer); before, it ended at the first, and
@@ -65,10 +77,17 @@ the parent close policy cancelled the other children after it had closed."""
 class ToolRunner:
     """Checks, runs and publishes one run's tool calls."""
 
-    def __init__(self, run: AgentRun, publisher: Publisher) -> None:
+    def __init__(
+        self,
+        run: AgentRun,
+        publisher: Publisher,
+        hand_over: Callable[[], Awaitable[None]] | None = None,
+    ) -> None:
         self._run = run
         self._pub = publisher
         self._checked: dict[str, CheckedCall] = {}
+        self._hand_over = hand_over
+        """The engine's hand-over (continue-as-new when due), for a step whose children run on."""
 
     def box(self) -> Toolbox:
         """The run's toolbox as it is now (its MCP list changes when a tool vanishes)."""
@@ -191,14 +210,24 @@ class ToolRunner:
             todo = [c for c in todo if c.name != waiting.WAIT]
         checked = [self.checked(c) for c in todo]
         if self._run.state is State.PARALLEL_ACTING:
+            carried = any(child_ends.carried(self._run, c.id) for c in todo)
             outcomes = await self._together(checked)
             outcomes = await snapshotting.merge_parallel(
                 self._run, self._pub, outcomes, calls.snapshot_workspace
             )
+            if carried:  # the step's calls, some observed by an earlier run: in their order
+                order = {c.id: n for n, c in enumerate(m.current_tool_calls)}
+                every = sorted((*m.observations, *outcomes), key=lambda o: order.get(o.call.id, 0))
+                m.observations, outcomes = tuple(every), []
         else:
             outcomes = []
             for c in checked:
-                outcome = await self._run_call(c)
+                if self._may_outlive([c]):
+                    # The run may hand over while this child runs: what it observed goes first.
+                    m.observations, outcomes = (*m.observations, *outcomes), []
+                    (outcome,) = await self._together([c], outlive=True)
+                else:
+                    outcome = await self._run_call(c)
                 if c.tool is not None and c.tool.runs == "workflow" and outcome.result.snapshot:
                     # A sub-agent's workspace, merged into the run's (naming what it changed).
                     (outcome,) = await snapshotting.merge_parallel(
@@ -212,16 +241,80 @@ class ToolRunner:
             return Event.TOOL_SUCCESS
         return Event.TOOL_FAILURE
 
-    async def _together(self, checked: list[CheckedCall]) -> list[ToolOutcome]:
+    def _may_outlive(self, checked: list[CheckedCall]) -> bool:
+        """The calls start (or wait for) children that may outlive the run, so the run may
+        hand over while they run (``SUBAGENTS_OUTLIVE_RUNS``)."""
+        return any(c.call.name == delegation.DELEGATE for c in checked) and (
+            self._run.input.config.subagents is not None
+            and workflow.patched(child_ends.SUBAGENTS_OUTLIVE_RUNS)
+        )
+
+    async def _together(
+        self, checked: list[CheckedCall], *, outlive: bool | None = None
+    ) -> list[ToolOutcome]:
         """Run ``checked`` concurrently. When the run itself is cancelled, every call is
-        cancelled and waited for: the run ends after its children did, each with its answer."""
+        cancelled and waited for: the run ends after its children did, each with its answer.
+        Children that may outlive the run (``outlive``) may be left to the next run."""
         tasks = [asyncio.ensure_future(self._run_call(c)) for c in checked]
+        if outlive is None:
+            outlive = self._may_outlive(checked)
         try:
+            if outlive:
+                await self._hand_over_while_children_run(checked, tasks)
             return list(await asyncio.gather(*tasks))
         except BaseException:
             if delegation.run_cancelled() and workflow.patched(CALLS_END_TOGETHER):
+                if outlive:  # the run's task was waiting, not the calls': cancel them
+                    self._run.family.hand_over(False)  # a cancelled run hands nothing over
+                    for task in tasks:
+                        task.cancel()
                 await workflow.wait(tasks)
             raise
+
+    async def _hand_over_while_children_run(
+        self, checked: list[CheckedCall], tasks: Sequence[asyncio.Future[ToolOutcome]]
+    ) -> None:
+        """Wait for the step's calls; when only children that outlive the run are left and
+        the run's history asks for a hand-over, hand over without them: the calls that ended
+        are observed (and merged) now, and the next run waits for the children's ends
+        (``child_ends.carried``), the children running on, not started again."""
+        run, hand_over = self._run, self._hand_over
+        if hand_over is None:
+            return
+        bound = handover.event_bound(run.input.config, workflow.patched)
+
+        def done_or_due() -> bool:
+            if all(t.done() for t in tasks):
+                return True
+            left = [c for c, t in zip(checked, tasks, strict=True) if not t.done()]
+            return all(child_ends.carried(run, c.call.id) for c in left) and handover.is_due(bound)
+
+        def done_or_handing_over() -> bool:
+            if all(t.done() for t in tasks):
+                return True
+            # Decided in the predicate, before any task resumes: a call that resumes after it
+            # leaves its child's end to the next run (``child_ends.awaited``), never lost
+            # between the two.
+            run.family.hand_over()
+            return True
+
+        await workflow.wait_condition(done_or_due)
+        if all(t.done() for t in tasks):
+            return
+        # Due: decided again after a timer. A hand-over decided while the SDK applies an
+        # activation's signals (a child's report makes it due) would close the run before the
+        # same activation's cancellation is applied, and that cancellation would be lost with
+        # the run; a timer's activation applies the cancellation before the run decides.
+        await workflow.sleep(HAND_OVER_PAUSE, summary="hand over while sub-agents run")
+        await workflow.wait_condition(done_or_handing_over)
+        if not run.family.handing_over:
+            return
+        ended = [t.result() for t in tasks if t.done()]
+        merged = await snapshotting.merge_parallel(run, self._pub, ended, calls.snapshot_workspace)
+        run.memory.observations = (*run.memory.observations, *merged)
+        await hand_over()
+        # Cannot happen: the hand-over was due above, and the history only grows.
+        raise ApplicationError("a hand-over while children run was not made", non_retryable=True)
 
     async def _run_call(self, checked: CheckedCall) -> ToolOutcome:
         """The one path every call takes."""

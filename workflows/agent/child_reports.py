@@ -34,7 +34,7 @@ from workflows.agent.events import (
     guidance_commands,
     reported,
 )
-from workflows.agent.models import PendingApproval
+from workflows.agent.models import AgentResult, PendingApproval
 from workflows.agent.publishing import Publisher
 from workflows.agent.state import AgentRun
 from workflows.agent.status import run_cost
@@ -107,6 +107,12 @@ class ChildReport(Frozen):
     queries: tuple[ClientQuery, ...] = ()
     """Its client query waiting for an answer, and its children's (``<their call>/q1``):
     answered through the parent (``child_queries``)."""
+    result: AgentResult | None = None
+    """A child that outlives its parent's runs (``subagents.outlives_runs``): its result, in
+    its last report (the parent's newest run reads it: the workflow's own result goes to the
+    run that started it)."""
+    ended: str | None = None
+    """Such a child that closes without a result: why (``was cancelled``, ``failed: ...``)."""
 
 
 ChildWaiting = ChildReport
@@ -155,7 +161,7 @@ async def tell_parent(run: AgentRun, pub: Publisher) -> None:
         return
     if not workflow.patched(SUBAGENT_APPROVALS):
         return
-    await _signal(info.parent.workflow_id, report(run, pub))
+    await _signal(run, info.parent.workflow_id, report(run, pub))
 
 
 def report_soon(run: AgentRun, pub: Publisher, *, urgent: bool = False) -> None:
@@ -175,25 +181,53 @@ def report_soon(run: AgentRun, pub: Publisher, *, urgent: bool = False) -> None:
     # Scheduled in this workflow task as any command is: deterministic. Handlers are not
     # coroutines, and the loop need not wait a round trip for its parent to hear.
     body = report(run, pub)
-    asyncio.get_running_loop().create_task(_signal(info.parent.workflow_id, body))
+    asyncio.get_running_loop().create_task(_signal(run, info.parent.workflow_id, body))
 
 
-async def last_report(run: AgentRun, pub: Publisher) -> None:
-    """A child that ends: what its paced reports have not passed on yet (its end itself is the
-    child workflow's result, which the parent reads)."""
+def outlives_runs(run: AgentRun) -> bool:
+    """A child its parent started to outlive the parent's runs: it tells its end by signal."""
+    sub = run.input.config.subagents
+    return is_child(run) and sub is not None and sub.outlives_runs
+
+
+async def last_report(run: AgentRun, pub: Publisher, result: AgentResult) -> None:
+    """A child that ends: what its paced reports have not passed on yet. Its end itself is the
+    child workflow's result, which the run that started it reads; a child that outlives its
+    parent's runs also sends it (the parent's newest run reads that)."""
     info = workflow.info()
-    if not is_child(run) or info.parent is None or not (pub.outbox or pub.outbox_dropped):
+    if not is_child(run) or info.parent is None:
+        return
+    if outlives_runs(run):
+        await _signal(run, info.parent.workflow_id, _with(report(run, pub), result=result))
+        return
+    if not (pub.outbox or pub.outbox_dropped):
         return
     if workflow.patched(SUBAGENT_PROGRESS) and workflow.patched(REPORT_PACE):
-        await _signal(info.parent.workflow_id, report(run, pub))
+        await _signal(run, info.parent.workflow_id, report(run, pub))
 
 
-async def _signal(parent_id: str, body: ChildReport) -> None:
+async def ended_report(run: AgentRun, pub: Publisher, why: str) -> None:
+    """A child that outlives its parent's runs and closes without a result (cancelled, failed):
+    why, so the parent's newest run is not left waiting for it."""
+    info = workflow.info()
+    if info.parent is None or not outlives_runs(run):
+        return
+    await _signal(run, info.parent.workflow_id, _with(report(run, pub), ended=why))
+
+
+def _with(body: ChildReport, **update: object) -> ChildReport:
+    return body.model_copy(update=update)
+
+
+async def _signal(run: AgentRun, parent_id: str, body: ChildReport) -> None:
     parent = workflow.get_external_workflow_handle(parent_id)
     try:
         await parent.signal(CHILD_WAITING, body)
     except ApplicationError as exc:
         workflow.logger.warning("agent.subagent.parent_gone", extra={"why": exc.message})
+        if outlives_runs(run) and run.parent_gone is None:
+            # No server cancels such a child when its parent closes: it ends itself.
+            run.parent_gone = f"its parent {parent_id} is gone ({exc.message})"
 
 
 def child_reported(run: AgentRun, pub: Publisher, body: ChildReport) -> None:
@@ -203,6 +237,10 @@ def child_reported(run: AgentRun, pub: Publisher, body: ChildReport) -> None:
     child = next((c for c in run.family.children if c.workflow_id == body.workflow_id), None)
     if child is None or child.status != "running":
         return
+    if child.outlives_runs and (body.result is not None or body.ended is not None):
+        # Its end, for whichever run of this workflow id waits for it (``child_ends``).
+        ended = {"result": body.result.model_dump(mode="json")} if body.result else {}
+        child = child.model_copy(update={"delivered": {**ended, "ended": body.ended}})
     known = {p.call_id for p in child.pending_approvals}
     asked = {q.id for q in child.client_queries}
     update: dict[str, object] = {"pending_approvals": body.pending, "client_queries": body.queries}

@@ -79,6 +79,10 @@ class SubagentConfig(Frozen):
     depth: int = Field(0, ge=0, le=10)
     """Where this run is in its family: 0 for the top run; a child's config carries its
     parent's plus one."""
+    outlives_runs: bool = False
+    """Set by a parent for a child that may outlive the parent's run (``delegation``'s
+    ``SUBAGENTS_OUTLIVE_RUNS``): the child signals its end to its parent's workflow id, and
+    ends itself when it finds its parent gone."""
 
     @field_validator("models", mode="before")
     @classmethod
@@ -207,8 +211,9 @@ class AgentConfig(Frozen):
     """A thread with no message for this long ends (Done) — a durable timer, no polling."""
     continue_as_new_after_events: int | None = Field(800, ge=20, le=50_000)
     """Continue as new once the run's history has this many events (at a safe point: between
-    steps, or while a thread waits): about 55 steps. It bounds what a worker replays after a
-    cache miss (a restart, an eviction, another worker taking over) to under a second.
+    steps, while a thread waits, or while only sub-agents run): about 55 steps. It bounds what
+    a worker replays after a cache miss (a restart, an eviction, another worker taking over) to
+    under a second.
     Temporal's own suggestion (4,096 events or 4 MB) applies always; ``None`` leaves only it.
     Every new run gets it, named or not; a run recorded before that (``handover.event_bound``)
     whose input left the field out keeps only Temporal's."""

@@ -16,13 +16,12 @@ One family, one set of rules:
   (``max_cost_usd``) is shared the same way (``cost_share``, ``cost_cap``).
 - **One place to answer.** A child reports to its parent while it runs (``child_reports``);
   a decision sent to the parent that names a child's call is sent on to it (``forward``).
-- **One lifetime.** A child's workflow id is its parent's plus the call's id; its parent close
-  policy is ``REQUEST_CANCEL``, so cancelling, terminating or timing out the parent cancels its
-  children, and a cancelled parent waits for them to end cleanly. A child that fails, times out
-  or halts is that call's ``ERROR:`` observation, never a failed parent. The parent continues as
-  new only between steps, and a step's children all end within it: a hand-over never happens
-  while children run (Temporal does not carry children over a continue-as-new: their results
-  go to the run that started them, and its parent close policy applies; docs/subagents.md).
+- **One lifetime.** A child's workflow id is its parent's plus the call's id. A cancelled parent
+  cancels its children and waits for them to end. A child that fails, times out or halts is
+  that call's ``ERROR:`` observation, never a failed parent. Since ``SUBAGENTS_OUTLIVE_RUNS`` a
+  child may outlive its parent's run, so the parent continues as new while children run
+  (``acting``): how its end reaches the newest run is ``child_ends``. Children started before
+  it have ``ParentClosePolicy.REQUEST_CANCEL`` and end within the step that started them.
 
 Several ``delegate`` calls in one reply run as ParallelActing runs any calls: concurrently.
 """
@@ -37,19 +36,16 @@ from pydantic import ValidationError
 from temporalio import workflow
 from temporalio.exceptions import (
     ApplicationError,
-    CancelledError,
     ChildWorkflowError,
-    TerminatedError,
-    TimeoutError,
     WorkflowAlreadyStartedError,
 )
 from temporalio.workflow import ParentClosePolicy
 
-from workflows.agent import cost_cap
+from workflows.agent import child_ends, cost_cap
 from workflows.agent.approvals import Refused, check_approver
 from workflows.agent.catalogue import DelegateArgs
 from workflows.agent.child_queries import SUBAGENT_QUERIES
-from workflows.agent.family import SEPARATOR, ChildRun, ChildStatus
+from workflows.agent.family import SEPARATOR, ChildRun
 from workflows.agent.models import (
     AgentInput,
     AgentResult,
@@ -57,8 +53,6 @@ from workflows.agent.models import (
     Decision,
     GuideSignal,
     PendingApproval,
-    RunStatus,
-    TokenUsage,
     ToolCall,
     ToolOutcome,
 )
@@ -66,17 +60,10 @@ from workflows.agent.planning import MIN_COMPLETION_TOKENS
 from workflows.agent.publishing import Publisher
 from workflows.agent.snapshots import SUBAGENT_WORKSPACE
 from workflows.agent.state import AgentRun
-from workflows.agent.status import cost, cut
+from workflows.agent.status import cut
 from workflows.base import describe_errors
 
 DELEGATE = "delegate"
-
-_STATUS: dict[RunStatus, ChildStatus] = {
-    RunStatus.DONE: "done",
-    RunStatus.ERROR: "error",
-    RunStatus.HALTED: "halted",
-    RunStatus.RUNNING: "running",
-}
 
 SUBAGENTS = "subagents"
 """``workflow.patched`` id: a ``delegate`` call starts a child workflow. Runs recorded before
@@ -88,12 +75,16 @@ async def delegate(
     run: AgentRun, pub: Publisher, call: ToolCall, args: DelegateArgs, offered: Collection[str]
 ) -> ToolOutcome:
     """Run one ``delegate`` call: a refusal, or a child run awaited to its end."""
+    waited = child_ends.carried(run, call.id)
+    if waited is not None:  # started by an earlier run of this workflow id, still running
+        return await child_ends.awaited(run, pub, call, waited, None, run.workspace_snapshot)
     refused = refusal(run, call, args, offered)
     if refused is not None:
         return ToolOutcome.of(call, refused, success=False)
     if not workflow.patched(SUBAGENTS):  # cannot happen: see SUBAGENTS
         return ToolOutcome.of(call, "ERROR: unknown tool 'delegate'", success=False)
-    child = _reserve(run, call, args)
+    outlives = workflow.patched(child_ends.SUBAGENTS_OUTLIVE_RUNS)
+    child = _reserve(run, call, args, outlives=outlives)
     # The child starts from the parent's workspace as its history says it is, and hands its
     # own back (``snapshotting.merge_parallel`` merges it): wherever their tools run.
     start = run.workspace_snapshot if workflow.patched(SUBAGENT_WORKSPACE) else None
@@ -107,6 +98,7 @@ async def delegate(
         f"{child.task}",
     )
     pub.emit("tool_started", child.task, tool=DELEGATE, call_id=call.id, target=child.workflow_id)
+    policy = ParentClosePolicy.ABANDON if outlives else ParentClosePolicy.REQUEST_CANCEL
     try:
         handle = await workflow.start_child_workflow(
             workflow.info().workflow_type,
@@ -115,7 +107,7 @@ async def delegate(
             ),
             id=child.workflow_id,
             result_type=AgentResult,
-            parent_close_policy=ParentClosePolicy.REQUEST_CANCEL,
+            parent_close_policy=policy,
             static_summary=f"sub-agent · {cut(args.task, 180)}",
             static_details=(
                 f"delegated by {workflow.info().workflow_id} (call {call.id}, step {child.step}); "
@@ -123,17 +115,16 @@ async def delegate(
                 f"{child.token_budget if child.token_budget is not None else 'none'}"
             ),
         )
+        if outlives:
+            child = child.model_copy(update={"run_id": handle.first_execution_run_id})
+            run.family.replace(child)
+            return await child_ends.awaited(run, pub, call, child, handle, start)
         result: AgentResult = await handle
     except (ChildWorkflowError, WorkflowAlreadyStartedError) as exc:
         if run_cancelled():
             raise  # the parent itself is cancelled: its children were, and so is it
-        return _ended_without_result(run, pub, call, child, exc)
-    outcome = _ended(run, pub, call, child, result)
-    if workflow.patched(SUBAGENT_WORKSPACE) and result.workspace_snapshot not in (None, start):
-        # What the child's tools left, whether it answered or not: merged after the call.
-        update = {"snapshot": result.workspace_snapshot}
-        outcome = outcome.model_copy(update={"result": outcome.result.model_copy(update=update)})
-    return outcome
+        return child_ends.ended_without_result(run, pub, call, child, exc)
+    return child_ends.merged(child_ends.ended(run, pub, call, child, result), result, start)
 
 
 def refusal(
@@ -259,7 +250,11 @@ def child_input(
             "max_cost_usd": child.cost_budget_usd,
             "models": {},
             "client_queries": config.client_queries and asks,
-            "subagents": sub.model_copy(update={"depth": sub.depth + 1}) if sub else None,
+            "subagents": sub.model_copy(
+                update={"depth": sub.depth + 1, "outlives_runs": child.outlives_runs}
+            )
+            if sub
+            else None,
         }
     )
     return AgentInput(
@@ -276,7 +271,7 @@ def _depth(run: AgentRun) -> int:
     return sub.depth if sub else 0
 
 
-def _reserve(run: AgentRun, call: ToolCall, args: DelegateArgs) -> ChildRun:
+def _reserve(run: AgentRun, call: ToolCall, args: DelegateArgs, *, outlives: bool) -> ChildRun:
     """Record the child before anything is awaited: siblings started in the same step see its
     share held, in the step's order."""
     child = ChildRun(
@@ -287,6 +282,7 @@ def _reserve(run: AgentRun, call: ToolCall, args: DelegateArgs) -> ChildRun:
         step=run.memory.step,
         token_budget=share(run, call),
         cost_budget_usd=cost_share(run, call),
+        outlives_runs=outlives,
     )
     run.family.children = [*run.family.children, child]
     return child
@@ -296,99 +292,6 @@ def run_cancelled() -> bool:
     """This run's own cancellation (not its child's) reached the awaiting task."""
     task = asyncio.current_task()
     return task is not None and task.cancelling() > 0
-
-
-def _count(run: AgentRun, child: ChildRun, result: AgentResult | None) -> int:
-    """Count what the child spent in the parent's usage (by model, for cost); its whole share
-    when it ended without a result. Returns the tokens counted."""
-    if result is not None:
-        spent = dict(result.usage_by_model) or {child.model: result.usage}
-    elif child.token_budget:
-        budget = child.token_budget
-        spent = {child.model: TokenUsage(total_tokens=budget, estimated_tokens=budget)}
-    else:
-        spent = {}
-    for model, usage in spent.items():
-        run.spend(model, usage)
-    if result is None:
-        # Unknown what it spent: its whole cost share is counted, as its tokens are.
-        run.family.lost_cost_usd += child.cost_budget_usd or 0.0
-    elif result.cost_usd:
-        # What the child counted beyond its priced usage (its own lost children).
-        priced = cost(result.usage_by_model, run.input.config.prices) or 0.0
-        run.family.lost_cost_usd += max(0.0, round(result.cost_usd - priced, 9))
-    return sum(u.total_tokens for u in spent.values())
-
-
-def _ended(
-    run: AgentRun, pub: Publisher, call: ToolCall, child: ChildRun, result: AgentResult
-) -> ToolOutcome:
-    tokens = _count(run, child, result)
-    status = _STATUS[result.status]
-    outcome = result.answer if status == "done" else result.error
-    ended = child.model_copy(
-        update={
-            "status": status,
-            "tokens": tokens,
-            "cost_usd": result.cost_usd,
-            "steps": result.steps,
-            "outcome": cut(outcome or "", 200) or None,
-            "pending_approvals": (),
-        }
-    )
-    run.family.replace(ended)
-    pub.record(run.state, "SubagentEnded", f"{child.workflow_id} {status}, {tokens} tokens")
-    limit = run.input.config.max_observation_chars
-    if status == "done":
-        text = f"Sub-agent {child.workflow_id} answered:\n{result.answer or ''}"
-        return ToolOutcome.of(call, cut(text, limit), success=True)
-    why = result.error or "no answer"
-    text = (
-        f"ERROR: sub-agent {child.workflow_id} ended {status} after {result.steps} step(s): {why}"
-    )
-    return ToolOutcome.of(call, cut(text, limit), success=False)
-
-
-def _ended_without_result(
-    run: AgentRun,
-    pub: Publisher,
-    call: ToolCall,
-    child: ChildRun,
-    exc: ChildWorkflowError | WorkflowAlreadyStartedError,
-) -> ToolOutcome:
-    if isinstance(exc, WorkflowAlreadyStartedError):
-        status: ChildStatus = "failed"
-        why = f"could not start: workflow id {child.workflow_id} is already running"
-    else:
-        status, why = _why(exc)
-    tokens = _count(run, child, None)
-    run.family.replace(
-        child.model_copy(
-            update={
-                "status": status,
-                "tokens": tokens,
-                "outcome": cut(why, 200),
-                "pending_approvals": (),
-            }
-        )
-    )
-    pub.record(run.state, "SubagentEnded", f"{child.workflow_id} {status}: {why}")
-    text = f"ERROR: sub-agent {child.workflow_id} {why}"
-    return ToolOutcome.of(call, cut(text, run.input.config.max_observation_chars), success=False)
-
-
-def _why(exc: ChildWorkflowError) -> tuple[ChildStatus, str]:
-    """How a child's workflow closed without a result, in words."""
-    cause = exc.cause
-    if isinstance(cause, CancelledError):
-        return "cancelled", "was cancelled"
-    if isinstance(cause, TerminatedError):
-        return "failed", "was terminated"  # the reason stays in the child's own history
-    if isinstance(cause, TimeoutError):
-        return "failed", "timed out"
-    if isinstance(cause, ApplicationError):
-        return "failed", f"failed: {cause.message}"
-    return "failed", f"failed: {cause or exc}"
 
 
 # --------------------------------------------------------------------------------------------

@@ -125,7 +125,7 @@ class AgentEngine(AgentHandlers):
         else:
             self._run = handover.resumed(input)
         self._pub = Publisher(self._run, input.stream)
-        self._tools = ToolRunner(self._run, self._pub)
+        self._tools = ToolRunner(self._run, self._pub, self._hand_over_if_due)
 
     def store_outage(self, outage: Outage | None) -> None:
         """``calls.OutageWatcher``: a call waits for the store, or the store answered."""
@@ -197,12 +197,14 @@ class AgentEngine(AgentHandlers):
                 self._pub.emit("error", f"run failed: {exc}")
                 self._pub.upsert([sa.AGENT_STATE.value_set(State.ERROR.value)])
             self._pub.send_attributes()
+            # A sub-agent outliving its parent's runs: the parent's newest run learns why.
+            why = "was cancelled" if is_cancelled_exception(exc) else f"failed: {exc}"
+            await child_reports.ended_report(run, self._pub, why)
             raise
         self._pub.send_attributes()
-        await child_reports.last_report(run, self._pub)  # a sub-agent: the events not passed on
         outcome = {State.DONE: RunStatus.DONE, State.HALTED: RunStatus.HALTED}
         m = run.memory
-        return AgentResult(
+        result = AgentResult(
             status=outcome.get(run.state, RunStatus.ERROR),
             answer=m.final_answer,
             error=m.error,
@@ -213,6 +215,10 @@ class AgentEngine(AgentHandlers):
             usage_by_model=m.usage_by_model,
             workspace_snapshot=run.workspace_snapshot,
         )
+        # A sub-agent: the events not passed on (and its result, when it outlives its parent's
+        # runs: the parent's newest run reads it from there).
+        await child_reports.last_report(run, self._pub, result)
+        return result
 
     def _start(self) -> None:
         run, config = self._run, self._run.input.config
@@ -269,6 +275,9 @@ class AgentEngine(AgentHandlers):
 
     async def _plan(self) -> Event:
         run, m, config = self._run, self._run.memory, self._run.input.config
+        if run.parent_gone is not None:  # a sub-agent ends with its parent
+            m.error = f"{run.parent_gone}: a sub-agent ends with its parent"
+            return Event.FATAL_ERROR
         child_reports.report_soon(run, self._pub)  # a sub-agent: its parent sees it go on
         await self._hand_over_if_due()
         if m.step - m.turn_start_step >= config.max_steps:

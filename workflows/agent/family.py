@@ -4,9 +4,9 @@ started a sub-agent, kept in ``AgentRun.family`` (carried across continue-as-new
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, PrivateAttr
 
 from workflows.agent.decisions import PendingApproval
 from workflows.agent.events import ClientQuery
@@ -55,6 +55,14 @@ class ChildRun(Frozen):
     client_queries: tuple[ClientQuery, ...] = ()
     """Its client queries waiting for an answer, as it last told its parent (its own by their
     ids, its children's ``call_2/q1``)."""
+    run_id: str | None = None
+    """Its first run's id, once started (a child that outlives its parent's run keeps it)."""
+    outlives_runs: bool = False
+    """Started to outlive the parent's run (``ParentClosePolicy.ABANDON``): it signals its end
+    to the parent's workflow id, and a hand-over of the parent carries it."""
+    delivered: dict[str, Any] | None = None
+    """How it ended, as it signalled it, until its call observes it: ``result`` (an
+    ``AgentResult``'s JSON) or ``ended`` (why it closed without one)."""
 
 
 class Family(Mutable):
@@ -64,6 +72,18 @@ class Family(Mutable):
     lost_cost_usd: float = 0.0
     """Dollars counted for children that ended without saying what they spent (their whole
     cost shares), and what a child's own such children cost: beyond its priced usage."""
+    _handing_over: bool = PrivateAttr(default=False)
+
+    @property
+    def handing_over(self) -> bool:
+        """The run hands over while children run (never carried): no call observes a child's
+        end any more in this run; the next run does."""
+        return self._handing_over
+
+    def hand_over(self, handing_over: bool = True) -> None:
+        """The run starts handing over (or, cancelled meanwhile, does not: its calls end in
+        it)."""
+        self._handing_over = handing_over
 
     def reserved(self) -> int:
         """Tokens held for children still running (their shares, spent or not)."""

@@ -68,12 +68,21 @@ def event_bound(config: AgentConfig, patched: Callable[[str], bool]) -> int | No
     return config.continue_as_new_after_events
 
 
+def is_due(limit: int | None) -> bool:
+    """Temporal suggests continuing as new, or the history reached ``limit`` events (a
+    predicate a ``wait_condition`` may ask: it asks no patch)."""
+    info = workflow.info()
+    if info.is_continue_as_new_suggested():
+        return True
+    return limit is not None and info.get_current_history_length() >= limit
+
+
 def due(run: AgentRun) -> str | None:
     """Why the run should continue as new now (Temporal suggests it, or
     ``continue_as_new_after_events`` is reached), or ``None``."""
     info, limit = workflow.info(), event_bound(run.input.config, workflow.patched)
     length = info.get_current_history_length()
-    if not info.is_continue_as_new_suggested() and (limit is None or length < limit):
+    if not is_due(limit):
         return None
     return f"after {length} events, {info.get_current_history_size() // 1024} KiB of history"
 
@@ -82,7 +91,8 @@ async def continue_as_new(run: AgentRun, stream: WorkflowStream) -> NoReturn:
     """Hand the run, and the live stream's tail with its offsets, to a fresh run of the same
     workflow id (by reference and bounded, see the module's docstring). The stream releases its
     pollers and every handler finishes first, so no signal or update is lost in the hand-over.
-    Call at a safe point: no activity or approval pending."""
+    Call at a safe point: no activity or approval pending (sub-agents that outlive the run may
+    run on: ``child_ends``)."""
     # Without a store there is no record to refer to: the conversation is carried inline.
     by_reference = run.memory.conversation_head is not None and workflow.patched(
         CARRIED_BY_REFERENCE

@@ -152,6 +152,9 @@ class AgentRun(Mutable):
     """The key of the workspace's latest snapshot manifest in the store (``snapshots``)."""
     family: Family = Field(default_factory=Family)
     """The sub-agents this run started (``delegate``), running and ended."""
+    parent_gone: str | None = None
+    """A sub-agent that outlives its parent's runs (``subagents.outlives_runs``) found its
+    parent closed when it reported: why; it ends at its next step."""
 
     @model_validator(mode="before")
     @classmethod
