@@ -201,7 +201,9 @@ def _format_status(status: AgentStatus) -> str:
             + (f" of ${child.cost_budget_usd:.4f}" if child.cost_budget_usd else "")
             + f"  {child.task}"
             + (
-                f"  (stuck: {child.stuck[:200]}; guide --child {child.call_id})"
+                f"  (stuck{f' at {child.stuck_at}' if child.stuck_at else ''}: "
+                f"{child.stuck[:200]}; guide --child {child.call_id}"
+                f"{f'/{child.stuck_at}' if child.stuck_at else ''})"
                 if child in running and child.stuck
                 else ""
             )

@@ -109,6 +109,17 @@ async def test_a_stuck_grandchild_is_halted_through_the_top_run_with_the_stock_c
         handle, lambda e: e.kind == "guidance_needed" and e.call_id == "call_1/call_2"
     )
     assert needed.subagent == grandkid.id
+    # The top run's status names the stuck grandchild under its child, by the path that
+    # guides it, and so does ``starter.py status``.
+    status = await shows(
+        handle,
+        "a stuck grandchild",
+        lambda s: bool(s.children) and s.children[0].stuck_at is not None,
+    )
+    assert (status.children[0].stuck_at, status.children[0].state) == ("call_2", "Acting")
+    assert status.children[0].stuck
+    shown = await starter(harness, "status", handle.id)
+    assert "stuck at call_2: " in shown.stdout and "guide --child call_1/call_2" in shown.stdout
     body = {"call_id": "call_1/call_2", "halt": True, "reason": "not worth it"}
     stock = (
         f"temporal workflow signal --workflow-id {handle.id} --name guide --input "

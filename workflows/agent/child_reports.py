@@ -99,7 +99,9 @@ class ChildReport(Frozen):
     cost_usd: float | None = None
     stuck: str | None = None
     """Why it is stuck, if it is (guided through the parent: ``starter.py guide PARENT_ID
-    --child CALL``, or its own id)."""
+    --child CALL``, or its own id); or why a child of its own is (``stuck_at``)."""
+    stuck_at: str | None = None
+    """The call path, below it, of the stuck child ``stuck`` is about (``None``: itself)."""
     events: tuple[AgentEvent, ...] = ()
     """Its newest stream events since its last report (its children's among them, tagged)."""
     events_left_out: int = 0
@@ -136,7 +138,7 @@ def report(run: AgentRun, pub: Publisher) -> ChildReport:
         step=m.step,
         tokens=m.usage.total_tokens + family.running_tokens(),
         cost_usd=None if priced is None and not running else round((priced or 0) + running, 6),
-        stuck=m.pending_guidance or run.recovery.stuck_reason,
+        **_stuck(run),
         events=tuple(
             reported(e, workflow.info().workflow_id)
             for e in pub.outbox
@@ -246,7 +248,11 @@ def child_reported(run: AgentRun, pub: Publisher, body: ChildReport) -> None:
     update: dict[str, object] = {"pending_approvals": body.pending, "client_queries": body.queries}
     if body.tokens is not None:
         update.update(
-            tokens=body.tokens, cost_usd=body.cost_usd, state=body.state, stuck=body.stuck
+            tokens=body.tokens,
+            cost_usd=body.cost_usd,
+            state=body.state,
+            stuck=body.stuck,
+            stuck_at=body.stuck_at,
         )
         update["steps"] = body.step or 0
     run.family.replace(child.model_copy(update=update))
@@ -295,7 +301,18 @@ def child_reported(run: AgentRun, pub: Publisher, body: ChildReport) -> None:
     pub.show()
     changed = known != {p.call_id for p in body.pending}
     changed = changed or asked != {q.id for q in body.queries}
-    report_soon(run, pub, urgent=changed or body.stuck is not None)
+    # A run stuck further down is passed on at the pace (as runs recorded before it were).
+    report_soon(run, pub, urgent=changed or (body.stuck is not None and body.stuck_at is None))
+
+
+def _stuck(run: AgentRun) -> dict[str, str | None]:
+    """Why this run is stuck, or else the first stuck run below it and where (a grandchild's
+    stuck recovery shows in the top run's status, named by the path that guides it)."""
+    own = run.memory.pending_guidance or run.recovery.stuck_reason
+    below = None if own else run.family.stuck_below()
+    if below is None:
+        return {"stuck": own}
+    return {"stuck": below[1], "stuck_at": below[0]}
 
 
 def _answerable_here(event: AgentEvent, call_id: str, parent_id: str) -> AgentEvent:

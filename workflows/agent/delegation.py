@@ -362,7 +362,8 @@ def guided_child(run: AgentRun, signal: GuideSignal) -> tuple[ChildRun, str | No
     if child is None:
         running = ", ".join(c.call_id for c in run.family.running()) or "none"
         raise Refused(f"no running sub-agent was started by call {outer!r} (running: {running})")
-    if not inner and (child.stuck is None or child.state != "WaitingForHuman"):
+    own = child.stuck is not None and child.stuck_at is None  # not a stuck run below it
+    if not inner and (not own or child.state != "WaitingForHuman"):
         raise Refused(f"sub-agent {child.workflow_id} is not waiting for guidance")
     check_approver(run, signal.decided_by)
     return child, inner or None

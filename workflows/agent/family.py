@@ -46,7 +46,10 @@ class ChildRun(Frozen):
     """Its state as it last reported (``Planning``, ``WaitingForHuman``...), while it runs."""
     stuck: str | None = None
     """Why it is stuck (recovering, or waiting for guidance in its own id), as it last
-    reported."""
+    reported; or why one of its own children is (``stuck_at``)."""
+    stuck_at: str | None = None
+    """Which of its children is stuck, by call path below it (``call_g``, deeper
+    ``call_g/call_x``); ``None``: it is itself, or nothing is."""
     steps: int = 0
     outcome: str | None = None
     """Its answer or why it did not answer, cut to a line's worth."""
@@ -120,6 +123,15 @@ class Family(Mutable):
             if c.status == "running"
             for p in c.pending_approvals
         )
+
+    def stuck_below(self) -> tuple[str, str] | None:
+        """The first running child that is stuck, or has a stuck child of its own: its call
+        path as the parent guides it (``call_1``, ``call_1/call_2``) and why it is stuck."""
+        for c in self.running():
+            if c.stuck:
+                below = f"{SEPARATOR}{c.stuck_at}" if c.stuck_at else ""
+                return f"{c.call_id}{below}", c.stuck
+        return None
 
     def queries(self) -> tuple[ClientQuery, ...]:
         """Every running child's client queries waiting for an answer, named as the parent

@@ -131,7 +131,9 @@ def details(run: AgentRun, now: datetime, outage: Outage | None = None) -> str:
             + (f" · ${c.cost_usd:.4f}" if c.cost_usd is not None else "")
             + f" · {c.task}"
             + (
-                f" · stuck: {cut(c.stuck, 120)} (guide it: `guide --child {c.call_id}`)"
+                f" · stuck{f' at {c.stuck_at}' if c.stuck_at else ''}: {cut(c.stuck, 120)}"
+                f" (guide it: `guide --child {c.call_id}"
+                f"{f'/{c.stuck_at}' if c.stuck_at else ''}`)"
                 if c.status == "running" and c.stuck
                 else ""
             )

@@ -184,8 +184,10 @@ function renderCards(view) {
   // A sub-agent's query or stuck run, answered through this run (call_1/q1, --child call_1).
   for (const q of s.child_queries || []) waiting.set(`query:${q.id}`, () => queryCard(q));
   for (const c of s.children || []) {
-    if (c.status === "running" && c.stuck && c.state === "WaitingForHuman") {
-      waiting.set(`guide:${c.call_id}`, () => guidanceCard({ stuck: `sub-agent ${c.workflow_id}: ${c.stuck}` }, c.call_id));
+    // Stuck itself (waiting for guidance), or a run below it is (guided by its path).
+    if (c.status === "running" && c.stuck && (c.stuck_at || c.state === "WaitingForHuman")) {
+      const path = c.stuck_at ? `${c.call_id}/${c.stuck_at}` : c.call_id;
+      waiting.set(`guide:${path}`, () => guidanceCard({ stuck: `sub-agent ${c.workflow_id}${c.stuck_at ? ` (its ${c.stuck_at})` : ""}: ${c.stuck}` }, path));
     }
   }
   // Waiting for a human with no call waiting (decided ones included): stuck, asking for guidance.
