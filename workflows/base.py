@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 from typing import Any
+from weakref import WeakKeyDictionary
 
 from pydantic import (
     BaseModel,
@@ -62,7 +63,10 @@ def at_empty_default(field: FieldInfo, value: Any) -> bool:
     return bool(value == field.get_default(call_default_factory=True))
 
 
-_EMPTY_DEFAULTS: dict[type[BaseModel], tuple[tuple[str, Any], ...]] = {}
+_EMPTY_DEFAULTS: WeakKeyDictionary[type[BaseModel], tuple[tuple[str, Any], ...]] = (
+    WeakKeyDictionary()
+)
+"""Weak: a class defined again in each run's sandbox (a module not passed through) goes with it."""
 
 
 def _empty_defaults(cls: type[BaseModel]) -> tuple[tuple[str, Any], ...]:
