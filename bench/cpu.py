@@ -18,6 +18,9 @@ and the browser page's reader), interleaved, CPU per step of the server and the 
 Replay: the last Treadle run and the last floor run are replayed in this process (Treadle's
 ``Replayer`` as the suite builds it; the floor's with the SDK's defaults), CPU per step.
 ``--profile`` adds a cProfile of Treadle's replay (the top functions by cumulative time).
+``--profile-worker FILE`` runs ``worker.py`` under cProfile in every thread (``bench.profiled``)
+and writes its measured rounds (the warm-up round left out) to FILE, printing the top
+functions; the CPU figures of that run are then cProfile's, not the user's.
 Nothing is asserted.
 """
 
@@ -28,7 +31,9 @@ import asyncio
 import cProfile
 import io
 import json
+import os
 import pstats
+import signal
 import statistics
 import sys
 import tempfile
@@ -141,6 +146,24 @@ async def profile_replay(replayer: Replayer, history: WorkflowHistory) -> str:
     return out.getvalue()
 
 
+async def worker_profile(pid: int, out: Path) -> str:
+    """Have ``bench.profiled`` write the worker's profile (``SIGUSR2``); its top functions."""
+    out.unlink(missing_ok=True)
+    os.kill(pid, signal.SIGUSR2)
+    deadline = time.monotonic() + 30
+    size = -1
+    while not out.exists() or out.stat().st_size != size:  # written whole: stable size
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the profiled worker wrote no {out}")
+        size = out.stat().st_size if out.exists() else -1
+        await asyncio.sleep(0.5)
+    text = io.StringIO()
+    stats = pstats.Stats(str(out), stream=text)
+    stats.sort_stats("tottime").print_stats(30)
+    stats.sort_stats("cumulative").print_stats(50)
+    return text.getvalue()
+
+
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     steps, reps = args.steps, args.reps
     with tempfile.TemporaryDirectory(prefix="treadle-cpu-") as tmp_dir:
@@ -148,7 +171,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             plain = await Client.connect(bench.address, namespace="default")
             tq, fq = new_id("cpu"), new_id("cpu-floor")
             flags = () if args.sticky is None else ("--sticky-queue-timeout", str(args.sticky))
-            treadle = await WorkerProcess.start(bench, tq, *flags)
+            launcher = ("-m", "bench.profiled", args.profile_worker) if args.profile_worker else ()
+            treadle = await WorkerProcess.start(bench, tq, *flags, launcher=launcher)
             floor = await start_floor_worker(bench, fq)
             try:
                 return await measure(bench, plain, treadle, floor, tq, fq, steps, reps, args)
@@ -217,7 +241,11 @@ async def measure(
             sample = await measured(pids[name], server, go)
             if rep:
                 samples[name].append(sample)
+        if args.profile_worker and rep == 0:
+            os.kill(treadle.pid, signal.SIGUSR1)  # bench.profiled: forget the warm-up round
         print(f"[cpu: round {rep} of {reps}]", file=sys.stderr, flush=True)
+    if args.profile_worker:
+        print(await worker_profile(treadle.pid, Path(args.profile_worker)), file=sys.stderr)
 
     per_step = steps + 1
 
@@ -379,6 +407,9 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=20, help="tool steps per run")
     parser.add_argument("--reps", type=int, default=5, help="measured runs of each side")
     parser.add_argument("--profile", action="store_true", help="cProfile Treadle's replay")
+    parser.add_argument(
+        "--profile-worker", metavar="FILE", help="cProfile worker.py's measured rounds into FILE"
+    )
     parser.add_argument("--watchers", type=int, default=0, help="also: a run with N live views")
     parser.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
     parser.add_argument(

@@ -168,7 +168,10 @@ class WorkerProcess:
         return self.process.pid
 
     @classmethod
-    async def start(cls, bench: Bench, task_queue: str, *flags: str) -> WorkerProcess:
+    async def start(
+        cls, bench: Bench, task_queue: str, *flags: str, launcher: Sequence[str] = ()
+    ) -> WorkerProcess:
+        """``launcher``: arguments of the interpreter before ``worker.py`` (``bench.profiled``)."""
         log = bench.tmp / f"worker-{uuid.uuid4().hex[:6]}.log"
         env = {
             k: v
@@ -181,6 +184,7 @@ class WorkerProcess:
             spawned = time.time()
             process = await asyncio.create_subprocess_exec(
                 sys.executable,
+                *launcher,
                 str(ROOT / "worker.py"),
                 "--address",
                 bench.address,

@@ -14,11 +14,33 @@ from typing import Any
 
 from temporalio.api.common.v1 import Payload
 from temporalio.common import RawValue
-from temporalio.contrib.pydantic import PydanticPayloadConverter
+from temporalio.contrib.pydantic import PydanticJSONPlainPayloadConverter, PydanticPayloadConverter
+from temporalio.converter import (
+    CompositePayloadConverter,
+    DefaultPayloadConverter,
+    JSONPlainPayloadConverter,
+)
+
+_JSON = PydanticJSONPlainPayloadConverter()
+"""The one pydantic JSON converter of the process: stateless but for its cache of type
+adapters, which it keeps."""
 
 
 class TolerantPayloadConverter(PydanticPayloadConverter):
     """``PydanticPayloadConverter``; untyped payloads it cannot decode are left raw."""
+
+    def __init__(self) -> None:
+        # The SDK builds a data converter's payload converter again for each serialisation
+        # context: with External Storage, for each payload sequence of each workflow task (a
+        # dozen a step). pydantic's would make a JSON converter with an empty cache of type
+        # adapters each time, so every result decoded built its adapter again.
+        CompositePayloadConverter.__init__(
+            self,
+            *(
+                _JSON if isinstance(c, JSONPlainPayloadConverter) else c
+                for c in DefaultPayloadConverter.default_encoding_payload_converters
+            ),
+        )
 
     def from_payloads(
         self, payloads: Sequence[Payload], type_hints: list[type] | None = None

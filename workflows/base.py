@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 from typing import Any
+from weakref import WeakKeyDictionary
 
 from pydantic import (
     BaseModel,
@@ -49,13 +50,38 @@ so their replay decides the same)."""
 _EMPTY: tuple[Any, ...] = (None, False, "", (), [], {})
 
 
+def _says_nothing(value: Any) -> bool:
+    return value in _EMPTY or (type(value) in (int, float) and not value)
+
+
 def at_empty_default(field: FieldInfo, value: Any) -> bool:
     """``value`` says nothing: it is ``None``, ``False``, zero, empty, and the field's default,
     so leaving it out parses back to the same model. A non-empty default (a list of allowed
     commands, a limit) is always written: a reader of another version may default otherwise."""
-    if field.is_required() or not (value in _EMPTY or (type(value) in (int, float) and not value)):
+    if field.is_required() or not _says_nothing(value):
         return False
     return bool(value == field.get_default(call_default_factory=True))
+
+
+_EMPTY_DEFAULTS: WeakKeyDictionary[type[BaseModel], tuple[tuple[str, Any], ...]] = (
+    WeakKeyDictionary()
+)
+"""Weak: a class defined again in each run's sandbox (a module not passed through) goes with it."""
+
+
+def _empty_defaults(cls: type[BaseModel]) -> tuple[tuple[str, Any], ...]:
+    """(name, default) of the fields of ``cls`` whose default says nothing: the only ones
+    ``at_empty_default`` can leave out, found once per class instead of per field per dump."""
+    plan = _EMPTY_DEFAULTS.get(cls)
+    if plan is None:
+        plan = tuple(
+            (name, field.get_default(call_default_factory=True))
+            for name, field in cls.model_fields.items()
+            if not field.is_required()
+            and _says_nothing(field.get_default(call_default_factory=True))
+        )
+        _EMPTY_DEFAULTS[cls] = plan
+    return plan
 
 
 class Lean(Frozen):
@@ -69,10 +95,13 @@ class Lean(Frozen):
         data = handler(self)
         if not isinstance(data, dict) or (info.context or {}).get("whole"):
             return data
-        fields = type(self).model_fields
-        for name in [n for n in data if n in fields]:
-            if at_empty_default(fields[name], getattr(self, name)):
-                del data[name]
+        # What ``at_empty_default`` decides, with each class's empty defaults found once: a
+        # step serialises a few dozen of these (its events, its calls), mostly at defaults.
+        for name, default in _empty_defaults(type(self)):
+            if name in data:
+                value = getattr(self, name)
+                if value is default or (_says_nothing(value) and value == default):
+                    del data[name]
         return data
 
 

@@ -24,7 +24,7 @@ from workflows.agent.models import (
     Turn,
 )
 from workflows.agent.state import AgentRun
-from workflows.base import WHOLE, lean_dump
+from workflows.base import WHOLE, at_empty_default, lean_dump
 
 texts = st.one_of(st.none(), st.text(max_size=20))
 counts = st.integers(min_value=0, max_value=3)
@@ -108,6 +108,33 @@ def test_a_tool_result_and_its_request_parse_back(
     # version may default otherwise.
     assert lean["policy"]["command_allowlist"]
     assert ToolRequest.model_validate(lean) == request
+
+
+events = st.builds(
+    AgentEvent,
+    kind=st.sampled_from(["model", "tool_finished", "decided"]),
+    step=counts,
+    state=st.sampled_from(["Planning", ""]),
+    at=st.just(datetime(2026, 1, 1, tzinfo=UTC)),
+    text=st.sampled_from(["", "a line"]),
+    run=counts,
+    tool=texts,
+    ok=st.one_of(st.none(), st.booleans()),
+    arguments=st.one_of(st.none(), st.just({}), st.just({"path": "a"})),
+    commands=st.lists(st.sampled_from(["approve", ""]), max_size=2).map(tuple),
+    prompt_tokens=st.one_of(st.none(), counts),
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(message=messages, event=events)
+def test_the_lean_form_leaves_out_exactly_the_fields_at_an_empty_default(
+    message: ChatMessage, event: AgentEvent
+) -> None:
+    for model in (message, event):
+        dumped = json.loads(model.model_dump_json())
+        for name, field in type(model).model_fields.items():
+            assert (name not in dumped) == at_empty_default(field, getattr(model, name)), name
 
 
 def test_a_reply_and_an_event_leave_out_only_what_says_nothing() -> None:

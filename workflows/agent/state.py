@@ -92,6 +92,7 @@ LIFTED: dict[str, dict[str, str]] = {
     },
 }
 """Sub-model -> {field of the flat shape recorded before the grouping -> its name there}."""
+_FLAT = frozenset(old for names in LIFTED.values() for old in names)
 
 
 class AgentRun(Mutable):
@@ -161,9 +162,8 @@ class AgentRun(Mutable):
     def _lift_flat_fields(cls, data: Any) -> Any:
         """An ``AgentRun`` recorded before its fields were grouped (a continue-as-new input,
         an export) carried them flat: move each into its sub-model."""
-        if not isinstance(data, dict) or not any(
-            old in data for names in LIFTED.values() for old in names
-        ):
+        # Also run on every assignment (validate_assignment), with every field: a set test.
+        if not isinstance(data, dict) or _FLAT.isdisjoint(data):
             return data
         data = dict(data)
         for group, names in LIFTED.items():
