@@ -41,7 +41,8 @@ from activities.tools.confinement import Confinement
 from activities.tools.custom import Tool, ToolContext
 from activities.tools.output import ToolOutput, cap_output, content_hash, failed
 from activities.tools.workspace import is_inside, relative, resolve, workspace_root
-from activities.workspace.follow import Follower
+from activities.workspace.follow import Follower, may_change, snapshot_after
+from activities.workspace.snapshot import Snapshotter
 from workflows.agent.catalogue import (
     TOOLS,
     EditFileArgs,
@@ -479,6 +480,10 @@ async def _dispatch(
     raise TypeError(f"no implementation for {type(args).__name__}")
 
 
+NO_STORE = "not taken, this worker has no store (--store)"
+"""``ToolResult.snapshot_skipped`` of a worker without a store asked for a snapshot."""
+
+
 class ToolActivities:
     """The tool activity; a class so dependencies (hooks, limits) can be injected.
 
@@ -492,12 +497,16 @@ class ToolActivities:
         confinement: Confinement = Confinement.AUTO,
         store: ConversationStore | None = None,
         follower: Follower | None = None,
+        snapshotter: Snapshotter | None = None,
     ) -> None:
         self.confinement = confinement
         self.store = store
         self.follower = follower
         """A worker with ``--workspace-root``: runs' tools run in its copies of their
         workspaces, brought to each run's latest snapshot first (``workspace.follow``)."""
+        self.snapshotter = snapshotter
+        """A worker with a store: snapshots a run's own workspace after a call whose request
+        asks it to (``WorkspaceSync.here``); the same one ``snapshot_workspace`` uses."""
 
     @activity.defn(name="run_tool")
     async def run_tool(self, request: ToolRequest) -> ToolResult:
@@ -536,10 +545,28 @@ class ToolActivities:
         def execute(workspace: Path) -> Awaitable[ToolResult]:
             return _execute(workspace, request.call.name, args, request.policy, self.confinement)
 
-        if self.follower is None or request.sync is None:
-            return await execute(Path(request.workspace))
+        sync, name = request.sync, request.call.name
         workflow_id = activity.info().workflow_id or request.workspace
+        if self.follower is not None and sync is not None:
+            try:
+                return await self.follower.run(workflow_id, name, sync, execute)
+            except StoreUnavailable as exc:  # the run waits for the store, then calls again
+                raise exc.to_application_error() from exc
+        result = await execute(Path(request.workspace))
+        if sync is None or not sync.here or not may_change(name):
+            return result
+        if self.snapshotter is None:
+            return result.model_copy(update={"snapshot_skipped": NO_STORE})
+        workspace = Path(request.workspace)
+        if not workspace.is_dir():  # nothing to snapshot: the run's after-step one says so
+            return result
         try:
-            return await self.follower.run(workflow_id, request.call.name, request.sync, execute)
-        except StoreUnavailable as exc:  # the run waits for the store, then runs the call again
-            raise exc.to_application_error() from exc
+            return await snapshot_after(
+                self.snapshotter, workspace, workflow_id, name, sync, result
+            )
+        except StoreUnavailable:
+            # The tool has run in the run's own workspace and must not run again for its
+            # snapshot: the result goes back without one, and the run takes the step's
+            # snapshot after it (``snapshot_workspace``, which waits for the store).
+            activity.logger.warning("workspace.snapshot.deferred", extra={"tool": name})
+            return result
