@@ -42,7 +42,7 @@ from activities.tools.custom import Tool, ToolContext
 from activities.tools.output import ToolOutput, cap_output, content_hash, failed
 from activities.tools.workspace import is_inside, relative, resolve, workspace_root
 from activities.workspace.follow import Follower, may_change, snapshot_after
-from activities.workspace.snapshot import Snapshotter
+from activities.workspace.snapshot import Snapshotter, TooMuchToRead
 from workflows.agent.catalogue import (
     TOOLS,
     EditFileArgs,
@@ -480,6 +480,11 @@ async def _dispatch(
     raise TypeError(f"no implementation for {type(args).__name__}")
 
 
+IN_CALL_READ_BYTES = 64 * 2**20
+"""Files a snapshot inside a call may read (a run's first, a worker new to the workspace, a
+command that wrote much): past it the snapshot is left to the run's own activity after the
+step, whose timeout is its own, rather than to the call's."""
+
 NO_STORE = "not taken, this worker has no store (--store)"
 """``ToolResult.snapshot_skipped`` of a worker without a store asked for a snapshot."""
 
@@ -562,11 +567,15 @@ class ToolActivities:
             return result
         try:
             return await snapshot_after(
-                self.snapshotter, workspace, workflow_id, name, sync, result
-            )
-        except StoreUnavailable:
+                self.snapshotter, workspace, workflow_id, name, sync, result,
+                max_read_bytes=IN_CALL_READ_BYTES,
+            )  # fmt: skip
+        except (StoreUnavailable, TooMuchToRead) as exc:
             # The tool has run in the run's own workspace and must not run again for its
-            # snapshot: the result goes back without one, and the run takes the step's
-            # snapshot after it (``snapshot_workspace``, which waits for the store).
-            activity.logger.warning("workspace.snapshot.deferred", extra={"tool": name})
+            # snapshot (a timeout or a failed attempt would): the result goes back without
+            # one, and the run takes the step's snapshot after it (``snapshot_workspace``,
+            # with a timeout of its own, which waits for the store).
+            activity.logger.info(
+                "workspace.snapshot.deferred", extra={"tool": name, "why": str(exc)}
+            )
             return result

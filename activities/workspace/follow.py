@@ -32,6 +32,8 @@ import re
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
+from temporalio import activity
+
 from activities.heartbeat import heartbeating
 from activities.workspace.materialise import Checkout, bring
 from activities.workspace.snapshot import Snapshotter
@@ -76,10 +78,13 @@ async def snapshot_after(
     tool: str,
     sync: WorkspaceSync,
     result: ToolResult,
+    *,
+    max_read_bytes: int | None = None,
 ) -> ToolResult:
     """``result`` with the snapshot of ``directory`` taken after its call, on ``sync.manifest``:
     of the paths a file tool reported, else of what the watcher saw change (or a walk).
-    ``StoreUnavailable`` when the store cannot be reached."""
+    ``StoreUnavailable`` when the store cannot be reached; ``TooMuchToRead`` past
+    ``max_read_bytes``."""
     if tool in REPORTS_ITS_PATHS:
         paths: tuple[str, ...] | None = result.mutated_paths if result.success else ()
     else:
@@ -95,7 +100,13 @@ async def snapshot_after(
         full_walk_every=sync.full_walk_every,
     )
     async with heartbeating("snapshot", sync.step):
-        taken = await snapshotter.snapshot(request)
+        taken = await snapshotter.snapshot(request, max_read_bytes=max_read_bytes)
+    # The run's trace says only ``taken by its calls`` (its history carries the key alone):
+    # what the snapshot looked at and left out is said here.
+    activity.logger.info(
+        "workspace.snapshot",
+        extra={"step": sync.step, "manifest": taken.manifest, "detail": taken.detail},
+    )
     return result.model_copy(update={"snapshot": taken.manifest})
 
 

@@ -93,9 +93,13 @@ records the whole workspace again, so nothing is lost but that step's own checkp
 class SnapshotConfig(Frozen):
     """Workspace snapshots: which runs take them and what they leave out."""
 
-    enabled: bool = False
-    """Take a snapshot after each step whose tools changed files. Off by default: each costs
-    one activity (about 6 history events) on the run's tool queue."""
+    enabled: bool = True
+    """Take a snapshot after each step whose tools changed files (``false``: none). On by
+    default: on a worker with a store, each call that may change files snapshots the run's
+    workspace before it returns (``workspace-snapshots-in-calls``), costing its step no history
+    event and about 170 bytes; a step whose hooks ran, whose calls ran in parallel, or whose
+    snapshot had to read more than 64 MiB is snapshotted after it by one activity (about 6
+    events). A worker without a store takes none."""
     ignore: tuple[str, ...] = DEFAULT_IGNORE
     """Left out of every snapshot. A pattern without ``/`` matches a file or directory name at
     any depth (``node_modules``, ``*.pyc``); one with ``/`` matches a path from the
