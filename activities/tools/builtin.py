@@ -551,10 +551,9 @@ class ToolActivities:
             return _execute(workspace, request.call.name, args, request.policy, self.confinement)
 
         sync, name = request.sync, request.call.name
-        workflow_id = activity.info().workflow_id or request.workspace
         if self.follower is not None and sync is not None:
             try:
-                return await self.follower.run(workflow_id, name, sync, execute)
+                return await self.follower.run(_workflow_id(request), name, sync, execute)
             except StoreUnavailable as exc:  # the run waits for the store, then calls again
                 raise exc.to_application_error() from exc
         result = await execute(Path(request.workspace))
@@ -567,7 +566,7 @@ class ToolActivities:
             return result
         try:
             return await snapshot_after(
-                self.snapshotter, workspace, workflow_id, name, sync, result,
+                self.snapshotter, workspace, _workflow_id(request), name, sync, result,
                 max_read_bytes=IN_CALL_READ_BYTES,
             )  # fmt: skip
         except (StoreUnavailable, TooMuchToRead) as exc:
@@ -579,3 +578,8 @@ class ToolActivities:
                 "workspace.snapshot.deferred", extra={"tool": name, "why": str(exc)}
             )
             return result
+
+
+def _workflow_id(request: ToolRequest) -> str:
+    """The run whose call this is (its workspace's name when called outside Temporal)."""
+    return activity.info().workflow_id or request.workspace
