@@ -1,5 +1,6 @@
 """A run with snapshots on records its workspace after every step whose tools changed it: one
-manifest per changing step, the key in the run's state, what was left out in the trace."""
+manifest per changing step, the key in the run's state, what was left out in the manifest and
+the snapshot's line."""
 
 from __future__ import annotations
 
