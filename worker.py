@@ -248,7 +248,12 @@ def build_worker(
         store = RedactedBlobs(store, redactor)
     conversations = ConversationStore(store) if store is not None else None
     models = ModelActivities(settings, http, conversations)
-    tools = ToolActivities(confinement=confinement, store=conversations, follower=follower)
+    tools = ToolActivities(
+        confinement=confinement,
+        store=conversations,
+        follower=follower,
+        snapshotter=workspaces.snapshotter,
+    )
     probe = StoreProbeActivities(store)  # a run waits for an unreachable store with it
     if mcp is None:
         mcp = McpActivities(McpConfig())

@@ -41,7 +41,8 @@ from activities.tools.confinement import Confinement
 from activities.tools.custom import Tool, ToolContext
 from activities.tools.output import ToolOutput, cap_output, content_hash, failed
 from activities.tools.workspace import is_inside, relative, resolve, workspace_root
-from activities.workspace.follow import Follower
+from activities.workspace.follow import Follower, may_change, snapshot_after
+from activities.workspace.snapshot import Snapshotter, TooMuchToRead
 from workflows.agent.catalogue import (
     TOOLS,
     EditFileArgs,
@@ -479,6 +480,15 @@ async def _dispatch(
     raise TypeError(f"no implementation for {type(args).__name__}")
 
 
+IN_CALL_READ_BYTES = 64 * 2**20
+"""Files a snapshot inside a call may read (a run's first, a worker new to the workspace, a
+command that wrote much): past it the snapshot is left to the run's own activity after the
+step, whose timeout is its own, rather than to the call's."""
+
+NO_STORE = "not taken, this worker has no store (--store)"
+"""``ToolResult.snapshot_skipped`` of a worker without a store asked for a snapshot."""
+
+
 class ToolActivities:
     """The tool activity; a class so dependencies (hooks, limits) can be injected.
 
@@ -492,12 +502,16 @@ class ToolActivities:
         confinement: Confinement = Confinement.AUTO,
         store: ConversationStore | None = None,
         follower: Follower | None = None,
+        snapshotter: Snapshotter | None = None,
     ) -> None:
         self.confinement = confinement
         self.store = store
         self.follower = follower
         """A worker with ``--workspace-root``: runs' tools run in its copies of their
         workspaces, brought to each run's latest snapshot first (``workspace.follow``)."""
+        self.snapshotter = snapshotter
+        """A worker with a store: snapshots a run's own workspace after a call whose request
+        asks it to (``WorkspaceSync.here``); the same one ``snapshot_workspace`` uses."""
 
     @activity.defn(name="run_tool")
     async def run_tool(self, request: ToolRequest) -> ToolResult:
@@ -536,10 +550,36 @@ class ToolActivities:
         def execute(workspace: Path) -> Awaitable[ToolResult]:
             return _execute(workspace, request.call.name, args, request.policy, self.confinement)
 
-        if self.follower is None or request.sync is None:
-            return await execute(Path(request.workspace))
-        workflow_id = activity.info().workflow_id or request.workspace
+        sync, name = request.sync, request.call.name
+        if self.follower is not None and sync is not None:
+            try:
+                return await self.follower.run(_workflow_id(request), name, sync, execute)
+            except StoreUnavailable as exc:  # the run waits for the store, then calls again
+                raise exc.to_application_error() from exc
+        result = await execute(Path(request.workspace))
+        if sync is None or not sync.here or not may_change(name):
+            return result
+        if self.snapshotter is None:
+            return result.model_copy(update={"snapshot_skipped": NO_STORE})
+        workspace = Path(request.workspace)
+        if not workspace.is_dir():  # nothing to snapshot: the run's after-step one says so
+            return result
         try:
-            return await self.follower.run(workflow_id, request.call.name, request.sync, execute)
-        except StoreUnavailable as exc:  # the run waits for the store, then runs the call again
-            raise exc.to_application_error() from exc
+            return await snapshot_after(
+                self.snapshotter, workspace, _workflow_id(request), name, sync, result,
+                max_read_bytes=IN_CALL_READ_BYTES,
+            )  # fmt: skip
+        except (StoreUnavailable, TooMuchToRead) as exc:
+            # The tool has run in the run's own workspace and must not run again for its
+            # snapshot (a timeout or a failed attempt would): the result goes back without
+            # one, and the run takes the step's snapshot after it (``snapshot_workspace``,
+            # with a timeout of its own, which waits for the store).
+            activity.logger.info(
+                "workspace.snapshot.deferred", extra={"tool": name, "why": str(exc)}
+            )
+            return result
+
+
+def _workflow_id(request: ToolRequest) -> str:
+    """The run whose call this is (its workspace's name when called outside Temporal)."""
+    return activity.info().workflow_id or request.workspace

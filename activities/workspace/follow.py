@@ -13,6 +13,9 @@ One tool call (``run``), under the directory's lock:
    the activity returns: its result carries the new key (``ToolResult.snapshot``), which the
    run keeps and names in its next call.
 
+A worker without a root takes the same snapshot of the run's own ``--workspace`` after a call
+whose request asks it to (``WorkspaceSync.here``: ``snapshot_after``, from the tool activity).
+
 So the workspace a run sees after any crash is what its history says was done: a call that
 completed is in the snapshot its result recorded, and one that did not complete runs again in
 the workspace it first saw. Parallel calls of a step each start from the step's snapshot (the
@@ -29,6 +32,8 @@ import re
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
+from temporalio import activity
+
 from activities.heartbeat import heartbeating
 from activities.workspace.materialise import Checkout, bring
 from activities.workspace.snapshot import Snapshotter
@@ -41,7 +46,7 @@ from workflows.agent.snapshots import (
     WorkspaceSync,
 )
 
-__all__ = ["Follower", "directory_name"]
+__all__ = ["Follower", "directory_name", "may_change", "snapshot_after"]
 
 REPORTS_ITS_PATHS = frozenset({"write_file", "edit_file"})
 """Tools whose result names every path they changed (and that change none when they fail):
@@ -58,6 +63,51 @@ def directory_name(workflow_id: str) -> str:
     with a hash so two ids that read the same once made safe stay apart."""
     safe = re.sub(r"[^A-Za-z0-9._-]+", "_", workflow_id).strip("._")[:80] or "run"
     return f"{safe}-{hashlib.sha256(workflow_id.encode()).hexdigest()[:12]}"
+
+
+def may_change(tool: str) -> bool:
+    """Whether a call of ``tool`` may change files (your own tools unless declared read-only)."""
+    spec = TOOLS.get(tool)
+    return spec is None or spec.mutating
+
+
+async def snapshot_after(
+    snapshotter: Snapshotter,
+    directory: Path,
+    workflow_id: str,
+    tool: str,
+    sync: WorkspaceSync,
+    result: ToolResult,
+    *,
+    max_read_bytes: int | None = None,
+) -> ToolResult:
+    """``result`` with the snapshot of ``directory`` taken after its call, on ``sync.manifest``:
+    of the paths a file tool reported, else of what the watcher saw change (or a walk).
+    ``StoreUnavailable`` when the store cannot be reached; ``TooMuchToRead`` past
+    ``max_read_bytes``."""
+    if tool in REPORTS_ITS_PATHS:
+        paths: tuple[str, ...] | None = result.mutated_paths if result.success else ()
+    else:
+        paths = None
+    request = SnapshotRequest(
+        workspace=str(directory),
+        workflow_id=workflow_id,
+        step=sync.step,
+        previous=sync.manifest,
+        paths=paths,
+        ignore=sync.ignore,
+        max_file_bytes=sync.max_file_bytes,
+        full_walk_every=sync.full_walk_every,
+    )
+    async with heartbeating("snapshot", sync.step):
+        taken = await snapshotter.snapshot(request, max_read_bytes=max_read_bytes)
+    # The run's trace says only ``taken by its calls`` (its history carries the key alone):
+    # what the snapshot looked at and left out is said here.
+    activity.logger.info(
+        "workspace.snapshot",
+        extra={"step": sync.step, "manifest": taken.manifest, "detail": taken.detail},
+    )
+    return result.model_copy(update={"snapshot": taken.manifest})
 
 
 class Follower:
@@ -93,27 +143,14 @@ class Follower:
                 await self._bring(directory, sync)
             self._exactly.pop(directory, None)
             result = await execute(directory)
-            spec = TOOLS.get(tool)
-            if spec is not None and not spec.mutating:
+            if not may_change(tool):
                 self._exactly[directory] = sync.manifest
                 return result
-            if tool in REPORTS_ITS_PATHS:
-                paths: tuple[str, ...] | None = result.mutated_paths if result.success else ()
-            else:
-                paths = None
-            request = SnapshotRequest(
-                workspace=str(directory),
-                workflow_id=workflow_id,
-                step=sync.step,
-                previous=sync.manifest,
-                paths=paths,
-                ignore=sync.ignore,
-                max_file_bytes=sync.max_file_bytes,
+            taken = await snapshot_after(
+                self.snapshotter, directory, workflow_id, tool, sync, result
             )
-            async with heartbeating("snapshot", sync.step):
-                taken = await self.snapshotter.snapshot(request)
-            self._exactly[directory] = taken.manifest
-            return result.model_copy(update={"snapshot": taken.manifest})
+            self._exactly[directory] = taken.snapshot
+            return taken
 
     async def snapshot(self, request: SnapshotRequest) -> SnapshotResult:
         """The after-step snapshot of a run whose workspace follows it: of this worker's copy,

@@ -45,7 +45,7 @@ from workflows.agent.snapshots import MERGED_PATHS_KEPT, SnapshotRequest, Snapsh
 if TYPE_CHECKING:  # follow imports this module
     from activities.workspace.follow import Follower
 
-__all__ = ["Record", "Snapshotter", "WorkspaceActivities", "size"]
+__all__ = ["Record", "Snapshotter", "TooMuchToRead", "WorkspaceActivities", "size"]
 
 KEEP_WORKSPACES = 64
 """Workspaces whose index a worker keeps in memory; the one used longest ago is forgotten
@@ -54,6 +54,10 @@ KEEP_WORKSPACES = 64
 KEEP_WATCHERS = 32
 """Workspaces a worker watches at most, the ones used last (a watcher is an inotify instance:
 ``fs.inotify.max_user_instances``, 128 by default, is shared by every process of the user)."""
+
+
+class TooMuchToRead(Exception):
+    """A snapshot would read more than its caller allows (``Snapshotter.snapshot``)."""
 
 
 @dataclass
@@ -109,13 +113,17 @@ class Snapshotter:
         self.records: dict[str, Record] = {}
         self.last = Counts()
 
-    async def snapshot(self, request: SnapshotRequest) -> SnapshotResult:
+    async def snapshot(
+        self, request: SnapshotRequest, *, max_read_bytes: int | None = None
+    ) -> SnapshotResult:
+        """The workspace's snapshot on ``request.previous``. ``TooMuchToRead`` before anything
+        is read or recorded when it would read more than ``max_read_bytes`` of files."""
         root = Path(request.workspace)
         record = self._record(str(root.resolve()))
         if record.watcher is None or record.watcher.broken is not None:
             self._make_room(record)  # it may start one
         async with record.lock:  # one snapshot of a workspace at a time: its index, its watcher
-            return await self._snapshot(request, root, record)
+            return await self._snapshot(request, root, record, max_read_bytes)
 
     def _make_room(self, record: Record) -> None:
         """Fewer than ``KEEP_WATCHERS`` other workspaces watched: those used longest ago stop."""
@@ -127,7 +135,7 @@ class Snapshotter:
             oldest.unwatched = f"only the {KEEP_WATCHERS} workspaces used last are watched"
 
     async def _snapshot(
-        self, request: SnapshotRequest, root: Path, record: Record
+        self, request: SnapshotRequest, root: Path, record: Record, max_read_bytes: int | None
     ) -> SnapshotResult:
         rules = Rules(request.patterns, request.max_file_bytes)
         previous = request.previous
@@ -136,6 +144,10 @@ class Snapshotter:
         seen, covered, how = await asyncio.to_thread(
             self._look, root, rules, record, request.paths, before, why
         )
+        reading = sum(signature[0] for signature in seen.to_hash.values())
+        if max_read_bytes is not None and reading > max_read_bytes:
+            # Nothing recorded yet: what the watcher reported stays pending for the next one.
+            raise TooMuchToRead(f"{size(reading)} to read")
         whole = covered is None
         if covered is None:
             covered = set(before)

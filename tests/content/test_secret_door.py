@@ -101,7 +101,11 @@ class Door:
     """The scripted model of the last run."""
 
     async def run(self, *turns: dict[str, Any], **config: Any) -> WorkflowHandle[Any, Any]:
-        """A run of the scripted ``turns`` to its end, replay-checked."""
+        """A run of the scripted ``turns`` to its end, replay-checked. Workspace snapshots
+        (on by default) are off: they keep the workspace's files in the store byte for byte,
+        secrets included, as a check-out must give them back (docs/workspaces.md); the door is
+        what the worker itself writes and says."""
+        config.setdefault("snapshots", {"enabled": False})
         name = f"door-{uuid.uuid4().hex[:10]}"
         self.models.add_model(name, list(turns))
         self.model = name

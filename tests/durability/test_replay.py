@@ -89,7 +89,11 @@ def test_the_corpus_holds_runs_from_before_each_versioned_change() -> None:
     from workflows.agent.outages import STORE_OUTAGES
     from workflows.agent.planning import PATCHES_BEFORE_LOCAL_ACTIVITY
     from workflows.agent.publishing import ONE_UPSERT_PER_STEP
-    from workflows.agent.snapshots import SUBAGENT_WORKSPACE, WORKSPACE_FOLLOWS
+    from workflows.agent.snapshots import (
+        SNAPSHOTS_IN_CALLS,
+        SUBAGENT_WORKSPACE,
+        WORKSPACE_FOLLOWS,
+    )
     from workflows.agent.workflow import (
         CARRY_CONTENT_HASHES,
         CLIENT_QUERIES,
@@ -104,7 +108,7 @@ def test_the_corpus_holds_runs_from_before_each_versioned_change() -> None:
     subagent_patches = (SUBAGENTS, SUBAGENT_APPROVALS, SUBAGENT_PROGRESS, REPORT_PACE)
     subagent_patches += (SUBAGENT_GUIDANCE, SUBAGENT_QUERIES, CALLS_END_TOGETHER)
     subagent_patches += (SUBAGENTS_OUTLIVE_RUNS,)
-    workspace_patches = (WORKSPACE_FOLLOWS, SUBAGENT_WORKSPACE)
+    workspace_patches = (WORKSPACE_FOLLOWS, SUBAGENT_WORKSPACE, SNAPSHOTS_IN_CALLS)
     later = (STORE_OUTAGES, *subagent_patches, ONE_UPSERT_PER_STEP, *workspace_patches)
     later += (PATCHES_BEFORE_LOCAL_ACTIVITY,)
     for patch in (*patches, *later):

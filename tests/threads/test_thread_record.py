@@ -176,13 +176,16 @@ async def test_every_hand_over_of_a_chain_costs_the_same(harness: Harness) -> No
     result: AgentResult = await handle.result()
     assert result.status is RunStatus.DONE, result.error
     inputs = await _hand_over_inputs(harness, handle.id)
-    assert len(inputs) >= 3
+    assert len(inputs) >= 4
     sizes = [inputs_.ByteSize() for inputs_ in inputs]
     assert max(sizes) < 40_000
-    # The first is a little smaller (the tracker's recent actions are not yet at their bound);
-    # from then on every hand-over is the same size, whatever the step.
+    # The first is a little smaller (the tracker's recent actions are not yet at their bound),
+    # and the second may be (the stream's kept events: where in a step the first run's
+    # threshold falls is its own, the runs after it all fall at the same place); from then
+    # on every hand-over is the same size, whatever the step.
     assert sizes[-1] - sizes[0] <= 0.15 * sizes[0], sizes
-    assert abs(sizes[-1] - sizes[1]) <= 64, sizes
+    assert sizes[1] <= sizes[-1] + 64, sizes
+    assert max(sizes[2:]) - min(sizes[2:]) <= 64, sizes
     carried = json.loads(inputs[-1].payloads[0].data)["resume"]
     assert "input" not in carried  # the run's input is the next run's input, not copied
     assert len(carried["memory"]["history"]) <= 2  # only what no model call has sent

@@ -217,7 +217,9 @@ async def test_export_then_import_continues_the_conversation(harness: Harness) -
     roles = [m.role for m in exported.conversation.messages]
     assert roles == ["system", "user", "assistant", "tool", "assistant"]
     assert exported.record is not None  # where the whole conversation is kept
-    assert exported.workspace is None  # no snapshot taken: the thread's config has none
+    # The thread's latest workspace snapshot (snapshots are on by default).
+    assert exported.workspace == (await handle.query(AgentWorkflow.workspace)).manifest
+    assert exported.workspace is not None
     as_file = json.loads(exported.model_dump_json(exclude={"record", "workspace"}))
     assert set(as_file) == {"agent_state", "conversation", "treadle"}
 

@@ -104,9 +104,9 @@ def mode(bits: int) -> str:
 
 
 async def test_a_run_without_snapshots_is_told_so(harness: Harness) -> None:
-    """`workspace ID` of a run that took none says why, exit 2."""
+    """`workspace ID` of a run that took none (snapshots off) says why, exit 2."""
     model = harness.script(call("write_file", path="a.txt", content="one"), {"content": "done"})
-    handle = await harness.start(model)
+    handle = await harness.start(model, snapshots={"enabled": False})
     assert (await handle.result()).status is RunStatus.DONE
     done = await run_cli(*harness.cli_args(), "workspace", handle.id, env=clean_env())
     assert done.returncode == 2

@@ -1,11 +1,14 @@
 """A run with snapshots on records its workspace after every step whose tools changed it: one
-manifest per changing step, the key in the run's state, what was left out in the trace."""
+manifest per changing step, the key in the run's state, what was left out in the manifest and
+the snapshot's line."""
 
 from __future__ import annotations
 
+import logging
 import os
 from typing import Any
 
+import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowHandle
 
@@ -50,10 +53,9 @@ async def test_each_changing_step_is_one_snapshot(harness: Harness, store: FileB
     assert contents == [b"one", b"one", b"three"]
     trace = await handle.query(AgentWorkflow.trace)
     lines = [e.data for e in trace.entries if e.event == "WorkspaceSnapshot"]
-    assert len(lines) == 3 and all("manifest" in line for line in lines)
-    costs = await snapshot_history(handle)
-    assert len(costs) == 3
-    assert all(events == 3 and size <= 1024 for events, size in costs), costs
+    assert len(lines) == 3 and all("taken by its calls · manifest" in line for line in lines)
+    # Each taken inside its call: no snapshot activity at all.
+    assert await snapshot_history(handle) == []
 
 
 async def snapshot_history(handle: WorkflowHandle[Any, Any]) -> list[tuple[int, int]]:
@@ -80,9 +82,12 @@ async def snapshot_history(handle: WorkflowHandle[Any, Any]) -> list[tuple[int, 
     return [(events, size) for events, size in costs.values()]
 
 
-async def test_exclusions_are_counted_and_named(harness: Harness, store: FileBlobStore) -> None:
-    """Ignored directories and files over the size cap are left out, and the trace line and
-    the manifest say how many and which."""
+async def test_exclusions_are_counted_and_named(
+    harness: Harness, store: FileBlobStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Ignored directories and files over the size cap are left out, and the manifest and the
+    worker's log line of the snapshot (taken in the call) say how many and which."""
+    caplog.set_level(logging.INFO, logger="temporalio.activity")
     (harness.workspace / "node_modules" / "left").mkdir(parents=True)
     (harness.workspace / "node_modules" / "left" / "x.js").write_text("x")
     (harness.workspace / "big.bin").write_bytes(os.urandom(2000))
@@ -96,15 +101,18 @@ async def test_exclusions_are_counted_and_named(harness: Harness, store: FileBlo
     assert manifest.excluded == {"node_modules": 1, "over 1000 bytes": 1}
     assert set(manifest.excluded_examples) == {"node_modules", "big.bin"}
     assert sorted(await Manifests(store).state(head.manifest)) == ["kept.txt"]
-    trace = await handle.query(AgentWorkflow.trace)
-    [line] = [e.data for e in trace.entries if e.event == "WorkspaceSnapshot"]
+    [line] = [
+        r.__dict__["detail"]
+        for r in caplog.records
+        if r.getMessage().startswith("workspace.snapshot (")
+    ]
     assert "left out 2" in line and "node_modules" in line and "big.bin" in line
 
 
 async def test_snapshots_off_take_none(harness: Harness) -> None:
-    """Without the config switch a run calls no snapshot activity."""
+    """With the config switch off a run takes no snapshot, in its calls or after them."""
     model = harness.script(write("a.txt", "one"), {"content": "done"})
-    handle = await harness.start(model)
+    handle = await harness.start(model, snapshots={"enabled": False})
     assert (await handle.result()).status is RunStatus.DONE
     assert (await handle.query(AgentWorkflow.workspace)).manifest is None
     history = await handle.fetch_history()

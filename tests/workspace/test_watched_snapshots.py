@@ -396,10 +396,13 @@ def call(name: str, **arguments: object) -> dict[str, object]:
     return {"tool_calls": [{"name": name, "arguments": arguments}]}
 
 
-async def test_a_run_s_command_steps_are_watched(harness: Harness, store: FileBlobStore) -> None:
-    """A run with snapshots on (its worker has no root: the ``snapshot_workspace`` activity
-    takes them): the first snapshot walks, those after its commands are watched, the trace
-    says which, and the last one holds the workspace as a walk finds it."""
+async def test_a_run_s_command_steps_are_watched(
+    harness: Harness, store: FileBlobStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A run with snapshots on (its worker has no root: each call snapshots the run's own
+    workspace): the first snapshot walks, those after its commands are watched, the worker's
+    log says which, and the last one holds the workspace as a walk finds it."""
+    caplog.set_level(logging.INFO, logger="temporalio.activity")
     model = harness.script(
         call("write_file", path="a.txt", content="one"),
         call("run_command", command="mkdir -p src/deep"),
@@ -416,9 +419,15 @@ async def test_a_run_s_command_steps_are_watched(harness: Harness, store: FileBl
     assert (await handle.result()).status is RunStatus.DONE
     trace = await handle.query(AgentWorkflow.trace)
     lines = [e.data for e in trace.entries if e.event == "WorkspaceSnapshot"]
-    assert len(lines) == 4, lines
-    assert "walked: the first snapshot" in lines[0]
-    assert all("watched:" in line for line in lines[1:]), lines
+    assert len(lines) == 4 and all("taken by its calls" in line for line in lines), lines
+    said = [
+        r.__dict__["detail"]
+        for r in caplog.records
+        if r.getMessage().startswith("workspace.snapshot (")
+    ]
+    assert len(said) == 4, said
+    assert "walked: the first snapshot" in said[0]
+    assert all("watched:" in line for line in said[1:]), said
     head = await handle.query(AgentWorkflow.workspace)
     assert await state(store, head.manifest) == await walked(store, harness.workspace)
     assert sorted(await state(store, head.manifest)) == ["c.txt", "src/deep/b.txt"]

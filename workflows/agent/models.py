@@ -73,6 +73,9 @@ class ToolResult(Lean):
     """The key of the workspace's snapshot after the call, when the worker took one (a worker
     with ``--workspace-root``, for a call that may change files): the run's latest from now.
     Without one it is not serialised (``Lean``): a result keeps its size."""
+    snapshot_skipped: str | None = None
+    """Why a worker asked to snapshot the run's own workspace after the call took none (it
+    has no store): the run takes no ``snapshot_workspace`` for it either."""
 
     @model_validator(mode="after")
     def _error_prefix(self) -> ToolResult:

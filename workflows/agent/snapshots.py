@@ -25,6 +25,7 @@ from workflows.base import FIRST_RETRY, Frozen
 __all__ = [
     "DEFAULT_IGNORE",
     "MERGED_PATHS_KEPT",
+    "SNAPSHOTS_IN_CALLS",
     "SNAPSHOT_MAX_ATTEMPTS",
     "SUBAGENT_WORKSPACE",
     "WORKSPACE_FOLLOWS",
@@ -48,6 +49,13 @@ WORKSPACE_FOLLOWS = "workspace-follows-run"
 before the tool and returns the snapshot it took after (``ToolResult.snapshot``), which the run
 keeps; a step whose mutating calls all came back so is not snapshotted again after its hooks;
 parallel calls' snapshots are merged in call order (``snapshot_workspace`` with ``merge``)."""
+
+SNAPSHOTS_IN_CALLS = "workspace-snapshots-in-calls"
+"""``workflow.patched`` id: a run whose snapshots are on and that has no hooks asks the worker
+of each call it runs in order to snapshot its own ``--workspace`` after a call that may change
+files (``WorkspaceSync.here``), as a worker with ``--workspace-root`` does its copy; a step whose
+changing calls all came back so (or said the worker has no store) takes no ``snapshot_workspace``
+after it. Asked at a run's first tool call in order, with snapshots on and no hooks."""
 
 SUBAGENT_WORKSPACE = "subagent-workspace"
 """``workflow.patched`` id: a child started by ``delegate`` starts from its parent's latest
@@ -85,9 +93,13 @@ records the whole workspace again, so nothing is lost but that step's own checkp
 class SnapshotConfig(Frozen):
     """Workspace snapshots: which runs take them and what they leave out."""
 
-    enabled: bool = False
-    """Take a snapshot after each step whose tools changed files. Off by default: each costs
-    one activity (about 6 history events) on the run's tool queue."""
+    enabled: bool = True
+    """Take a snapshot after each step whose tools changed files (``false``: none). On by
+    default: on a worker with a store, each call that may change files snapshots the run's
+    workspace before it returns (``workspace-snapshots-in-calls``), costing its step no history
+    event and about 170 bytes; a step whose hooks ran, whose calls ran in parallel, or whose
+    snapshot had to read more than 64 MiB is snapshotted after it by one activity (about 6
+    events). A worker without a store takes none."""
     ignore: tuple[str, ...] = DEFAULT_IGNORE
     """Left out of every snapshot. A pattern without ``/`` matches a file or directory name at
     any depth (``node_modules``, ``*.pyc``); one with ``/`` matches a path from the
@@ -114,7 +126,7 @@ class WorkspaceHead(Frozen):
 class WorkspaceSync(Frozen):
     """What a tool call tells a worker with ``--workspace-root``: the snapshot the call must
     see (its workspace is brought to it first) and how to take the one after it. A worker
-    without a root ignores it."""
+    without a root ignores it, unless ``here`` asks it to snapshot the run's own workspace."""
 
     manifest: str | None = None
     """The key of the run's latest snapshot (``None``: none yet, the workspace is empty)."""
@@ -122,13 +134,19 @@ class WorkspaceSync(Frozen):
     ignore: tuple[str, ...] | None = None
     """As ``SnapshotRequest.ignore``."""
     max_file_bytes: int = Field(50 * 2**20, ge=0)
+    full_walk_every: int = Field(20, ge=1)
+    """As ``SnapshotRequest.full_walk_every``."""
+    here: bool = False
+    """A worker without a root snapshots the run's own ``--workspace`` after the call, when
+    the call may change files, on ``manifest`` (behind ``workspace-snapshots-in-calls``: a
+    run with snapshots on, its calls run in order, no hooks to run after them)."""
 
     @model_serializer(mode="wrap")
     def _compact(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
         # In every tool call's request: only what is not a default (``{"step": 3}`` for a
         # run with no snapshot yet and the default patterns).
         data: dict[str, Any] = handler(self)
-        for name in ("manifest", "ignore", "max_file_bytes"):
+        for name in ("manifest", "ignore", "max_file_bytes", "full_walk_every", "here"):
             if name in data and data[name] == WorkspaceSync.model_fields[name].default:
                 del data[name]
         return data

@@ -5,6 +5,10 @@ activity's messages and options are in ``snapshots``; the activity in ``activiti
 The workspace following the run (behind ``workspace-follows-run``): each tool request names the
 run's latest snapshot (``sync``); a worker with ``--workspace-root`` returns the snapshot it took
 after a call that may change files, which the run keeps (``keep``) and names in its next call.
+With snapshots on and no hooks (behind ``workspace-snapshots-in-calls``), a call run in order
+asks a worker without a root to do the same in the run's own workspace (``WorkspaceSync.here``):
+such a step takes no ``snapshot_workspace`` after it either. A step whose hooks ran, or whose
+calls ran in parallel in one directory, is snapshotted after it as before.
 A step's parallel calls each start from the step's snapshot: theirs are merged in call order,
 and a path changed by more than one is reported (``merge_parallel``). A sub-agent's final
 snapshot comes back as its ``delegate`` call's and is merged the same way, even alone (behind
@@ -23,6 +27,7 @@ from workflows.agent.models import AgentConfig, ToolOutcome
 from workflows.agent.publishing import Publisher
 from workflows.agent.snapshots import (
     DEFAULT_IGNORE,
+    SNAPSHOTS_IN_CALLS,
     SUBAGENT_WORKSPACE,
     WORKSPACE_FOLLOWS,
     WORKSPACE_SNAPSHOTS,
@@ -64,6 +69,11 @@ async def after_step(
         )
         return
     if not config.snapshots.enabled or not workflow.patched(WORKSPACE_SNAPSHOTS):
+        return
+    skipped = _skipped(box, outcomes)
+    if skipped is not None:
+        # The worker was asked to snapshot in the calls and has no store: so would this.
+        pub.record(State.POST_TOOLS_HOOK, "WorkspaceSnapshot", f"step {step}: {skipped}")
         return
     hint = paths_hint(
         [
@@ -115,23 +125,47 @@ def _may_change(box: Toolbox, name: str) -> bool:
 
 def _followed(box: Toolbox, outcomes: Sequence[ToolOutcome]) -> bool:
     """Whether every call of the step that may change files came back with its snapshot
-    (results carry one only from a worker with ``--workspace-root``)."""
+    (results carry one from a worker with ``--workspace-root``, or one asked to take it in
+    the run's own workspace: ``WorkspaceSync.here``)."""
     changing = [o for o in outcomes if _may_change(box, o.call.name)]
     return bool(changing) and all(o.result.snapshot for o in changing)
+
+
+def _skipped(box: Toolbox, outcomes: Sequence[ToolOutcome]) -> str | None:
+    """Why the step's calls took no snapshot, when every changing call that came back without
+    one says the worker asked to take it has no store (``None``: otherwise)."""
+    changing = [o for o in outcomes if _may_change(box, o.call.name) and not o.result.snapshot]
+    why = {o.result.snapshot_skipped for o in changing}
+    if not changing or None in why:
+        return None
+    return sorted(w for w in why if w is not None)[0]
 
 
 def sync(run: AgentRun) -> WorkspaceSync | None:
     """What a tool request tells a worker with ``--workspace-root``: the run's latest snapshot.
     Sent whatever ``snapshots.enabled`` says: such a worker snapshots the calls it runs anyway
-    (a run's work must not stay on one machine's disk), with the config's ignore patterns."""
+    (a run's work must not stay on one machine's disk), with the config's ignore patterns.
+    With snapshots on, a call run in order and no hooks to run after the step, a worker
+    without a root is asked to snapshot the run's own workspace after it (``here``)."""
     if not workflow.patched(WORKSPACE_FOLLOWS):
         return None
-    snapshots = run.input.config.snapshots
+    config = run.input.config
+    snapshots = config.snapshots
+    # A hook may change files after the step's calls (``git_commit``: ``.git``'s index and
+    # refs), and parallel calls share one directory: both keep the snapshot after the step.
+    here = (
+        snapshots.enabled
+        and not config.hooks
+        and run.state is not State.PARALLEL_ACTING
+        and workflow.patched(SNAPSHOTS_IN_CALLS)
+    )
     return WorkspaceSync(
         manifest=run.workspace_snapshot,
         step=run.memory.step,
         ignore=None if snapshots.ignore == DEFAULT_IGNORE else snapshots.ignore,
         max_file_bytes=snapshots.max_file_bytes,
+        full_walk_every=snapshots.full_walk_every,
+        here=here,
     )
 
 
