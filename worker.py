@@ -234,8 +234,10 @@ def build_worker(
     copies of their workspaces under it, brought to each run's latest snapshot first and
     snapshotted after (``activities.workspace.follow``); it needs ``store``.
     """
-    # Workspace files go to the store as they are: a check-out must give the same bytes back.
-    workspaces = WorkspaceActivities(store)
+    # Workspace files go to the store as they are (a check-out must give the same bytes back),
+    # except a file holding one of the worker's secrets: withheld, named, never stored.
+    known = [k.encode() for k in dict.fromkeys([*settings.api_keys(), *secrets]) if k]
+    workspaces = WorkspaceActivities(store, lambda data: any(k in data for k in known))
     follower = None
     if workspace_root is not None:
         if workspaces.snapshotter is None:

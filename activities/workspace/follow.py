@@ -186,15 +186,17 @@ class Follower:
             self.last_checkout = Checkout()  # the previous call here left it so
             return
         record = self.snapshotter.record_of(directory)
+        withheld: tuple[str, ...] = ()
         if sync.manifest is None:
             ignore = DEFAULT_IGNORE if sync.ignore is None else sync.ignore
             wanted = {}
         else:
             manifests = self.snapshotter.manifests
-            ignore = (await manifests.get(sync.manifest)).ignore
+            manifest = await manifests.get(sync.manifest)
+            ignore, withheld = manifest.ignore, manifest.withheld
             wanted = await manifests.state(sync.manifest)
         self.last_checkout = await bring(
-            self.snapshotter.store, wanted, ignore, directory, record.index
+            self.snapshotter.store, wanted, ignore, directory, record.index, withheld=withheld
         )
         # The copy is that snapshot now: the next one is taken on it, looking at the paths a
         # call reports alone (nothing else changed them under the lock).

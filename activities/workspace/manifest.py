@@ -94,6 +94,9 @@ class Manifest:
     """A few of the paths left out, so a user sees which."""
     ignore: tuple[str, ...] = ()
     """The ignore patterns in force: a check-out leaves such paths of its target alone."""
+    withheld: tuple[str, ...] = ()
+    """Files left out because they hold a secret of the worker that took it (its keys never
+    reach the store): a check-out leaves such paths of its target alone, as it found them."""
 
     @property
     def excluded_count(self) -> int:
@@ -118,6 +121,8 @@ def encode(manifest: Manifest) -> bytes:
         "excluded_examples": list(manifest.excluded_examples),
         "ignore": list(manifest.ignore),
     }
+    if manifest.withheld:  # written only when there are some: older manifests keep their keys
+        body["withheld"] = list(manifest.withheld)
     text = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return MAGIC + zlib.compress(text.encode("utf-8"), 6)
 
@@ -150,6 +155,7 @@ def decode(data: bytes) -> Manifest:
             excluded={str(k): int(v) for k, v in body.get("excluded", {}).items()},
             excluded_examples=tuple(str(p) for p in body.get("excluded_examples", ())),
             ignore=tuple(str(p) for p in body.get("ignore", ())),
+            withheld=tuple(check_path(str(p)) for p in body.get("withheld", ())),
         )
     except (zlib.error, ValueError, KeyError, TypeError) as exc:
         raise ManifestError(f"a workspace manifest that does not parse: {exc}") from exc

@@ -3,7 +3,8 @@
 Only what differs is written: a file already there with the recorded size and content (its
 hash) is left alone, a file the snapshot does not have is removed, unless an ignore pattern of
 the snapshot covers it (a ``node_modules`` the snapshot left out is not the snapshot's to
-delete). Files are written beside their place and renamed over it, with the recorded mode.
+delete) or the snapshot withheld it for holding a secret. Files are written beside their place
+and renamed over it, with the recorded mode.
 Empty directories are not recorded (as in git); directories emptied by the check-out stay.
 """
 
@@ -40,7 +41,8 @@ async def materialise(store: BlobStore, key: str, into: Path) -> Checkout:
     """Make ``into`` the workspace of snapshot ``key`` (created if missing)."""
     manifests = Manifests(store)
     manifest = await manifests.get(key)
-    return await bring(store, await manifests.state(key), manifest.ignore, into)
+    wanted = await manifests.state(key)
+    return await bring(store, wanted, manifest.ignore, into, withheld=manifest.withheld)
 
 
 async def bring(
@@ -49,15 +51,18 @@ async def bring(
     ignore: tuple[str, ...],
     into: Path,
     index: Index | None = None,
+    *,
+    withheld: tuple[str, ...] = (),
 ) -> Checkout:
     """Make ``into`` exactly ``wanted`` (outside the ``ignore`` patterns). ``index``: what a
     snapshotter last hashed there, so a file whose size and times it trusts is not read again
-    (a worker bringing its own copy up to date reads only what changed)."""
+    (a worker bringing its own copy up to date reads only what changed). A ``withheld`` file
+    (it held a secret: the snapshot has no copy) is left as it is, where it is."""
     into.mkdir(parents=True, exist_ok=True)
     rules = Rules(ignore, max_file_bytes=2**63)
     have, known = await asyncio.to_thread(_present, into, rules, index or Index())
     done = Checkout()
-    for rel in sorted(set(have) - set(wanted)):
+    for rel in sorted(set(have) - set(wanted) - set(withheld)):
         await asyncio.to_thread(_remove, into / rel)
         done.removed.append(rel)
     todo = [

@@ -94,6 +94,10 @@ class Counts:
     """How it looked (the detail's words): ``watched: …``, ``walked: why``, ``reported: …``."""
 
 
+WITHHELD = "holds a secret"
+"""The exclusion a file gets when it holds a secret of the worker (``Snapshotter.holds_secret``)."""
+
+
 class Snapshotter:
     """Takes snapshots of the workspaces of one worker, into one store."""
 
@@ -102,8 +106,12 @@ class Snapshotter:
         store: BlobStore,
         clock: Callable[[], int] = time.time_ns,
         watching: Callable[[Path], Watcher] | None = Watcher,
+        holds_secret: Callable[[bytes], bool] | None = None,
     ) -> None:
         self.store = store
+        self.holds_secret = holds_secret
+        """Whether a file's bytes hold a secret of this worker: such a file is withheld (left
+        out, named in the manifest, never stored), so no key reaches the store by a workspace."""
         self.clock = clock
         """Now in ns: whether a file was modified too recently to trust its times (a
         benchmark passes a clock that lets seconds pass between steps)."""
@@ -157,7 +165,12 @@ class Snapshotter:
         record.rules = rules
         after = {} if whole else {p: e for p, e in before.items() if p not in covered}
         after.update(seen.entries)
-        hashed_bytes = await self._hash(root, seen, record.index, after)
+        kept = () if previous is None else (await self.manifests.get(previous)).withheld
+        withheld = set() if whole else {p for p in kept if p not in covered}
+        hashed_bytes = await self._hash(root, seen, record.index, after, withheld)
+        if not whole:  # a whole walk's exclusions already name them
+            for rel in sorted(withheld - set(kept)):
+                record.exclusions.add(WITHHELD, rel)
         self.last = Counts(seen.stats, len(seen.to_hash), hashed_bytes, whole, how)
         read = len(seen.to_hash)
 
@@ -170,7 +183,9 @@ class Snapshotter:
                 f"{record.exclusions.describe()}"
             )
 
-        result = await self._result(request, before, after, record.exclusions, said, hashed=read)
+        result = await self._result(
+            request, before, after, record.exclusions, said, hashed=read, withheld=withheld
+        )
         record.last, record.pending = result.manifest, set()
         return result
 
@@ -182,6 +197,7 @@ class Snapshotter:
         after = dict(before)
         touched: dict[str, list[int]] = {}
         exclusions = Exclusions()
+        withheld: set[str] = set()
         for n, key in enumerate(request.merge):
             for path, entry in changes_between(before, await self.manifests.state(key)).items():
                 touched.setdefault(path, []).append(n)
@@ -191,6 +207,7 @@ class Snapshotter:
                     after[path] = entry
             last = await self.manifests.get(key)
             exclusions = Exclusions(dict(last.excluded), list(last.excluded_examples))
+            withheld.update(last.withheld)
         overlaps = {p: tuple(calls) for p, calls in sorted(touched.items()) if len(calls) > 1}
         paths = tuple(
             tuple(sorted(p for p, calls in touched.items() if n in calls)[:MERGED_PATHS_KEPT])
@@ -210,8 +227,16 @@ class Snapshotter:
                 f"{manifest.files} files{also}"
             )
 
+        withheld -= set(after)  # a later call's file of that name holds none
         return await self._result(
-            request, before, after, exclusions, said, overlaps=overlaps, paths=paths
+            request,
+            before,
+            after,
+            exclusions,
+            said,
+            overlaps=overlaps,
+            paths=paths,
+            withheld=withheld,
         )
 
     async def _result(
@@ -225,6 +250,7 @@ class Snapshotter:
         hashed: int = 0,
         overlaps: dict[str, tuple[int, ...]] | None = None,
         paths: tuple[tuple[str, ...], ...] = (),
+        withheld: set[str] | None = None,
     ) -> SnapshotResult:
         """The workspace ``after``: the previous snapshot again when nothing changed, else a
         new manifest in the store; ``said`` is the trace line's (of the new one, or ``None``)."""
@@ -237,9 +263,15 @@ class Snapshotter:
             paths=paths,
             detail=f"step {request.step}: {said(None)}",
         )
-        if request.previous is not None and after == before:
+        held = tuple(sorted(withheld or ()))
+        previous = request.previous
+        if (
+            previous is not None
+            and after == before
+            and held == (await self.manifests.get(previous)).withheld
+        ):
             return unchanged
-        key, manifest = await self._write(request, before, after, exclusions)
+        key, manifest = await self._write(request, before, after, exclusions, held)
         written = {"manifest": key, "created": True, "changed": manifest.changed}
         return unchanged.model_copy(
             update={
@@ -322,8 +354,12 @@ class Snapshotter:
             say_once(record.unwatched)
             return None
 
-    async def _hash(self, root: Path, seen: Seen, index: Index, after: State) -> int:
-        """Read and store every file whose signature changed; their entries join ``after``."""
+    async def _hash(
+        self, root: Path, seen: Seen, index: Index, after: State, withheld: set[str]
+    ) -> int:
+        """Read and store every file whose signature changed; their entries join ``after``,
+        except those that hold a secret, which join ``withheld`` (and are read again next
+        time: the index does not learn them)."""
         total = 0
         for rel, signature in seen.to_hash.items():
             try:
@@ -332,6 +368,12 @@ class Snapshotter:
                 after.pop(rel, None)  # removed (or made unreadable) since the walk
                 seen.exclusions.add("unreadable", rel)
                 continue
+            if self.holds_secret is not None and self.holds_secret(data):
+                after.pop(rel, None)
+                withheld.add(rel)
+                seen.exclusions.add(WITHHELD, rel)
+                continue
+            withheld.discard(rel)
             key = await self.store.put(data)
             total += len(data)
             index.remember(rel, signature, key, seen.started_ns)
@@ -339,7 +381,12 @@ class Snapshotter:
         return total
 
     async def _write(
-        self, request: SnapshotRequest, before: State, after: State, exclusions: Exclusions
+        self,
+        request: SnapshotRequest,
+        before: State,
+        after: State,
+        exclusions: Exclusions,
+        withheld: tuple[str, ...] = (),
     ) -> tuple[str, Manifest]:
         previous = request.previous
         seq = 0 if previous is None else (await self.manifests.get(previous)).seq + 1
@@ -364,6 +411,7 @@ class Snapshotter:
             excluded=dict(sorted(exclusions.counts.items())),
             excluded_examples=tuple(exclusions.examples),
             ignore=request.patterns,
+            withheld=withheld,
         )
         return await self.manifests.put(manifest, after), manifest
 
@@ -401,8 +449,12 @@ class WorkspaceActivities:
     """The workspace activity; a class so the worker hands it the store (unredacted: a
     workspace's files must come back byte for byte)."""
 
-    def __init__(self, store: BlobStore | None) -> None:
-        self.snapshotter = Snapshotter(store) if store is not None else None
+    def __init__(
+        self, store: BlobStore | None, holds_secret: Callable[[bytes], bool] | None = None
+    ) -> None:
+        self.snapshotter = (
+            Snapshotter(store, holds_secret=holds_secret) if store is not None else None
+        )
         self.follower: Follower | None = None
         """A worker with ``--workspace-root``: a following run's snapshot is of its copy."""
 
