@@ -32,6 +32,7 @@ from activities.errors import StoreUnavailable
 from activities.heartbeat import heartbeating
 from activities.store.blobs import BlobStore
 from activities.workspace.manifest import (
+    Entry,
     Manifest,
     Manifests,
     State,
@@ -196,11 +197,15 @@ class Snapshotter:
         before: State = await self.manifests.state(previous) if previous else {}
         after = dict(before)
         touched: dict[str, list[int]] = {}
+        # What each path was left as by the calls that changed it: calls that left it the same
+        # (sub-agents sharing one directory each see the other's write) do not overlap.
+        left: dict[str, set[Entry | None]] = {}
         exclusions = Exclusions()
         withheld: set[str] = set()
         for n, key in enumerate(request.merge):
             for path, entry in changes_between(before, await self.manifests.state(key)).items():
                 touched.setdefault(path, []).append(n)
+                left.setdefault(path, set()).add(entry)
                 if entry is None:
                     after.pop(path, None)
                 else:
@@ -208,7 +213,11 @@ class Snapshotter:
             last = await self.manifests.get(key)
             exclusions = Exclusions(dict(last.excluded), list(last.excluded_examples))
             withheld.update(last.withheld)
-        overlaps = {p: tuple(calls) for p, calls in sorted(touched.items()) if len(calls) > 1}
+        overlaps = {
+            p: tuple(calls)
+            for p, calls in sorted(touched.items())
+            if len(calls) > 1 and len(left[p]) > 1
+        }
         paths = tuple(
             tuple(sorted(p for p, calls in touched.items() if n in calls)[:MERGED_PATHS_KEPT])
             for n in range(len(request.merge))

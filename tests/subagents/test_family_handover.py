@@ -20,6 +20,11 @@ from workflows.agent.workflow import AgentWorkflow
 WRITE = {"name": "write_file", "arguments": {"path": "kid.txt", "content": "hi"}}
 
 
+def write(path: str) -> dict[str, Any]:
+    """A write of its own: two children writing one path would each be merged with a note."""
+    return {"name": "write_file", "arguments": {"path": path, "content": "hi"}}
+
+
 async def handed_over(harness: Harness, handle: WorkflowHandle[Any, Any]) -> str:
     """Wait until the run continued as new; return its first run's id. That run, which handed
     over while its children ran, is replay-checked with the test's other runs."""
@@ -41,11 +46,11 @@ async def first_run_events(harness: Harness, handle: WorkflowHandle[Any, Any]) -
 def two_waiting_children(harness: Harness) -> tuple[str, str, str]:
     """Two children whose first call waits for approval, then answer; and their parent."""
     one = harness.script(
-        {"tool_calls": [WRITE], "usage": usage(100, 10)},
+        {"tool_calls": [write("one.txt")], "usage": usage(100, 10)},
         {"content": "one wrote", "usage": usage(200, 20)},
     )
     two = harness.script(
-        {"tool_calls": [WRITE], "usage": usage(300, 30)},
+        {"tool_calls": [write("two.txt")], "usage": usage(300, 30)},
         {"content": "two wrote", "usage": usage(400, 40)},
     )
     parent = harness.script(
@@ -58,21 +63,32 @@ def two_waiting_children(harness: Harness) -> tuple[str, str, str]:
     return one, two, parent
 
 
-async def test_children_run_on_across_their_parents_hand_over(harness: Harness) -> None:
-    """A parent whose history asks for a hand-over while its two children wait continues as new
-    without them: they are not restarted (same runs, each child's tool ran once), each child's
-    answer is its call's observation in the parent's newer run, and the family's tokens are
-    counted once."""
+async def waiting_under_a_parent(
+    harness: Harness, **config: Any
+) -> tuple[str, str, str, WorkflowHandle[Any, Any], list[WorkflowHandle[Any, Any]]]:
+    """``two_waiting_children`` started under a parent whose history asks for a hand-over at
+    20 events, once both children wait for their approval: the three models, the parent's
+    handle and the children's."""
     one, two, parent = two_waiting_children(harness)
     handle = await harness.start(
         parent,
         require_approval=["write_file"],
         subagents={"models": [one, two]},
         continue_as_new_after_events=20,
+        **config,
     )
     kids = [child(harness, handle, "call_1"), child(harness, handle, "call_2")]
     for kid in kids:
         await reaches(kid, "WaitingForHuman")
+    return one, two, parent, handle, kids
+
+
+async def test_children_run_on_across_their_parents_hand_over(harness: Harness) -> None:
+    """A parent whose history asks for a hand-over while its two children wait continues as new
+    without them: they are not restarted (same runs, each child's tool ran once), each child's
+    answer is its call's observation in the parent's newer run, and the family's tokens are
+    counted once."""
+    one, two, parent, handle, kids = await waiting_under_a_parent(harness)
     started = {kid.id: (await kid.describe()).run_id for kid in kids}
     await handed_over(harness, handle)
     # After the run that started them: one approved through the parent (its newer run knows
@@ -181,16 +197,7 @@ async def test_a_parent_cancelled_after_its_hand_over_still_ends_its_children(
 ) -> None:
     """Cancelled after a hand-over its children ran on across, the parent cancels them itself
     (no parent close policy does) and ends Cancelled once they have."""
-    one, two, parent = two_waiting_children(harness)
-    handle = await harness.start(
-        parent,
-        require_approval=["write_file"],
-        subagents={"models": [one, two]},
-        continue_as_new_after_events=20,
-    )
-    kids = [child(harness, handle, "call_1"), child(harness, handle, "call_2")]
-    for kid in kids:
-        await reaches(kid, "WaitingForHuman")
+    *_, handle, kids = await waiting_under_a_parent(harness)
     await handed_over(harness, handle)
     await handle.cancel()
     with pytest.raises(WorkflowFailureError) as failure:
@@ -215,17 +222,7 @@ async def test_a_child_terminated_after_its_parents_hand_over_is_an_error_observ
     """A child terminated while a later run of its parent waits for it signals nothing: the
     parent finds it closed, and its call is an ERROR: observation counting its whole share;
     its sibling's answer still comes."""
-    one, two, parent = two_waiting_children(harness)
-    handle = await harness.start(
-        parent,
-        require_approval=["write_file"],
-        subagents={"models": [one, two]},
-        continue_as_new_after_events=20,
-        token_budget=30_000,
-    )
-    kids = [child(harness, handle, "call_1"), child(harness, handle, "call_2")]
-    for kid in kids:
-        await reaches(kid, "WaitingForHuman")
+    _, _, parent, handle, kids = await waiting_under_a_parent(harness, token_budget=30_000)
     await handed_over(harness, handle)
     await kids[0].terminate(reason="an operator stopped it")
     await kids[1].signal("approve", {"call_id": "call_t0_0"})
