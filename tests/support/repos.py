@@ -19,6 +19,16 @@ def git(repo: Path, *args: str) -> str:
     return done.stdout
 
 
+def committed_repo(repo: Path) -> None:
+    """``repo`` made a git repository with one commit (a ``README.md``), for a hook to commit
+    the steps after it."""
+    repo.mkdir(parents=True, exist_ok=True)
+    git(repo, "init", "-q")
+    (repo / "README.md").write_text("hi\n")
+    git(repo, "add", "README.md")
+    git(repo, "commit", "-q", "-m", "start")
+
+
 def git_env(home: Path) -> dict[str, str]:
     """The tests' own git environment: nothing of the developer's configuration either."""
     return {

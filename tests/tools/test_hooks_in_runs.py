@@ -5,7 +5,7 @@ step that only reads runs no hook; and without hooks in the config nothing chang
 from __future__ import annotations
 
 from tests.support.harness import Harness
-from tests.support.repos import git
+from tests.support.repos import committed_repo, git
 from tests.support.stream import events
 from workflows.agent.models import AgentResult, RunStatus
 from workflows.agent.workflow import AgentWorkflow
@@ -22,11 +22,7 @@ async def hook_lines(handle: object) -> list[str]:
 
 async def test_a_step_that_writes_is_committed(harness: Harness) -> None:
     repo = harness.workspace
-    repo.mkdir(parents=True, exist_ok=True)
-    git(repo, "init", "-q")
-    (repo / "README.md").write_text("hi\n")
-    git(repo, "add", "README.md")
-    git(repo, "commit", "-q", "-m", "start")
+    committed_repo(repo)
     model = harness.script(
         {"tool_calls": [write("notes.md", "one\n"), write("src/app.py", "print(1)\n")]},
         {"tool_calls": [{"name": "read_file", "arguments": {"path": "notes.md"}}]},

@@ -20,7 +20,7 @@ from activities.store.blobs import FileBlobStore
 from activities.workspace import Manifests
 from tests.support.harness import Harness, keep_history, replayer, scripted_worker, start_agent
 from tests.support.processes import clean_env, run_cli, server_address, start_worker
-from tests.support.repos import git
+from tests.support.repos import committed_repo, git
 from treadle.scripted_model import ScriptedModelServer
 from workflows.agent.models import AgentConfig, AgentResult, RunStatus
 from workflows.agent.workflow import AgentWorkflow
@@ -109,11 +109,7 @@ async def test_a_hooks_change_is_in_the_steps_snapshot(
     """With a hook (``git_commit`` writes ``.git``'s index and refs after the step's calls) the
     step is snapshotted after its hooks, as before: the snapshot holds the commit's ref."""
     repo = harness.workspace
-    repo.mkdir(parents=True, exist_ok=True)
-    git(repo, "init", "-q")
-    (repo / "README.md").write_text("hi\n")
-    git(repo, "add", "README.md")
-    git(repo, "commit", "-q", "-m", "start")
+    committed_repo(repo)
     model = harness.script(call("write_file", path="notes.md", content="one\n"), {"content": "ok"})
     handle = await harness.start(model, hooks=["git_commit"])
     assert (await handle.result()).status is RunStatus.DONE

@@ -54,6 +54,20 @@ async def tree_of(manifest: str) -> dict[str, bytes]:
     return {path: await store.get(entry[0]) for path, entry in state.items()}
 
 
+def writes_then_delegates(harness: Harness) -> tuple[str, list[dict[str, Any]]]:
+    """A child that reads ``a.txt`` and writes ``kid.txt``, and the parent's first two turns:
+    write ``a.txt``, then delegate to it."""
+    kid = harness.script(
+        {"tool_calls": [read("a.txt")]},
+        {"tool_calls": [write("kid.txt", "from the child")]},
+        {"content": "wrote kid.txt"},
+    )
+    return kid, [
+        {"tool_calls": [write("a.txt", "from the parent")]},
+        {"tool_calls": [delegate("read a.txt, write kid.txt", kid, "call_kid")]},
+    ]
+
+
 async def test_a_child_sees_its_parents_files_and_the_parent_sees_the_childs(
     rooted: tuple[Harness, Path], tmp_path: Path
 ) -> None:
@@ -62,14 +76,9 @@ async def test_a_child_sees_its_parents_files_and_the_parent_sees_the_childs(
     in the parent's trace, its hooks and progress count the child's file, and ``workspace
     PARENT_ID --into DIR`` has both files."""
     harness, root = rooted
-    kid = harness.script(
-        {"tool_calls": [read("a.txt")]},
-        {"tool_calls": [write("kid.txt", "from the child")]},
-        {"content": "wrote kid.txt"},
-    )
+    kid, parent_writes_and_delegates = writes_then_delegates(harness)
     parent = harness.script(
-        {"tool_calls": [write("a.txt", "from the parent")]},
-        {"tool_calls": [delegate("read a.txt, write kid.txt", kid, "call_kid")]},
+        *parent_writes_and_delegates,
         {"tool_calls": [read("kid.txt")]},
         {"content": "both there"},
     )
@@ -159,14 +168,9 @@ async def test_without_a_root_the_child_works_in_the_same_directory(harness: Har
     """A worker without a root, snapshots on: parent and child use the run's ``--workspace``
     (the child reads the parent's file there); the child's snapshots chain on the parent's,
     and the parent's latest snapshot, merged with the child's, holds both files."""
-    kid = harness.script(
-        {"tool_calls": [read("a.txt")]},
-        {"tool_calls": [write("kid.txt", "from the child")]},
-        {"content": "wrote kid.txt"},
-    )
+    kid, parent_writes_and_delegates = writes_then_delegates(harness)
     parent = harness.script(
-        {"tool_calls": [write("a.txt", "from the parent")]},
-        {"tool_calls": [delegate("read a.txt, write kid.txt", kid, "call_kid")]},
+        *parent_writes_and_delegates,
         {"content": "both there"},
     )
     handle = await harness.start(parent, subagents={"models": [kid]}, snapshots={"enabled": True})

@@ -10,7 +10,7 @@ from activities.store.blobs import FileBlobStore
 from activities.workspace import Manifests, Snapshotter, materialise
 from workflows.agent.snapshots import SnapshotRequest
 
-KEY = b"sk-withheld-0123456789abcdef"
+KEY = b"a-worker-secret-value-for-this-test"
 
 
 def stored_bytes(root: Path) -> bytes:
