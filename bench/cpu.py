@@ -167,7 +167,7 @@ async def worker_profile(pid: int, out: Path) -> str:
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     steps, reps = args.steps, args.reps
     with tempfile.TemporaryDirectory(prefix="treadle-cpu-") as tmp_dir:
-        async with bench_setup(False, Path(tmp_dir)) as bench:
+        async with bench_setup(False, Path(tmp_dir), args.timer_shift) as bench:
             plain = await Client.connect(bench.address, namespace="default")
             tq, fq = new_id("cpu"), new_id("cpu-floor")
             flags = () if args.sticky is None else ("--sticky-queue-timeout", str(args.sticky))
@@ -414,6 +414,11 @@ def main() -> None:
     parser.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
     parser.add_argument(
         "--sticky", type=float, help="worker.py --sticky-queue-timeout (default: its own)"
+    )
+    parser.add_argument(
+        "--timer-shift",
+        metavar="DURATION",
+        help="the dev server's timer granularity (default: temporal-dev.yaml's; 1s: the server's)",
     )
     args = parser.parse_args()
     figures = asyncio.run(run(args))
