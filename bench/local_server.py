@@ -6,7 +6,7 @@ from __future__ import annotations
 import socket
 from pathlib import Path
 
-from treadle.devserver import DevServerConfig
+from treadle.devserver import TIMER_TICK, TIMER_TICK_KEY, DevServerConfig
 from workflows.agent.search_attributes import REQUIRED
 
 
@@ -16,15 +16,13 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-TIMER_SHIFT = "history.timerProcessorMaxTimeShift"
-"""The server's timer granularity (1 s by default, on the dev server as on a cluster): a timer
-(a heartbeat or sticky timeout, a retry's backoff) fires up to this much after it is due."""
-
-
 def dev_server_config(db_filename: Path, timer_shift: str | None = None) -> DevServerConfig:
-    dynamic: dict[str, object] = {"system.forceSearchAttributesCacheRefreshOnRead": True}
-    if timer_shift is not None:
-        dynamic[TIMER_SHIFT] = timer_shift
+    """``timer_shift``: the server's timer granularity (``treadle.devserver.TIMER_TICK``, as
+    ``temporal-dev.yaml`` sets it, unless given; ``1s`` is the server's own default)."""
+    dynamic: dict[str, object] = {
+        "system.forceSearchAttributesCacheRefreshOnRead": True,
+        TIMER_TICK_KEY: TIMER_TICK if timer_shift is None else timer_shift,
+    }
     return DevServerConfig(
         port=free_port(),
         ui_port=free_port(),

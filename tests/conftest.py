@@ -32,7 +32,7 @@ from tests.support.harness import (
 )
 from tests.support.processes import free_port
 from treadle.connection import connect
-from treadle.devserver import DevServer, DevServerConfig
+from treadle.devserver import TIMER_TICK, TIMER_TICK_KEY, DevServer, DevServerConfig
 from treadle.scripted_model import ScriptedModelServer
 from workflows.agent import search_attributes
 
@@ -77,7 +77,10 @@ async def temporal_address(
         search_attributes={
             name: kind.name.title() for name, kind in search_attributes.REQUIRED.items()
         },
-        dynamic_config={"system.forceSearchAttributesCacheRefreshOnRead": True},
+        dynamic_config={
+            "system.forceSearchAttributesCacheRefreshOnRead": True,
+            TIMER_TICK_KEY: TIMER_TICK,  # as temporal-dev.yaml: what a user's server runs with
+        },
     )
     async with DevServer.ensure(config) as server:
         yield server.address
