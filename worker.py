@@ -86,17 +86,20 @@ MCP_CONFIG_ENV = "TREADLE_MCP_CONFIG"
 
 log = logging.getLogger("treadle.worker")
 
-STICKY_QUEUE_TIMEOUT_SECONDS = 1.0
+STICKY_QUEUE_TIMEOUT_SECONDS = 0.5
 """The server gives a run's next workflow task to any worker after this long unclaimed by the
 worker that caches the run (the SDK's default is 10 s): a run cached on a dead worker continues
-about a second after its signal, not ten. A busy worker that misses it replays the run instead
-(a second at most: ``continue_as_new_after_events`` bounds what there is to replay)."""
+0.6 s after its signal (on a server with ``temporal-dev.yaml``'s timer tick), not ten. The
+timeout counts until a poll of the worker's takes the task, and its SDK keeps a poll waiting on
+the server whenever it has a free slot, so a live worker misses it only with every workflow task
+slot busy; it then replays the run instead (a second at most: ``continue_as_new_after_events``
+bounds what there is to replay)."""
 
 HEARTBEAT_THROTTLE = timedelta(seconds=MIN_INTERVAL_SECONDS)
-"""The SDK sends an activity's heartbeats at most every 0.8 x its heartbeat timeout (1.6 s of a
-2 s timeout, leaving 0.4 s for the RPC). Activities here beat every third of the timeout
-(``activities.heartbeat``); this lets each beat through, so the server hears one every 0.67 s of
-a 2 s timeout and a live attempt survives a stall of over a second."""
+"""The SDK sends an activity's heartbeats at most every 0.8 x its heartbeat timeout (0.8 s of a
+1 s timeout, leaving 0.2 s for the RPC). Activities here beat every third of the timeout
+(``activities.heartbeat``); this lets each beat through, so the server hears one every 0.33 s of
+the default 1 s timeout and a live attempt survives a stall of 0.67 s."""
 
 BUILD_LIBRARIES = ("temporalio", "pydantic", "pydantic-core", "httpx")
 """Besides Treadle's own code, what decides how a workflow replays: in the build id."""

@@ -2,11 +2,11 @@
 
 While an activity awaits something slow (a model's answer, a job's work, a command), a background
 task heartbeats after ``FIRST_BEAT_SECONDS`` (or a third of the heartbeat timeout, if that is
-sooner) and then at a third of the heartbeat timeout: a call shorter than that sends none (most
-model calls and every file tool), which is time a step does not spend. That is how a dead worker is
-noticed after the heartbeat timeout instead of the whole start-to-close timeout, and how a
-cancellation reaches the activity at all. Outside an activity (a tool called directly, as tests
-do) nothing is sent.
+sooner) and then at a third of the heartbeat timeout: a call shorter than that sends none (a
+fast model's answer, every file tool), which is time a step does not spend. That is how a dead
+worker is noticed after the heartbeat timeout instead of the whole start-to-close timeout, and
+how a cancellation reaches the activity at all. Outside an activity (a tool called directly, as
+tests do) nothing is sent.
 """
 
 from __future__ import annotations
@@ -18,7 +18,8 @@ from typing import Any
 
 from temporalio import activity
 
-MIN_INTERVAL_SECONDS = 0.5
+MIN_INTERVAL_SECONDS = 0.25
+"""Beats never come closer than this (the SDK lets each through: ``worker.HEARTBEAT_THROTTLE``)."""
 FIRST_BEAT_SECONDS = 1.0
 """The first beat waits this long: the heartbeat timeout counts from the attempt's start, and a
 beat earlier than a third of it tells Temporal nothing it needs yet."""

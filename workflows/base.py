@@ -25,9 +25,16 @@ from pydantic.fields import FieldInfo
 from temporalio.exceptions import ActivityError, ApplicationError, TimeoutError
 
 FIRST_RETRY = timedelta(seconds=0.5)
-"""The first retry's backoff of the agent's calls (model, tools, MCP, hooks). A call interrupted
-by a dead worker is retried this long after its heartbeat timeout, so the pair decides how fast
-a replacement takes over; a provider's own errors back off longer (``provider_backoff``)."""
+"""The first retry's backoff of the agent's tool, MCP and hook calls: a call interrupted by a
+dead worker is retried this long after its heartbeat timeout, and a tool's own transient error
+this long after it failed."""
+
+DEAD_WORKER_RETRY = timedelta(seconds=0.1)
+"""The first retry's backoff of a model call, which is what its retry policy decides only for
+an attempt whose worker died (its heartbeat timed out) or that failed with an error nobody
+foresaw: a provider's own errors carry their backoff (1, 2, 4 ... s, ``provider_backoff``) or
+its ``Retry-After``. So a standby worker takes over a killed worker's call 0.1 s after the
+heartbeat timeout (docs/benchmarks.md, recovery)."""
 
 
 class Frozen(BaseModel):

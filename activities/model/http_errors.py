@@ -155,7 +155,8 @@ def retry_after_cap(policy: RetryPolicy | None) -> timedelta:
 PROVIDER_FIRST_RETRY = timedelta(seconds=1)
 """A provider's retryable error (5xx, overload, a cut connection) waits this long before the
 next attempt, then doubles (the policy's coefficient). The policy's own first interval is
-shorter (half a second), for an attempt whose worker died: that one has nothing to wait out."""
+shorter (0.1 s, ``workflows.base.DEAD_WORKER_RETRY``), for an attempt whose worker died: that
+one has nothing to wait out."""
 
 
 def provider_backoff(attempt: int, policy: RetryPolicy | None) -> timedelta:

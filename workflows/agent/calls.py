@@ -43,7 +43,7 @@ from workflows.agent.outages import (
     unreachable_store,
 )
 from workflows.agent.snapshots import SnapshotRequest, SnapshotResult, snapshot_call
-from workflows.base import FIRST_RETRY, failure_message
+from workflows.base import DEAD_WORKER_RETRY, FIRST_RETRY, failure_message
 
 with workflow.unsafe.imports_passed_through():
     # Activity classes are referenced by method (names by object, not string). Their modules
@@ -247,13 +247,14 @@ def _show(outage: Outage | None) -> None:
 
 def model_call(config: AgentConfig, summary: str) -> workflow.ActivityConfig:
     """One planning call: backs off up to a minute between attempts (rate limits, overload);
-    a 429's ``Retry-After`` replaces the backoff; 4xx other than 408/409/429 fail at once."""
+    a 429's ``Retry-After`` replaces the backoff; 4xx other than 408/409/429 fail at once. An
+    attempt lost with its worker is retried ``DEAD_WORKER_RETRY`` after its heartbeat timeout."""
     return workflow.ActivityConfig(
         summary=summary,
         start_to_close_timeout=timedelta(seconds=config.model_timeout_seconds),
         heartbeat_timeout=timedelta(seconds=config.heartbeat_timeout_seconds),
         retry_policy=RetryPolicy(
-            initial_interval=FIRST_RETRY,
+            initial_interval=DEAD_WORKER_RETRY,
             backoff_coefficient=2.0,
             maximum_interval=timedelta(seconds=60),
             maximum_attempts=config.model_max_attempts,
@@ -268,7 +269,7 @@ def summary_call(config: AgentConfig, summary: str) -> workflow.ActivityConfig:
         summary=summary,
         start_to_close_timeout=timedelta(seconds=config.model_timeout_seconds),
         heartbeat_timeout=timedelta(seconds=config.heartbeat_timeout_seconds),
-        retry_policy=RetryPolicy(initial_interval=FIRST_RETRY, maximum_attempts=2),
+        retry_policy=RetryPolicy(initial_interval=DEAD_WORKER_RETRY, maximum_attempts=2),
     )
 
 

@@ -202,11 +202,14 @@ class AgentConfig(Frozen):
     tool_timeout_seconds: float = Field(120, gt=0, le=86_400)
     """Start-to-close timeout of one tool call attempt."""
     tool_max_attempts: int = Field(3, ge=1, le=100)
-    heartbeat_timeout_seconds: float = Field(2, ge=1, le=3600)
+    heartbeat_timeout_seconds: float = Field(1, ge=1, le=3600)
     """A worker that dies during a model call, command, MCP call or hook is noticed after this
-    long, not after the call's timeout; its retry starts half a second later. Beats reach the
-    server every third of it (``worker.HEARTBEAT_THROTTLE``), so a live attempt fails only if
-    its worker's event loop stalls for two thirds of it (1.3 s of the default)."""
+    long, not after the call's timeout; a model call's retry starts 0.1 s later
+    (``DEAD_WORKER_RETRY``). Beats reach the server every third of it
+    (``worker.HEARTBEAT_THROTTLE``: three heartbeat RPCs a second per running call at the
+    default), so a live attempt is taken for dead only if its worker's event loop stalls for two
+    thirds of it (0.67 s of the default); that attempt is then made again, never twice at once.
+    Raise it where workers stall for longer (a machine loaded far past its cores)."""
     thread_idle_timeout_seconds: float = Field(7 * 24 * 3600, gt=0, le=365 * 24 * 3600)
     """A thread with no message for this long ends (Done) — a durable timer, no polling."""
     continue_as_new_after_events: int | None = Field(800, ge=20, le=50_000)
