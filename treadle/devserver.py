@@ -66,7 +66,7 @@ TIMER_TICK = "100ms"
 """How late the server may fire a timer that is due: a heartbeat timeout, a retry's backoff, a
 sticky queue's timeout, a ``workflow.sleep``. The server's default (on a cluster too) is 1 s,
 which puts up to a second on every step of a takeover after a worker dies; at 100 ms a killed
-worker's model call runs again on a standby 1.1 s after the kill instead of 2.3 s, at no idle
+worker's model call runs again on a standby 1.1 s after the kill instead of 2.6 s, at no idle
 CPU measured (docs/benchmarks.md, recovery). ``temporal-dev.yaml`` sets it; on a cluster an
 operator sets the same dynamic config key."""
 
