@@ -74,6 +74,11 @@ from workflows.agent.content_refs import holds_refs
 from workflows.agent.models import ModelRequest, ModelResponse
 from workflows.agent.providers import PROVIDERS, ModelStringError, resolve
 
+READ_TIMEOUT_GRACE_SECONDS = 2.0
+"""The HTTP read timeout outlasts the attempt's start-to-close timeout by this much, so an
+attempt too slow for it always ends by Temporal's timeout (``start-to-close timeout`` in the
+history and the run's error) and never, by a race of milliseconds, by the client's own."""
+
 
 class WireProtocol(Protocol):
     """What one provider module provides (``openai_chat``, ``anthropic_messages``)."""
@@ -175,7 +180,9 @@ class ModelActivities:
                 )
                 telemetry.record_input(whole.messages)  # only with content capture on
                 result = await self.complete(
-                    whole, read_timeout=start_to_close.total_seconds(), on_text=on_text
+                    whole,
+                    read_timeout=start_to_close.total_seconds() + READ_TIMEOUT_GRACE_SECONDS,
+                    on_text=on_text,
                 )
                 result = usage.with_usage(whole, result)  # never silently zero
                 _never_cut(whole, result)

@@ -208,7 +208,8 @@ class AgentConfig(Frozen):
     (``DEAD_WORKER_RETRY``). Beats reach the server every third of it
     (``worker.HEARTBEAT_THROTTLE``: three heartbeat RPCs a second per running call at the
     default), so a live attempt is taken for dead only if its worker's event loop stalls for two
-    thirds of it (0.67 s of the default); that attempt is then made again, never twice at once.
+    thirds of it (0.67 s of the default); the call is then made again (the stalled attempt is
+    cancelled at its next beat, which the server no longer accepts).
     Raise it where workers stall for longer (a machine loaded far past its cores)."""
     thread_idle_timeout_seconds: float = Field(7 * 24 * 3600, gt=0, le=365 * 24 * 3600)
     """A thread with no message for this long ends (Done) — a durable timer, no polling."""
