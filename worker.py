@@ -89,11 +89,11 @@ log = logging.getLogger("treadle.worker")
 STICKY_QUEUE_TIMEOUT_SECONDS = 0.5
 """The server gives a run's next workflow task to any worker after this long unclaimed by the
 worker that caches the run (the SDK's default is 10 s): a run cached on a dead worker continues
-0.6 s after its signal (on a server with ``temporal-dev.yaml``'s timer tick), not ten. The
-timeout counts until a poll of the worker's takes the task, and its SDK keeps a poll waiting on
-the server whenever it has a free slot, so a live worker misses it only with every workflow task
-slot busy; it then replays the run instead (a second at most: ``continue_as_new_after_events``
-bounds what there is to replay)."""
+0.6 s after its signal (on a server with ``temporal-dev.yaml``'s timer tick), not ten. A live
+worker whose polls fall behind misses it too (a burst of 100 runs at once: about one workflow
+task in nine, at 0.5 s as at 1 s; none at 10 s) and takes the run's task from the normal queue
+instead, which costs two history events and at most a replay (``continue_as_new_after_events``
+bounds it); docs/benchmarks.md measures both."""
 
 HEARTBEAT_THROTTLE = timedelta(seconds=MIN_INTERVAL_SECONDS)
 """The SDK sends an activity's heartbeats at most every 0.8 x its heartbeat timeout (0.8 s of a
