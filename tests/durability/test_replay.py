@@ -127,5 +127,10 @@ def test_the_corpus_holds_runs_from_before_each_versioned_change() -> None:
         and t.count("EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES") >= 6
     ]
     assert per_transition, "no recorded run that upserted at every transition"
-    for patch in (*subagent_patches, *workspace_patches):
+    for patch in (*subagent_patches, *workspace_patches, PACED_STEP_ATTRIBUTES):
         assert any(patch in ids for ids in marked.values()), f"no recorded run after {patch}"
+    # Paced step attributes: a run that sent its step once the pace allowed, and a run that
+    # handed over with its held step.
+    paced = [name for name, ids in marked.items() if PACED_STEP_ATTRIBUTES in ids]
+    assert any("pace_allows" in name for name in paced), paced
+    assert any("CONTINUED_AS_NEW" in agent_runs[name] for name in paced), paced
