@@ -25,6 +25,7 @@ from workflows.agent.models import (
     RunStatus,
     UserMessage,
 )
+from workflows.agent.publishing import STEP_ATTRIBUTES_EVERY
 from workflows.agent.workflow import AgentWorkflow
 
 BIG = 50_000
@@ -138,10 +139,11 @@ async def test_a_missing_blob_is_a_clear_error_that_names_it(
     assert str(root) in result.error
 
 
-async def test_a_step_costs_at_most_13_history_events(harness: Harness) -> None:
+async def test_a_step_costs_12_history_events_as_on_the_floor(harness: Harness) -> None:
     """A step (a model call and one tool call) is 12 events on the bare Temporal floor (two
-    activities, two workflow tasks); the run's visibility (AgentState, AgentStep) adds one
-    upsert, sent before the model call: the step's tool calls send none of their own."""
+    activities, two workflow tasks), and so is a Treadle step in the steady state: its own
+    moves (AgentState Planning <-> Acting, AgentStep) send no upsert until 10 s of workflow
+    time have passed since the last one (a busy machine's slower run is allowed that many)."""
     writes = [
         {"tool_calls": [{"name": "write_file", "arguments": {"path": "n.md", "content": str(i)}}]}
         for i in range(10)
@@ -153,16 +155,13 @@ async def test_a_step_costs_at_most_13_history_events(harness: Harness) -> None:
         handle = await harness.start(model, max_steps=20)
         assert (await handle.result()).status is RunStatus.DONE
         history = await handle.fetch_history()
-        upserts = [
-            e
-            for e in history.events
-            if e.event_type == EventType.EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES
-        ]
-        counts.append((len(history.events), len(upserts)))
-    (short_events, short_upserts), (long_events, long_upserts) = counts
-    per_step = (long_events - short_events) / 9
-    assert per_step <= 13, counts
-    assert (long_upserts - short_upserts) / 9 <= 1, counts
+        counts.append(len(history.events))
+    paced = int(
+        (history.events[-1].event_time.ToDatetime() - history.events[0].event_time.ToDatetime())
+        / STEP_ATTRIBUTES_EVERY
+    )
+    short_events, long_events = counts
+    assert long_events - short_events <= 12 * 9 + paced, (counts, paced)
 
 
 async def test_an_approved_call_runs_as_acting_never_as_waiting(harness: Harness) -> None:

@@ -88,7 +88,7 @@ def test_the_corpus_holds_runs_from_before_each_versioned_change() -> None:
     from workflows.agent.handover import CARRIED_BY_REFERENCE
     from workflows.agent.outages import STORE_OUTAGES
     from workflows.agent.planning import PATCHES_BEFORE_LOCAL_ACTIVITY
-    from workflows.agent.publishing import ONE_UPSERT_PER_STEP
+    from workflows.agent.publishing import ONE_UPSERT_PER_STEP, PACED_STEP_ATTRIBUTES
     from workflows.agent.snapshots import (
         SNAPSHOTS_IN_CALLS,
         SUBAGENT_WORKSPACE,
@@ -110,7 +110,7 @@ def test_the_corpus_holds_runs_from_before_each_versioned_change() -> None:
     subagent_patches += (SUBAGENTS_OUTLIVE_RUNS,)
     workspace_patches = (WORKSPACE_FOLLOWS, SUBAGENT_WORKSPACE, SNAPSHOTS_IN_CALLS)
     later = (STORE_OUTAGES, *subagent_patches, ONE_UPSERT_PER_STEP, *workspace_patches)
-    later += (PATCHES_BEFORE_LOCAL_ACTIVITY,)
+    later += (PATCHES_BEFORE_LOCAL_ACTIVITY, PACED_STEP_ATTRIBUTES)
     for patch in (*patches, *later):
         before = [name for name, ids in marked.items() if patch not in ids]
         assert before, f"no recorded run from before {patch}"
@@ -127,5 +127,10 @@ def test_the_corpus_holds_runs_from_before_each_versioned_change() -> None:
         and t.count("EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES") >= 6
     ]
     assert per_transition, "no recorded run that upserted at every transition"
-    for patch in (*subagent_patches, *workspace_patches):
+    for patch in (*subagent_patches, *workspace_patches, PACED_STEP_ATTRIBUTES):
         assert any(patch in ids for ids in marked.values()), f"no recorded run after {patch}"
+    # Paced step attributes: a run that sent its step once the pace allowed, and a run that
+    # handed over with its held step.
+    paced = [name for name, ids in marked.items() if PACED_STEP_ATTRIBUTES in ids]
+    assert any("pace_allows" in name for name in paced), paced
+    assert any("CONTINUED_AS_NEW" in agent_runs[name] for name in paced), paced

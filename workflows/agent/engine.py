@@ -196,12 +196,12 @@ class AgentEngine(AgentHandlers):
                 self._pub.record(run.state, "RunFailed", str(exc))
                 self._pub.emit("error", f"run failed: {exc}")
                 self._pub.upsert([sa.AGENT_STATE.value_set(State.ERROR.value)])
-            self._pub.send_attributes()
+            self._pub.send_attributes(exact=True)
             # A sub-agent outliving its parent's runs: the parent's newest run learns why.
             why = "was cancelled" if is_cancelled_exception(exc) else f"failed: {exc}"
             await child_reports.ended_report(run, self._pub, why)
             raise
-        self._pub.send_attributes()
+        self._pub.send_attributes(exact=True)
         outcome = {State.DONE: RunStatus.DONE, State.HALTED: RunStatus.HALTED}
         m = run.memory
         result = AgentResult(
@@ -266,7 +266,7 @@ class AgentEngine(AgentHandlers):
         await workflow.wait_condition(workflow.all_handlers_finished)
         self._pub.record(self._run.state, "ContinuedAsNew", why)
         self._pub.emit("continued", why)
-        self._pub.send_attributes()
+        self._pub.send_attributes(exact=True)
         await handover.continue_as_new(self._run, self._pub.stream)
 
     # ----------------------------------------------------------------------------------------

@@ -3,13 +3,16 @@ its search attributes (AgentState / AgentStep / AgentModel) and the Web UI's cur
 
 None of it decides anything: the loop calls ``Publisher`` after it moved. Publishing on the
 stream adds no history event; search-attribute changes are held back and sent together before
-the run waits (``send_attributes``), so the transitions between two waits cost one upsert, and a
-step's tool calls send none of their own (``ONE_UPSERT_PER_STEP``): a step costs one upsert.
+the run waits (``send_attributes``), so the transitions between two waits cost one upsert. A
+step's own moves (``Planning`` <-> ``Acting``, its ``AgentStep``) are sent with the next change a
+user searches for, before a hand-over and at the end, and otherwise at most once per
+``STEP_ATTRIBUTES_EVERY`` of workflow time (``PACED_STEP_ATTRIBUTES``): a fast step costs no
+upsert, and the exact step is always in ``status``, the live view and the Web UI's details.
 """
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from temporalio import workflow
@@ -31,7 +34,25 @@ before it (both are sent before the model call, which is most of a step's time).
 sent only after a wait a user searches for (an approval's tools run as ``Acting``, never as
 ``WaitingForHuman``). Before it, a step cost two upserts."""
 
+PACED_STEP_ATTRIBUTES = "paced-step-attributes"
+"""``workflow.patched`` id: a step sends no upsert in the steady state. Its own moves
+(``Planning`` <-> ``Acting``/``ParallelActing``) and its ``AgentStep`` wait for the next change
+worth sending (a state a user searches for, a hand-over, the run's end: those are sent at once,
+carrying them), or go out before a model call once ``STEP_ATTRIBUTES_EVERY`` of workflow time
+has passed since the last upsert. Asked at the first such move (the first step's tools, after
+its model call's result, never a local activity's). Before it, a step cost one upsert
+(``ONE_UPSERT_PER_STEP``)."""
+
+STEP_ATTRIBUTES_EVERY = timedelta(seconds=10)
+"""At most one upsert of a step's own moves per 10 s of workflow time. A step that waits on a
+real model takes seconds, so ``AgentStep`` in visibility lags by a step or two at most (a search
+such as ``AgentStep > 10`` finds the run within 10 s of it getting there); a fast run (a scripted
+model, ~0.1 s a step) sends about one upsert per 100 steps instead of one a step. A run's state
+a user searches for never waits for it."""
+
 _TOOL_STATES = frozenset({State.ACTING.value, State.PARALLEL_ACTING.value})
+_STEP_STATES = _TOOL_STATES | {State.PLANNING.value}
+_STEP_ATTRIBUTES = frozenset({sa.AGENT_STATE.name, sa.AGENT_STEP.name})
 
 
 class Publisher:
@@ -48,6 +69,10 @@ class Publisher:
         """What visibility holds for this run (sent by this run; a replay rebuilds it)."""
         self._one_per_step: bool | None = None
         """``workflow.patched(ONE_UPSERT_PER_STEP)``, asked where it first decides something."""
+        self._paced: bool | None = None
+        """``workflow.patched(PACED_STEP_ATTRIBUTES)``, asked where it first decides something."""
+        self._sent_at = workflow.now()
+        """When this run last upserted (its start: a hand-over has just sent exact values)."""
         self.coalesce_attributes = False
         """Hold search-attribute changes until the run waits (runs recorded before upserted
         at every transition, and replay so: the engine sets this behind ``workflow.patched``)."""
@@ -119,13 +144,41 @@ class Publisher:
         for update in updates:
             self._pending_attributes[update.key.name] = update
 
-    def send_attributes(self) -> None:
+    def send_attributes(self, *, exact: bool = False) -> None:
+        """Send the held changes, unless they are only a step's own moves (``_held``);
+        ``exact``: the run is about to hand over or end, so visibility must hold every value."""
         pending = self._pending_attributes
-        if not pending or self._held_for_step(pending):
+        if not pending or self._held(pending, exact):
             return
         workflow.upsert_search_attributes(list(pending.values()))
         self._sent_attributes.update({name: u.value for name, u in pending.items()})
+        self._sent_at = workflow.now()
         pending.clear()
+
+    def _held(self, pending: dict[str, SearchAttributeUpdate[Any]], exact: bool) -> bool:
+        """Whether these changes are only a step's own moves (``Planning`` <-> ``Acting``, the
+        step counted), held: always on the way to the tools, before a model call until
+        ``STEP_ATTRIBUTES_EVERY`` has passed since the last upsert, never when ``exact``."""
+        state = pending.get(sa.AGENT_STATE.name)
+        # What visibility holds: this run's upserts, and what a hand-over carried to it.
+        shown = workflow.info().typed_search_attributes.get(sa.AGENT_STATE)
+        if (
+            state is None
+            or state.value not in _STEP_STATES
+            or shown not in _STEP_STATES
+            or set(pending) - _STEP_ATTRIBUTES
+        ):
+            return False
+        if self._paced is None:
+            # Runs recorded before sent these (``_held_for_step``), and replay so.
+            self._paced = workflow.patched(PACED_STEP_ATTRIBUTES)
+        if not self._paced:
+            return self._held_for_step(pending)
+        if exact:
+            return False
+        if state.value in _TOOL_STATES:
+            return True
+        return workflow.now() - self._sent_at < STEP_ATTRIBUTES_EVERY
 
     def _held_for_step(self, pending: dict[str, SearchAttributeUpdate[Any]]) -> bool:
         """Whether these changes are only a step moving from its model call to its tools

@@ -1,0 +1,145 @@
+"""Search attributes follow a run at a bounded cost: a state a user searches for (waiting, done,
+failed) is sent at once with the exact step, a step's own moves (Planning <-> Acting, AgentStep)
+at most once per ``STEP_ATTRIBUTES_EVERY`` of workflow time, and every run of a chain ends with
+its exact step in visibility."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import WorkflowHistory
+from temporalio.converter import decode_typed_search_attributes
+
+from tests.support.harness import Harness, keep_history
+from workflows.agent import search_attributes as sa
+from workflows.agent.models import AgentResult, ApproveSignal, RunStatus
+from workflows.agent.publishing import STEP_ATTRIBUTES_EVERY
+from workflows.agent.workflow import AgentWorkflow
+
+
+def _writes(steps: int) -> list[dict[str, Any]]:
+    return [
+        {"tool_calls": [{"name": "write_file", "arguments": {"path": f"n{i}.md", "content": "x"}}]}
+        for i in range(steps)
+    ]
+
+
+def _sent(history: WorkflowHistory) -> list[tuple[str | None, int | None]]:
+    """(AgentState, AgentStep) of every upsert that carries the run's own attributes (the
+    SDK's ``TemporalChangeVersion`` upserts for patch markers are left out)."""
+    sent = []
+    for event in history.events:
+        if event.event_type != EventType.EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES:
+            continue
+        attrs = decode_typed_search_attributes(
+            event.upsert_workflow_search_attributes_event_attributes.search_attributes
+        )
+        if attrs.get(sa.AGENT_STEP) is not None:
+            sent.append((attrs.get(sa.AGENT_STATE), attrs.get(sa.AGENT_STEP)))
+    return sent
+
+
+def _paced_allowance(history: WorkflowHistory) -> int:
+    """How many paced upserts the run's workflow time allows (one per ``STEP_ATTRIBUTES_EVERY``
+    from its first event to its last; a busy machine's slow run is allowed more)."""
+    first, last = history.events[0].event_time, history.events[-1].event_time
+    span = last.ToDatetime() - first.ToDatetime()
+    return int(span / STEP_ATTRIBUTES_EVERY)
+
+
+async def test_a_fast_run_sends_its_steps_only_at_the_pace_and_ends_exact(
+    harness: Harness,
+) -> None:
+    """Thirty fast steps send their own moves at most once per 10 s of workflow time (on a
+    machine that runs them within it: none), and the run ends with Done and its exact step."""
+    steps = 30
+    handle = await harness.start(
+        harness.script(*_writes(steps), {"content": "done"}), max_steps=steps + 5
+    )
+    result: AgentResult = await handle.result()
+    assert result.status is RunStatus.DONE, result.error
+    history = await handle.fetch_history()
+    sent = _sent(history)
+    # The first (model, Planning, step 0) before the first model call, and Done at the end.
+    assert sent[0] == ("Planning", 0), sent
+    assert sent[-1] == ("Done", steps + 1), sent
+    assert len(sent) - 2 <= _paced_allowance(history), sent
+    desc = await handle.describe()
+    assert desc.typed_search_attributes.get(sa.AGENT_STATE) == "Done"
+    assert desc.typed_search_attributes.get(sa.AGENT_STEP) == result.steps == steps + 1
+
+
+async def test_a_slow_step_sends_its_step_once_the_pace_allows(harness: Harness) -> None:
+    """A model call longer than ``STEP_ATTRIBUTES_EVERY`` (a real model's): the next step's
+    model call is preceded by one upsert of the step reached, with no state change."""
+    slow = {**_writes(1)[0], "delay": STEP_ATTRIBUTES_EVERY.total_seconds() + 0.5}
+    handle = await harness.start(harness.script(slow, {"content": "done"}))
+    assert (await handle.result()).status is RunStatus.DONE
+    assert _sent(await handle.fetch_history()) == [("Planning", 0), ("Planning", 1), ("Done", 2)]
+
+
+async def test_a_waiting_run_is_found_by_its_state_at_once_with_its_exact_step(
+    harness: Harness,
+) -> None:
+    """After fast steps that sent none of their own, a run waiting for approval is found by
+    ``AgentState='WaitingForHuman'`` and its exact ``AgentStep``: the wait's upsert carries
+    the steps held back."""
+    lists = [{"tool_calls": [{"name": "list_dir", "arguments": {"path": "."}}]}] * 4
+    model = harness.script(*lists, *_writes(1), {"content": "done"})
+    handle = await harness.start(model, require_approval=["write_file"])
+    await harness.wait_for_state(handle, "WaitingForHuman")
+    # A query is answered between workflow tasks: the wait's upsert is already in history.
+    sent = _sent(await handle.fetch_history())
+    assert sent[-1] == ("WaitingForHuman", 5), sent
+    query = f"AgentState='WaitingForHuman' AND AgentStep=5 AND WorkflowId='{handle.id}'"
+    found: list[str] = []
+    for _ in range(50):  # visibility is eventually consistent
+        found = [w.id async for w in harness.client.list_workflows(query)]
+        if found:
+            break
+        await asyncio.sleep(0.2)
+    assert found == [handle.id]
+    await handle.signal(AgentWorkflow.approve, ApproveSignal())
+    assert (await handle.result()).status is RunStatus.DONE
+
+
+async def test_each_run_of_a_chain_hands_over_with_its_exact_step(harness: Harness) -> None:
+    """A fast run that continues as new several times: each run's last values in visibility
+    are the step it handed over at (its model calls and those of the runs before it)."""
+    steps = 24
+    handle = await harness.start(
+        harness.script(*_writes(steps), {"content": "done"}),
+        max_steps=steps + 5,
+        continue_as_new_after_events=60,
+    )
+    result: AgentResult = await handle.result()
+    assert result.status is RunStatus.DONE, result.error
+    run_id: str | None = handle.first_execution_run_id or handle.run_id
+    done_steps, runs = 0, 0
+    while run_id:
+        run = harness.client.get_workflow_handle(handle.id, run_id=run_id)
+        history = await run.fetch_history()
+        done_steps += sum(
+            1
+            for e in history.events
+            if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+            and e.activity_task_scheduled_event_attributes.activity_type.name == "call_model"
+        )
+        attrs = (await run.describe()).typed_search_attributes
+        last = history.events[-1]
+        runs += 1
+        if runs == 1:  # the harness records the chain's last run; the replay corpus gets both
+            keep_history("test_each_run_of_a_chain_hands_over_with_its_exact_step-first", history)
+        if last.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW:
+            assert (attrs.get(sa.AGENT_STATE), attrs.get(sa.AGENT_STEP)) == (
+                "Planning",
+                done_steps,
+            )
+            run_id = last.workflow_execution_continued_as_new_event_attributes.new_execution_run_id
+        else:
+            assert (attrs.get(sa.AGENT_STATE), attrs.get(sa.AGENT_STEP)) == ("Done", done_steps)
+            assert done_steps == result.steps
+            run_id = None
+    assert runs >= 3
