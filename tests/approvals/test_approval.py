@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 
 import pytest
@@ -192,12 +191,7 @@ async def test_waiting_runs_are_found_by_search_attribute(harness: Harness) -> N
     handle = await harness.start(model, require_approval=["write_file"])
     await harness.wait_for_state(handle, "WaitingForHuman")
     query = f"AgentState='WaitingForHuman' AND WorkflowId='{handle.id}'"
-    for _ in range(50):  # visibility is eventually consistent
-        found = [w.id async for w in harness.client.list_workflows(query)]
-        if found:
-            break
-        await asyncio.sleep(0.2)
-    assert found == [handle.id]
+    assert await harness.found_by(query) == [handle.id]
     listed = await harness.temporal("workflow", "list", "--query", query, "-o", "json")
     assert listed.returncode == 0, listed.stderr
     assert handle.id in listed.stdout

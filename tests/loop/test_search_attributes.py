@@ -5,7 +5,6 @@ its exact step in visibility."""
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 from temporalio.api.enums.v1 import EventType
@@ -94,13 +93,7 @@ async def test_a_waiting_run_is_found_by_its_state_at_once_with_its_exact_step(
     sent = _sent(await handle.fetch_history())
     assert sent[-1] == ("WaitingForHuman", 5), sent
     query = f"AgentState='WaitingForHuman' AND AgentStep=5 AND WorkflowId='{handle.id}'"
-    found: list[str] = []
-    for _ in range(50):  # visibility is eventually consistent
-        found = [w.id async for w in harness.client.list_workflows(query)]
-        if found:
-            break
-        await asyncio.sleep(0.2)
-    assert found == [handle.id]
+    assert await harness.found_by(query) == [handle.id]
     await handle.signal(AgentWorkflow.approve, ApproveSignal())
     assert (await handle.result()).status is RunStatus.DONE
 

@@ -110,6 +110,16 @@ class Harness:
                 raise AssertionError(f"run stayed in {status.state}, never reached {state}")
             await asyncio.sleep(0.1)
 
+    async def found_by(self, query: str, timeout: float = 10) -> list[str]:
+        """The ids of the workflows a visibility ``query`` finds, once it finds any (visibility
+        is eventually consistent); an empty list after ``timeout``."""
+        deadline = asyncio.get_running_loop().time() + timeout
+        while True:
+            found = [w.id async for w in self.client.list_workflows(query)]
+            if found or asyncio.get_running_loop().time() > deadline:
+                return found
+            await asyncio.sleep(0.2)
+
     async def trace_events(
         self, handle: WorkflowHandle[Any, Any], event: str, count: int, timeout: float = 30
     ) -> list[TraceEntry]:
