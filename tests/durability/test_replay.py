@@ -88,7 +88,11 @@ def test_the_corpus_holds_runs_from_before_each_versioned_change() -> None:
     from workflows.agent.handover import CARRIED_BY_REFERENCE
     from workflows.agent.outages import STORE_OUTAGES
     from workflows.agent.planning import PATCHES_BEFORE_LOCAL_ACTIVITY
-    from workflows.agent.publishing import ONE_UPSERT_PER_STEP, PACED_STEP_ATTRIBUTES
+    from workflows.agent.publishing import (
+        ONE_UPSERT_PER_STEP,
+        PACED_HOOK_ATTRIBUTES,
+        PACED_STEP_ATTRIBUTES,
+    )
     from workflows.agent.snapshots import (
         SNAPSHOTS_IN_CALLS,
         SUBAGENT_WORKSPACE,
@@ -110,7 +114,7 @@ def test_the_corpus_holds_runs_from_before_each_versioned_change() -> None:
     subagent_patches += (SUBAGENTS_OUTLIVE_RUNS,)
     workspace_patches = (WORKSPACE_FOLLOWS, SUBAGENT_WORKSPACE, SNAPSHOTS_IN_CALLS)
     later = (STORE_OUTAGES, *subagent_patches, ONE_UPSERT_PER_STEP, *workspace_patches)
-    later += (PATCHES_BEFORE_LOCAL_ACTIVITY, PACED_STEP_ATTRIBUTES)
+    later += (PATCHES_BEFORE_LOCAL_ACTIVITY, PACED_STEP_ATTRIBUTES, PACED_HOOK_ATTRIBUTES)
     for patch in (*patches, *later):
         before = [name for name, ids in marked.items() if patch not in ids]
         assert before, f"no recorded run from before {patch}"
@@ -134,3 +138,7 @@ def test_the_corpus_holds_runs_from_before_each_versioned_change() -> None:
     paced = [name for name, ids in marked.items() if PACED_STEP_ATTRIBUTES in ids]
     assert any("pace_allows" in name for name in paced), paced
     assert any("CONTINUED_AS_NEW" in agent_runs[name] for name in paced), paced
+    # Paced hooks: runs with a post-tools hook from before (a step sent PostToolsHook, then
+    # Planning) and after.
+    hooked = [name for name, t in agent_runs.items() if '"run_hook"' in t]
+    assert any(PACED_HOOK_ATTRIBUTES not in marked[name] for name in hooked), hooked

@@ -1,7 +1,7 @@
 """Search attributes follow a run at a bounded cost: a state a user searches for (waiting, done,
-failed) is sent at once with the exact step, a step's own moves (Planning <-> Acting, AgentStep)
-at most once per ``STEP_ATTRIBUTES_EVERY`` of workflow time, and every run of a chain ends with
-its exact step in visibility."""
+failed) is sent at once with the exact step, a step's own moves (Planning <-> Acting or
+PostToolsHook, AgentStep) at most once per ``STEP_ATTRIBUTES_EVERY`` of workflow time, and every
+run of a chain ends with its exact step in visibility."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from temporalio.client import WorkflowHistory
 from temporalio.converter import decode_typed_search_attributes
 
 from tests.support.harness import Harness, keep_history
+from tests.support.repos import committed_repo, git
 from workflows.agent import search_attributes as sa
 from workflows.agent.models import AgentResult, ApproveSignal, RunStatus
 from workflows.agent.publishing import STEP_ATTRIBUTES_EVERY
@@ -136,3 +137,28 @@ async def test_each_run_of_a_chain_hands_over_with_its_exact_step(harness: Harne
             assert done_steps == result.steps
             run_id = None
     assert runs >= 3
+
+
+async def test_a_run_with_a_hook_sends_its_steps_only_at_the_pace(harness: Harness) -> None:
+    """A run whose every step is committed by ``git_commit``: the hook is one of a step's own
+    moves, so a fast run sends neither ``PostToolsHook`` nor the ``Planning`` after it, and
+    still commits each step and ends with Done and its exact step."""
+    committed_repo(harness.workspace)
+    steps = 6
+    handle = await harness.start(
+        harness.script(*_writes(steps), {"content": "done"}),
+        max_steps=steps + 5,
+        hooks=["git_commit"],
+    )
+    result: AgentResult = await handle.result()
+    assert result.status is RunStatus.DONE, result.error
+    assert len(git(harness.workspace, "rev-list", "HEAD").split()) == steps + 1
+    history = await handle.fetch_history()
+    sent = _sent(history)
+    assert sent[0] == ("Planning", 0), sent
+    assert sent[-1] == ("Done", steps + 1), sent
+    assert all(state != "PostToolsHook" for state, _ in sent), sent
+    assert len(sent) - 2 <= _paced_allowance(history), sent
+    # The Web UI's details and the trace still say where each step was.
+    trace = await handle.query(AgentWorkflow.trace)
+    assert sum(1 for e in trace.entries if e.event == "HookRun") == steps

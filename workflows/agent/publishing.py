@@ -4,10 +4,11 @@ its search attributes (AgentState / AgentStep / AgentModel) and the Web UI's cur
 None of it decides anything: the loop calls ``Publisher`` after it moved. Publishing on the
 stream adds no history event; search-attribute changes are held back and sent together before
 the run waits (``send_attributes``), so the transitions between two waits cost one upsert. A
-step's own moves (``Planning`` <-> ``Acting``, its ``AgentStep``) are sent with the next change a
-user searches for, before a hand-over and at the end, and otherwise at most once per
-``STEP_ATTRIBUTES_EVERY`` of workflow time (``PACED_STEP_ATTRIBUTES``): a fast step costs no
-upsert, and the exact step is always in ``status``, the live view and the Web UI's details.
+step's own moves (``Planning`` <-> ``Acting``, ``PostToolsHook`` for a run with hooks, its
+``AgentStep``) are sent with the next change a user searches for, before a hand-over and at the
+end, and otherwise at most once per ``STEP_ATTRIBUTES_EVERY`` of workflow time
+(``PACED_STEP_ATTRIBUTES``, ``PACED_HOOK_ATTRIBUTES``): a fast step costs no upsert, and the
+exact step is always in ``status``, the live view and the Web UI's details.
 """
 
 from __future__ import annotations
@@ -43,6 +44,13 @@ has passed since the last upsert. Asked at the first such move (the first step's
 its model call's result, never a local activity's). Before it, a step cost one upsert
 (``ONE_UPSERT_PER_STEP``)."""
 
+PACED_HOOK_ATTRIBUTES = "paced-hook-attributes"
+"""``workflow.patched`` id: ``PostToolsHook`` (a run with hooks runs them after every writing
+step) is one of a step's own moves, held like ``Acting``: a step with a hook sends no upsert in
+the steady state either. Asked where the hook state first decides something (the first hook's
+step, after its tools' result). Before it, such a step sent two (``PostToolsHook``, then
+``Planning``)."""
+
 STEP_ATTRIBUTES_EVERY = timedelta(seconds=10)
 """At most one upsert of a step's own moves per 10 s of workflow time. A step that waits on a
 real model takes seconds, so ``AgentStep`` in visibility lags by a step or two at most (a search
@@ -52,6 +60,7 @@ a user searches for never waits for it."""
 
 _TOOL_STATES = frozenset({State.ACTING.value, State.PARALLEL_ACTING.value})
 _STEP_STATES = _TOOL_STATES | {State.PLANNING.value}
+_HOOK_STATE = State.POST_TOOLS_HOOK.value
 _STEP_ATTRIBUTES = frozenset({sa.AGENT_STATE.name, sa.AGENT_STEP.name})
 
 
@@ -71,6 +80,8 @@ class Publisher:
         """``workflow.patched(ONE_UPSERT_PER_STEP)``, asked where it first decides something."""
         self._paced: bool | None = None
         """``workflow.patched(PACED_STEP_ATTRIBUTES)``, asked where it first decides something."""
+        self._paced_hooks: bool | None = None
+        """``workflow.patched(PACED_HOOK_ATTRIBUTES)``, asked where it first decides something."""
         self._sent_at = workflow.now()
         """When this run last upserted (its start: a hand-over has just sent exact values)."""
         self.coalesce_attributes = False
@@ -156,16 +167,17 @@ class Publisher:
         pending.clear()
 
     def _held(self, pending: dict[str, SearchAttributeUpdate[Any]], exact: bool) -> bool:
-        """Whether these changes are only a step's own moves (``Planning`` <-> ``Acting``, the
-        step counted), held: always on the way to the tools, before a model call until
-        ``STEP_ATTRIBUTES_EVERY`` has passed since the last upsert, never when ``exact``."""
+        """Whether these changes are only a step's own moves (``Planning`` <-> ``Acting`` or
+        ``PostToolsHook``, the step counted), held: always on the way to the tools or the
+        hooks, before a model call until ``STEP_ATTRIBUTES_EVERY`` has passed since the last
+        upsert, never when ``exact``."""
         state = pending.get(sa.AGENT_STATE.name)
         # What visibility holds: this run's upserts, and what a hand-over carried to it.
         shown = workflow.info().typed_search_attributes.get(sa.AGENT_STATE)
         if (
             state is None
-            or state.value not in _STEP_STATES
-            or shown not in _STEP_STATES
+            or not self._step_state(state.value)
+            or not self._step_state(shown)
             or set(pending) - _STEP_ATTRIBUTES
         ):
             return False
@@ -176,9 +188,21 @@ class Publisher:
             return self._held_for_step(pending)
         if exact:
             return False
-        if state.value in _TOOL_STATES:
+        if state.value in _TOOL_STATES or state.value == _HOOK_STATE:
             return True
         return workflow.now() - self._sent_at < STEP_ATTRIBUTES_EVERY
+
+    def _step_state(self, value: str | None) -> bool:
+        """Whether ``value`` is one of a step's own states: ``PostToolsHook`` too once
+        ``PACED_HOOK_ATTRIBUTES`` holds (asked the first time it decides; runs recorded before
+        sent it at once, and replay so)."""
+        if value in _STEP_STATES:
+            return True
+        if value != _HOOK_STATE:
+            return False
+        if self._paced_hooks is None:
+            self._paced_hooks = workflow.patched(PACED_HOOK_ATTRIBUTES)
+        return self._paced_hooks
 
     def _held_for_step(self, pending: dict[str, SearchAttributeUpdate[Any]]) -> bool:
         """Whether these changes are only a step moving from its model call to its tools
