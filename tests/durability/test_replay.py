@@ -131,7 +131,12 @@ def test_the_corpus_holds_runs_from_before_each_versioned_change() -> None:
         and t.count("EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES") >= 6
     ]
     assert per_transition, "no recorded run that upserted at every transition"
-    for patch in (*subagent_patches, *workspace_patches, PACED_STEP_ATTRIBUTES):
+    for patch in (
+        *subagent_patches,
+        *workspace_patches,
+        PACED_STEP_ATTRIBUTES,
+        PACED_HOOK_ATTRIBUTES,
+    ):
         assert any(patch in ids for ids in marked.values()), f"no recorded run after {patch}"
     # Paced step attributes: a run that sent its step once the pace allowed, and a run that
     # handed over with its held step.
@@ -142,3 +147,4 @@ def test_the_corpus_holds_runs_from_before_each_versioned_change() -> None:
     # Planning) and after.
     hooked = [name for name, t in agent_runs.items() if '"run_hook"' in t]
     assert any(PACED_HOOK_ATTRIBUTES not in marked[name] for name in hooked), hooked
+    assert any(PACED_HOOK_ATTRIBUTES in marked[name] for name in hooked), hooked
