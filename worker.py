@@ -38,7 +38,7 @@ from typing import Any
 import httpx
 from temporalio.client import Client
 from temporalio.worker import Worker
-from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
+from temporalio.worker.workflow_sandbox import SandboxRestrictions
 
 from activities import jobs as job_activities
 from activities import threads as thread_activities
@@ -71,6 +71,7 @@ from treadle.devserver import DevServer, DevServerError, load_config
 from treadle.job_schedules import sync_schedules
 from treadle.logs import LOG_FORMATS, configure_logging
 from treadle.observability import TelemetrySettingsError, metrics_runtime, metrics_url
+from treadle.sandbox import LeanSandboxedWorkflowRunner
 from treadle.stores import StoreSettingsError, check_store, open_blob_store, parse_store
 from workflows.agent import search_attributes
 from workflows.agent.models import TASK_QUEUE
@@ -193,9 +194,9 @@ PASSTHROUGH_MODULES = (
 )
 
 
-def workflow_runner() -> SandboxedWorkflowRunner:
-    """The sandbox every worker and the replay tests use."""
-    return SandboxedWorkflowRunner(
+def workflow_runner() -> LeanSandboxedWorkflowRunner:
+    """The sandbox every worker and the replay tests use (``treadle.sandbox``)."""
+    return LeanSandboxedWorkflowRunner(
         restrictions=SandboxRestrictions.default.with_passthrough_modules(*PASSTHROUGH_MODULES)
     )
 
