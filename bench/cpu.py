@@ -1,6 +1,6 @@
 """CPU seconds per step against an honest floor: the measure that stays stable on a busy machine.
 
-    python -m bench.cpu [--steps 20] [--reps 5] [--profile] [--json FILE]
+    python -m bench.cpu [--steps 20] [--reps 5] [--profile] [--json FILE] [--save-histories DIR]
 
 Two worker processes on one fresh dev server: ``worker.py`` as a user runs it (the defaults,
 the conversation store) and the bare Temporal floor in its own process
@@ -278,6 +278,12 @@ async def measure(
         "whole replies": await last["whole replies"].fetch_history(),
     }
     figures["events_per_step"] = {k: events_per_step(h) for k, h in histories.items()}
+    if args.save_histories:
+        # The last run of each side, for a profile of its replay or a look in the Web UI's shape.
+        out = Path(args.save_histories)
+        out.mkdir(parents=True, exist_ok=True)
+        for name, history in histories.items():
+            (out / f"{name.replace(' ', '-')}.json").write_text(history.to_json())
     # A workflow task the run's worker did not take from its sticky queue in time (or did not
     # complete in time) is handed to the normal queue: a replay, and two more events.
     timed_out = 0
@@ -412,6 +418,9 @@ def main() -> None:
     )
     parser.add_argument("--watchers", type=int, default=0, help="also: a run with N live views")
     parser.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
+    parser.add_argument(
+        "--save-histories", metavar="DIR", help="also write the last runs' histories as JSON"
+    )
     parser.add_argument(
         "--sticky", type=float, help="worker.py --sticky-queue-timeout (default: its own)"
     )
