@@ -6,7 +6,9 @@ The SDK runs every workflow activation on a thread of its own pool and ``asyncio
 work on another, so the profile covers each thread (``threading.Thread.run`` wrapped), not only
 the event loop's. ``SIGUSR1`` forgets what was counted so far (the warm-up round), ``SIGUSR2``
 writes the merged ``pstats`` file ``OUT``, and so does an ``os._exit`` (``worker.py`` leaves
-with one). cProfile's own cost inflates code that makes many small calls: read the ranking.
+with one). Each thread counts its own CPU time (``time.thread_time``), so a thread waiting on a
+queue or a socket counts nothing. cProfile's own cost inflates code that makes many small
+calls: read the ranking.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import runpy
 import signal
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +29,7 @@ _profiles: list[cProfile.Profile] = []
 
 def _profiled_run(run: Any) -> Any:
     def wrapper(self: threading.Thread) -> None:
-        profile = cProfile.Profile()
+        profile = cProfile.Profile(time.thread_time)
         _profiles.append(profile)
         profile.enable()
         try:
@@ -71,7 +74,7 @@ def main() -> None:
 
     os._exit = exit_writing  # type: ignore[assignment]
     sys.argv = [script, *args]
-    main_thread = cProfile.Profile()
+    main_thread = cProfile.Profile(time.thread_time)
     _profiles.append(main_thread)
     main_thread.enable()
     runpy.run_path(script, run_name="__main__")
