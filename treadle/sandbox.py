@@ -4,16 +4,16 @@ With a payload codec or External Storage set (every Treadle client has both), th
 run, for each payload sequence of an activation and of its completion, which serialization
 context and which store context apply: a step has about eighteen. The sandboxed runner answers
 each one by compiling a snippet and executing it inside the sandbox with its importer applied
-(``builtins`` and ``sys.modules`` swapped in and out): ~40 µs a question, ~0.7 ms a step, about
-half of what the sandbox adds to a replay. The answer is a look-up in the run's pending
-commands, made by the SDK's own instance (its module is passed through the sandbox, so it
-imports nothing and runs no workflow code). ``LeanSandboxedWorkflowRunner`` asks that instance
-directly; every activation, and so every line of workflow code, still runs in the sandbox with
-its restrictions.
+(``builtins`` and ``sys.modules`` swapped in and out): ~40 µs a question, ~1.4 ms of a replayed
+step, most of what the sandbox added to a replay (docs/benchmarks.md, sixth round). The answer
+is a look-up in the run's pending commands, made by the SDK's own instance (its module is passed
+through the sandbox, so it imports nothing and runs no workflow code).
+``LeanSandboxedWorkflowRunner`` asks that instance directly; every activation, and so every line
+of workflow code, still runs in the sandbox with its restrictions.
 
 The SDK's runner is marked unstable and the shapes used here are private (``_Instance`` and its
-``__temporal_in_sandbox`` global; temporalio 1.35). Where a future SDK changes
-them, the SDK's own path answers: checked once per run's instance, never a failure.
+``__temporal_in_sandbox`` global; temporalio 1.35). Where a future SDK changes them, the SDK's
+own path answers: checked once per run's instance, never a failure.
 """
 
 from __future__ import annotations

