@@ -7,8 +7,9 @@ expected failure into a ``ToolResult(success=False, output="ERROR: ...")``, beca
 call is an observation for the model, not an activity failure. Only bugs and unexpected OS
 errors (EIO and the like) raise, and those Temporal retries.
 
-File work runs in a thread (``asyncio.to_thread``) and commands run as asyncio subprocesses, so
-the worker's event loop never blocks.
+File work runs in a thread (``asyncio.to_thread``, one hand-off a call: the workspace is made
+in the same thread) and commands run as asyncio subprocesses, so the worker's event loop never
+blocks.
 
 ``run_command`` (in ``commands``) checks a command's arguments for paths leading out of the
 workspace on every worker, and runs it under bubblewrap where the worker has it
@@ -192,7 +193,7 @@ def _occurrences(text: str, needle: str) -> int:
 
 async def read_file(workspace: Path, args: ReadFileArgs, policy: ToolPolicy) -> ToolOutput:
     """A text file's content, optionally the lines from ``offset`` on (at most ``limit``)."""
-    return await asyncio.to_thread(_read_file, workspace, args)
+    return await asyncio.to_thread(_in_workspace, _read_file, workspace, args)
 
 
 def _read_file(workspace: Path, args: ReadFileArgs) -> ToolOutput:
@@ -218,7 +219,7 @@ def _read_file(workspace: Path, args: ReadFileArgs) -> ToolOutput:
 
 async def write_file(workspace: Path, args: WriteFileArgs, policy: ToolPolicy) -> ToolOutput:
     """Create or replace a text file atomically, creating its parent directories."""
-    return await asyncio.to_thread(_write_file, workspace, args)
+    return await asyncio.to_thread(_in_workspace, _write_file, workspace, args)
 
 
 def _write_file(workspace: Path, args: WriteFileArgs) -> ToolOutput:
@@ -240,7 +241,7 @@ def _write_file(workspace: Path, args: WriteFileArgs) -> ToolOutput:
 
 async def edit_file(workspace: Path, args: EditFileArgs, policy: ToolPolicy) -> ToolOutput:
     """Replace the one exact occurrence of ``old_text`` with ``new_text``, atomically."""
-    return await asyncio.to_thread(_edit_file, workspace, args)
+    return await asyncio.to_thread(_in_workspace, _edit_file, workspace, args)
 
 
 def _edit_file(workspace: Path, args: EditFileArgs) -> ToolOutput:
@@ -270,7 +271,7 @@ def _changed(rel: str, data: bytes, text: str) -> ToolOutput:
 
 async def list_dir(workspace: Path, args: ListDirArgs, policy: ToolPolicy) -> ToolOutput:
     """A directory's entries by name: ``dir/``, ``file  (N bytes)``, ``link -> target``."""
-    return await asyncio.to_thread(_list_dir, workspace, args)
+    return await asyncio.to_thread(_in_workspace, _list_dir, workspace, args)
 
 
 def _list_dir(workspace: Path, args: ListDirArgs) -> ToolOutput:
@@ -314,7 +315,7 @@ def _describe_entry(entry: os.DirEntry[str], root: Path) -> str:
 
 async def search_files(workspace: Path, args: SearchFilesArgs, policy: ToolPolicy) -> ToolOutput:
     """Matching lines (``path:line: text``) of the text files under ``path``."""
-    return await asyncio.to_thread(_search_files, workspace, args)
+    return await asyncio.to_thread(_in_workspace, _search_files, workspace, args)
 
 
 def _search_files(workspace: Path, args: SearchFilesArgs) -> ToolOutput:
@@ -428,9 +429,9 @@ async def _execute(
     """Run one call whose arguments are parsed."""
     limit = policy.max_output_chars
     try:
-        await asyncio.to_thread(_ensure_workspace, workspace)
         custom = registry.BY_NAME.get(tool)
         if custom is not None:
+            await asyncio.to_thread(_ensure_workspace, workspace)
             output = await _run_custom(custom, workspace, args, policy)
         else:
             output = await _dispatch(workspace, args, policy, confinement)
@@ -449,6 +450,15 @@ async def _run_custom(
     """One of your own tools; a plain string result is its output."""
     result = await tool.run(args, ToolContext(workspace=workspace, policy=policy))
     return ToolOutput(text=result) if isinstance(result, str) else result
+
+
+def _in_workspace(
+    work: Callable[[Path, Any], ToolOutput], workspace: Path, args: ToolArgs
+) -> ToolOutput:
+    """A file tool's work, the workspace made first, in the same thread: a file tool's call
+    is one hand-off from the event loop (each costs the worker a wake-up both ways)."""
+    _ensure_workspace(workspace)
+    return work(workspace, args)
 
 
 def _ensure_workspace(workspace: Path) -> None:
@@ -475,6 +485,7 @@ async def _dispatch(
         case SearchFilesArgs():
             return await search_files(workspace, args, policy)
         case RunCommandArgs():
+            await asyncio.to_thread(_ensure_workspace, workspace)
             return await run_command(workspace, args, policy, confinement=confinement)
     # A catalogue entry without an implementation is a bug, not a tool failure.
     raise TypeError(f"no implementation for {type(args).__name__}")

@@ -21,6 +21,7 @@ from activities.errors import WorkspaceEscapeError
 from activities.tools.builtin import ToolActivities, cap_output, command_environment, execute_tool
 from activities.tools.workspace import relative, resolve
 from tests.support.commands import gone_within, marker, pids_with
+from tests.support.hand_offs import hand_offs
 from workflows.agent.models import ToolCall, ToolPolicy, ToolRequest, ToolResult
 
 POLICY = ToolPolicy()
@@ -148,6 +149,26 @@ async def test_write_file_creates_parents_and_reports_the_path(workspace: Path) 
         content_hashes={"docs/notes.md": sha("héllo\n")},
     )
     assert (workspace / "docs" / "notes.md").read_text() == "héllo\n"
+
+
+async def test_each_file_tool_call_is_one_hand_off_to_a_thread(tmp_path: Path) -> None:
+    """A file tool's call hands its work to a thread once, the workspace made in the same
+    hand-off (each hand-off wakes a thread and then the worker's event loop); the first call
+    makes the workspace."""
+    workspace = tmp_path / "new"
+    calls: list[tuple[str, dict[str, Any]]] = [
+        ("write_file", {"path": "a/notes.txt", "content": "one\ntwo\n"}),
+        ("read_file", {"path": "a/notes.txt"}),
+        ("edit_file", {"path": "a/notes.txt", "old_text": "two", "new_text": "three"}),
+        ("list_dir", {"path": "a"}),
+        ("search_files", {"pattern": "three"}),
+    ]
+    for tool, arguments in calls:
+        with hand_offs() as counted:
+            result = await run(workspace, tool, **arguments)
+        assert result.success, result.output
+        assert counted == ["_in_workspace"], tool
+    assert (workspace / "a" / "notes.txt").read_text() == "one\nthree\n"
 
 
 async def test_write_file_replaces_atomically_and_keeps_the_mode(workspace: Path) -> None:
