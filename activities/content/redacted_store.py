@@ -14,6 +14,8 @@ made of them), and a change of length inside a protobuf would break it.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from activities.content.redaction import Redactor
 from activities.store.blobs import BlobStore
 
@@ -34,11 +36,15 @@ class RedactedBlobs:
         return await self.blobs.get(key)
 
     async def put(self, data: bytes) -> str:
+        return await self.blobs.put(self._clean(data))
+
+    async def put_many(self, blobs: Sequence[bytes]) -> list[str]:
+        return await self.blobs.put_many([self._clean(data) for data in blobs])
+
+    def _clean(self, data: bytes) -> bytes:
         try:
             text = data.decode("utf-8", "surrogatepass")
         except UnicodeDecodeError:
-            return await self.blobs.put(data)
+            return data
         clean = self.redactor(text)
-        if clean != text:
-            data = clean.encode("utf-8", "surrogatepass")
-        return await self.blobs.put(data)
+        return data if clean == text else clean.encode("utf-8", "surrogatepass")

@@ -19,6 +19,7 @@ import hashlib
 import os
 import re
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Protocol
 
@@ -49,11 +50,17 @@ class Sealer(Protocol):
 
 class BlobStore(Protocol):
     """What the activities need from a store; a backend for several machines (S3) implements
-    the same three calls."""
+    the same four calls."""
 
     async def put(self, data: bytes) -> str:
         """Store ``data`` (idempotent); its key. ``StoreUnavailable`` if the store cannot be
         reached or written now."""
+        ...
+
+    async def put_many(self, blobs: Sequence[bytes]) -> list[str]:
+        """Store each of ``blobs`` in order, so a later one may name an earlier one (a
+        snapshot's manifest, its files); their keys. What one ``put`` each would do, in one
+        call: a backend that can, hands the work to a thread once for all of them."""
         ...
 
     async def get(self, key: str) -> bytes:
@@ -101,6 +108,20 @@ class FileBlobStore:
         except OSError as exc:
             raise self._unavailable(f"cannot write {key}", exc) from None
         return key
+
+    async def put_many(self, blobs: Sequence[bytes]) -> list[str]:
+        return await asyncio.to_thread(self._write_all, blobs)
+
+    def _write_all(self, blobs: Sequence[bytes]) -> list[str]:
+        keys = []
+        for data in blobs:
+            key = key_of(data)
+            try:
+                self._write(key, data)
+            except OSError as exc:
+                raise self._unavailable(f"cannot write {key}", exc) from None
+            keys.append(key)
+        return keys
 
     def _write(self, key: str, data: bytes) -> None:
         path = self._path(key)

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypeVar
 from urllib.parse import urlsplit, urlunsplit
@@ -281,6 +281,9 @@ class S3BlobStore:
                 bucket=self.objects.settings.bucket, key=_name(key), data=sealed
             )
         return key
+
+    async def put_many(self, blobs: Sequence[bytes]) -> list[str]:
+        return [await self.put(data) for data in blobs]  # each call is a thread's already
 
     async def _readable(self, key: str) -> bool:
         """Whether the object already under ``key`` reads back as its content (content-addressed:

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import json
 import zlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -205,9 +205,10 @@ class Manifests:
             self._remember(self._manifests, key, found)
         return found
 
-    async def put(self, manifest: Manifest, state: State) -> str:
-        """Store ``manifest`` (whose whole workspace is ``state``); its key."""
-        key = await self.store.put(encode(manifest))
+    async def put(self, manifest: Manifest, state: State, *, first: Sequence[bytes] = ()) -> str:
+        """Store ``manifest`` (whose whole workspace is ``state``); its key. ``first``: the
+        contents of files it names, written before it in the same call to the store."""
+        key = (await self.store.put_many([*first, encode(manifest)]))[-1]
         self._remember(self._manifests, key, manifest)
         self._remember(self._states, key, state)
         return key

@@ -30,7 +30,7 @@ from temporalio import activity
 
 from activities.errors import StoreUnavailable
 from activities.heartbeat import heartbeating
-from activities.store.blobs import BlobStore
+from activities.store.blobs import BlobStore, key_of
 from activities.workspace.manifest import (
     Entry,
     Manifest,
@@ -39,7 +39,17 @@ from activities.workspace.manifest import (
     base_seq,
     changes_between,
 )
-from activities.workspace.scan import Exclusions, Index, Rules, Seen, entry_of, look_at, read, walk
+from activities.workspace.scan import (
+    Exclusions,
+    Index,
+    Rules,
+    Seen,
+    Signature,
+    entry_of,
+    look_at,
+    read,
+    walk,
+)
 from activities.workspace.watch import Watcher, WatchUnavailable, say_once
 from workflows.agent.snapshots import MERGED_PATHS_KEPT, SnapshotRequest, SnapshotResult
 
@@ -51,6 +61,15 @@ __all__ = ["Record", "Snapshotter", "TooMuchToRead", "WorkspaceActivities", "siz
 KEEP_WORKSPACES = 64
 """Workspaces whose index a worker keeps in memory; the one used longest ago is forgotten
 (its next snapshot reads its files once more)."""
+
+READ_AHEAD_BYTES = 8 * 2**20
+"""Changed files read in the same hand-off to a thread as the look that found them, up to this
+many bytes together: a step's few small files cost the event loop one hand-off, not one each
+(a hand-off wakes the loop and a thread). Past it, files are read one at a time."""
+
+HELD_BYTES = 8 * 2**20
+"""New files' contents held to go to the store with the manifest, in one call, up to this many
+bytes together; past it, what is held is written first."""
 
 KEEP_WATCHERS = 32
 """Workspaces a worker watches at most, the ones used last (a watcher is an inotify instance:
@@ -93,6 +112,34 @@ class Counts:
     whole_walk: bool = False
     how: str = ""
     """How it looked (the detail's words): ``watched: …``, ``walked: why``, ``reported: …``."""
+
+
+@dataclass
+class Held:
+    """New files' contents not in the store yet. The index learns a file only once its blob
+    is written: a file the index knows is never stored again."""
+
+    index: Index
+    looked_at_ns: int
+    files: list[tuple[str, Signature, str, bytes]] = field(default_factory=list)
+    size: int = 0
+
+    def add(self, rel: str, signature: Signature, data: bytes) -> str:
+        """Hold ``data`` as ``rel``'s content; its key (the store's: ``key_of``)."""
+        key = key_of(data)
+        self.files.append((rel, signature, key, data))
+        self.size += len(data)
+        return key
+
+    @property
+    def blobs(self) -> list[bytes]:
+        return [data for _, _, _, data in self.files]
+
+    def written(self) -> None:
+        """The held blobs are in the store: the index learns them."""
+        for rel, signature, key, _ in self.files:
+            self.index.remember(rel, signature, key, self.looked_at_ns)
+        self.files, self.size = [], 0
 
 
 WITHHELD = "holds a secret"
@@ -150,8 +197,8 @@ class Snapshotter:
         previous = request.previous
         before: State = await self.manifests.state(previous) if previous else {}
         why = _why_walk(request, record, rules)
-        seen, covered, how = await asyncio.to_thread(
-            self._look, root, rules, record, request.paths, before, why
+        seen, covered, how, early = await asyncio.to_thread(
+            self._look_and_read, root, rules, record, request.paths, before, why, max_read_bytes
         )
         reading = sum(signature[0] for signature in seen.to_hash.values())
         if max_read_bytes is not None and reading > max_read_bytes:
@@ -168,7 +215,8 @@ class Snapshotter:
         after.update(seen.entries)
         kept = () if previous is None else (await self.manifests.get(previous)).withheld
         withheld = set() if whole else {p for p in kept if p not in covered}
-        hashed_bytes = await self._hash(root, seen, record.index, after, withheld)
+        held = Held(record.index, seen.started_ns)
+        hashed_bytes = await self._hash(root, seen, early, held, after, withheld)
         if not whole:  # a whole walk's exclusions already name them
             for rel in sorted(withheld - set(kept)):
                 record.exclusions.add(WITHHELD, rel)
@@ -185,7 +233,14 @@ class Snapshotter:
             )
 
         result = await self._result(
-            request, before, after, record.exclusions, said, hashed=read, withheld=withheld
+            request,
+            before,
+            after,
+            record.exclusions,
+            said,
+            hashed=read,
+            withheld=withheld,
+            held=held,
         )
         record.last, record.pending = result.manifest, set()
         return result
@@ -260,9 +315,11 @@ class Snapshotter:
         overlaps: dict[str, tuple[int, ...]] | None = None,
         paths: tuple[tuple[str, ...], ...] = (),
         withheld: set[str] | None = None,
+        held: Held | None = None,
     ) -> SnapshotResult:
         """The workspace ``after``: the previous snapshot again when nothing changed, else a
-        new manifest in the store; ``said`` is the trace line's (of the new one, or ``None``)."""
+        new manifest in the store, written with the files' contents ``held``; ``said`` is the
+        trace line's (of the new one, or ``None``)."""
         unchanged = SnapshotResult(
             manifest=request.previous,
             files=len(after),
@@ -272,15 +329,18 @@ class Snapshotter:
             paths=paths,
             detail=f"step {request.step}: {said(None)}",
         )
-        held = tuple(sorted(withheld or ()))
+        kept = tuple(sorted(withheld or ()))
         previous = request.previous
         if (
             previous is not None
             and after == before
-            and held == (await self.manifests.get(previous)).withheld
+            and kept == (await self.manifests.get(previous)).withheld
         ):
+            if held is not None and held.files:  # read again, the same: stored as before
+                await self.store.put_many(held.blobs)
+                held.written()
             return unchanged
-        key, manifest = await self._write(request, before, after, exclusions, held)
+        key, manifest = await self._write(request, before, after, exclusions, kept, held)
         written = {"manifest": key, "created": True, "changed": manifest.changed}
         return unchanged.model_copy(
             update={
@@ -309,6 +369,29 @@ class Snapshotter:
             if record.watcher is not None:
                 record.watcher.close()
                 record.watcher = None
+
+    def _look_and_read(
+        self,
+        root: Path,
+        rules: Rules,
+        record: Record,
+        reported: tuple[str, ...] | None,
+        before: State,
+        why: str | None,
+        max_read_bytes: int | None,
+    ) -> tuple[Seen, set[str] | None, str, dict[str, bytes | None]]:
+        """``_look``, then the contents of the files it found changed, up to
+        ``READ_AHEAD_BYTES`` together, in the same thread (``None``: unreadable); none when
+        they come to more than ``max_read_bytes``."""
+        seen, covered, how = self._look(root, rules, record, reported, before, why)
+        early: dict[str, bytes | None] = {}
+        if max_read_bytes is None or sum(s[0] for s in seen.to_hash.values()) <= max_read_bytes:
+            room = READ_AHEAD_BYTES
+            for rel, signature in seen.to_hash.items():
+                if signature[0] <= room:
+                    early[rel] = data = _read(root, rel, signature)
+                    room -= signature[0] if data is None else len(data)
+        return seen, covered, how, early
 
     def _look(
         self,
@@ -364,16 +447,25 @@ class Snapshotter:
             return None
 
     async def _hash(
-        self, root: Path, seen: Seen, index: Index, after: State, withheld: set[str]
+        self,
+        root: Path,
+        seen: Seen,
+        early: dict[str, bytes | None],
+        held: Held,
+        after: State,
+        withheld: set[str],
     ) -> int:
-        """Read and store every file whose signature changed; their entries join ``after``,
-        except those that hold a secret, which join ``withheld`` (and are read again next
-        time: the index does not learn them)."""
+        """Read every file whose signature changed (those not read ``early``) and hold its
+        content for the store; their entries join ``after``, except those that hold a
+        secret, which join ``withheld`` (and are read again next time: the index does not
+        learn them)."""
         total = 0
         for rel, signature in seen.to_hash.items():
-            try:
-                data = await asyncio.to_thread(read, root, rel, signature)
-            except OSError:
+            if rel in early:
+                data = early.pop(rel)
+            else:
+                data = await asyncio.to_thread(_read, root, rel, signature)
+            if data is None:
                 after.pop(rel, None)  # removed (or made unreadable) since the walk
                 seen.exclusions.add("unreadable", rel)
                 continue
@@ -383,9 +475,11 @@ class Snapshotter:
                 seen.exclusions.add(WITHHELD, rel)
                 continue
             withheld.discard(rel)
-            key = await self.store.put(data)
+            if held.files and held.size + len(data) > HELD_BYTES:
+                await self.store.put_many(held.blobs)
+                held.written()
+            key = held.add(rel, signature, data)
             total += len(data)
-            index.remember(rel, signature, key, seen.started_ns)
             after[rel] = entry_of(key, signature)
         return total
 
@@ -396,6 +490,7 @@ class Snapshotter:
         after: State,
         exclusions: Exclusions,
         withheld: tuple[str, ...] = (),
+        held: Held | None = None,
     ) -> tuple[str, Manifest]:
         previous = request.previous
         seq = 0 if previous is None else (await self.manifests.get(previous)).seq + 1
@@ -422,7 +517,11 @@ class Snapshotter:
             ignore=request.patterns,
             withheld=withheld,
         )
-        return await self.manifests.put(manifest, after), manifest
+        first = held.blobs if held is not None else ()
+        key = await self.manifests.put(manifest, after, first=first)
+        if held is not None:
+            held.written()
+        return key, manifest
 
 
 def _why_walk(request: SnapshotRequest, record: Record, rules: Rules) -> str | None:
@@ -438,6 +537,14 @@ def _why_walk(request: SnapshotRequest, record: Record, rules: Rules) -> str | N
     if record.since_walk + 1 >= request.full_walk_every:
         return f"one in {request.full_walk_every}"
     return None
+
+
+def _read(root: Path, rel: str, signature: Signature) -> bytes | None:
+    """A file's content to store, or ``None``: removed (or made unreadable) since the look."""
+    try:
+        return read(root, rel, signature)
+    except OSError:
+        return None
 
 
 def _paths(n: int) -> str:

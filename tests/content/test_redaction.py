@@ -136,6 +136,8 @@ async def test_text_blobs_are_stored_redacted_and_binary_ones_as_they_are(tmp_pa
     assert KEY[:10] not in json.dumps(stored) and REDACTED in json.dumps(stored)
     binary = b"\xff\x00" + KEY.encode()
     assert await store.get(await store.put(binary)) == binary
+    many = await store.put_many([f"one {KEY}".encode(), binary])
+    assert [await store.get(key) for key in many] == [f"one {REDACTED}".encode(), binary]
 
 
 def test_streamed_batches_are_redacted_and_offsets_count_what_is_published() -> None:

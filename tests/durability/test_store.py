@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from temporalio.testing import ActivityEnvironment
 
+from activities.errors import StoreUnavailable
 from activities.store.blobs import BlobCorrupt, BlobMissing, FileBlobStore, key_of
 from activities.store.conversation import ConversationStore
 from activities.tools.builtin import ToolActivities, execute_tool
@@ -27,6 +28,21 @@ async def test_a_blob_is_stored_once_under_the_hash_of_its_bytes(tmp_path: Path)
     assert first == second == key_of(b"hello")
     assert [p for p in tmp_path.rglob("*") if p.is_file()] == [tmp_path / first[:2] / first[2:]]
     assert await store.get(first) == b"hello"
+
+
+async def test_many_blobs_are_stored_in_order_as_one_put_each_would(tmp_path: Path) -> None:
+    """``put_many``: the keys ``put`` gives, in order, each stored once; a store that cannot be
+    written names the first blob it could not write."""
+    store = FileBlobStore(tmp_path / "store")
+    keys = await store.put_many([b"one", b"two", b"one"])
+    assert keys == [key_of(b"one"), key_of(b"two"), key_of(b"one")]
+    assert [await store.get(key) for key in keys] == [b"one", b"two", b"one"]
+    assert len([p for p in (tmp_path / "store").rglob("*") if p.is_file()]) == 2
+    assert await store.put_many([]) == []
+    blocked = tmp_path / "file-not-dir"
+    blocked.write_text("a file where the store's directory should be")
+    with pytest.raises(StoreUnavailable, match=f"cannot write {key_of(b'one')}"):
+        await FileBlobStore(blocked).put_many([b"one", b"two"])
 
 
 async def test_a_missing_blob_is_an_error_that_names_it(tmp_path: Path) -> None:
