@@ -56,6 +56,7 @@ from bench.suite import (
     WorkerProcess,
     bench_setup,
     cpu_seconds,
+    cpu_times,
     events_per_step,
     new_id,
     start_agent,
@@ -70,11 +71,13 @@ IDLE_SECONDS = 3.0
 
 @dataclass
 class Sample:
-    """One run: CPU seconds of its worker and of the server, and its wall time."""
+    """One run: CPU seconds of its worker and of the server, its wall time, and the part of
+    the worker's CPU spent in the kernel for it (``worker_system``)."""
 
     worker: float
     server: float
     wall: float
+    worker_system: float = 0.0
 
 
 async def start_floor_worker(bench: Bench, task_queue: str) -> asyncio.subprocess.Process:
@@ -103,10 +106,11 @@ async def start_floor_worker(bench: Bench, task_queue: str) -> asyncio.subproces
 
 
 async def measured(worker_pid: int, server_pid: int, run: Callable[[], Any]) -> Sample:
-    w0, s0, t0 = cpu_seconds(worker_pid), cpu_seconds(server_pid), time.perf_counter()
+    (u0, k0), s0, t0 = cpu_times(worker_pid), cpu_seconds(server_pid), time.perf_counter()
     await run()
     wall = time.perf_counter() - t0
-    return Sample(cpu_seconds(worker_pid) - w0, cpu_seconds(server_pid) - s0, wall)
+    u1, k1 = cpu_times(worker_pid)
+    return Sample(u1 + k1 - u0 - k0, cpu_seconds(server_pid) - s0, wall, k1 - k0)
 
 
 COPIES = 5
@@ -272,6 +276,7 @@ async def measure(
             "worker_net_ms": median(name, "worker", True),
             "server_net_ms": median(name, "server", True),
             "wall_ms": median(name, "wall", False),
+            "worker_system_ms": median(name, "worker_system", False),
         }
     histories = {
         "floor": await plain.get_workflow_handle(last["floor"].id).fetch_history(),
@@ -378,6 +383,12 @@ def render(f: dict[str, Any]) -> str:
             f"{v['server_net_ms'] / floor['server_net_ms']:>7.2f}x"
             f"{v['wall_ms'] / floor['wall_ms']:>7.2f}x"
         )
+    if "worker_system_ms" in floor:
+        kernel = ", ".join(
+            f"{name} {f[name]['worker_system_ms']:.1f}"
+            for name in ("floor", "whole replies", "defaults")
+        )
+        lines.append(f"of the worker's CPU, in the kernel (system calls): {kernel}")
     idle = ", ".join(f"{k} {v * 1000:.1f} ms/s" for k, v in f["idle_cpu_per_s"].items())
     lines.append(f"idle CPU: {idle}")
     events = f["events_per_step"]

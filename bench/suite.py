@@ -141,8 +141,15 @@ def rss_mb(pid: int) -> float:
 
 def cpu_seconds(pid: int) -> float:
     """User + system CPU of one process so far (its children not included)."""
+    return sum(cpu_times(pid))
+
+
+def cpu_times(pid: int) -> tuple[float, float]:
+    """(user, system) CPU seconds of one process so far: system is the kernel's work for it
+    (system calls: files, sockets, waking threads)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    tick = os.sysconf("SC_CLK_TCK")
+    return int(fields[11]) / tick, int(fields[12]) / tick
 
 
 def machine_busy() -> tuple[float, float]:
