@@ -10,7 +10,8 @@ server, a file write) and asking for whole replies. Runs alternate (floor, Tread
 replies, Treadle with the defaults), one at a time, and each run's CPU is read from
 ``/proc/PID/stat`` of its worker and of the dev server: per step, the median over the reps, and
 again with the processes' idle CPU (measured first, both workers polling) taken out. Wall time
-is printed too, but on a shared machine only the CPU ratios are worth reading.
+is printed too, but on a shared machine only the CPU ratios are worth reading; and the part of
+each worker's CPU spent in the kernel (system calls), to tell Python's cost from the files'.
 
 ``--watchers N``: the same Treadle run alone and with N live views following it (the CLI's
 and the browser page's reader), interleaved, CPU per step of the server and the worker.
