@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import json
 import zlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -205,10 +205,13 @@ class Manifests:
             self._remember(self._manifests, key, found)
         return found
 
-    async def put(self, manifest: Manifest, state: State, *, first: Sequence[bytes] = ()) -> str:
-        """Store ``manifest`` (whose whole workspace is ``state``); its key. ``first``: the
-        contents of files it names, written before it in the same call to the store."""
-        key = (await self.store.put_many([*first, encode(manifest)]))[-1]
+    async def put(self, manifest: Manifest, state: State) -> str:
+        """Store ``manifest`` (whose whole workspace is ``state``); its key."""
+        return self.stored(await self.store.put(encode(manifest)), manifest, state)
+
+    def stored(self, key: str, manifest: Manifest, state: State) -> str:
+        """``manifest`` (whose whole workspace is ``state``) is in the store under ``key``
+        (written with the files it names: ``snapshot``); kept for the next one; its key."""
         self._remember(self._manifests, key, manifest)
         self._remember(self._states, key, state)
         return key

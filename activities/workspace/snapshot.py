@@ -30,7 +30,7 @@ from temporalio import activity
 
 from activities.errors import StoreUnavailable
 from activities.heartbeat import heartbeating
-from activities.store.blobs import BlobStore, key_of
+from activities.store.blobs import BlobCorrupt, BlobStore, key_of
 from activities.workspace.manifest import (
     Entry,
     Manifest,
@@ -38,6 +38,7 @@ from activities.workspace.manifest import (
     State,
     base_seq,
     changes_between,
+    encode,
 )
 from activities.workspace.scan import (
     Exclusions,
@@ -69,7 +70,12 @@ many bytes together: a step's few small files cost the event loop one hand-off, 
 
 HELD_BYTES = 8 * 2**20
 """New files' contents held to go to the store with the manifest, in one call, up to this many
-bytes together; past it, what is held is written first."""
+bytes together; past it, what is held is written first. A snapshot holds at most this and
+``READ_AHEAD_BYTES`` (the same bytes, once read) and one file more."""
+
+HELD_FILES = 1000
+"""Files held at most (small ones): past it, what is held is written first, so one call to the
+store stays short (a thread's write cannot be cancelled halfway)."""
 
 KEEP_WATCHERS = 32
 """Workspaces a worker watches at most, the ones used last (a watcher is an inotify instance:
@@ -114,6 +120,10 @@ class Counts:
     """How it looked (the detail's words): ``watched: …``, ``walked: why``, ``reported: …``."""
 
 
+Content = tuple[bytes, str]
+"""A file's bytes to store and their key (``key_of``, taken in the thread that read them)."""
+
+
 @dataclass
 class Held:
     """New files' contents not in the store yet. The index learns a file only once its blob
@@ -124,22 +134,30 @@ class Held:
     files: list[tuple[str, Signature, str, bytes]] = field(default_factory=list)
     size: int = 0
 
-    def add(self, rel: str, signature: Signature, data: bytes) -> str:
-        """Hold ``data`` as ``rel``'s content; its key (the store's: ``key_of``)."""
-        key = key_of(data)
+    def add(self, rel: str, signature: Signature, content: Content) -> None:
+        data, key = content
         self.files.append((rel, signature, key, data))
         self.size += len(data)
-        return key
 
-    @property
-    def blobs(self) -> list[bytes]:
-        return [data for _, _, _, data in self.files]
+    def full_with(self, data: bytes) -> bool:
+        """Whether holding ``data`` too would pass ``HELD_BYTES`` or ``HELD_FILES``."""
+        return bool(self.files) and (
+            self.size + len(data) > HELD_BYTES or len(self.files) >= HELD_FILES
+        )
 
-    def written(self) -> None:
-        """The held blobs are in the store: the index learns them."""
+    async def write(self, store: BlobStore, manifest: bytes | None = None) -> list[str]:
+        """Write the held contents, then ``manifest`` when given, in one call to the store;
+        the index learns the files; the keys written."""
+        blobs = [data for _, _, _, data in self.files]
+        keys = await store.put_many(blobs if manifest is None else [*blobs, manifest])
+        if keys[: len(blobs)] != [key for _, _, key, _ in self.files]:
+            # A store that changes bytes (a redacting one) cannot hold a workspace: a
+            # check-out must give back the same bytes, under the keys the manifest names.
+            raise BlobCorrupt(f"{store.describe()} stored a workspace's file under another key")
         for rel, signature, key, _ in self.files:
             self.index.remember(rel, signature, key, self.looked_at_ns)
         self.files, self.size = [], 0
+        return keys
 
 
 WITHHELD = "holds a secret"
@@ -337,8 +355,7 @@ class Snapshotter:
             and kept == (await self.manifests.get(previous)).withheld
         ):
             if held is not None and held.files:  # read again, the same: stored as before
-                await self.store.put_many(held.blobs)
-                held.written()
+                await held.write(self.store)
             return unchanged
         key, manifest = await self._write(request, before, after, exclusions, kept, held)
         written = {"manifest": key, "created": True, "changed": manifest.changed}
@@ -379,18 +396,18 @@ class Snapshotter:
         before: State,
         why: str | None,
         max_read_bytes: int | None,
-    ) -> tuple[Seen, set[str] | None, str, dict[str, bytes | None]]:
+    ) -> tuple[Seen, set[str] | None, str, dict[str, Content | None]]:
         """``_look``, then the contents of the files it found changed, up to
         ``READ_AHEAD_BYTES`` together, in the same thread (``None``: unreadable); none when
         they come to more than ``max_read_bytes``."""
         seen, covered, how = self._look(root, rules, record, reported, before, why)
-        early: dict[str, bytes | None] = {}
+        early: dict[str, Content | None] = {}
         if max_read_bytes is None or sum(s[0] for s in seen.to_hash.values()) <= max_read_bytes:
             room = READ_AHEAD_BYTES
             for rel, signature in seen.to_hash.items():
                 if signature[0] <= room:
-                    early[rel] = data = _read(root, rel, signature)
-                    room -= signature[0] if data is None else len(data)
+                    early[rel] = content = _read(root, rel, signature)
+                    room -= signature[0] if content is None else len(content[0])
         return seen, covered, how, early
 
     def _look(
@@ -450,7 +467,7 @@ class Snapshotter:
         self,
         root: Path,
         seen: Seen,
-        early: dict[str, bytes | None],
+        early: dict[str, Content | None],
         held: Held,
         after: State,
         withheld: set[str],
@@ -462,23 +479,23 @@ class Snapshotter:
         total = 0
         for rel, signature in seen.to_hash.items():
             if rel in early:
-                data = early.pop(rel)
+                content = early.pop(rel)
             else:
-                data = await asyncio.to_thread(_read, root, rel, signature)
-            if data is None:
+                content = await asyncio.to_thread(_read, root, rel, signature)
+            if content is None:
                 after.pop(rel, None)  # removed (or made unreadable) since the walk
                 seen.exclusions.add("unreadable", rel)
                 continue
+            data, key = content
             if self.holds_secret is not None and self.holds_secret(data):
                 after.pop(rel, None)
                 withheld.add(rel)
                 seen.exclusions.add(WITHHELD, rel)
                 continue
             withheld.discard(rel)
-            if held.files and held.size + len(data) > HELD_BYTES:
-                await self.store.put_many(held.blobs)
-                held.written()
-            key = held.add(rel, signature, data)
+            if held.full_with(data):
+                await held.write(self.store)
+            held.add(rel, signature, content)
             total += len(data)
             after[rel] = entry_of(key, signature)
         return total
@@ -517,11 +534,10 @@ class Snapshotter:
             ignore=request.patterns,
             withheld=withheld,
         )
-        first = held.blobs if held is not None else ()
-        key = await self.manifests.put(manifest, after, first=first)
-        if held is not None:
-            held.written()
-        return key, manifest
+        if held is None:
+            return await self.manifests.put(manifest, after), manifest
+        key = (await held.write(self.store, encode(manifest)))[-1]
+        return self.manifests.stored(key, manifest, after), manifest
 
 
 def _why_walk(request: SnapshotRequest, record: Record, rules: Rules) -> str | None:
@@ -539,12 +555,14 @@ def _why_walk(request: SnapshotRequest, record: Record, rules: Rules) -> str | N
     return None
 
 
-def _read(root: Path, rel: str, signature: Signature) -> bytes | None:
-    """A file's content to store, or ``None``: removed (or made unreadable) since the look."""
+def _read(root: Path, rel: str, signature: Signature) -> Content | None:
+    """A file's content to store and its key, or ``None``: removed (or made unreadable) since
+    the look."""
     try:
-        return read(root, rel, signature)
+        data = read(root, rel, signature)
     except OSError:
         return None
+    return data, key_of(data)
 
 
 def _paths(n: int) -> str:

@@ -33,6 +33,7 @@ class _CountingExecutor(ThreadPoolExecutor):
 def hand_offs() -> Iterator[list[str]]:
     """The names of the functions this task hands to a thread inside the block, in order."""
     loop = asyncio.get_running_loop()
+    previous = getattr(loop, "_default_executor", None)  # asyncio's, made at its first use
     executor = _CountingExecutor()
     loop.set_default_executor(executor)
     counted: list[str] = []
@@ -41,5 +42,5 @@ def hand_offs() -> Iterator[list[str]]:
         yield counted
     finally:
         _COUNTING.reset(token)
-        loop.set_default_executor(ThreadPoolExecutor())
+        loop.set_default_executor(previous or ThreadPoolExecutor())
         executor.shutdown(wait=False)

@@ -3,18 +3,21 @@ and then the worker's event loop, a cost paid every step): one for the look at t
 and the reading of what changed, one for the store to take the new files' contents with the
 manifest that names them. Past ``READ_AHEAD_BYTES`` files are read one at a time, past
 ``HELD_BYTES`` held contents go to the store first; either way the snapshot is the same. The
-index learns a file only once its content is in the store. Counted, never timed."""
+index learns a file only once its content is in the store, and a store that would keep other
+bytes than the file's is refused. Counted, never timed."""
 
 from __future__ import annotations
 
 import os
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
 
+from activities.content import RedactedBlobs, Redactor
 from activities.errors import StoreUnavailable
-from activities.store.blobs import FileBlobStore
+from activities.store.blobs import BlobCorrupt, FileBlobStore
 from activities.workspace import Snapshotter, materialise, snapshot
 from tests.support.hand_offs import hand_offs
 from workflows.agent.snapshots import SnapshotRequest
@@ -120,3 +123,57 @@ async def test_a_file_is_known_only_once_its_content_is_stored(
     again = await snapshotter.snapshot(step)
     assert (again.changed, again.hashed) == (1, 1)
     assert await checked_out(own_store, again.manifest, tmp_path / "out") == {"a.txt": b"second\n"}
+
+
+class FailsAtTheManifest(FileBlobStore):
+    """A directory store that is unreachable for the call that writes the manifest: the fifth
+    of the snapshot below (the first four write held contents)."""
+
+    calls = 0
+
+    async def put_many(self, blobs: Sequence[bytes]) -> list[str]:
+        self.calls += 1
+        if self.calls == 5:
+            raise StoreUnavailable(f"{self.describe()} is unreachable", where=self.describe())
+        return await super().put_many(blobs)
+
+
+async def test_held_contents_written_before_a_failed_manifest_are_known_the_rest_not(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ten files, 250 bytes held: eight are written in four calls, then the call with the
+    last two and the manifest fails. The index knows the eight (their blobs are stored, in
+    the walk's order), not the two: the snapshot taken again reads only those two, and checks
+    out every file."""
+    monkeypatch.setattr(snapshot, "READ_AHEAD_BYTES", 0)
+    monkeypatch.setattr(snapshot, "HELD_BYTES", 250)
+    root = tmp_path / "ws"
+    for n in range(10):
+        write(root, f"f{n}.txt", bytes([65 + n]) * 100)
+    store = FailsAtTheManifest(tmp_path / "store")
+    snapshotter = Snapshotter(store, watching=None)
+    first = SnapshotRequest(workspace=str(root), workflow_id="w", step=0)
+    with pytest.raises(StoreUnavailable):
+        await snapshotter.snapshot(first)
+    known = snapshotter.record_of(root).index.files
+    assert len(known) == 8
+    for rel, file in known.items():
+        assert await store.get(file.key) == (root / rel).read_bytes()
+    taken = await snapshotter.snapshot(first)
+    assert (taken.hashed, taken.files) == (2, 10)
+    assert await checked_out(store, taken.manifest, tmp_path / "out") == files(root)
+
+
+async def test_a_store_that_changes_bytes_cannot_hold_a_workspace(tmp_path: Path) -> None:
+    """A redacting store keeps other bytes than a file's, under another key: the snapshot is
+    refused (a check-out could not give the file back), never a manifest naming a blob that
+    is not there. The worker hands snapshots its store unredacted (a file holding a secret
+    is withheld instead: ``test_withheld``)."""
+    secret = "a-value-only-this-worker-holds-1234"
+    root = tmp_path / "ws"
+    write(root, "notes.txt", f"token {secret}\n".encode())
+    redacting = RedactedBlobs(FileBlobStore(tmp_path / "store"), Redactor([secret]))
+    with pytest.raises(BlobCorrupt, match="stored a workspace's file under another key"):
+        await Snapshotter(redacting, watching=None).snapshot(
+            SnapshotRequest(workspace=str(root), workflow_id="w", step=0)
+        )
