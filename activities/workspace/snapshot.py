@@ -215,9 +215,13 @@ class Snapshotter:
         previous = request.previous
         before: State = await self.manifests.state(previous) if previous else {}
         why = _why_walk(request, record, rules)
-        seen, covered, how, early = await asyncio.to_thread(
-            self._look_and_read, root, rules, record, request.paths, before, why, max_read_bytes
-        )
+
+        def look_and_read() -> tuple[Seen, set[str] | None, str, dict[str, Content | None]]:
+            seen, covered, how = self._look(root, rules, record, request.paths, before, why)
+            return seen, covered, how, _read_ahead(root, seen, max_read_bytes)
+
+        # One hand-off to a thread for both: the look, then what it found changed.
+        seen, covered, how, early = await asyncio.to_thread(look_and_read)
         reading = sum(signature[0] for signature in seen.to_hash.values())
         if max_read_bytes is not None and reading > max_read_bytes:
             # Nothing recorded yet: what the watcher reported stays pending for the next one.
@@ -387,29 +391,6 @@ class Snapshotter:
                 record.watcher.close()
                 record.watcher = None
 
-    def _look_and_read(
-        self,
-        root: Path,
-        rules: Rules,
-        record: Record,
-        reported: tuple[str, ...] | None,
-        before: State,
-        why: str | None,
-        max_read_bytes: int | None,
-    ) -> tuple[Seen, set[str] | None, str, dict[str, Content | None]]:
-        """``_look``, then the contents of the files it found changed, up to
-        ``READ_AHEAD_BYTES`` together, in the same thread (``None``: unreadable); none when
-        they come to more than ``max_read_bytes``."""
-        seen, covered, how = self._look(root, rules, record, reported, before, why)
-        early: dict[str, Content | None] = {}
-        if max_read_bytes is None or sum(s[0] for s in seen.to_hash.values()) <= max_read_bytes:
-            room = READ_AHEAD_BYTES
-            for rel, signature in seen.to_hash.items():
-                if signature[0] <= room:
-                    early[rel] = content = _read(root, rel, signature)
-                    room -= signature[0] if content is None else len(content[0])
-        return seen, covered, how, early
-
     def _look(
         self,
         root: Path,
@@ -553,6 +534,20 @@ def _why_walk(request: SnapshotRequest, record: Record, rules: Rules) -> str | N
     if record.since_walk + 1 >= request.full_walk_every:
         return f"one in {request.full_walk_every}"
     return None
+
+
+def _read_ahead(root: Path, seen: Seen, max_read_bytes: int | None) -> dict[str, Content | None]:
+    """The contents of the files ``seen`` found changed, up to ``READ_AHEAD_BYTES`` together
+    (``None``: unreadable); none when they come to more than ``max_read_bytes``."""
+    early: dict[str, Content | None] = {}
+    if max_read_bytes is not None and sum(s[0] for s in seen.to_hash.values()) > max_read_bytes:
+        return early
+    room = READ_AHEAD_BYTES
+    for rel, signature in seen.to_hash.items():
+        if signature[0] <= room:
+            early[rel] = content = _read(root, rel, signature)
+            room -= signature[0] if content is None else len(content[0])
+    return early
 
 
 def _read(root: Path, rel: str, signature: Signature) -> Content | None:

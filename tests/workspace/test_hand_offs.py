@@ -23,6 +23,7 @@ from tests.support.hand_offs import hand_offs
 from workflows.agent.snapshots import SnapshotRequest
 
 HOUR_AGO = time.time() - 3600
+LOOK_AND_READ = "Snapshotter._snapshot.<locals>.look_and_read"
 
 
 def files(root: Path) -> dict[str, bytes]:
@@ -67,11 +68,7 @@ async def test_a_snapshot_is_two_hand_offs(tmp_path: Path, own_store: FileBlobSt
             )
         )
     assert (second.changed, second.hashed) == (1, 1)
-    assert (
-        first_hand_offs
-        == second_hand_offs
-        == ["Snapshotter._look_and_read", "FileBlobStore._write_all"]
-    )
+    assert first_hand_offs == second_hand_offs == [LOOK_AND_READ, "FileBlobStore._write_all"]
     assert await checked_out(own_store, second.manifest, tmp_path / "out") == files(root)
 
 
@@ -91,7 +88,7 @@ async def test_past_the_limits_files_are_read_one_at_a_time_and_stored_first(
             SnapshotRequest(workspace=str(root), workflow_id="w", step=0)
         )
     assert taken.hashed == 10
-    assert counted.count("Snapshotter._look_and_read") == 1
+    assert counted.count(LOOK_AND_READ) == 1
     assert counted.count("_read") == 9
     assert counted.count("FileBlobStore._write_all") == 5
     assert await checked_out(own_store, taken.manifest, tmp_path / "out") == files(root)
