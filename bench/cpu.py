@@ -22,6 +22,8 @@ Replay: the last Treadle run and the last floor run are replayed in this process
 ``--profile-worker FILE`` runs ``worker.py`` under cProfile in every thread (``bench.profiled``)
 and writes its measured rounds (the warm-up round left out) to FILE, printing the top
 functions; the CPU figures of that run are then cProfile's, not the user's.
+``--profile-floor FILE`` does the same for the floor's worker, so the two compare function by
+function (``python -m bench.profile_compare``).
 Nothing is asserted.
 """
 
@@ -81,13 +83,16 @@ class Sample:
     worker_system: float = 0.0
 
 
-async def start_floor_worker(bench: Bench, task_queue: str) -> asyncio.subprocess.Process:
+async def start_floor_worker(
+    bench: Bench, task_queue: str, profile: str | None = None
+) -> asyncio.subprocess.Process:
     log = bench.tmp / f"floor-{uuid.uuid4().hex[:6]}.log"
+    # bench.profiled runs a script by its path; -m puts the checkout on the path for its imports.
+    how = ("-m", "bench.profiled", profile, "bench/floor_worker.py") if profile else ()
     with log.open("wb") as out:
         process = await asyncio.create_subprocess_exec(
             sys.executable,
-            "-m",
-            "bench.floor_worker",
+            *(how or ("-m", "bench.floor_worker")),
             "--address",
             bench.address,
             "--task-queue",
@@ -178,7 +183,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             flags = () if args.sticky is None else ("--sticky-queue-timeout", str(args.sticky))
             launcher = ("-m", "bench.profiled", args.profile_worker) if args.profile_worker else ()
             treadle = await WorkerProcess.start(bench, tq, *flags, launcher=launcher)
-            floor = await start_floor_worker(bench, fq)
+            floor = await start_floor_worker(bench, fq, args.profile_floor)
             try:
                 return await measure(bench, plain, treadle, floor, tq, fq, steps, reps, args)
             finally:
@@ -248,9 +253,13 @@ async def measure(
                 samples[name].append(sample)
         if args.profile_worker and rep == 0:
             os.kill(treadle.pid, signal.SIGUSR1)  # bench.profiled: forget the warm-up round
+        if args.profile_floor and rep == 0:
+            os.kill(floor.pid, signal.SIGUSR1)
         print(f"[cpu: round {rep} of {reps}]", file=sys.stderr, flush=True)
     if args.profile_worker:
         print(await worker_profile(treadle.pid, Path(args.profile_worker)), file=sys.stderr)
+    if args.profile_floor:
+        print(await worker_profile(floor.pid, Path(args.profile_floor)), file=sys.stderr)
 
     per_step = steps + 1
 
@@ -427,6 +436,9 @@ def main() -> None:
     parser.add_argument("--profile", action="store_true", help="cProfile Treadle's replay")
     parser.add_argument(
         "--profile-worker", metavar="FILE", help="cProfile worker.py's measured rounds into FILE"
+    )
+    parser.add_argument(
+        "--profile-floor", metavar="FILE", help="cProfile the floor worker's measured rounds"
     )
     parser.add_argument("--watchers", type=int, default=0, help="also: a run with N live views")
     parser.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
