@@ -19,7 +19,7 @@ import argparse
 import pstats
 from collections import Counter
 
-WAITS = ("{method 'get' of '_queue.SimpleQueue' objects}", "{method 'acquire' of '_thread.")
+WAITS = ("<method 'get' of '_queue.SimpleQueue' objects>", "<method 'acquire' of '_thread.")
 """Blocking waits: a thread waiting counts no CPU, but cProfile's hooks around them do not
 always agree; left out of both sides."""
 
