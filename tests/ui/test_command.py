@@ -5,32 +5,52 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import uuid
 
 import httpx
 
 from tests.support.harness import Harness
 from tests.support.processes import start_service
 from treadle.cli.ui import is_loopback
+from workflows.agent.models import AgentInput
+from workflows.agent.workflow import AgentWorkflow
 
 
 async def test_ui_prints_its_loopback_url_serves_the_page_and_stops_on_ctrl_c(
     harness: Harness,
 ) -> None:
     """The first line names the URL (on 127.0.0.1, no token there); the page and the runs
-    list answer at it; SIGINT ends the command with 0."""
+    list answer at it, the list naming a run no worker answers for; SIGINT ends the command
+    with 0."""
+    orphan = await harness.client.start_workflow(
+        AgentWorkflow.run,
+        AgentInput(task="Nobody runs this.", model="openai:none", workspace=str(harness.workspace)),
+        id=f"ui-list-orphan-{uuid.uuid4().hex[:8]}",
+        task_queue=f"nobody-{uuid.uuid4().hex[:8]}",
+    )
     process, line = await start_service(*harness.cli_args(), "ui", "--port", "0")
     try:
         assert line.startswith("Treadle's page on http://127.0.0.1:"), line
         url = line.split()[3]
         assert "token" not in url
-        async with httpx.AsyncClient() as http:
+        # The list asks each running run its state with a 3 s deadline; on the suite's shared
+        # server many runs have lost their workers, so the list may take that long and more on
+        # a busy machine. The test waits for the answer, it does not time it.
+        async with httpx.AsyncClient(timeout=60) as http:
             page = await http.get(url)
             assert page.status_code == 200
             assert "runs and threads" in page.text
-            listed = await http.get(url.rstrip("/") + "/api/runs")
-            assert listed.status_code == 200
-            assert isinstance(listed.json()["runs"], list)
+            for _ in range(100):  # visibility may lag the start a little; a watchdog
+                listed = await http.get(url.rstrip("/") + "/api/runs")
+                assert listed.status_code == 200
+                rows = {row["id"]: row for row in listed.json()["runs"]}
+                if orphan.id in rows:
+                    break
+                await asyncio.sleep(0.1)
+            assert rows[orphan.id]["execution"] == "running"
+            assert rows[orphan.id]["answered"] is False
     finally:
+        await orphan.terminate("the test is over")
         process.send_signal(signal.SIGINT)
         out, err = await asyncio.wait_for(process.communicate(), 60)
     assert process.returncode == 0, err.decode()
