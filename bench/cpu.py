@@ -53,6 +53,7 @@ from temporalio.worker import Replayer
 
 from bench.floor import FloorInput, FloorWorkflow
 from bench.floor_worker import READY
+from bench.scripts import write_script
 from bench.suite import (
     ROOT,
     Bench,
@@ -63,7 +64,6 @@ from bench.suite import (
     events_per_step,
     new_id,
     start_agent,
-    write_script,
 )
 from treadle.stream import watch_events
 from worker import WORKFLOWS, workflow_runner
@@ -271,7 +271,7 @@ async def measure(
                 pid = server if what == "server" else pids[name]
                 value -= idle[pid] * s.wall
             values.append(value)
-        return statistics.median(values) / per_step * 1000
+        return float(statistics.median(values)) / per_step * 1000
 
     figures: dict[str, Any] = {"steps": per_step, "reps": reps, "idle_cpu_per_s": {}}
     figures["idle_cpu_per_s"] = {

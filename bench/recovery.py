@@ -33,6 +33,7 @@ from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import WorkflowHandle
 
 from activities.heartbeat import MIN_INTERVAL_SECONDS
+from bench.scripts import write_script
 from bench.suite import (
     ROOT,
     Bench,
@@ -44,7 +45,6 @@ from bench.suite import (
     model_schedules,
     start_agent,
     wait_for,
-    write_script,
 )
 from workflows.agent.models import AgentConfig, ApproveSignal, RunStatus
 from workflows.agent.workflow import AgentWorkflow
