@@ -1,23 +1,36 @@
 // The runs and threads list, refreshed every few seconds, and the start form.
+//
+// One refresh at a time draws the list: the next is scheduled when the newest one ends, so a
+// slow list (it asks each running run its state, up to 3 s when a run's worker is gone) never
+// piles requests up; and a refresh a newer one superseded (the filter changed meanwhile) is
+// dropped when it answers, so an older filter's rows never replace the chosen one's.
 "use strict";
 
 const list = document.getElementById("runs");
 const filter = document.getElementById("filter");
+const EVERY_MS = 5000;
+let newest = 0;
+let next = null;
 
 function when(iso) {
   return iso ? new Date(iso).toLocaleString() : "";
 }
 
 async function refresh() {
+  clearTimeout(next);
+  const mine = ++newest;
   const error = document.getElementById("list-error");
   try {
     const state = filter.value;
     const data = await api(`/api/runs${state ? `?state=${encodeURIComponent(state)}` : ""}`);
+    if (mine !== newest) return;
     error.textContent = "";
     list.replaceChildren(...data.runs.map(row));
     if (!data.runs.length) list.append(el("li", { class: "empty", text: "No runs." }));
   } catch (e) {
-    error.textContent = `Could not list the runs: ${e.message}`;
+    if (mine === newest) error.textContent = `Could not list the runs: ${e.message}`;
+  } finally {
+    if (mine === newest) next = setTimeout(refresh, EVERY_MS);
   }
 }
 
@@ -52,4 +65,3 @@ document.getElementById("start").addEventListener("submit", async (event) => {
 
 filter.addEventListener("change", refresh);
 refresh();
-setInterval(refresh, 5000);
