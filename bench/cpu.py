@@ -74,8 +74,9 @@ IDLE_SECONDS = 3.0
 
 @dataclass
 class Sample:
-    """One run: CPU seconds of its worker and of the server, its wall time, and the part of
-    the worker's CPU spent in the kernel for it (``worker_system``)."""
+    """One run: CPU seconds of its worker and of the server (to the nanosecond), its wall time,
+    and the part of the worker's CPU spent in the kernel for it (``worker_system``: ``/proc``'s
+    10 ms ticks, so a share, not a fine figure)."""
 
     worker: float
     server: float
@@ -112,11 +113,12 @@ async def start_floor_worker(
 
 
 async def measured(worker_pid: int, server_pid: int, run: Callable[[], Any]) -> Sample:
-    (u0, k0), s0, t0 = cpu_times(worker_pid), cpu_seconds(server_pid), time.perf_counter()
+    (_, k0), w0 = cpu_times(worker_pid), cpu_seconds(worker_pid)
+    s0, t0 = cpu_seconds(server_pid), time.perf_counter()
     await run()
     wall = time.perf_counter() - t0
-    u1, k1 = cpu_times(worker_pid)
-    return Sample(u1 + k1 - u0 - k0, cpu_seconds(server_pid) - s0, wall, k1 - k0)
+    w1, (_, k1) = cpu_seconds(worker_pid), cpu_times(worker_pid)
+    return Sample(w1 - w0, cpu_seconds(server_pid) - s0, wall, k1 - k0)
 
 
 COPIES = 5

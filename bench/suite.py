@@ -140,8 +140,20 @@ def rss_mb(pid: int) -> float:
 
 
 def cpu_seconds(pid: int) -> float:
-    """User + system CPU of one process so far (its children not included)."""
-    return sum(cpu_times(pid))
+    """User + system CPU of one process so far (its children not included), to the nanosecond:
+    the kernel's CPU clock of the process (``clock_getcpuclockid``: every thread's run time,
+    those that have ended too). ``/proc``'s ticks are 10 ms, about half a millisecond a step
+    in a 21-step rep: coarser than the differences measured."""
+    try:
+        return time.clock_gettime_ns(_process_cpu_clock(pid)) / 1e9
+    except OSError:  # not Linux, or a process this one may not read
+        return sum(cpu_times(pid))
+
+
+def _process_cpu_clock(pid: int) -> int:
+    """The clock id glibc's ``clock_getcpuclockid(pid)`` returns: the whole process's
+    scheduler run time (``MAKE_PROCESS_CPUCLOCK(pid, CPUCLOCK_SCHED)``)."""
+    return ((~pid) << 3) | 2
 
 
 def cpu_times(pid: int) -> tuple[float, float]:
