@@ -290,6 +290,12 @@ async def measure(
             "wall_ms": median(name, "wall", False),
             "worker_system_ms": median(name, "worker_system", False),
         }
+    # Each round's Treadle run against the floor run beside it: the machine drifts less within
+    # a round than across a run, so these say how far one run's ratio can be trusted.
+    figures["worker_ratio_by_round"] = {
+        name: [t.worker / f.worker for t, f in zip(samples[name], samples["floor"], strict=True)]
+        for name in configs
+    }
     histories = {
         "floor": await plain.get_workflow_handle(last["floor"].id).fetch_history(),
         "whole replies": await last["whole replies"].fetch_history(),
@@ -395,6 +401,11 @@ def render(f: dict[str, Any]) -> str:
             f"{v['server_net_ms'] / floor['server_net_ms']:>7.2f}x"
             f"{v['wall_ms'] / floor['wall_ms']:>7.2f}x"
         )
+    if "worker_ratio_by_round" in f:
+        spread = ", ".join(
+            f"{name} {min(r):.2f}-{max(r):.2f}x" for name, r in f["worker_ratio_by_round"].items()
+        )
+        lines.append(f"worker ratio round by round (each against its round's floor): {spread}")
     if "worker_system_ms" in floor:
         kernel = ", ".join(
             f"{name} {f[name]['worker_system_ms']:.1f}"
