@@ -1,13 +1,19 @@
-"""The runs list in a real browser when its answers are slow or come out of order: one refresh
-at a time (the list can take seconds: it asks each running run its state), and an answer a
-newer refresh superseded (the filter changed meanwhile) never replaces the chosen filter's rows.
+"""The runs list in a real browser when its answers are slow, out of order or never come: one
+request at a time (the list can take seconds: it asks each running run its state), a request a
+change of filter superseded is cancelled and its rows never replace the chosen filter's, and a
+request with no answer is given up, said, and asked again.
 
 The page's requests for the list are answered by the test (Playwright's routing), so it decides
-which answer arrives when; everything else is the real page on the real app."""
+which answer arrives when, and the page's clock is Playwright's (``page.clock``), so its
+refresh period and its give-up pass when the test says; everything else is the real page on
+the real app."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import datetime
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -15,8 +21,11 @@ import pytest
 pytest.importorskip("playwright", reason="playwright is not installed (pip install -e '.[test]')")
 from playwright.async_api import Page, Request, Route, expect
 
-REFRESH_SECONDS = 5
-"""How often the list refreshes (``runs.js``'s ``EVERY_MS``)."""
+EVERY_MS = 5_000
+"""How often the list refreshes (``runs.js``)."""
+GIVE_UP_MS = 30_000
+"""How long the page waits for one list (``runs.js``)."""
+START = datetime.datetime(2026, 11, 27, 10, 0, 0, tzinfo=datetime.UTC)
 
 
 def listing(run_id: str) -> dict[str, Any]:
@@ -40,7 +49,7 @@ def listing(run_id: str) -> dict[str, Any]:
     }
 
 
-async def until(condition: Any, what: str) -> None:
+async def until(condition: Callable[[], object], what: str) -> None:
     """Wait for ``condition()`` (a watchdog sized for a busy machine, not a target)."""
     for _ in range(600):
         if condition():
@@ -49,43 +58,81 @@ async def until(condition: Any, what: str) -> None:
     raise AssertionError(f"never: {what}")
 
 
-async def test_the_list_refreshes_one_at_a_time_and_draws_only_the_newest_answer(
-    ui: str, page: Page
-) -> None:
+async def settled(page: Page) -> None:
+    """Let requests the page has just made reach the test (it waits in real time: the page's
+    clock is paused), so that counting them afterwards counts them all."""
+    await page.evaluate("() => null")
+    await asyncio.sleep(0.5)
+
+
+async def paused_page_holding_the_first_list(page: Page, ui: str) -> tuple[list[str], list[Route]]:
+    """The list page loaded with its clock paused, its first list request held unanswered and
+    every later one answered with one run, ``fresh-row``: (the URLs asked, the held route)."""
     asked: list[str] = []
     held: list[Route] = []
 
     async def answer(route: Route) -> None:
         asked.append(route.request.url)
         if len(asked) == 1:
-            held.append(route)  # the first list, unfiltered: answered late, below
+            held.append(route)
             return
         await route.fulfill(json=listing("fresh-row"))
 
+    await page.clock.install(time=START)
     await page.route("**/api/runs*", answer)
     await page.goto(ui)
     await until(lambda: held, "the page asked for the list")
+    await page.clock.pause_at(START + datetime.timedelta(seconds=1))
+    return asked, held
 
-    # Longer than the refresh period with the first list unanswered: no second request.
-    await asyncio.sleep(REFRESH_SECONDS + 1)
+
+async def test_one_list_at_a_time_and_a_change_of_filter_cancels_the_one_it_supersedes(
+    ui: str, page: Page
+) -> None:
+    asked, held = await paused_page_holding_the_first_list(page, ui)
+
+    # Three refresh periods with the first list unanswered: no second request.
+    await page.clock.run_for(3 * EVERY_MS)
+    await settled(page)
     assert len(asked) == 1, asked
 
-    # The filter changes: its list answers and is drawn.
-    await page.select_option("#filter", "done")
+    # The filter changes: the unanswered list is cancelled, the new one answers and is drawn.
+    def is_first(request: Request) -> bool:
+        return request.url == asked[0]
+
+    async with page.expect_event("requestfailed", predicate=is_first):
+        await page.select_option("#filter", "done")
     runs = page.locator("#runs")
     await expect(runs).to_contain_text("fresh-row")
     assert asked[1].endswith("/api/runs?state=done"), asked
 
-    # Now the first, unfiltered list answers: superseded, it is not drawn.
-    def is_first(request: Request) -> bool:
-        return request.url == asked[0]
-
-    async with page.expect_event("requestfinished", predicate=is_first):
+    # Should its answer come anyway, it is not drawn.
+    with contextlib.suppress(Exception):  # the page has cancelled it: the route may refuse
         await held[0].fulfill(json=listing("stale-row"))
-    await page.evaluate("() => new Promise((done) => setTimeout(done, 200))")  # let it settle
+    await settled(page)
     shown = await runs.inner_text()  # read once: ``expect`` would wait for the next refresh
     assert "fresh-row" in shown and "stale-row" not in shown, shown
 
-    # The refreshes go on, for the chosen filter.
+    # One period after the answer, the next refresh, for the chosen filter.
+    await page.clock.run_for(EVERY_MS)
     await until(lambda: len(asked) >= 3, "the list refreshed again")
     assert asked[2].endswith("/api/runs?state=done"), asked
+
+
+async def test_a_list_that_never_answers_is_given_up_said_and_asked_again(
+    ui: str, page: Page
+) -> None:
+    asked, _ = await paused_page_holding_the_first_list(page, ui)
+    error = page.locator("#list-error")
+
+    def is_first(request: Request) -> bool:
+        return request.url == asked[0]
+
+    async with page.expect_event("requestfailed", predicate=is_first):
+        await page.clock.run_for(GIVE_UP_MS)
+    await expect(error).to_have_text("Could not list the runs: no answer in 30 s")
+
+    await page.clock.run_for(EVERY_MS)
+    await expect(page.locator("#runs")).to_contain_text("fresh-row")
+    await expect(error).to_have_text("")
+    assert len(asked) == 2, asked

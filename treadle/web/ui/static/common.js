@@ -7,12 +7,14 @@ function csrfToken() {
   return found ? found[1] : "";
 }
 
-async function api(path, body) {
+// ``signal``: an AbortSignal that cancels the request (a list superseded by a newer one).
+async function api(path, body, signal) {
   const options = body === undefined ? {} : {
     method: "POST",
     headers: { "Content-Type": "application/json", "X-Treadle-CSRF": csrfToken() },
     body: JSON.stringify(body),
   };
+  if (signal) options.signal = signal;
   const response = await fetch(path, options);
   let data = {};
   try { data = await response.json(); } catch (e) { data = {}; }

@@ -1,16 +1,19 @@
 // The runs and threads list, refreshed every few seconds, and the start form.
 //
-// One refresh at a time draws the list: the next is scheduled when the newest one ends, so a
-// slow list (it asks each running run its state, up to 3 s when a run's worker is gone) never
-// piles requests up; and a refresh a newer one superseded (the filter changed meanwhile) is
-// dropped when it answers, so an older filter's rows never replace the chosen one's.
+// One list request at a time: the next refresh is scheduled when the newest one ends, so a slow
+// list (it asks each running run its state, up to 3 s when a run's worker is gone) never piles
+// requests up; a change of filter cancels the request it supersedes, and an answer that arrives
+// anyway is not drawn, so an older filter's rows never replace the chosen one's. A request that
+// takes longer than GIVE_UP_MS is given up, said, and asked again, so the refreshes never stop.
 "use strict";
 
 const list = document.getElementById("runs");
 const filter = document.getElementById("filter");
 const EVERY_MS = 5000;
+const GIVE_UP_MS = 30000;
 let newest = 0;
 let next = null;
+let pending = null;
 
 function when(iso) {
   return iso ? new Date(iso).toLocaleString() : "";
@@ -18,19 +21,30 @@ function when(iso) {
 
 async function refresh() {
   clearTimeout(next);
+  if (pending) pending.abort();
   const mine = ++newest;
+  const cancel = new AbortController();
+  pending = cancel;
+  const giveUp = setTimeout(() => cancel.abort(new Error("no answer in 30 s")), GIVE_UP_MS);
   const error = document.getElementById("list-error");
   try {
     const state = filter.value;
-    const data = await api(`/api/runs${state ? `?state=${encodeURIComponent(state)}` : ""}`);
+    const path = `/api/runs${state ? `?state=${encodeURIComponent(state)}` : ""}`;
+    const data = await api(path, undefined, cancel.signal);
     if (mine !== newest) return;
     error.textContent = "";
     list.replaceChildren(...data.runs.map(row));
     if (!data.runs.length) list.append(el("li", { class: "empty", text: "No runs." }));
   } catch (e) {
-    if (mine === newest) error.textContent = `Could not list the runs: ${e.message}`;
+    if (mine !== newest) return;
+    const reason = cancel.signal.aborted ? cancel.signal.reason : e;
+    error.textContent = `Could not list the runs: ${reason.message}`;
   } finally {
-    if (mine === newest) next = setTimeout(refresh, EVERY_MS);
+    clearTimeout(giveUp);
+    if (mine === newest) {
+      pending = null;
+      next = setTimeout(refresh, EVERY_MS);
+    }
   }
 }
 
