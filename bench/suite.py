@@ -146,7 +146,7 @@ def cpu_seconds(pid: int) -> float:
     in a 21-step rep: coarser than the differences measured."""
     try:
         return time.clock_gettime_ns(_process_cpu_clock(pid)) / 1e9
-    except OSError:  # not Linux, or a process this one may not read
+    except OSError:  # EINVAL: no such process (ended), or a kernel without process clocks
         return sum(cpu_times(pid))
 
 

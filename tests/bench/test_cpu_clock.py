@@ -11,15 +11,18 @@ from bench.suite import cpu_seconds, cpu_times
 CHILD = """
 import sys, threading, time
 
+used = []
+
 def burn():
     total = 0
     for i in range(3_000_000):
         total += i
-    print(time.thread_time(), flush=True)  # this thread's own CPU, just before it ends
+    used.append(time.thread_time())  # this thread's own CPU, just before it ends
 
 worker = threading.Thread(target=burn)
 worker.start()
-worker.join()
+worker.join()  # ended before the parent reads
+print(used[0], flush=True)
 sys.stdin.readline()  # held until the parent has read
 """
 

@@ -47,12 +47,13 @@ async def test_ui_prints_its_loopback_url_serves_the_page_and_stops_on_ctrl_c(
                 if orphan.id in rows:
                     break
                 await asyncio.sleep(0.1)
+            assert orphan.id in rows, rows
             assert rows[orphan.id]["execution"] == "running"
             assert rows[orphan.id]["answered"] is False
     finally:
-        await orphan.terminate("the test is over")
         process.send_signal(signal.SIGINT)
         out, err = await asyncio.wait_for(process.communicate(), 60)
+        await orphan.terminate("the test is over")
     assert process.returncode == 0, err.decode()
     assert "stopped" in out.decode()
 
