@@ -32,7 +32,9 @@ polls (``cooldown``) instead of a push.
   for a day costs its watchers' server a query a second each, not four.
 - Watchers of one run in one process (one client: the browser page serving many browsers)
   share its polls: a poll from the offset they all wait at, in flight or under ``cooldown``
-  old, answers all of them. Separate processes each poll.
+  old, answers all of them. They share the check whether the run has closed too (one
+  ``describe`` a second for all of them), and after the close the one poll asked after it.
+  Separate processes each poll.
 """
 
 from __future__ import annotations
@@ -40,10 +42,11 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
-from collections.abc import AsyncGenerator, Callable
+import math
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from google.protobuf.message import DecodeError
 from opentelemetry import trace
@@ -51,6 +54,7 @@ from pydantic import ValidationError
 from temporalio.api.common.v1 import Payload
 from temporalio.client import (
     Client,
+    WorkflowExecutionDescription,
     WorkflowExecutionStatus,
     WorkflowHandle,
     WorkflowQueryFailedError,
@@ -203,6 +207,7 @@ async def _watch(
     offset = None if from_offset is None else max(0, from_offset)
     waiting = False
     closed = False
+    closed_seen = -math.inf  # when the run was seen closed: a poll asked since is newer
     next_closed_check = 0.0
     pause = cooldown
     loop = asyncio.get_running_loop()
@@ -214,14 +219,13 @@ async def _watch(
                 if offset is None:
                     offset = await stream_end(handle)
                 # Once the run has closed, the last poll must be newer than the close.
-                fresh = None if closed else cooldown
-                result = await _shared_poll(client, handle, offset, fresh)
+                result = await _shared_poll(client, handle, offset, cooldown, closed_seen)
         except (WorkflowQueryFailedError, WorkflowQueryRejectedError, RPCError) as exc:
             if isinstance(exc, RPCError) and exc.status is RPCStatusCode.NOT_FOUND:
                 raise StreamUnavailable(f"no run with id {workflow_id!r}") from exc
             if isinstance(exc, WorkflowQueryFailedError) and _no_stream(exc):
                 raise _unavailable(workflow_id, exc) from exc
-            if closed or await _closed(handle):
+            if closed or await _closed(client, handle) is not None:
                 notify(StreamNotice("unread", "the run has ended; no worker read its last items"))
                 return
             if not waiting:
@@ -272,51 +276,49 @@ async def _watch(
                 next_closed_check = loop.time() + CLOSED_CHECK_SECONDS
                 # Closed: one more poll reads what was published before the end, then stop.
                 with trace.use_span(span, end_on_exit=False):
-                    closed = await _closed(handle)
-                if closed:
+                    seen = await _closed(client, handle)
+                if seen is not None:
+                    closed, closed_seen = True, seen
                     continue
         await asyncio.sleep(pause)
 
 
-_polls: dict[tuple[int, str, int], tuple[float, asyncio.Future[PollResult]]] = {}
-"""Polls in flight or just answered, by client, workflow id and offset (``_shared_poll``)."""
+T = TypeVar("T")
+
+_shared_calls: dict[tuple[Any, ...], tuple[float, float, asyncio.Future[Any]]] = {}
+"""Calls in flight or just answered, by key: (when asked, how long it stays fresh, answer)."""
 
 
-async def _shared_poll(
-    client: Client, handle: WorkflowHandle[Any, Any], offset: int, fresh: float | None
-) -> PollResult:
-    """One poll of the run's stream from ``offset``, shared by every watcher of this client
-    that asks for the same offset while it is in flight or less than ``fresh`` seconds old:
-    a hundred views of one run in one process (the browser page) cost the server one query
-    per cooldown, not a hundred. Watchers at one offset are the ones caught up, and an answer
-    at most ``fresh`` old is what their own cooldown would have shown them. ``fresh=None``:
-    a poll of its own, newer than anything shared."""
+async def _shared(
+    key: tuple[Any, ...], fresh: float, not_before: float, call: Callable[[], Awaitable[T]]
+) -> T:
+    """``call()``, or the answer of the same call (``key``) that another watcher of this loop
+    asked at or after ``not_before`` and that is in flight or answered at most ``fresh``
+    seconds ago. A failure is not kept: the next caller asks again (it may be a worker coming
+    back)."""
     loop = asyncio.get_running_loop()
     now = loop.time()
-    for old, (asked, answer) in list(_polls.items()):
-        if answer.done() and now - asked > (fresh or 0):
-            del _polls[old]
-    key = (id(client), handle.id, offset)
-    shared = _polls.get(key) if fresh is not None else None
-    if shared is not None and shared[1].get_loop() is loop:
-        try:
-            return await asyncio.shield(shared[1])
-        except asyncio.CancelledError:
-            if not shared[1].cancelled():
-                raise  # this watcher is being cancelled
-            # The watcher that asked was cancelled, not this one: ask again below.
-    future: asyncio.Future[PollResult] = loop.create_future()
-    _polls[key] = (now, future)
+    for old, (asked, kept, answer) in list(_shared_calls.items()):
+        if answer.done() and now - asked > kept:
+            del _shared_calls[old]
+    shared = _shared_calls.get(key)
+    if shared is not None and shared[2].get_loop() is loop:
+        asked, _, answer = shared
+        if asked >= not_before and (not answer.done() or now - asked <= fresh):
+            try:
+                result: T = await asyncio.shield(answer)
+                return result
+            except asyncio.CancelledError:
+                if not answer.cancelled():
+                    raise  # this watcher is being cancelled
+                # The watcher that asked was cancelled, not this one: ask again below.
+    future: asyncio.Future[Any] = loop.create_future()
+    _shared_calls[key] = (now, fresh, future)
     try:
-        result: PollResult = await handle.query(
-            POLL_QUERY,
-            PollInput(topics=[EVENTS_TOPIC, TOKENS_TOPIC], from_offset=offset),
-            result_type=PollResult,
-            rpc_timeout=QUERY_TIMEOUT,
-        )
+        result = await call()
     except BaseException as exc:
-        # A failure is not kept: the next watcher asks again (it may be a worker coming back).
-        _polls.pop(key, None)
+        if _shared_calls.get(key, (0, 0, None))[2] is future:
+            del _shared_calls[key]
         if isinstance(exc, Exception):
             future.set_exception(exc)
             future.exception()  # retrieved here, so one nobody else awaited is not reported
@@ -325,6 +327,31 @@ async def _shared_poll(
         raise
     future.set_result(result)
     return result
+
+
+async def _shared_poll(
+    client: Client,
+    handle: WorkflowHandle[Any, Any],
+    offset: int,
+    fresh: float,
+    not_before: float = -math.inf,
+) -> PollResult:
+    """One poll of the run's stream from ``offset``, shared by every watcher of this client
+    that asks for the same offset while it is in flight or less than ``fresh`` seconds old:
+    a hundred views of one run in one process (the browser page) cost the server one query
+    per cooldown, not a hundred. Watchers at one offset are the ones caught up, and an answer
+    at most ``fresh`` old is what their own cooldown would have shown them. ``not_before``:
+    only a poll asked since then will do (after the run has closed, one newer than the close)."""
+
+    def poll() -> Awaitable[PollResult]:
+        return handle.query(
+            POLL_QUERY,
+            PollInput(topics=[EVENTS_TOPIC, TOKENS_TOPIC], from_offset=offset),
+            result_type=PollResult,
+            rpc_timeout=QUERY_TIMEOUT,
+        )
+
+    return await _shared((id(client), handle.id, "poll", offset), fresh, not_before, poll)
 
 
 def _decode(converter: PayloadConverter, topic: str, data: str, offset: int) -> StreamItem | None:
@@ -341,12 +368,25 @@ def _decode(converter: PayloadConverter, topic: str, data: str, offset: int) -> 
     return None
 
 
-async def _closed(handle: WorkflowHandle[Any, Any]) -> bool:
+async def _closed(client: Client, handle: WorkflowHandle[Any, Any]) -> float | None:
+    """When the run was seen closed (the loop's time its ``describe`` was answered: any poll
+    asked since is newer than the close), or None while it runs or cannot be told. One
+    ``describe`` a second serves every watcher of this client (a hundred views each asking
+    once a second were a hundred describes a second)."""
+    loop = asyncio.get_running_loop()
+
+    async def describe() -> tuple[WorkflowExecutionDescription, float]:
+        return await handle.describe(rpc_timeout=QUERY_TIMEOUT), loop.time()
+
     try:
-        description = await handle.describe(rpc_timeout=QUERY_TIMEOUT)
+        description, answered = await _shared(
+            (id(client), handle.id, "closed"), CLOSED_CHECK_SECONDS, -math.inf, describe
+        )
     except RPCError:
-        return False
-    return description.status is not None and description.status not in _OPEN
+        return None
+    if description.status is not None and description.status not in _OPEN:
+        return answered
+    return None
 
 
 def _no_stream(exc: WorkflowQueryFailedError) -> bool:

@@ -5,16 +5,32 @@ an event (skipped), and a run that closes without an ``ended`` event (read to it
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 from datetime import UTC, datetime
 from typing import Any
 
 from temporalio import workflow
-from temporalio.client import Client, Interceptor, OutboundInterceptor, QueryWorkflowInput
+from temporalio.client import (
+    Client,
+    DescribeWorkflowInput,
+    Interceptor,
+    OutboundInterceptor,
+    QueryWorkflowInput,
+    WorkflowExecutionDescription,
+    WorkflowExecutionStatus,
+)
 from temporalio.contrib.workflow_streams import WorkflowStream
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
-from treadle.stream import POLL_QUERY, StreamItem, StreamNotice, stream_end, watch_events
+from treadle.stream import (
+    CLOSED_CHECK_SECONDS,
+    POLL_QUERY,
+    StreamItem,
+    StreamNotice,
+    stream_end,
+    watch_events,
+)
 from workflows.agent.events import EVENTS_TOPIC, AgentEvent
 
 AT = datetime(2026, 1, 1, tzinfo=UTC)
@@ -105,10 +121,13 @@ async def test_gaps_from_now_skipped_items_and_a_run_that_closes(client: Client)
 
 
 class CountPolls(Interceptor):
-    """Counts the stream polls a client sends, by the offset each asks from."""
+    """Counts the stream polls a client sends, by the offset each asks from, and its
+    ``describe`` calls, noting how many polls had been asked when one first said closed."""
 
     def __init__(self) -> None:
         self.offsets: list[int] = []
+        self.described = 0
+        self.polls_before_closed: int | None = None
 
     def intercept_client(self, next: OutboundInterceptor) -> OutboundInterceptor:
         counter = self
@@ -119,12 +138,24 @@ class CountPolls(Interceptor):
                     counter.offsets.append(input.args[0].from_offset)
                 return await super().query_workflow(input)
 
+            async def describe_workflow(
+                self, input: DescribeWorkflowInput
+            ) -> WorkflowExecutionDescription:
+                counter.described += 1
+                answer = await super().describe_workflow(input)
+                closed = answer.status is not WorkflowExecutionStatus.RUNNING
+                if closed and counter.polls_before_closed is None:
+                    counter.polls_before_closed = len(counter.offsets)
+                return answer
+
         return Outbound(next)
 
 
 async def test_watchers_in_one_process_share_the_polls_of_a_run(client: Client) -> None:
     """Twenty views of one run in one process (the browser page serving twenty browsers) ask
-    the server once for what they all wait for, and each reads every item, in order."""
+    the server once for what they all wait for, and each reads every item, in order. They
+    share the check whether the run has closed (at most one ``describe`` a second between
+    them, where each asked once a second), and the poll after the close (one each before)."""
     queue = f"stream-{uuid.uuid4().hex[:8]}"
     counted = CountPolls()
     watching = Client(
@@ -144,12 +175,20 @@ async def test_watchers_in_one_process_share_the_polls_of_a_run(client: Client) 
         )
         await handle.signal(PublishingWorkflow.publish, ["a", "b"])
         assert await stream_end(handle) == 2
+        started = time.monotonic()
         views = [asyncio.create_task(collect(watching, handle.id, 0, [])) for _ in range(20)]
         await asyncio.sleep(0.5)
         await handle.signal(PublishingWorkflow.publish, ["c"])
-        await asyncio.sleep(0.5)
+        await asyncio.sleep(1.5)  # long enough for the quiet views to check for a close
         await handle.signal(PublishingWorkflow.finish)
         read = [await asyncio.wait_for(view, 30) for view in views]
+        watched = time.monotonic() - started
 
     assert all(texts(r) == [(0, "a"), (1, "b"), (2, "c")] for r in read)
     assert counted.offsets.count(0) == 1
+    # One describe per second of watching, shared (and one more for the second it began in).
+    described = counted.described
+    assert 1 <= described <= watched / CLOSED_CHECK_SECONDS + 1, (described, watched)
+    assert counted.polls_before_closed is not None
+    after_close = len(counted.offsets) - counted.polls_before_closed
+    assert 1 <= after_close <= 2, counted.offsets
