@@ -208,7 +208,6 @@ async def _watch(
     waiting = False
     closed = False
     closed_seen = -math.inf  # when the run was seen closed: a poll asked since is newer
-    next_closed_check = 0.0
     pause = cooldown
     loop = asyncio.get_running_loop()
     while True:
@@ -219,13 +218,17 @@ async def _watch(
                 if offset is None:
                     offset = await stream_end(handle)
                 # Once the run has closed, the last poll must be newer than the close.
-                result = await _shared_poll(client, handle, offset, cooldown, closed_seen)
+                # After the close the stream no longer changes: a poll asked since serves
+                # every watcher that learns of the close within a quiet pause and a check.
+                fresh = cooldown if not closed else QUIET_COOLDOWN + CLOSED_CHECK_SECONDS
+                result = await _shared_poll(client, handle, offset, fresh, closed_seen)
         except (WorkflowQueryFailedError, WorkflowQueryRejectedError, RPCError) as exc:
             if isinstance(exc, RPCError) and exc.status is RPCStatusCode.NOT_FOUND:
                 raise StreamUnavailable(f"no run with id {workflow_id!r}") from exc
             if isinstance(exc, WorkflowQueryFailedError) and _no_stream(exc):
                 raise _unavailable(workflow_id, exc) from exc
-            if closed or await _closed(client, handle) is not None:
+            # A describe asked before this failure may predate the close: ask anew.
+            if closed or await _closed(client, handle, not_before=loop.time()) is not None:
                 notify(StreamNotice("unread", "the run has ended; no worker read its last items"))
                 return
             if not waiting:
@@ -272,14 +275,14 @@ async def _watch(
             pause = cooldown
         else:
             pause = min(max(pause * 2, cooldown), max(QUIET_COOLDOWN, cooldown))
-            if loop.time() >= next_closed_check:
-                next_closed_check = loop.time() + CLOSED_CHECK_SECONDS
-                # Closed: one more poll reads what was published before the end, then stop.
-                with trace.use_span(span, end_on_exit=False):
-                    seen = await _closed(client, handle)
-                if seen is not None:
-                    closed, closed_seen = True, seen
-                    continue
+            # Closed: one more poll reads what was published before the end, then stop. The
+            # check is shared (``_closed``): asked each quiet round, it costs one describe a
+            # second for every watcher of the run in this process.
+            with trace.use_span(span, end_on_exit=False):
+                seen = await _closed(client, handle)
+            if seen is not None:
+                closed, closed_seen = True, seen
+                continue
         await asyncio.sleep(pause)
 
 
@@ -293,25 +296,29 @@ async def _shared(
     key: tuple[Any, ...], fresh: float, not_before: float, call: Callable[[], Awaitable[T]]
 ) -> T:
     """``call()``, or the answer of the same call (``key``) that another watcher of this loop
-    asked at or after ``not_before`` and that is in flight or answered at most ``fresh``
-    seconds ago. A failure is not kept: the next caller asks again (it may be a worker coming
-    back)."""
+    asked after ``not_before`` and that is in flight or was asked at most ``fresh`` seconds
+    ago. A failure is not kept: the next caller asks again (it may be a worker coming back)."""
     loop = asyncio.get_running_loop()
-    now = loop.time()
-    for old, (asked, kept, answer) in list(_shared_calls.items()):
-        if answer.done() and now - asked > kept:
-            del _shared_calls[old]
-    shared = _shared_calls.get(key)
-    if shared is not None and shared[2].get_loop() is loop:
+    while True:
+        now = loop.time()
+        for old, (asked, kept, answer) in list(_shared_calls.items()):
+            if answer.done() and now - asked > kept:
+                _shared_calls.pop(old, None)
+        shared = _shared_calls.get(key)
+        if shared is None or shared[2].get_loop() is not loop:
+            break
         asked, _, answer = shared
-        if asked >= not_before and (not answer.done() or now - asked <= fresh):
-            try:
-                result: T = await asyncio.shield(answer)
-                return result
-            except asyncio.CancelledError:
-                if not answer.cancelled():
-                    raise  # this watcher is being cancelled
-                # The watcher that asked was cancelled, not this one: ask again below.
+        if asked <= not_before or (answer.done() and now - asked > fresh):
+            break
+        try:
+            result: T = await asyncio.shield(answer)
+            return result
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if not answer.cancelled() or (task is not None and task.cancelling()):
+                raise  # this watcher is being cancelled
+            # The watcher that asked was cancelled, not this one: look again (the first of
+            # its waiters to get here asks for all of them).
     future: asyncio.Future[Any] = loop.create_future()
     _shared_calls[key] = (now, fresh, future)
     try:
@@ -341,7 +348,7 @@ async def _shared_poll(
     a hundred views of one run in one process (the browser page) cost the server one query
     per cooldown, not a hundred. Watchers at one offset are the ones caught up, and an answer
     at most ``fresh`` old is what their own cooldown would have shown them. ``not_before``:
-    only a poll asked since then will do (after the run has closed, one newer than the close)."""
+    only a poll asked after then will do (after the run has closed, one newer than the close)."""
 
     def poll() -> Awaitable[PollResult]:
         return handle.query(
@@ -368,7 +375,9 @@ def _decode(converter: PayloadConverter, topic: str, data: str, offset: int) -> 
     return None
 
 
-async def _closed(client: Client, handle: WorkflowHandle[Any, Any]) -> float | None:
+async def _closed(
+    client: Client, handle: WorkflowHandle[Any, Any], not_before: float = -math.inf
+) -> float | None:
     """When the run was seen closed (the loop's time its ``describe`` was answered: any poll
     asked since is newer than the close), or None while it runs or cannot be told. One
     ``describe`` a second serves every watcher of this client (a hundred views each asking
@@ -380,7 +389,7 @@ async def _closed(client: Client, handle: WorkflowHandle[Any, Any]) -> float | N
 
     try:
         description, answered = await _shared(
-            (id(client), handle.id, "closed"), CLOSED_CHECK_SECONDS, -math.inf, describe
+            (id(client), handle.id, "closed"), CLOSED_CHECK_SECONDS, not_before, describe
         )
     except RPCError:
         return None

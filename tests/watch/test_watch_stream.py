@@ -66,6 +66,13 @@ class PublishingWorkflow:
     def finish(self) -> None:
         self.done = True
 
+    @workflow.signal
+    def publish_and_finish(self, texts: list[str]) -> None:
+        """The last items and the end in one workflow task: a poll from before it cannot
+        have them, so only a poll asked after the close may end a watch."""
+        self.publish(texts)
+        self.finish()
+
 
 async def collect(
     client: Client, workflow_id: str, from_offset: int | None, notices: list[StreamNotice]
@@ -155,7 +162,8 @@ async def test_watchers_in_one_process_share_the_polls_of_a_run(client: Client) 
     """Twenty views of one run in one process (the browser page serving twenty browsers) ask
     the server once for what they all wait for, and each reads every item, in order. They
     share the check whether the run has closed (at most one ``describe`` a second between
-    them, where each asked once a second), and the poll after the close (one each before)."""
+    them, where each asked once a second), and the poll after the close (one each before),
+    which reads what the run published as it closed."""
     queue = f"stream-{uuid.uuid4().hex[:8]}"
     counted = CountPolls()
     watching = Client(
@@ -180,15 +188,17 @@ async def test_watchers_in_one_process_share_the_polls_of_a_run(client: Client) 
         await asyncio.sleep(0.5)
         await handle.signal(PublishingWorkflow.publish, ["c"])
         await asyncio.sleep(1.5)  # long enough for the quiet views to check for a close
-        await handle.signal(PublishingWorkflow.finish)
+        await handle.signal(PublishingWorkflow.publish_and_finish, ["d"])
         read = [await asyncio.wait_for(view, 30) for view in views]
         watched = time.monotonic() - started
 
-    assert all(texts(r) == [(0, "a"), (1, "b"), (2, "c")] for r in read)
+    assert all(texts(r) == [(0, "a"), (1, "b"), (2, "c"), (3, "d")] for r in read)
     assert counted.offsets.count(0) == 1
     # One describe per second of watching, shared (and one more for the second it began in).
     described = counted.described
     assert 1 <= described <= watched / CLOSED_CHECK_SECONDS + 1, (described, watched)
     assert counted.polls_before_closed is not None
     after_close = len(counted.offsets) - counted.polls_before_closed
-    assert 1 <= after_close <= 2, counted.offsets
+    # One poll after the close for views in step, one more for each group a busy machine puts
+    # out of step (a quiet pause apart); without sharing, one for each of the twenty views.
+    assert 1 <= after_close <= 3, counted.offsets
