@@ -217,9 +217,9 @@ async def _watch(
             with trace.use_span(span, end_on_exit=False):
                 if offset is None:
                     offset = await stream_end(handle)
-                # Once the run has closed, the last poll must be newer than the close.
-                # After the close the stream no longer changes: a poll asked since serves
-                # every watcher that learns of the close within a quiet pause and a check.
+                # Once the run has closed, the last poll must be asked after the close; the
+                # stream no longer changes then, so that poll serves every watcher that learns
+                # of the close within a quiet pause and a check.
                 fresh = cooldown if not closed else QUIET_COOLDOWN + CLOSED_CHECK_SECONDS
                 result = await _shared_poll(client, handle, offset, fresh, closed_seen)
         except (WorkflowQueryFailedError, WorkflowQueryRejectedError, RPCError) as exc:

@@ -11,9 +11,8 @@ const list = document.getElementById("runs");
 const filter = document.getElementById("filter");
 const EVERY_MS = 5000;
 const GIVE_UP_MS = 30000;
-let newest = 0;
 let next = null;
-let pending = null;
+let pending = null; // the newest list request's AbortController: only it may draw
 
 function when(iso) {
   return iso ? new Date(iso).toLocaleString() : "";
@@ -22,26 +21,26 @@ function when(iso) {
 async function refresh() {
   clearTimeout(next);
   if (pending) pending.abort();
-  const mine = ++newest;
   const cancel = new AbortController();
   pending = cancel;
-  const giveUp = setTimeout(() => cancel.abort(new Error("no answer in 30 s")), GIVE_UP_MS);
+  const giveUp = setTimeout(
+    () => cancel.abort(new Error(`no answer in ${GIVE_UP_MS / 1000} s`)), GIVE_UP_MS);
   const error = document.getElementById("list-error");
   try {
     const state = filter.value;
     const path = `/api/runs${state ? `?state=${encodeURIComponent(state)}` : ""}`;
     const data = await api(path, undefined, cancel.signal);
-    if (mine !== newest) return;
+    if (cancel !== pending) return;
     error.textContent = "";
     list.replaceChildren(...data.runs.map(row));
     if (!data.runs.length) list.append(el("li", { class: "empty", text: "No runs." }));
   } catch (e) {
-    if (mine !== newest) return;
+    if (cancel !== pending) return;
     const reason = cancel.signal.aborted ? cancel.signal.reason : e;
     error.textContent = `Could not list the runs: ${reason.message}`;
   } finally {
     clearTimeout(giveUp);
-    if (mine === newest) {
+    if (cancel === pending) {
       pending = null;
       next = setTimeout(refresh, EVERY_MS);
     }
