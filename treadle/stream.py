@@ -28,8 +28,12 @@ polls (``cooldown``) instead of a push.
 - Traced clients: a watch is one span (``watch <workflow id>``) with every poll's query under
   it, so a watch is one trace, not a one-span trace per poll.
 - A quiet run is polled less: after each empty poll the pause doubles, up to
-  ``QUIET_COOLDOWN``; the next item brings it back to ``cooldown``. A run parked on an approval
-  for a day costs its watchers' server a query a second each, not four.
+  ``QUIET_COOLDOWN``; the next item brings it back to ``cooldown``. And a caught-up reader asks
+  the server first (``describe``: answered by the server alone, no worker, no history): a run
+  whose history has not grown since the describe before its last empty poll has completed no
+  workflow task since, so it has published nothing, and it is not queried. A run parked on an
+  approval for a day costs its watchers a describe a second, and its worker nothing; a query,
+  which the server routes to the run's worker, is asked once the run has moved.
 - Watchers of one run in one process (one client: the browser page serving many browsers)
   share its polls: a poll from the offset they all wait at, in flight or under ``cooldown``
   old, answers all of them. They share the check whether the run has closed too (one
@@ -54,7 +58,6 @@ from pydantic import ValidationError
 from temporalio.api.common.v1 import Payload
 from temporalio.client import (
     Client,
-    WorkflowExecutionDescription,
     WorkflowExecutionStatus,
     WorkflowHandle,
     WorkflowQueryFailedError,
@@ -208,20 +211,33 @@ async def _watch(
     waiting = False
     closed = False
     closed_seen = -math.inf  # when the run was seen closed: a poll asked since is newer
+    quiet = False  # the last poll came back empty
+    polled_at: _History | None = None  # the run's history as described before that poll
     pause = cooldown
     loop = asyncio.get_running_loop()
     while True:
+        unmoved = False
         try:
             # The watch's span is current only around its own calls: the generator yields
             # between them, to a caller whose context is its own.
             with trace.use_span(span, end_on_exit=False):
                 if offset is None:
                     offset = await stream_end(handle)
-                # Once the run has closed, the last poll must be asked after the close; the
-                # stream no longer changes then, so that poll serves every watcher that learns
-                # of the close within a quiet pause and a check.
-                fresh = cooldown if not closed else QUIET_COOLDOWN + CLOSED_CHECK_SECONDS
-                result = await _shared_poll(client, handle, offset, fresh, closed_seen)
+                if quiet and not closed:
+                    # Caught up: has the run closed, or moved at all since the last poll?
+                    seen = await _described(client, handle)
+                    if seen is not None and seen.closed:
+                        closed, closed_seen = True, seen.answered
+                    elif seen is not None and seen.history == polled_at:
+                        unmoved = True
+                    else:
+                        polled_at = None if seen is None else seen.history
+                if not unmoved:
+                    # Once the run has closed, the last poll must be asked after the close;
+                    # the stream no longer changes then, so that poll serves every watcher
+                    # that learns of the close within a quiet pause and a check.
+                    fresh = cooldown if not closed else QUIET_COOLDOWN + CLOSED_CHECK_SECONDS
+                    result = await _shared_poll(client, handle, offset, fresh, closed_seen)
         except (WorkflowQueryFailedError, WorkflowQueryRejectedError, RPCError) as exc:
             if isinstance(exc, RPCError) and exc.status is RPCStatusCode.NOT_FOUND:
                 raise StreamUnavailable(f"no run with id {workflow_id!r}") from exc
@@ -240,7 +256,12 @@ async def _watch(
                     offset = 0
                     text += "; the run will be shown from its start"
                 notify(StreamNotice("waiting", text))
+            quiet, polled_at = False, None
             await asyncio.sleep(RETRY_SECONDS)
+            continue
+        if unmoved:
+            pause = min(max(pause * 2, cooldown), max(QUIET_COOLDOWN, cooldown))
+            await asyncio.sleep(pause)
             continue
         if waiting:
             waiting = False
@@ -272,17 +293,13 @@ async def _watch(
         if result.more_ready:
             continue
         if result.items:
-            pause = cooldown
+            pause, quiet, polled_at = cooldown, False, None
         else:
+            # Quiet: the next round asks ``describe`` first (shared, ``_described``: one a
+            # second for every watcher of the run in this process). Closed: one more poll
+            # reads what was published before the end, then stop.
             pause = min(max(pause * 2, cooldown), max(QUIET_COOLDOWN, cooldown))
-            # Closed: one more poll reads what was published before the end, then stop. The
-            # check is shared (``_closed``): asked each quiet round, it costs one describe a
-            # second for every watcher of the run in this process.
-            with trace.use_span(span, end_on_exit=False):
-                seen = await _closed(client, handle)
-            if seen is not None:
-                closed, closed_seen = True, seen
-                continue
+            quiet = True
         await asyncio.sleep(pause)
 
 
@@ -375,27 +392,50 @@ def _decode(converter: PayloadConverter, topic: str, data: str, offset: int) -> 
     return None
 
 
-async def _closed(
+@dataclass(frozen=True)
+class _Described:
+    """What one ``describe`` said of the run: when it was answered (the loop's time: a poll
+    asked since is newer than what it saw), whether the run had closed, and its history."""
+
+    answered: float
+    closed: bool
+    history: _History
+
+
+_History = tuple[str, int]
+"""A run's id and its history's length: the same pair twice means no workflow task of the run
+completed in between, so nothing was published (only workflow code publishes, in a task that
+adds events; a token batch arrives as a signal, an event too)."""
+
+
+async def _described(
     client: Client, handle: WorkflowHandle[Any, Any], not_before: float = -math.inf
-) -> float | None:
-    """When the run was seen closed (the loop's time its ``describe`` was answered: any poll
-    asked since is newer than the close), or None while it runs or cannot be told. One
-    ``describe`` a second serves every watcher of this client (a hundred views each asking
-    once a second were a hundred describes a second)."""
+) -> _Described | None:
+    """The run as the server describes it (no worker, no history read), or None when it
+    cannot be told. One ``describe`` a second serves every watcher of this client (a hundred
+    views each asking once a second were a hundred describes a second)."""
     loop = asyncio.get_running_loop()
 
-    async def describe() -> tuple[WorkflowExecutionDescription, float]:
-        return await handle.describe(rpc_timeout=QUERY_TIMEOUT), loop.time()
+    async def describe() -> _Described:
+        d = await handle.describe(rpc_timeout=QUERY_TIMEOUT)
+        closed = d.status is not None and d.status not in _OPEN
+        return _Described(loop.time(), closed, (d.run_id, d.history_length))
 
     try:
-        description, answered = await _shared(
-            (id(client), handle.id, "closed"), CLOSED_CHECK_SECONDS, not_before, describe
+        return await _shared(
+            (id(client), handle.id, "described"), CLOSED_CHECK_SECONDS, not_before, describe
         )
     except RPCError:
         return None
-    if description.status is not None and description.status not in _OPEN:
-        return answered
-    return None
+
+
+async def _closed(
+    client: Client, handle: WorkflowHandle[Any, Any], not_before: float = -math.inf
+) -> float | None:
+    """When the run was seen closed (``_Described.answered``), or None while it runs or
+    cannot be told."""
+    seen = await _described(client, handle, not_before)
+    return seen.answered if seen is not None and seen.closed else None
 
 
 def _no_stream(exc: WorkflowQueryFailedError) -> bool:

@@ -202,3 +202,51 @@ async def test_watchers_in_one_process_share_the_polls_of_a_run(client: Client) 
     # One poll after the close for views in step, one more for each group a busy machine puts
     # out of step (a quiet pause apart); without sharing, one for each of the twenty views.
     assert 1 <= after_close <= 3, counted.offsets
+
+
+async def until(check: Any, what: str) -> None:
+    """Wait for ``check()`` (a hang guard, not a target)."""
+    deadline = time.monotonic() + 60
+    while not check():
+        assert time.monotonic() < deadline, what
+        await asyncio.sleep(0.02)
+
+
+async def test_a_quiet_run_is_described_not_queried_and_read_again_once_it_moves(
+    client: Client,
+) -> None:
+    """A caught-up view of a run that publishes nothing asks the server (``describe``) whether
+    it has moved, not the run's worker (a poll): polls stop once it is quiet, however long it
+    stays so, and the next item is read once the run moves (its history grows)."""
+    queue = f"stream-{uuid.uuid4().hex[:8]}"
+    counted = CountPolls()
+    watching = Client(
+        client.service_client,
+        namespace=client.namespace,
+        data_converter=client.data_converter,
+        interceptors=[counted],
+    )
+    async with Worker(
+        client,
+        task_queue=queue,
+        workflows=[PublishingWorkflow],
+        workflow_runner=UnsandboxedWorkflowRunner(),
+    ):
+        handle = await client.start_workflow(
+            PublishingWorkflow.run, id=f"stream-{uuid.uuid4().hex[:8]}", task_queue=queue
+        )
+        await handle.signal(PublishingWorkflow.publish, ["a"])
+        view = asyncio.create_task(collect(watching, handle.id, 0, []))
+        # Read "a", an empty poll, a describe, one more poll (the run's history as described
+        # before it), then a describe that finds the history unchanged.
+        await until(lambda: counted.described >= 2, "the view never went quiet")
+        quiet_polls = len(counted.offsets)
+        await until(lambda: counted.described >= 5, "the quiet view stopped describing")
+        assert len(counted.offsets) == quiet_polls, counted.offsets
+        assert counted.offsets[-1] == 1  # caught up after "a"
+        await handle.signal(PublishingWorkflow.publish, ["b"])
+        await until(lambda: len(counted.offsets) > quiet_polls, "the run moved, no poll")
+        await handle.signal(PublishingWorkflow.finish)
+        read = await asyncio.wait_for(view, 30)
+
+    assert texts(read) == [(0, "a"), (1, "b")]
