@@ -14,7 +14,9 @@ is printed too, but on a shared machine only the CPU ratios are worth reading; a
 each worker's CPU spent in the kernel (system calls), to tell Python's cost from the files'.
 
 ``--watchers N``: the same Treadle run alone and with N live views following it (the CLI's
-and the browser page's reader), interleaved, CPU per step of the server and the worker.
+and the browser page's reader), interleaved, CPU per step of the server and the worker; the
+calls the views sent, what each kind costs, and what views of a parked run cost a second
+(``bench.watchers``).
 
 Replay: the last Treadle run and the last floor run are replayed in this process (Treadle's
 ``Replayer`` as the suite builds it; the floor's with the SDK's defaults), CPU per step.
@@ -51,6 +53,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHistory
 from temporalio.worker import Replayer
 
+from bench import watchers
 from bench.floor import FloorInput, FloorWorkflow
 from bench.floor_worker import READY
 from bench.scripts import write_script
@@ -65,7 +68,6 @@ from bench.suite import (
     new_id,
     start_agent,
 )
-from treadle.stream import watch_events
 from worker import WORKFLOWS, workflow_runner
 from workflows.agent.models import AgentConfig, RunStatus
 
@@ -331,50 +333,10 @@ async def measure(
     if args.profile:
         print(await profile_replay(treadle_replayer, histories["whole replies"]), file=sys.stderr)
     if args.watchers:
-        figures["watched"] = await watched(
-            bench, treadle.pid, tq, model, steps, reps, args.watchers
+        figures["watched"] = await watchers.watched(
+            bench, treadle.pid, tq, model, steps, reps, args.watchers, args.quiet_seconds
         )
     return figures
-
-
-async def watched(
-    bench: Bench, worker_pid: int, tq: str, model: str, steps: int, reps: int, watchers: int
-) -> dict[str, float]:
-    """The same Treadle run alone and followed by ``watchers`` live views (``watch_events``,
-    as the CLI and the browser page read it), interleaved: CPU per step of server and worker."""
-    config = AgentConfig(max_steps=steps + 5, stream_tokens=False)
-    samples: dict[int, list[Sample]] = {0: [], watchers: []}
-
-    async def follow(workflow_id: str) -> None:
-        async for _ in watch_events(bench.client, workflow_id):
-            pass
-
-    def run_with(count: int) -> Callable[[], Any]:
-        async def go() -> None:
-            handle = await start_agent(bench, tq, model, config)
-            views = [asyncio.create_task(follow(handle.id)) for _ in range(count)]
-            result = await handle.result()
-            await asyncio.gather(*views)
-            if result.status is not RunStatus.DONE:
-                raise RuntimeError(f"a watched run ended {result.status}")
-
-        return go
-
-    for rep in range(reps + 1):
-        for count in samples:
-            sample = await measured(worker_pid, bench.server_pid, run_with(count))
-            if rep:
-                samples[count].append(sample)
-    per_step = steps + 1
-    out: dict[str, float] = {"watchers": watchers}
-    for count, label in ((0, "alone"), (watchers, "watched")):
-        out[f"{label}_server_ms"] = (
-            statistics.median(s.server for s in samples[count]) / per_step * 1000
-        )
-        out[f"{label}_worker_ms"] = (
-            statistics.median(s.worker for s in samples[count]) / per_step * 1000
-        )
-    return out
 
 
 def render(f: dict[str, Any]) -> str:
@@ -431,14 +393,7 @@ def render(f: dict[str, Any]) -> str:
         f"{replay['floor']:.2f}, ratio {replay['whole replies'] / replay['floor']:.2f}x"
     )
     if "watched" in f:
-        w = f["watched"]
-        lines.append(
-            f"{w['watchers']:.0f} watchers on one run, CPU per step (ms): server "
-            f"{w['alone_server_ms']:.1f} -> {w['watched_server_ms']:.1f} "
-            f"({w['watched_server_ms'] / w['alone_server_ms'] - 1:+.0%}), worker "
-            f"{w['alone_worker_ms']:.1f} -> {w['watched_worker_ms']:.1f} "
-            f"({w['watched_worker_ms'] / w['alone_worker_ms'] - 1:+.0%})"
-        )
+        lines.extend(watchers.render(f["watched"]))
     return "\n".join(lines)
 
 
@@ -454,6 +409,12 @@ def main() -> None:
         "--profile-floor", metavar="FILE", help="cProfile the floor worker's measured rounds"
     )
     parser.add_argument("--watchers", type=int, default=0, help="also: a run with N live views")
+    parser.add_argument(
+        "--quiet-seconds",
+        type=float,
+        default=watchers.QUIET_SECONDS,
+        help="with --watchers: how long the views of a parked run are measured",
+    )
     parser.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
     parser.add_argument(
         "--save-histories", metavar="DIR", help="also write the last runs' histories as JSON"

@@ -11,17 +11,27 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_cpu_bench_prints_every_side_and_a_ratio_for_each_round(tmp_path: Path) -> None:
+def test_cpu_bench_prints_every_side_a_ratio_for_each_round_and_what_views_cost(
+    tmp_path: Path,
+) -> None:
     out = tmp_path / "cpu.json"
+    args = ["--steps", "2", "--reps", "2", "--watchers", "3", "--quiet-seconds", "2"]
+    args += ["--json", str(out)]
     done = subprocess.run(
-        [sys.executable, "-m", "bench.cpu", "--steps", "2", "--reps", "2", "--json", str(out)],
+        [sys.executable, "-m", "bench.cpu", *args],
         cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=600,
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    for line in ("floor (own process", "ratio, treadle whole replies", "round by round"):
+    for line in (
+        "floor (own process",
+        "ratio, treadle whole replies",
+        "round by round",
+        "3 watchers on one run",
+        "attributed to the views",
+    ):
         assert line in done.stdout, done.stdout
     figures = json.loads(out.read_text())
     for side in ("floor", "whole replies", "defaults"):
@@ -32,3 +42,13 @@ def test_cpu_bench_prints_every_side_and_a_ratio_for_each_round(tmp_path: Path) 
     rounds = figures["worker_ratio_by_round"]
     assert set(rounds) == {"whole replies", "defaults"}
     assert all(len(r) == 2 and all(x > 0 for x in r) for r in rounds.values())
+    # The views' calls are counted and each kind's cost measured: a view reads a run at least
+    # once, a call the server answers costs it something, and the worker answers a poll of a
+    # closed run by replaying it. Views of a parked run ask the server, not its worker.
+    watched = figures["watched"]
+    assert watched["polls_per_run"] >= 1
+    for call in ("poll", "closed_poll", "describe"):
+        assert watched[f"{call}_server_ms"] > 0, call
+    assert watched["closed_poll_worker_ms"] > 0
+    assert watched["attributed_server_ms"] > 0
+    assert watched["quiet_describes_per_s"] > 0 and watched["quiet_polls_per_s"] == 0
