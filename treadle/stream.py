@@ -21,7 +21,9 @@ polls (``cooldown``) instead of a push.
 - No worker (the query times out or fails): ``on_notice`` hears "waiting for a worker" once, and
   the reader keeps trying until one answers again. "From now" cannot be known without a worker;
   then the run is shown from its start.
-- The run finished: the items still unread are read, then the iteration ends.
+- The run finished: the items still unread are read, then the iteration ends. A run that
+  closed before the watch began is read by one poll (a query of a closed run is answered by a
+  worker replaying it).
 - Encrypted runs: the query's answer is decrypted by the client's codec; the items inside were
   made by the payload converter alone (the stream runs the codec on its envelopes only), so
   they decode with ``client.data_converter.payload_converter``.
@@ -211,7 +213,9 @@ async def _watch(
     waiting = False
     closed = False
     closed_seen = -math.inf  # when the run was seen closed: a poll asked since is newer
-    quiet = False  # the last poll came back empty
+    # Described before the first poll too: a run already closed is read by one poll, asked
+    # after the describe that saw it closed (its worker replays the run to answer each).
+    quiet = True  # no poll yet, or the last one came back empty
     polled_at: _History | None = None  # the run's history as described before that poll
     pause = cooldown
     loop = asyncio.get_running_loop()

@@ -250,3 +250,31 @@ async def test_a_quiet_run_is_described_not_queried_and_read_again_once_it_moves
         read = await asyncio.wait_for(view, 30)
 
     assert texts(read) == [(0, "a"), (1, "b")]
+
+
+async def test_a_run_closed_before_the_watch_is_read_by_one_poll(client: Client) -> None:
+    """Every poll of a closed run is a replay of it by a worker: a watch that begins after the
+    close learns of it first (``describe``) and reads everything in one poll."""
+    queue = f"stream-{uuid.uuid4().hex[:8]}"
+    counted = CountPolls()
+    watching = Client(
+        client.service_client,
+        namespace=client.namespace,
+        data_converter=client.data_converter,
+        interceptors=[counted],
+    )
+    async with Worker(
+        client,
+        task_queue=queue,
+        workflows=[PublishingWorkflow],
+        workflow_runner=UnsandboxedWorkflowRunner(),
+    ):
+        handle = await client.start_workflow(
+            PublishingWorkflow.run, id=f"stream-{uuid.uuid4().hex[:8]}", task_queue=queue
+        )
+        await handle.signal(PublishingWorkflow.publish_and_finish, ["a", "b"])
+        await handle.result()
+        read = await asyncio.wait_for(collect(watching, handle.id, 0, []), 30)
+
+    assert texts(read) == [(0, "a"), (1, "b")]
+    assert counted.offsets == [0]
