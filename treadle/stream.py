@@ -39,7 +39,8 @@ polls (``cooldown``) instead of a push.
 - Watchers of one run in one process (one client: the browser page serving many browsers)
   share its polls: a poll from the offset they all wait at, in flight or under ``cooldown``
   old, answers all of them. They share the check whether the run has closed too (one
-  ``describe`` a second for all of them), and after the close the one poll asked after it.
+  ``describe`` a second for all of them), and after the close the poll asked after it, which
+  is kept (``treadle.closed``: every query of a closed run is a replay by a worker).
   Separate processes each poll.
 """
 
@@ -49,10 +50,11 @@ import asyncio
 import base64
 import contextlib
 import math
-from collections.abc import AsyncGenerator, Awaitable, Callable
+from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, Literal, TypeVar
+from functools import partial
+from typing import Any, Literal
 
 from google.protobuf.message import DecodeError
 from opentelemetry import trace
@@ -70,6 +72,8 @@ from temporalio.converter import PayloadConverter
 from temporalio.exceptions import TemporalError
 from temporalio.service import RPCError, RPCStatusCode
 
+from treadle import closed as closed_runs
+from treadle.shared_calls import SharedCalls
 from workflows.agent.events import (
     EVENTS_TOPIC,
     OFFSET_QUERY,
@@ -153,23 +157,22 @@ async def stream_end(handle: WorkflowHandle[Any, Any]) -> int:
 async def read_items(client: Client, workflow_id: str, *, from_offset: int = 0) -> list[StreamItem]:
     """What the stream keeps now from ``from_offset``, in one read (no waiting for more):
     for scripts and tests that want a snapshot rather than a watch. Items that cannot be read
-    are left out."""
-    handle: WorkflowHandle[Any, Any] = client.get_workflow_handle(workflow_id)
-    converter = client.data_converter.payload_converter
-    items: list[StreamItem] = []
-    offset = max(0, from_offset)
-    while True:
-        result = await handle.query(
-            POLL_QUERY,
-            PollInput(topics=[EVENTS_TOPIC, TOKENS_TOPIC], from_offset=offset),
-            result_type=PollResult,
-            rpc_timeout=QUERY_TIMEOUT,
-        )
-        decoded = (_decode(converter, w.topic, w.data, w.offset) for w in result.items)
-        items.extend(item for item in decoded if item is not None)
-        offset = max(offset, result.next_offset)
-        if not result.more_ready:
-            return items
+    are left out. A closed run's items are read from it once per process (``treadle.closed``:
+    each read of a closed run is a replay by a worker)."""
+
+    async def read(handle: WorkflowHandle[Any, Any]) -> list[StreamItem]:
+        converter = client.data_converter.payload_converter
+        items: list[StreamItem] = []
+        offset = max(0, from_offset)
+        while True:
+            result = await _poll(handle, offset)
+            decoded = (_decode(converter, w.topic, w.data, w.offset) for w in result.items)
+            items.extend(item for item in decoded if item is not None)
+            offset = max(offset, result.next_offset)
+            if not result.more_ready:
+                return items
+
+    return list(await closed_runs.answer(client, workflow_id, ("stream", from_offset), read))
 
 
 async def watch_events(
@@ -211,8 +214,7 @@ async def _watch(
     converter = client.data_converter.payload_converter
     offset = None if from_offset is None else max(0, from_offset)
     waiting = False
-    closed = False
-    closed_seen = -math.inf  # when the run was seen closed: a poll asked since is newer
+    closed: str | None = None  # the run's id, once a describe said it has closed
     # Described before the first poll too: a run already closed is read by one poll, asked
     # after the describe that saw it closed (its worker replays the run to answer each).
     quiet = True  # no poll yet, or the last one came back empty
@@ -231,17 +233,20 @@ async def _watch(
                     # Caught up: has the run closed, or moved at all since the last poll?
                     seen = await _described(client, handle)
                     if seen is not None and seen.closed:
-                        closed, closed_seen = True, seen.answered
+                        closed = seen.history[0]
                     elif seen is not None and seen.history == polled_at:
                         unmoved = True
                     else:
                         polled_at = None if seen is None else seen.history
-                if not unmoved:
-                    # Once the run has closed, the last poll must be asked after the close;
-                    # the stream no longer changes then, so that poll serves every watcher
-                    # that learns of the close within a quiet pause and a check.
-                    fresh = cooldown if not closed else QUIET_COOLDOWN + CLOSED_CHECK_SECONDS
-                    result = await _shared_poll(client, handle, offset, fresh, closed_seen)
+                if closed is not None:
+                    # Asked after the describe that saw the close, a poll reads the stream as
+                    # it ends; the closed run answers each by a replay on a worker, so the
+                    # answer is kept for every watcher in this process (``treadle.closed``).
+                    result = await closed_runs.kept(
+                        client, workflow_id, closed, ("poll", offset), partial(_poll, at=offset)
+                    )
+                elif not unmoved:
+                    result = await _shared_poll(client, handle, offset, cooldown)
         except (WorkflowQueryFailedError, WorkflowQueryRejectedError, RPCError) as exc:
             if isinstance(exc, RPCError) and exc.status is RPCStatusCode.NOT_FOUND:
                 raise StreamUnavailable(f"no run with id {workflow_id!r}") from exc
@@ -307,79 +312,31 @@ async def _watch(
         await asyncio.sleep(pause)
 
 
-T = TypeVar("T")
-
-_shared_calls: dict[tuple[Any, ...], tuple[float, float, asyncio.Future[Any]]] = {}
-"""Calls in flight or just answered, by key: (when asked, how long it stays fresh, answer)."""
-
-
-async def _shared(
-    key: tuple[Any, ...], fresh: float, not_before: float, call: Callable[[], Awaitable[T]]
-) -> T:
-    """``call()``, or the answer of the same call (``key``) that another watcher of this loop
-    asked after ``not_before`` and that is in flight or was asked at most ``fresh`` seconds
-    ago. A failure is not kept: the next caller asks again (it may be a worker coming back)."""
-    loop = asyncio.get_running_loop()
-    while True:
-        now = loop.time()
-        for old, (asked, kept, answer) in list(_shared_calls.items()):
-            if answer.done() and now - asked > kept:
-                _shared_calls.pop(old, None)
-        shared = _shared_calls.get(key)
-        if shared is None or shared[2].get_loop() is not loop:
-            break
-        asked, _, answer = shared
-        if asked <= not_before or (answer.done() and now - asked > fresh):
-            break
-        try:
-            result: T = await asyncio.shield(answer)
-            return result
-        except asyncio.CancelledError:
-            task = asyncio.current_task()
-            if not answer.cancelled() or (task is not None and task.cancelling()):
-                raise  # this watcher is being cancelled
-            # The watcher that asked was cancelled, not this one: look again (the first of
-            # its waiters to get here asks for all of them).
-    future: asyncio.Future[Any] = loop.create_future()
-    _shared_calls[key] = (now, fresh, future)
-    try:
-        result = await call()
-    except BaseException as exc:
-        if _shared_calls.get(key, (0, 0, None))[2] is future:
-            del _shared_calls[key]
-        if isinstance(exc, Exception):
-            future.set_exception(exc)
-            future.exception()  # retrieved here, so one nobody else awaited is not reported
-        else:
-            future.cancel()
-        raise
-    future.set_result(result)
-    return result
+_SHARED = SharedCalls()
+"""The polls and checks of this process's watchers, each fresh for a fraction of a second."""
 
 
 async def _shared_poll(
-    client: Client,
-    handle: WorkflowHandle[Any, Any],
-    offset: int,
-    fresh: float,
-    not_before: float = -math.inf,
+    client: Client, handle: WorkflowHandle[Any, Any], offset: int, fresh: float
 ) -> PollResult:
     """One poll of the run's stream from ``offset``, shared by every watcher of this client
     that asks for the same offset while it is in flight or less than ``fresh`` seconds old:
     a hundred views of one run in one process (the browser page) cost the server one query
     per cooldown, not a hundred. Watchers at one offset are the ones caught up, and an answer
-    at most ``fresh`` old is what their own cooldown would have shown them. ``not_before``:
-    only a poll asked after then will do (after the run has closed, one newer than the close)."""
+    at most ``fresh`` old is what their own cooldown would have shown them."""
 
-    def poll() -> Awaitable[PollResult]:
-        return handle.query(
-            POLL_QUERY,
-            PollInput(topics=[EVENTS_TOPIC, TOKENS_TOPIC], from_offset=offset),
-            result_type=PollResult,
-            rpc_timeout=QUERY_TIMEOUT,
-        )
+    key = (id(client), handle.id, "poll", offset)
+    return await _SHARED.call(key, lambda: _poll(handle, offset), fresh=fresh)
 
-    return await _shared((id(client), handle.id, "poll", offset), fresh, not_before, poll)
+
+async def _poll(handle: WorkflowHandle[Any, Any], at: int) -> PollResult:
+    result: PollResult = await handle.query(
+        POLL_QUERY,
+        PollInput(topics=[EVENTS_TOPIC, TOKENS_TOPIC], from_offset=at),
+        result_type=PollResult,
+        rpc_timeout=QUERY_TIMEOUT,
+    )
+    return result
 
 
 def _decode(converter: PayloadConverter, topic: str, data: str, offset: int) -> StreamItem | None:
@@ -426,9 +383,8 @@ async def _described(
         return _Described(loop.time(), closed, (d.run_id, d.history_length))
 
     try:
-        return await _shared(
-            (id(client), handle.id, "described"), CLOSED_CHECK_SECONDS, not_before, describe
-        )
+        key = (id(client), handle.id, "described")
+        return await _SHARED.call(key, describe, fresh=CLOSED_CHECK_SECONDS, not_before=not_before)
     except RPCError:
         return None
 

@@ -28,6 +28,7 @@ from treadle.stream import (
     POLL_QUERY,
     StreamItem,
     StreamNotice,
+    read_items,
     stream_end,
     watch_events,
 )
@@ -134,6 +135,7 @@ class CountPolls(Interceptor):
     def __init__(self) -> None:
         self.offsets: list[int] = []
         self.described = 0
+        self.described_since_poll = 0
         self.polls_before_closed: int | None = None
 
     def intercept_client(self, next: OutboundInterceptor) -> OutboundInterceptor:
@@ -143,12 +145,14 @@ class CountPolls(Interceptor):
             async def query_workflow(self, input: QueryWorkflowInput) -> Any:
                 if input.query == POLL_QUERY:
                     counter.offsets.append(input.args[0].from_offset)
+                    counter.described_since_poll = 0
                 return await super().query_workflow(input)
 
             async def describe_workflow(
                 self, input: DescribeWorkflowInput
             ) -> WorkflowExecutionDescription:
                 counter.described += 1
+                counter.described_since_poll += 1
                 answer = await super().describe_workflow(input)
                 closed = answer.status is not WorkflowExecutionStatus.RUNNING
                 if closed and counter.polls_before_closed is None:
@@ -237,11 +241,14 @@ async def test_a_quiet_run_is_described_not_queried_and_read_again_once_it_moves
         )
         await handle.signal(PublishingWorkflow.publish, ["a"])
         view = asyncio.create_task(collect(watching, handle.id, 0, []))
-        # Read "a", an empty poll, a describe, one more poll (the run's history as described
-        # before it), then a describe that finds the history unchanged.
-        await until(lambda: counted.described >= 2, "the view never went quiet")
+        # Read "a", an empty poll, a poll after a describe (the run's history as described
+        # before it), then describes that find the history unchanged: two in a row, no poll.
+        await until(lambda: counted.described_since_poll >= 2, "the view never went quiet")
         quiet_polls = len(counted.offsets)
-        await until(lambda: counted.described >= 5, "the quiet view stopped describing")
+        await until(
+            lambda: counted.described_since_poll >= 4 or len(counted.offsets) > quiet_polls,
+            "the quiet view stopped describing",
+        )
         assert len(counted.offsets) == quiet_polls, counted.offsets
         assert counted.offsets[-1] == 1  # caught up after "a"
         await handle.signal(PublishingWorkflow.publish, ["b"])
@@ -278,3 +285,48 @@ async def test_a_run_closed_before_the_watch_is_read_by_one_poll(client: Client)
 
     assert texts(read) == [(0, "a"), (1, "b")]
     assert counted.offsets == [0]
+
+
+async def test_a_closed_run_is_read_once_per_process_and_a_new_run_of_its_id_afresh(
+    client: Client,
+) -> None:
+    """``read_items`` of a closed run asks a worker once (each query of a closed run is a
+    replay of it); an open run is asked every time; a new run started with the same workflow
+    id after the close is read from itself, never answered from the old run's kept items."""
+    queue = f"stream-{uuid.uuid4().hex[:8]}"
+    counted = CountPolls()
+    watching = Client(
+        client.service_client,
+        namespace=client.namespace,
+        data_converter=client.data_converter,
+        interceptors=[counted],
+    )
+    workflow_id = f"stream-{uuid.uuid4().hex[:8]}"
+    async with Worker(
+        client,
+        task_queue=queue,
+        workflows=[PublishingWorkflow],
+        workflow_runner=UnsandboxedWorkflowRunner(),
+    ):
+        handle = await client.start_workflow(
+            PublishingWorkflow.run, id=workflow_id, task_queue=queue
+        )
+        await handle.signal(PublishingWorkflow.publish, ["a"])
+        assert texts(await read_items(watching, workflow_id)) == [(0, "a")]
+        assert texts(await read_items(watching, workflow_id)) == [(0, "a")]
+        assert len(counted.offsets) == 2  # open: asked each time
+
+        await handle.signal(PublishingWorkflow.publish_and_finish, ["b"])
+        await handle.result()
+        reads = await asyncio.gather(*(read_items(watching, workflow_id) for _ in range(3)))
+        reads.append(await read_items(watching, workflow_id))
+        assert all(texts(r) == [(0, "a"), (1, "b")] for r in reads)
+        assert len(counted.offsets) == 3  # closed: one poll for the four reads
+        assert texts(await read_items(watching, workflow_id, from_offset=1)) == [(1, "b")]
+
+        again = await client.start_workflow(
+            PublishingWorkflow.run, id=workflow_id, task_queue=queue
+        )
+        await again.signal(PublishingWorkflow.publish_and_finish, ["c"])
+        await again.result()
+        assert texts(await read_items(watching, workflow_id)) == [(0, "c")]

@@ -11,6 +11,7 @@ run alone.
 from __future__ import annotations
 
 import json
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import Any
 
@@ -25,6 +26,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from activities import threads
 from activities.errors import ThreadUnavailable
+from treadle import closed as closed_runs
 from treadle.cli.live.responder import cause_of
 from treadle.web.http import HttpError
 from workflows.agent import catalogue
@@ -45,12 +47,22 @@ RESULT_CHARS = 2_000
 async def run_view(client: Client, workflow_id: str, web_ui: str | None) -> dict[str, Any]:
     """The run as the page shows it: its status, its calls' arguments and results (from the
     ``export`` query), the schemas of the calls waiting for approval, its Web UI link."""
-    handle = client.get_workflow_handle(workflow_id)
-    status: AgentStatus = await _query(handle, AgentWorkflow.state)
+    # A finished run is asked once per process (``treadle.closed``): each query of a closed
+    # run is a replay by a worker, and the page refreshes its view as the stream ends.
+    run_id = await closed_runs.closed_run(client, workflow_id)
+
+    async def ask(what: str, query: Callable[[WorkflowHandle[Any, Any]], Awaitable[Any]]) -> Any:
+        if run_id is None:
+            return await query(client.get_workflow_handle(workflow_id))
+        return await closed_runs.kept(client, workflow_id, run_id, ("ui", what), query)
+
+    status: AgentStatus = await ask("state", lambda h: _query(h, AgentWorkflow.state))
     calls: dict[str, dict[str, Any]] = {}
     exported: ThreadExport | None
     try:
-        exported = await handle.query(AgentWorkflow.export, rpc_timeout=QUERY_TIMEOUT)
+        exported = await ask(
+            "export", lambda h: h.query(AgentWorkflow.export, rpc_timeout=QUERY_TIMEOUT)
+        )
     except (RPCError, WorkflowQueryFailedError):
         exported = None  # the calls are shown from the stream's events alone
     if exported is not None:
