@@ -5,8 +5,10 @@ an event (skipped), and a run that closes without an ``ended`` event (read to it
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 import uuid
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from typing import Any
 
@@ -162,12 +164,10 @@ class CountPolls(Interceptor):
         return Outbound(next)
 
 
-async def test_watchers_in_one_process_share_the_polls_of_a_run(client: Client) -> None:
-    """Twenty views of one run in one process (the browser page serving twenty browsers) ask
-    the server once for what they all wait for, and each reads every item, in order. They
-    share the check whether the run has closed (at most one ``describe`` a second between
-    them, where each asked once a second), and the poll after the close (one each before),
-    which reads what the run published as it closed."""
+@contextlib.asynccontextmanager
+async def counted_worker(client: Client) -> AsyncIterator[tuple[Client, CountPolls, str]]:
+    """A worker for ``PublishingWorkflow`` on a queue of its own (yielded last), and a client
+    on the same connection whose polls and describes are counted."""
     queue = f"stream-{uuid.uuid4().hex[:8]}"
     counted = CountPolls()
     watching = Client(
@@ -182,6 +182,16 @@ async def test_watchers_in_one_process_share_the_polls_of_a_run(client: Client) 
         workflows=[PublishingWorkflow],
         workflow_runner=UnsandboxedWorkflowRunner(),
     ):
+        yield watching, counted, queue
+
+
+async def test_watchers_in_one_process_share_the_polls_of_a_run(client: Client) -> None:
+    """Twenty views of one run in one process (the browser page serving twenty browsers) ask
+    the server once for what they all wait for, and each reads every item, in order. They
+    share the check whether the run has closed (at most one ``describe`` a second between
+    them, where each asked once a second), and the poll after the close (one each before),
+    which reads what the run published as it closed."""
+    async with counted_worker(client) as (watching, counted, queue):
         handle = await client.start_workflow(
             PublishingWorkflow.run, id=f"stream-{uuid.uuid4().hex[:8]}", task_queue=queue
         )
@@ -222,20 +232,7 @@ async def test_a_quiet_run_is_described_not_queried_and_read_again_once_it_moves
     """A caught-up view of a run that publishes nothing asks the server (``describe``) whether
     it has moved, not the run's worker (a poll): polls stop once it is quiet, however long it
     stays so, and the next item is read once the run moves (its history grows)."""
-    queue = f"stream-{uuid.uuid4().hex[:8]}"
-    counted = CountPolls()
-    watching = Client(
-        client.service_client,
-        namespace=client.namespace,
-        data_converter=client.data_converter,
-        interceptors=[counted],
-    )
-    async with Worker(
-        client,
-        task_queue=queue,
-        workflows=[PublishingWorkflow],
-        workflow_runner=UnsandboxedWorkflowRunner(),
-    ):
+    async with counted_worker(client) as (watching, counted, queue):
         handle = await client.start_workflow(
             PublishingWorkflow.run, id=f"stream-{uuid.uuid4().hex[:8]}", task_queue=queue
         )
@@ -262,20 +259,7 @@ async def test_a_quiet_run_is_described_not_queried_and_read_again_once_it_moves
 async def test_a_run_closed_before_the_watch_is_read_by_one_poll(client: Client) -> None:
     """Every poll of a closed run is a replay of it by a worker: a watch that begins after the
     close learns of it first (``describe``) and reads everything in one poll."""
-    queue = f"stream-{uuid.uuid4().hex[:8]}"
-    counted = CountPolls()
-    watching = Client(
-        client.service_client,
-        namespace=client.namespace,
-        data_converter=client.data_converter,
-        interceptors=[counted],
-    )
-    async with Worker(
-        client,
-        task_queue=queue,
-        workflows=[PublishingWorkflow],
-        workflow_runner=UnsandboxedWorkflowRunner(),
-    ):
+    async with counted_worker(client) as (watching, counted, queue):
         handle = await client.start_workflow(
             PublishingWorkflow.run, id=f"stream-{uuid.uuid4().hex[:8]}", task_queue=queue
         )
@@ -293,21 +277,8 @@ async def test_a_closed_run_is_read_once_per_process_and_a_new_run_of_its_id_afr
     """``read_items`` of a closed run asks a worker once (each query of a closed run is a
     replay of it); an open run is asked every time; a new run started with the same workflow
     id after the close is read from itself, never answered from the old run's kept items."""
-    queue = f"stream-{uuid.uuid4().hex[:8]}"
-    counted = CountPolls()
-    watching = Client(
-        client.service_client,
-        namespace=client.namespace,
-        data_converter=client.data_converter,
-        interceptors=[counted],
-    )
     workflow_id = f"stream-{uuid.uuid4().hex[:8]}"
-    async with Worker(
-        client,
-        task_queue=queue,
-        workflows=[PublishingWorkflow],
-        workflow_runner=UnsandboxedWorkflowRunner(),
-    ):
+    async with counted_worker(client) as (watching, counted, queue):
         handle = await client.start_workflow(
             PublishingWorkflow.run, id=workflow_id, task_queue=queue
         )
