@@ -32,9 +32,12 @@ __all__ = ["KEPT", "answer", "closed_run", "kept"]
 
 T = TypeVar("T")
 
-KEPT = 64
+KEPT = 32
 """Answers kept per process: a page's run (its state, its conversation, its stream read from
-an offset or two) is about four."""
+an offset or two) is about four, so eight finished runs. Counted, not weighed: a kept stream
+read holds up to ``events.EVENTS_KEPT`` items and an export a conversation's previews, so a
+page process may hold some tens of MB. An answer dropped while still being asked is asked
+again by the next caller (one more replay, never a wrong answer)."""
 
 DESCRIBE_TIMEOUT = timedelta(seconds=5)
 

@@ -20,10 +20,11 @@ polls (``cooldown``) instead of a push.
   read from the oldest one kept, and ``on_notice`` hears of the gap, once per gap.
 - No worker (the query times out or fails): ``on_notice`` hears "waiting for a worker" once, and
   the reader keeps trying until one answers again. "From now" cannot be known without a worker;
-  then the run is shown from its start.
+  then the run is shown from its start. A caught-up reader of a run that does not move polls
+  it every ``QUIET_POLL_SECONDS``, so it hears of a worker gone within that.
 - The run finished: the items still unread are read, then the iteration ends. A run that
   closed before the watch began is read by one poll (a query of a closed run is answered by a
-  worker replaying it).
+  worker replaying it), or by none "from now".
 - Encrypted runs: the query's answer is decrypted by the client's codec; the items inside were
   made by the payload converter alone (the stream runs the codec on its envelopes only), so
   they decode with ``client.data_converter.payload_converter``.
@@ -32,9 +33,10 @@ polls (``cooldown``) instead of a push.
 - A quiet run is polled less: after each empty poll the pause doubles, up to
   ``QUIET_COOLDOWN``; the next item brings it back to ``cooldown``. And a caught-up reader asks
   the server first (``describe``: answered by the server alone, no worker, no history): a run
-  whose history has not grown since the describe before its last empty poll has completed no
-  workflow task since, so it has published nothing, and it is not queried. A run parked on an
-  approval for a day costs its watchers a describe a second, and its worker nothing; a query,
+  whose history, described after the answer of the reader's last empty poll, has not grown
+  since the describe before that poll has completed no workflow task in between, so it has
+  published nothing, and it is not queried. A run parked on an approval for a day costs its
+  watchers a describe a second and its worker a query every ``QUIET_POLL_SECONDS``; a query,
   which the server routes to the run's worker, is asked once the run has moved.
 - Watchers of one run in one process (one client: the browser page serving many browsers)
   share its polls: a poll from the offset they all wait at, in flight or under ``cooldown``
@@ -104,6 +106,9 @@ RETRY_SECONDS = 1.0
 CLOSED_CHECK_SECONDS = 1.0
 """How often a caught-up reader asks the server whether the run has closed (``describe``,
 answered by the server alone, no worker, no history)."""
+QUIET_POLL_SECONDS = 30.0
+"""The longest a caught-up reader goes without polling a run that has not moved: a poll is how
+it learns that no worker answers any more (``waiting``)."""
 
 _OPEN = (WorkflowExecutionStatus.RUNNING, WorkflowExecutionStatus.CONTINUED_AS_NEW)
 
@@ -219,6 +224,7 @@ async def _watch(
     # after the describe that saw it closed (its worker replays the run to answer each).
     quiet = True  # no poll yet, or the last one came back empty
     polled_at: _History | None = None  # the run's history as described before that poll
+    answered = -math.inf  # when the last poll's answer came (the loop's time)
     pause = cooldown
     loop = asyncio.get_running_loop()
     while True:
@@ -227,17 +233,26 @@ async def _watch(
             # The watch's span is current only around its own calls: the generator yields
             # between them, to a caller whose context is its own.
             with trace.use_span(span, end_on_exit=False):
-                if offset is None:
-                    offset = await stream_end(handle)
                 if quiet and not closed:
-                    # Caught up: has the run closed, or moved at all since the last poll?
+                    # Caught up: has the run closed, or moved at all since the last poll? Only
+                    # a describe asked after that poll's answer can say it has not moved (the
+                    # shared one may be older: then poll, as before the describe was shared).
                     seen = await _described(client, handle)
                     if seen is not None and seen.closed:
                         closed = seen.history[0]
-                    elif seen is not None and seen.history == polled_at:
+                    elif (
+                        seen is not None
+                        and seen.history == polled_at
+                        and seen.asked >= answered
+                        and loop.time() - answered < QUIET_POLL_SECONDS
+                    ):
                         unmoved = True
                     else:
                         polled_at = None if seen is None else seen.history
+                if offset is None:
+                    if closed is not None:
+                        return  # closed before the watch began: nothing comes from now on
+                    offset = await stream_end(handle)
                 if closed is not None:
                     # Asked after the describe that saw the close, a poll reads the stream as
                     # it ends; the closed run answers each by a replay on a worker, so the
@@ -246,7 +261,7 @@ async def _watch(
                         client, workflow_id, closed, ("poll", offset), partial(_poll, at=offset)
                     )
                 elif not unmoved:
-                    result = await _shared_poll(client, handle, offset, cooldown)
+                    result, answered = await _shared_poll(client, handle, offset, cooldown)
         except (WorkflowQueryFailedError, WorkflowQueryRejectedError, RPCError) as exc:
             if isinstance(exc, RPCError) and exc.status is RPCStatusCode.NOT_FOUND:
                 raise StreamUnavailable(f"no run with id {workflow_id!r}") from exc
@@ -299,10 +314,12 @@ async def _watch(
         offset = max(offset, result.next_offset)
         if ended or (closed and not result.more_ready):
             return
+        if result.items or result.more_ready:
+            quiet, polled_at = False, None
         if result.more_ready:
             continue
         if result.items:
-            pause, quiet, polled_at = cooldown, False, None
+            pause = cooldown
         else:
             # Quiet: the next round asks ``describe`` first (shared, ``_described``: one a
             # second for every watcher of the run in this process). Closed: one more poll
@@ -318,15 +335,20 @@ _SHARED = SharedCalls()
 
 async def _shared_poll(
     client: Client, handle: WorkflowHandle[Any, Any], offset: int, fresh: float
-) -> PollResult:
+) -> tuple[PollResult, float]:
     """One poll of the run's stream from ``offset``, shared by every watcher of this client
     that asks for the same offset while it is in flight or less than ``fresh`` seconds old:
     a hundred views of one run in one process (the browser page) cost the server one query
     per cooldown, not a hundred. Watchers at one offset are the ones caught up, and an answer
-    at most ``fresh`` old is what their own cooldown would have shown them."""
+    at most ``fresh`` old is what their own cooldown would have shown them. With the loop's time
+    its answer came: what it says is as of then, for every watcher it serves."""
+    loop = asyncio.get_running_loop()
+
+    async def poll() -> tuple[PollResult, float]:
+        return await _poll(handle, offset), loop.time()
 
     key = (id(client), handle.id, "poll", offset)
-    return await _SHARED.call(key, lambda: _poll(handle, offset), fresh=fresh)
+    return await _SHARED.call(key, poll, fresh=fresh)
 
 
 async def _poll(handle: WorkflowHandle[Any, Any], at: int) -> PollResult:
@@ -355,9 +377,10 @@ def _decode(converter: PayloadConverter, topic: str, data: str, offset: int) -> 
 
 @dataclass(frozen=True)
 class _Described:
-    """What one ``describe`` said of the run: when it was answered (the loop's time: a poll
-    asked since is newer than what it saw), whether the run had closed, and its history."""
+    """What one ``describe`` said of the run: when it was asked and answered (the loop's time),
+    whether the run had closed, and its history."""
 
+    asked: float
     answered: float
     closed: bool
     history: _History
@@ -378,9 +401,10 @@ async def _described(
     loop = asyncio.get_running_loop()
 
     async def describe() -> _Described:
+        asked = loop.time()
         d = await handle.describe(rpc_timeout=QUERY_TIMEOUT)
         closed = d.status is not None and d.status not in _OPEN
-        return _Described(loop.time(), closed, (d.run_id, d.history_length))
+        return _Described(asked, loop.time(), closed, (d.run_id, d.history_length))
 
     try:
         key = (id(client), handle.id, "described")

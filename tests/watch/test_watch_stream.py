@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from typing import Any
 
+import pytest
 from temporalio import workflow
 from temporalio.client import (
     Client,
@@ -25,6 +26,7 @@ from temporalio.client import (
 from temporalio.contrib.workflow_streams import WorkflowStream
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
+from treadle import stream
 from treadle.stream import (
     CLOSED_CHECK_SECONDS,
     POLL_QUERY,
@@ -243,7 +245,7 @@ async def test_a_quiet_run_is_described_not_queried_and_read_again_once_it_moves
         await until(lambda: counted.described_since_poll >= 2, "the view never went quiet")
         quiet_polls = len(counted.offsets)
         await until(
-            lambda: counted.described_since_poll >= 4 or len(counted.offsets) > quiet_polls,
+            lambda: counted.described_since_poll >= 3 or len(counted.offsets) > quiet_polls,
             "the quiet view stopped describing",
         )
         assert len(counted.offsets) == quiet_polls, counted.offsets
@@ -301,3 +303,50 @@ async def test_a_closed_run_is_read_once_per_process_and_a_new_run_of_its_id_afr
         await again.signal(PublishingWorkflow.publish_and_finish, ["c"])
         await again.result()
         assert texts(await read_items(watching, workflow_id)) == [(0, "c")]
+
+
+async def test_a_backlog_longer_than_one_poll_is_read_whole_while_the_run_waits(
+    client: Client,
+) -> None:
+    """One poll answers at most about 1 MB (``more_ready`` says there is more). A reader
+    behind by more than that on a run that does not move reads on at once: the pages after the
+    first are not taken for a caught-up reader's quiet round."""
+    async with counted_worker(client) as (watching, counted, queue):
+        handle = await client.start_workflow(
+            PublishingWorkflow.run, id=f"stream-{uuid.uuid4().hex[:8]}", task_queue=queue
+        )
+        for batch in range(4):
+            texts_ = [f"{batch}-{i}-" + "x" * 3_000 for i in range(100)]
+            await handle.signal(PublishingWorkflow.publish, texts_)
+        assert await stream_end(handle) == 400
+        read: list[StreamItem] = []
+
+        async def follow() -> None:
+            async for item in watch_events(watching, handle.id, cooldown=0.05):
+                read.append(item)
+
+        view = asyncio.create_task(follow())
+        await until(lambda: len(read) >= 400 or view.done(), "the reader stopped mid-backlog")
+        assert len(read) == 400 and len(set(counted.offsets)) >= 2, counted.offsets
+        await handle.signal(PublishingWorkflow.finish)
+        await asyncio.wait_for(view, 30)
+
+
+async def test_a_caught_up_reader_of_a_run_that_waits_hears_when_its_worker_is_gone(
+    client: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A reader that asks only ``describe`` of a run that does not move still polls now and
+    then (``QUIET_POLL_SECONDS``), so it hears "waiting for a worker" once no worker answers."""
+    monkeypatch.setattr(stream, "QUIET_POLL_SECONDS", 2.0)
+    notices: list[StreamNotice] = []
+    async with counted_worker(client) as (watching, counted, queue):
+        handle = await client.start_workflow(
+            PublishingWorkflow.run, id=f"stream-{uuid.uuid4().hex[:8]}", task_queue=queue
+        )
+        await handle.signal(PublishingWorkflow.publish, ["a"])
+        view = asyncio.create_task(collect(watching, handle.id, 0, notices))
+        await until(lambda: counted.described_since_poll >= 2, "the view never went quiet")
+    # The worker is gone: the next poll is not answered.
+    await until(lambda: any(n.kind == "waiting" for n in notices), "no waiting notice")
+    view.cancel()
+    await handle.terminate("the test is over")
