@@ -13,13 +13,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime
-from collections.abc import Callable
 from typing import Any
 
 import pytest
 
 pytest.importorskip("playwright", reason="playwright is not installed (pip install -e '.[test]')")
 from playwright.async_api import Page, Request, Route, expect
+
+from tests.support.waits import until
 
 EVERY_MS = 5_000
 """How often the list refreshes (``runs.js``)."""
@@ -47,15 +48,6 @@ def listing(run_id: str) -> dict[str, Any]:
             }
         ]
     }
-
-
-async def until(condition: Callable[[], object], what: str) -> None:
-    """Wait for ``condition()`` (a watchdog sized for a busy machine, not a target)."""
-    for _ in range(600):
-        if condition():
-            return
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"never: {what}")
 
 
 async def settled(page: Page) -> None:

@@ -26,6 +26,7 @@ from temporalio.client import (
 from temporalio.contrib.workflow_streams import WorkflowStream
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
+from tests.support.waits import until
 from treadle import stream
 from treadle.stream import (
     CLOSED_CHECK_SECONDS,
@@ -218,14 +219,6 @@ async def test_watchers_in_one_process_share_the_polls_of_a_run(client: Client) 
     # One poll after the close for views in step, one more for each group a busy machine puts
     # out of step (a quiet pause apart); without sharing, one for each of the twenty views.
     assert 1 <= after_close <= 3, counted.offsets
-
-
-async def until(check: Any, what: str) -> None:
-    """Wait for ``check()`` (a hang guard, not a target)."""
-    deadline = time.monotonic() + 60
-    while not check():
-        assert time.monotonic() < deadline, what
-        await asyncio.sleep(0.02)
 
 
 async def test_a_quiet_run_is_described_not_queried_and_read_again_once_it_moves(
