@@ -330,7 +330,6 @@ async def test_a_caught_up_reader_of_a_run_that_waits_hears_when_its_worker_is_g
 ) -> None:
     """A reader that asks only ``describe`` of a run that does not move still polls now and
     then (``QUIET_POLL_SECONDS``), so it hears "waiting for a worker" once no worker answers."""
-    monkeypatch.setattr(stream, "QUIET_POLL_SECONDS", 2.0)
     notices: list[StreamNotice] = []
     async with counted_worker(client) as (watching, counted, queue):
         handle = await client.start_workflow(
@@ -339,6 +338,8 @@ async def test_a_caught_up_reader_of_a_run_that_waits_hears_when_its_worker_is_g
         await handle.signal(PublishingWorkflow.publish, ["a"])
         view = asyncio.create_task(collect(watching, handle.id, 0, notices))
         await until(lambda: counted.described_since_poll >= 2, "the view never went quiet")
+        # Quiet (describes only): the check every QUIET_POLL_SECONDS, shortened for the test.
+        monkeypatch.setattr(stream, "QUIET_POLL_SECONDS", 2.0)
     # The worker is gone: the next poll is not answered.
     await until(lambda: any(n.kind == "waiting" for n in notices), "no waiting notice")
     view.cancel()
