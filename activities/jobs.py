@@ -34,10 +34,10 @@ from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
-from activities.heartbeat import heartbeating
-from workflows.base import Frozen, describe_errors
-from workflows.jobs.ledger import JobLedgerWorkflow
-from workflows.jobs.models import (
+from treadle.activities.heartbeat import heartbeating
+from treadle.workflows.base import Frozen, describe_errors
+from treadle.workflows.jobs.ledger import JobLedgerWorkflow
+from treadle.workflows.jobs.models import (
     JobDefinition,
     JobOutput,
     JobRequest,
@@ -51,7 +51,6 @@ from workflows.jobs.models import (
 
 __all__ = [
     "ACTIVITIES",
-    "DEFAULT_WORKSPACES_ROOT",
     "HISTORY_CLEANUP",
     "WORKSPACE_CLEANUP",
     "Job",
@@ -422,17 +421,15 @@ async def cleanup_job_history(request: JobRequest) -> dict[str, JsonValue]:
 WORKSPACE_CLEANUP = "workspace-cleanup"
 HISTORY_CLEANUP = "job-history-cleanup"
 
-DEFAULT_WORKSPACES_ROOT = Path(__file__).resolve().parents[1] / "workspaces"
-"""Where ``starter.py run`` puts workspaces by default (``workspaces/<workflow id>``)."""
-
 
 def builtin_jobs(
     *,
-    workspaces_root: Path = DEFAULT_WORKSPACES_ROOT,
+    workspaces_root: Path,
     workspace_retention_days: float = 7,
     history_retention_days: float = 90,
 ) -> JobRegistry:
-    """The jobs Treadle itself needs."""
+    """The jobs Treadle itself needs; ``workspaces_root`` is where ``run`` makes the workspaces
+    of runs given none (``treadle.home.workspaces()``)."""
     return job_registry(
         define_job(
             cleanup_workspaces,
@@ -462,4 +459,4 @@ ACTIVITIES: list[Callable[..., Any]] = [
     cleanup_workspaces.run,
     cleanup_job_history.run,
 ]
-"""Activities worker.py registers for jobs."""
+"""Activities the worker registers for jobs."""

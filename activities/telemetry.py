@@ -8,14 +8,14 @@ Each activity wraps its work in one of the context managers here. They make
   call, ``hook <name>`` for a post-tools hook. Without a tracer provider (nothing configured,
   see ``treadle.observability``) OpenTelemetry hands out non-recording spans: no cost but a call;
 - Treadle's activity metrics through ``_meter()``, the worker's Temporal runtime
-  meter: on its Prometheus endpoint when ``worker.py --metrics-port`` is given, a no-op
+  meter: on its Prometheus endpoint when ``treadle worker --metrics-port`` is given, a no-op
   otherwise. An activity's metrics are recorded by the attempt that ran, so a retried call
   counts each attempt (``outcome="error"`` for the failed ones);
 - the run's step, for the worker's log lines (``current_step``, read by ``treadle.logs``).
 
 Prompts and completions go on a span only when content capture is on
 (``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true``, set by ``treadle.observability``),
-with the worker's secrets redacted (``activities.content``); API keys never do otherwise:
+with the worker's secrets redacted (``treadle.activities.content``); API keys never do otherwise:
 nothing here reads a request's headers, and an error is recorded by its type, not its message.
 """
 
@@ -35,8 +35,8 @@ from temporalio import activity
 from temporalio.common import MetricMeter
 from temporalio.exceptions import ApplicationError
 
-from activities.content.redaction import redacted
-from workflows.agent.models import ChatMessage, ModelRequest, ModelResponse
+from treadle.activities.content.redaction import redacted
+from treadle.workflows.agent.models import ChatMessage, ModelRequest, ModelResponse
 
 __all__ = [
     "HOOK_RUNS",

@@ -1,5 +1,5 @@
 """A thread's next message, sent from outside the thread, and the wait for its answer: what
-``starter.py send --wait`` and ``chat`` do for a person, and what the ``send_to_thread``
+``treadle send --wait`` and ``chat`` do for a person, and what the ``send_to_thread``
 activity does for a scheduled message.
 
 When is a message answered? A thread answers its queued messages in order and waits for its
@@ -33,12 +33,12 @@ from temporalio.client import (
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
-from activities.errors import ThreadUnavailable
-from activities.heartbeat import heartbeating
-from workflows.agent.models import AgentStatus, SendReceipt, UserMessage
-from workflows.agent.state_machine import State
-from workflows.agent.workflow import AgentWorkflow
-from workflows.scheduled.models import SendToThreadInput, ThreadAnswer
+from treadle.activities.errors import ThreadUnavailable
+from treadle.activities.heartbeat import heartbeating
+from treadle.workflows.agent.models import AgentStatus, SendReceipt, UserMessage
+from treadle.workflows.agent.state_machine import State
+from treadle.workflows.agent.workflow import AgentWorkflow
+from treadle.workflows.scheduled.models import SendToThreadInput, ThreadAnswer
 
 __all__ = [
     "ACTIVITIES",
@@ -310,4 +310,4 @@ async def send_to_thread(request: SendToThreadInput) -> ThreadAnswer:
 
 
 ACTIVITIES: list[Callable[..., Any]] = [send_to_thread]
-"""Activities worker.py registers for threads."""
+"""Activities the worker registers for threads."""

@@ -23,17 +23,17 @@ from typing import Any
 
 from temporalio.client import Client, WorkflowHandle
 
-from activities.model.activity import ModelActivities, ProviderSettings, http_client
-from activities.tools.builtin import execute_tool
 from bench.local_server import dev_server_config
 from bench.scripts import write_script
+from treadle.activities.model.activity import ModelActivities, ProviderSettings, http_client
+from treadle.activities.tools.builtin import execute_tool
+from treadle.cli.worker import build_worker
 from treadle.connection import connect
 from treadle.devserver import DevServer
 from treadle.scripted_model import ScriptedModelServer
-from worker import build_worker
-from workflows.agent.catalogue import TOOLS
-from workflows.agent.memory import AgentMemory
-from workflows.agent.models import (
+from treadle.workflows.agent.catalogue import TOOLS
+from treadle.workflows.agent.memory import AgentMemory
+from treadle.workflows.agent.models import (
     AgentConfig,
     AgentInput,
     AgentResult,
@@ -42,8 +42,8 @@ from workflows.agent.models import (
     ToolPolicy,
     Turn,
 )
-from workflows.agent.state_machine import State
-from workflows.agent.workflow import AgentWorkflow
+from treadle.workflows.agent.state_machine import State
+from treadle.workflows.agent.workflow import AgentWorkflow
 
 DEFAULT_CONFIG = AgentConfig()
 

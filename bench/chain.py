@@ -18,12 +18,12 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from activities.model.activity import http_client
-from activities.store.blobs import FileBlobStore
 from bench.suite import Bench, Row
-from worker import build_worker
-from workflows.agent.models import AgentConfig, AgentInput, AgentResult, RunStatus
-from workflows.agent.workflow import AgentWorkflow
+from treadle.activities.model.activity import http_client
+from treadle.activities.store.blobs import FileBlobStore
+from treadle.cli.worker import build_worker
+from treadle.workflows.agent.models import AgentConfig, AgentInput, AgentResult, RunStatus
+from treadle.workflows.agent.workflow import AgentWorkflow
 
 FILE_BYTES = 2_000
 PER_STEP_TARGET = 4 * 1024

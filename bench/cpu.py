@@ -68,8 +68,8 @@ from bench.suite import (
     new_id,
     start_agent,
 )
-from worker import WORKFLOWS, workflow_runner
-from workflows.agent.models import AgentConfig, RunStatus
+from treadle.cli.worker import WORKFLOWS, workflow_runner
+from treadle.workflows.agent.models import AgentConfig, RunStatus
 
 IDLE_SECONDS = 3.0
 

@@ -33,16 +33,16 @@ from typing import Any
 from temporalio.client import Client, WorkflowHandle
 from temporalio.service import RPCError, RPCStatusCode
 
-from activities.model.activity import ProviderSettings, http_client
-from activities.store.blobs import FileBlobStore
 from bench.local_server import dev_server_config
+from treadle.activities.model.activity import ProviderSettings, http_client
+from treadle.activities.store.blobs import FileBlobStore
+from treadle.cli.worker import build_worker
 from treadle.connection import connect
 from treadle.devserver import DevServer
 from treadle.scripted_model import ScriptedModelServer
-from worker import build_worker
-from workflows.agent.models import AgentConfig, AgentInput, AgentResult
-from workflows.agent.progress import ProgressConfig
-from workflows.agent.workflow import AgentWorkflow
+from treadle.workflows.agent.models import AgentConfig, AgentInput, AgentResult
+from treadle.workflows.agent.progress import ProgressConfig
+from treadle.workflows.agent.workflow import AgentWorkflow
 
 
 def _script(steps: int, files: int) -> list[dict[str, Any]]:

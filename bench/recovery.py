@@ -32,7 +32,6 @@ from temporalio.api.enums.v1 import EventType, PendingActivityState, TaskQueueKi
 from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import WorkflowHandle
 
-from activities.heartbeat import MIN_INTERVAL_SECONDS
 from bench.scripts import write_script
 from bench.suite import (
     ROOT,
@@ -46,8 +45,9 @@ from bench.suite import (
     start_agent,
     wait_for,
 )
-from workflows.agent.models import AgentConfig, ApproveSignal, RunStatus
-from workflows.agent.workflow import AgentWorkflow
+from treadle.activities.heartbeat import MIN_INTERVAL_SECONDS
+from treadle.workflows.agent.models import AgentConfig, ApproveSignal, RunStatus
+from treadle.workflows.agent.workflow import AgentWorkflow
 
 
 def pid_of(identity: str) -> int:

@@ -54,28 +54,28 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle, WorkflowHistory
 from temporalio.worker import Replayer, Worker
 
-from activities.model.activity import ProviderSettings, http_client
-from activities.store.blobs import FileBlobStore
 from bench.floor import FloorActivities, FloorInput, FloorWorkflow
 from bench.local_server import dev_server_config
 from bench.scripts import write_script
-from treadle.connection import connect
-from treadle.devserver import DevServer
-from treadle.scripted_model import ScriptedModelServer
-from worker import (
+from treadle.activities.model.activity import ProviderSettings, http_client
+from treadle.activities.store.blobs import FileBlobStore
+from treadle.cli.worker import (
     STICKY_QUEUE_TIMEOUT_SECONDS,
     WORKFLOWS,
     build_worker,
     workflow_runner,
 )
-from workflows.agent.models import (
+from treadle.connection import connect
+from treadle.devserver import DevServer
+from treadle.scripted_model import ScriptedModelServer
+from treadle.workflows.agent.models import (
     AgentConfig,
     AgentInput,
     AgentResult,
     ApproveSignal,
     RunStatus,
 )
-from workflows.agent.workflow import AgentWorkflow
+from treadle.workflows.agent.workflow import AgentWorkflow
 
 ROOT = Path(__file__).resolve().parents[1]
 

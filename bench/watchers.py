@@ -39,9 +39,9 @@ from temporalio.contrib.workflow_streams import PollInput, PollResult
 
 from bench.suite import Bench, cpu_seconds, start_agent
 from treadle.stream import watch_events
-from workflows.agent.events import EVENTS_TOPIC, OFFSET_QUERY, POLL_QUERY, TOKENS_TOPIC
-from workflows.agent.models import AgentConfig, RunStatus
-from workflows.agent.workflow import AgentWorkflow
+from treadle.workflows.agent.events import EVENTS_TOPIC, OFFSET_QUERY, POLL_QUERY, TOKENS_TOPIC
+from treadle.workflows.agent.models import AgentConfig, RunStatus
+from treadle.workflows.agent.workflow import AgentWorkflow
 
 CALLS = 200
 """Calls of each kind timed on the parked run: each costs the server a millisecond or two, so

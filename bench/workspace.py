@@ -38,11 +38,11 @@ from pathlib import Path
 
 from temporalio.contrib.pydantic import pydantic_data_converter
 
-from activities.store.blobs import FileBlobStore
-from activities.workspace import Snapshotter, materialise
-from activities.workspace.scan import Index, Rules, walk
-from activities.workspace.snapshot import size
-from workflows.agent.snapshots import DEFAULT_IGNORE, SnapshotRequest, SnapshotResult
+from treadle.activities.store.blobs import FileBlobStore
+from treadle.activities.workspace import Snapshotter, materialise
+from treadle.activities.workspace.scan import Index, Rules, walk
+from treadle.activities.workspace.snapshot import size
+from treadle.workflows.agent.snapshots import DEFAULT_IGNORE, SnapshotRequest, SnapshotResult
 
 DIRECTORIES = 100
 STEP_SECONDS = 5.0

@@ -2,7 +2,7 @@
 
     .venv/bin/python docs/screenshot.py [--out docs/web-ui-run.png] [--chromium PATH]
 
-Runs ``starter.py demo --manual`` on a throwaway dev server (free ports, a temporary SQLite file),
+Runs ``treadle demo --manual`` on a throwaway dev server (free ports, a temporary SQLite file),
 waits until its run waits for approval, opens the run in headless Chromium (Debian: ``apt-get
 install chromium``), switches to the *User Metadata* tab, where *Current Details* shows the
 run's state, step, tokens and the call waiting for approval, and saves a 1400x900 screenshot.
@@ -159,7 +159,7 @@ CLICK_TAB = """
 
 
 def demo_until_paused(work: Path) -> tuple[subprocess.Popen[str], list[str]]:
-    """Start ``starter.py demo --manual`` on a throwaway server; return it once it waits."""
+    """Start ``treadle demo --manual`` on a throwaway server; return it once it waits."""
     config = work / "temporal-dev.yaml"
     config.write_text(
         f"port: {free_port()}\nui_port: {free_port()}\ndb_filename: {work / 'dev.sqlite'}\n"

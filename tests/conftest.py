@@ -10,7 +10,6 @@ harness and the helpers every room uses live in tests/support.
 
 from __future__ import annotations
 
-import os
 import shutil
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -22,7 +21,6 @@ from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
-from activities.model.activity import http_client
 from tests.support.harness import (
     TEST_STORE,
     Harness,
@@ -31,10 +29,12 @@ from tests.support.harness import (
     test_server_binary,
 )
 from tests.support.processes import free_port
+from treadle.activities.model.activity import http_client
 from treadle.connection import connect
 from treadle.devserver import TIMER_TICK, TIMER_TICK_KEY, DevServer, DevServerConfig
+from treadle.home import HOME_ENV
 from treadle.scripted_model import ScriptedModelServer
-from workflows.agent import search_attributes
+from treadle.workflows.agent import search_attributes
 
 # Property tests assert behaviour, never durations: no example may fail for taking longer than
 # hypothesis's default 200 ms on a busy machine (that failed as "Flaky" in full runs).
@@ -98,16 +98,15 @@ def model_server() -> Iterator[ScriptedModelServer]:
 
 
 @pytest.fixture(scope="session", autouse=True)
-def _test_store() -> Iterator[None]:
+def _test_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     """Every client, worker and worker process of the session shares one store (External
-    Storage reads what the conversation store wrote), out of the repository; removed at the end."""
-    previous = os.environ.get("TREADLE_STORE")
-    os.environ["TREADLE_STORE"] = str(TEST_STORE)
-    yield
-    if previous is None:
-        os.environ.pop("TREADLE_STORE", None)
-    else:
-        os.environ["TREADLE_STORE"] = previous
+    Storage reads what the conversation store wrote), out of the repository; removed at the end.
+    Treadle's data directory (``TREADLE_HOME``: default workspaces, the demo's) is a temporary
+    one too, so no test writes into the checkout."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("TREADLE_STORE", str(TEST_STORE))
+        patch.setenv(HOME_ENV, str(tmp_path_factory.mktemp("treadle-home")))
+        yield
     shutil.rmtree(TEST_STORE, ignore_errors=True)
 
 

@@ -36,16 +36,16 @@ from temporalio.common import WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
-from activities.threads import check_thread
-from workflows.base import Frozen
-from workflows.monitors.models import (
+from treadle.activities.threads import check_thread
+from treadle.workflows.base import Frozen
+from treadle.workflows.monitors.models import (
     DeleteRequest,
     MonitorConfig,
     MonitorInput,
     monitor_workflow_id,
 )
-from workflows.monitors.workflow import MonitorWorkflow
-from workflows.scheduled.models import (
+from treadle.workflows.monitors.workflow import MonitorWorkflow
+from treadle.workflows.scheduled.models import (
     SCHEDULE_PREFIX,
     AgentSchedule,
     Overlap,
@@ -53,7 +53,7 @@ from workflows.scheduled.models import (
     agent_run_id,
     schedule_id,
 )
-from workflows.scheduled.workflow import ScheduledAgentWorkflow
+from treadle.workflows.scheduled.workflow import ScheduledAgentWorkflow
 
 __all__ = [
     "MEMO_SCHEDULED_AGENT",
@@ -83,7 +83,7 @@ MEMO_SCHEDULED_AGENT = "scheduled_agent"
 """Memo key of a scheduled agent's monitor: which schedule it watches, with which settings, so
 an existing monitor is reused only when it is this schedule's own."""
 
-CREATED_NOTE = "created with starter.py schedule create"
+CREATED_NOTE = "created with treadle schedule create"
 DELETE_TIMEOUT = timedelta(seconds=10)
 
 
@@ -228,7 +228,7 @@ def _same_or_conflict(existing: DeployedSchedule, plan: AgentSchedule, task_queu
     what = "task queue" if existing.schedule == plan else "settings"
     raise ScheduleConflict(
         f"scheduled agent {plan.name!r} already exists with other {what}; "
-        f"delete it first (starter.py schedule delete {plan.name})"
+        f"delete it first (treadle schedule delete {plan.name})"
     )
 
 
@@ -255,7 +255,7 @@ async def ensure_monitor(client: Client, plan: AgentSchedule, task_queue: str) -
         return False
     raise ScheduleConflict(
         f"a cron monitor {plan.name!r} already exists and watches something else; "
-        "pick another name, or delete it (starter.py monitors delete "
+        "pick another name, or delete it (treadle monitors delete "
         f"{plan.name})"
     )
 

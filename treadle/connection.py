@@ -55,6 +55,7 @@ from temporalio.envconfig import ClientConfigProfile
 from temporalio.runtime import Runtime
 from temporalio.service import RPCError, RPCStatusCode
 
+from treadle import home
 from treadle.codec import (
     READER_ERRORS,
     EncryptionCodec,
@@ -70,7 +71,6 @@ from treadle.stores import StoreLocation, StoreSettingsError, external_storage, 
 
 __all__ = [
     "DEFAULT_ADDRESS",
-    "DEFAULT_STORE",
     "PAYLOAD_SIZE_THRESHOLD",
     "STORE_ENV",
     "ConnectionFailed",
@@ -93,9 +93,6 @@ __all__ = [
 
 DEFAULT_ADDRESS = "127.0.0.1:7233"
 """Where the dev server listens (``temporal-dev.yaml``) when nothing else names an address."""
-
-DEFAULT_STORE = Path(__file__).resolve().parents[1] / ".temporal" / "store"
-"""The blob store beside the dev server's data; the same directory as ``worker.py --store``."""
 
 STORE_ENV = "TREADLE_STORE"
 """Where the blob store is (a directory or ``s3://BUCKET/PREFIX``, see ``treadle.stores``), or
@@ -167,9 +164,10 @@ async def connect(
     for a real cluster must not be sent to the embedded dev server. ``environ`` is where
     ``TREADLE_ENCRYPTION_KEYS`` is read (default: this process's environment); encryption applies
     to the dev server too. ``store`` is the External Storage directory (or ``"none"``); without
-    it ``TREADLE_STORE`` in ``environ`` decides, then :data:`DEFAULT_STORE`. The client (and
+    it ``TREADLE_STORE`` in ``environ`` decides, then ``store/`` in the data directory
+    (``treadle.home``). The client (and
     every worker built on it) is traced when ``environ`` sets up OpenTelemetry
-    (``treadle.observability``); ``runtime`` is a Temporal runtime of one's own (``worker.py
+    (``treadle.observability``); ``runtime`` is a Temporal runtime of one's own (``treadle worker
     --metrics-port`` serves Prometheus metrics from one).
     """
     environment = os.environ if environ is None else environ
@@ -337,7 +335,7 @@ def store_location(
     else the default directory; ``None`` when either says ``none`` (every payload inline, so
     one over 2 MB fails). ``StoreSettingsError`` for a malformed ``s3://`` URL."""
     where = store if store is not None else environ.get(STORE_ENV, "").strip()
-    return parse_store(where) if where else DEFAULT_STORE
+    return parse_store(where) if where else home.default_store(environ)
 
 
 def check_settings(*, address: str | None, environ: Mapping[str, str]) -> None:
@@ -464,7 +462,7 @@ def _rejected(
 
 def _cannot_reach(target: str, reason: str) -> str:
     if target.startswith(_LOCAL_HOSTS):
-        hint = "start one with: python worker.py --dev-server"
+        hint = "start one with: treadle worker --dev-server"
     else:
         hint = "check TEMPORAL_ADDRESS, TLS and API key settings"
     return f"cannot reach Temporal at {target}: {reason}; {hint}"

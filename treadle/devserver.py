@@ -42,7 +42,8 @@ from temporalio.common import SearchAttributeIndexedValueType
 from temporalio.service import RPCError
 
 from treadle import connection
-from workflows.base import Frozen
+from treadle.home import home
+from treadle.workflows.base import Frozen
 
 __all__ = [
     "DevServer",
@@ -93,7 +94,7 @@ class DevServerConfig(Frozen):
     ip: IPvAnyAddress = IPv4Address("127.0.0.1")
     port: Port = 7233
     ui_port: Port = 8233
-    db_filename: Path = Path(".temporal/treadle-dev.sqlite")
+    db_filename: Path = Path("dev.sqlite")
     namespace: str = Field(default="default", min_length=1)
     log_level: Literal["debug", "info", "warn", "error", "never"] = "warn"
     search_attributes: dict[SearchAttributeName, SearchAttributeTypeName] = Field(
@@ -101,7 +102,7 @@ class DevServerConfig(Frozen):
     )
     dynamic_config: dict[DynamicConfigKey, JsonValue] = Field(default_factory=dict)
     ui_codec_endpoint: str = ""
-    """Where the Web UI sends payloads to decode (``starter.py codec-server``); empty: nowhere."""
+    """Where the Web UI sends payloads to decode (``treadle codec-server``); empty: nowhere."""
 
     @field_validator("ui_codec_endpoint")
     @classmethod
@@ -132,14 +133,16 @@ def _host(config: DevServerConfig) -> str:
     return f"[{config.ip}]" if config.ip.version == 6 else str(config.ip)
 
 
-def load_config(path: Path) -> DevServerConfig:
-    """Read ``temporal-dev.yaml``; a relative ``db_filename`` is relative to the file itself."""
+def load_config(path: Path, environ: Mapping[str, str] | None = None) -> DevServerConfig:
+    """Read ``temporal-dev.yaml``; a relative ``db_filename`` is in Treadle's data directory
+    (``treadle.home``: ``TREADLE_HOME``, else ``.treadle`` in the current directory), never
+    beside the file, which may be the copy inside the installed package."""
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError as exc:
         raise DevServerError(
-            f"{path} not found; run from the Treadle project root or pass the path to your "
-            "temporal-dev.yaml"
+            f"{path} not found; pass the path of a temporal-dev.yaml (--dev-config), or leave "
+            "it out for the one Treadle ships"
         ) from exc
     except (OSError, UnicodeDecodeError) as exc:
         raise DevServerError(f"cannot read {path}: {_one_line(str(exc))}") from exc
@@ -159,7 +162,7 @@ def load_config(path: Path) -> DevServerConfig:
         raise DevServerError(f"{path}: {_validation_problem(exc)}") from exc
     db_filename = config.db_filename.expanduser()
     if not db_filename.is_absolute():
-        db_filename = (path.parent / db_filename).absolute()
+        db_filename = home(environ) / db_filename
     return config.model_copy(update={"db_filename": db_filename})
 
 

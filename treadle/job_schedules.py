@@ -1,7 +1,7 @@
 """Jobs on Temporal Schedules: one schedule ``treadle-job-<id>`` per enabled job, whose action
 starts ``JobWorkflow`` with the job's whole definition; the server keeps time, not a process of
-ours. ``sync_schedules`` creates and updates them idempotently; ``worker.py --sync-jobs`` and
-``starter.py jobs sync`` both call it.
+ours. ``sync_schedules`` creates and updates them idempotently; ``treadle worker --sync-jobs`` and
+``treadle jobs sync`` both call it.
 """
 
 from __future__ import annotations
@@ -25,10 +25,10 @@ from temporalio.client import (
 )
 from temporalio.service import RPCError, RPCStatusCode
 
-from activities.jobs import JobRegistry
-from workflows.base import Frozen
-from workflows.jobs.models import JobDefinition, JobRunInput, Trigger, schedule_id
-from workflows.jobs.workflow import JobWorkflow
+from treadle.activities.jobs import JobRegistry
+from treadle.workflows.base import Frozen
+from treadle.workflows.jobs.models import JobDefinition, JobRunInput, Trigger, schedule_id
+from treadle.workflows.jobs.workflow import JobWorkflow
 
 __all__ = [
     "CATCHUP_WINDOW",
@@ -56,7 +56,7 @@ task queue, and SKIP keeps it to one.)"""
 
 DISABLED_NOTE = "disabled in the job registry (enabled: false)"
 """The pause note of a disabled job. Sync unpauses only schedules paused with this note, so an
-operator's `jobs pause` survives every `jobs sync` and `worker.py --sync-jobs`."""
+operator's `jobs pause` survives every `jobs sync` and `treadle worker --sync-jobs`."""
 
 ENABLED_NOTE = "enabled in the job registry"
 

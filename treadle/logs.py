@@ -12,7 +12,8 @@ A plain ``logging`` format prints only the name; these formatters print the fiel
 (each one line in the log; a field named like one of the line's own keys gets ``_field``).
 Every line logged from workflow or activity code carries the run's ``workflow_id`` and ``run_id``
 (the SDK's loggers put them in ``extra``) and its ``step``: a workflow's from
-``workflows.telemetry.current_step``, an activity's from ``activities.telemetry.current_step``,
+``treadle.workflows.telemetry.current_step``, an activity's from
+``treadle.activities.telemetry.current_step``,
 unless the call names one itself. Expected errors log one line: a traceback is printed for an
 unexpected exception only, not for a deliberate ``ApplicationError`` (see :func:`expected`).
 """
@@ -29,8 +30,8 @@ from typing import Any, TextIO
 from temporalio import activity, workflow
 from temporalio.exceptions import ApplicationError
 
-from activities import telemetry as activity_telemetry
-from workflows import telemetry as workflow_telemetry
+from treadle.activities import telemetry as activity_telemetry
+from treadle.workflows import telemetry as workflow_telemetry
 
 __all__ = [
     "LOG_FORMATS",

@@ -4,7 +4,7 @@ Traces use temporalio's own integration, ``OpenTelemetryPlugin``, on every clien
 ``treadle.connection.connect`` makes (and so on the workers built from it): the client's
 ``StartWorkflow`` span is the root; the workflow's ``RunWorkflow`` span, each
 ``StartActivity`` / ``RunActivity`` pair, the update and signal handlers (a client's answer, an
-approval) hang under it; the activities add their own spans below (``activities.telemetry``:
+approval) hang under it; the activities add their own spans below (``treadle.activities.telemetry``:
 ``chat <model>`` with the GenAI conventions, ``execute_tool <tool>``, ``hook <name>``). A run that
 continues as new hands its context on, so the next run's spans join the same trace.
 
@@ -53,7 +53,7 @@ from temporalio.contrib.opentelemetry import (
 from temporalio.plugin import SimplePlugin
 from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 
-from activities import telemetry as activity_telemetry
+from treadle.activities import telemetry as activity_telemetry
 
 __all__ = [
     "CAPTURE_CONTENT_ENV",
@@ -198,7 +198,7 @@ def _install(settings: TracingSettings) -> ReplaySafeTracerProvider:
             BatchSpanProcessor(OTLPSpanExporter(endpoint=settings.endpoint))
         )
     if "console" in settings.exporters:
-        # stderr: starter.py's stdout is for its results (JSON lines when piped).
+        # stderr: the command line's stdout is for its results (JSON lines when piped).
         provider.add_span_processor(SimpleSpanProcessor(ConsoleSpanExporter(out=sys.stderr)))
     trace.set_tracer_provider(provider)
     return provider

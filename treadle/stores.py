@@ -1,4 +1,4 @@
-"""Which store a process uses, from one setting (``worker.py --store`` or ``TREADLE_STORE``):
+"""Which store a process uses, from one setting (``treadle worker --store`` or ``TREADLE_STORE``):
 
     a directory          the filesystem store, the embedded default (one machine)
     s3://BUCKET/PREFIX   an S3-compatible store shared by workers on several machines; endpoint,
@@ -23,12 +23,12 @@ from urllib.parse import urlsplit
 
 from temporalio.converter import ExternalStorage
 
-from activities.store.blobs import BlobStore, FileBlobStore
-from activities.store.external import BlobStorageDriver
+from treadle.activities.store.blobs import BlobStore, FileBlobStore
+from treadle.activities.store.external import BlobStorageDriver
 from treadle.codec import Keyring, KeyringSealer
 
 if TYPE_CHECKING:
-    from activities.store.s3 import S3Objects
+    from treadle.activities.store.s3 import S3Objects
 
 __all__ = [
     "S3Url",
@@ -105,7 +105,7 @@ def open_blob_store(location: StoreLocation | None, environ: Mapping[str, str]) 
     sealer = KeyringSealer(keyring) if keyring else None
     if isinstance(location, Path):
         return FileBlobStore(location, sealer)
-    from activities.store.s3 import S3BlobStore
+    from treadle.activities.store.s3 import S3BlobStore
 
     return S3BlobStore(_s3_objects(location, environ), sealer)
 
@@ -137,7 +137,7 @@ def check_store(where: str | Path, environ: Mapping[str, str]) -> None:
     location = parse_store(where)
     if not isinstance(location, S3Url):
         return
-    from activities.store.s3 import S3StoreError
+    from treadle.activities.store.s3 import S3StoreError
 
     try:
         _s3_objects(location, environ).check_bucket()
@@ -147,7 +147,7 @@ def check_store(where: str | Path, environ: Mapping[str, str]) -> None:
 
 def _s3_objects(location: S3Url, environ: Mapping[str, str]) -> S3Objects:
     try:
-        from activities.store.s3 import S3Objects, S3Settings
+        from treadle.activities.store.s3 import S3Objects, S3Settings
     except ImportError as exc:
         raise StoreSettingsError(
             f"store {location} needs boto3 ({exc.name} is not installed): pip install 'treadle[s3]'"

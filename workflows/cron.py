@@ -1,7 +1,7 @@
 """Schedule arithmetic for cron monitors: when is the next run expected?
 
 Pure and deterministic: every function is given the instant it reasons from and nothing reads the
-clock, so ``MonitorWorkflow`` can call it inside the sandbox (worker.py passes this module
+clock, so ``MonitorWorkflow`` can call it inside the sandbox (the worker passes this module
 through). Results are aware UTC datetimes.
 
 Cron expressions are the classic five fields (minute, hour, day of month, month, day of week;

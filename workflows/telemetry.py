@@ -5,7 +5,7 @@ Everything here is safe to call from a workflow at any point, replaying or not:
 - metrics go through ``workflow.metric_meter()``, which drops what replayed code records (a
   replay after a cache eviction, a restarted worker) and keeps what the first execution does,
   so a step is counted once however often its code runs; the meter reaches the worker's
-  Prometheus endpoint (``worker.py --metrics-port``) and costs nothing when none is configured;
+  Prometheus endpoint (``treadle worker --metrics-port``) and costs nothing when none is configured;
 - :func:`step_started` also notes the run's current step in a small table outside the run (by
   run id) that the worker's log formatter (``treadle.logs``) reads, so every line the run logs
   says ``step=N`` without each call passing it. Nothing in the workflow ever reads the table
@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 from temporalio import workflow
 
 if TYPE_CHECKING:
-    from workflows.agent.models import Price, TokenUsage
+    from treadle.workflows.agent.models import Price, TokenUsage
 
 __all__ = [
     "CLIENT_QUERIES",
@@ -114,7 +114,7 @@ def model_spent(model: str, usage: TokenUsage, prices: Mapping[str, Price]) -> N
     """Record what one model call cost by the run's price list (nothing when ``model`` has no
     price there); the histogram's ``_sum`` is the spend, its ``_count`` the priced calls."""
     # Here, not at the top: the monitors' workflow uses this module too, without the agent's.
-    from workflows.agent.status import cost
+    from treadle.workflows.agent.status import cost
 
     usd = cost({model: usage}, prices)
     if usd is None:

@@ -6,10 +6,10 @@ content over one small threshold (a tool's output, a call's long argument values
 that calls tools) is stored and travels as a reference and a preview, read back by the
 activities that need it whole (``door``)."""
 
-from activities.content import door, logs
-from activities.content.interceptor import RedactingInterceptor
-from activities.content.redacted_store import RedactedBlobs
-from activities.content.redaction import (
+from treadle.activities.content import door, logs
+from treadle.activities.content.interceptor import RedactingInterceptor
+from treadle.activities.content.redacted_store import RedactedBlobs
+from treadle.activities.content.redaction import (
     REDACTED,
     Redactor,
     current,

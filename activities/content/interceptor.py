@@ -34,7 +34,7 @@ from temporalio.worker import (
     Interceptor,
 )
 
-from activities.content.redaction import Redactor, redact_error, redacted, using
+from treadle.activities.content.redaction import Redactor, redact_error, redacted, using
 
 __all__ = ["MAX_CAUSES", "RedactingInterceptor", "redacted_error"]
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import traceback
 
-from activities.content.redaction import Redactor, current, redact_error
+from treadle.activities.content.redaction import Redactor, current, redact_error
 
 __all__ = ["ACTIVITY_LOGGER", "RedactingLogFilter", "install", "redact_every_line"]
 

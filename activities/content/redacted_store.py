@@ -7,7 +7,7 @@ text (UTF-8: tool outputs, JSON segments) is redacted before it is hashed, so it
 what is stored; a redaction only ever puts ``[redacted]`` inside a string, between characters
 of a secret, so a JSON segment stays JSON. A blob that is not text is stored as it is.
 
-External Storage's blobs (``activities.store.external``: serialized payloads, binary) go to
+External Storage's blobs (``treadle.activities.store.external``: serialized payloads, binary) go to
 the store directly: they are encoded from what already passed the door (results, the state
 made of them), and a change of length inside a protobuf would break it.
 """
@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from activities.content.redaction import Redactor
-from activities.store.blobs import BlobStore
+from treadle.activities.content.redaction import Redactor
+from treadle.activities.store.blobs import BlobStore
 
 __all__ = ["RedactedBlobs"]
 

@@ -12,8 +12,8 @@ looser shapes providers quote (``redact_error``: ``key-...``, ``token-...``, ``s
 which in ordinary content (``key-value-store``) would be words.
 
 The worker builds one ``Redactor`` at start (``worker.build_worker``) and the activity
-interceptor (``activities.content.interceptor``) makes it the ``current()`` one while an activity
-runs, so code that sends content out by another route than the activity's result (the live
+interceptor (``treadle.activities.content.interceptor``) makes it the ``current()`` one while an
+activity runs, so code that sends content out by another route than the activity's result (the live
 stream, spans, the store) redacts with the same secrets. Nothing here reads the environment
 when imported.
 """

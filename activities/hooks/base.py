@@ -1,6 +1,6 @@
 """What a post-tools hook is, and the two ways it may fail on purpose.
 
-The errors, below ``activities.errors.TreadleError``::
+The errors, below ``treadle.activities.errors.TreadleError``::
 
     HookError
     ├── HookFailed     the hook cannot do its work here (git refused, a bad repository layout):
@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from activities.errors import TreadleError
-from workflows.agent.hooks import HookRequest, HookResult
+from treadle.activities.errors import TreadleError
+from treadle.workflows.agent.hooks import HookRequest, HookResult
 
 __all__ = ["Hook", "HookBusy", "HookError", "HookFailed"]
 

@@ -40,8 +40,8 @@ HEAD moves in one atomic ``update-ref``, so a killed attempt either moved it or 
 
 **Failures.** A lock a live git process holds (``index.lock``, a ref's lock) is ``HookBusy``,
 retried by Temporal; a lock no process holds (its git was killed) is removed and the command
-run again (``activities.hooks.locks``). Every other refusal of git is ``HookFailed``, recorded
-and the run goes on. A git that is running when the attempt is cancelled is left to finish.
+run again (``treadle.activities.hooks.locks``). Every other refusal of git is ``HookFailed``,
+recorded and the run goes on. A git that is running when the attempt is cancelled is left to finish.
 """
 
 from __future__ import annotations
@@ -60,10 +60,15 @@ from pathlib import Path
 from temporalio import activity
 from temporalio.service import RPCError
 
-from activities.hooks import locks
-from activities.hooks.base import HookBusy, HookFailed
-from activities.tools.workspace import is_inside
-from workflows.agent.hooks import DEFAULT_COMMIT_AUTHOR, HookRequest, HookResult, parse_author
+from treadle.activities.hooks import locks
+from treadle.activities.hooks.base import HookBusy, HookFailed
+from treadle.activities.tools.workspace import is_inside
+from treadle.workflows.agent.hooks import (
+    DEFAULT_COMMIT_AUTHOR,
+    HookRequest,
+    HookResult,
+    parse_author,
+)
 
 __all__ = [
     "GIT_OVERRIDES",
@@ -255,7 +260,7 @@ async def _empty_home() -> AsyncIterator[str]:
 def _trust_workspace(home: str, root: Path) -> str | None:
     """A global config of one line, ``safe.directory = <workspace>``, or ``None`` when the path
     cannot be written in one. Git refuses a repository another user owns, and a root worker's
-    commands run as an unprivileged user (``activities.tools.confinement``) that may own it
+    commands run as an unprivileged user (``treadle.activities.tools.confinement``) that may own it
     now; the hook trusts the workspace anyway, having switched off what its config could run."""
     text = os.fspath(root)
     if any(not ch.isprintable() for ch in text):

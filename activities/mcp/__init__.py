@@ -13,7 +13,7 @@ durable agent loop better.
   and only a server that does not answer fails the attempt, retryably.
 - **Heartbeats and timeouts.** temporalio-mcp's activities do not heartbeat ("do not set
   heartbeat_timeout"), and an activity timeout does not stop the MCP request on the worker.
-  Here calls heartbeat (``activities.heartbeat``), so a dead worker is noticed within the
+  Here calls heartbeat (``treadle.activities.heartbeat``), so a dead worker is noticed within the
   heartbeat timeout and a cancelled run cancels the request; each call and listing carries the
   server's configured timeout, after which the session is replaced.
 - **History stays small.** temporalio-mcp returns whole ``CallToolResult``/``ListToolsResult``
@@ -22,7 +22,7 @@ durable agent loop better.
 - **Typed messages and names by object.** temporalio-mcp registers one set of seven activities
   per server under string names (``temporalio.mcp.<server>.call-tool``) taking dicts, and puts
   ``mcp``/``mcp_types`` through the sandbox. Here two activities take pydantic models, the
-  workflow refers to them by method, and the sandbox imports only ``workflows.agent.mcp``.
+  workflow refers to them by method, and the sandbox imports only ``treadle.workflows.agent.mcp``.
 - **Listing per worker.** temporalio-mcp caches a listing per workflow-side client object;
   issue 12 asks for one listing per worker, cached and refreshed on demand, with a server that is
   down reported as unavailable rather than failing the run.
@@ -41,9 +41,19 @@ call once, plus 0.3 s to stop it. Streamable HTTP: 6 ms a call kept, 56 ms fresh
 kept session per server and worker (``sessions`` says how it stays safe).
 """
 
-from activities.mcp.activity import McpActivities
-from activities.mcp.config import McpConfig, McpServerConfig, load_mcp_config, parse_mcp_config
-from activities.mcp.errors import McpConfigError, McpError, McpTimeoutError, McpUnavailableError
+from treadle.activities.mcp.activity import McpActivities
+from treadle.activities.mcp.config import (
+    McpConfig,
+    McpServerConfig,
+    load_mcp_config,
+    parse_mcp_config,
+)
+from treadle.activities.mcp.errors import (
+    McpConfigError,
+    McpError,
+    McpTimeoutError,
+    McpUnavailableError,
+)
 
 __all__ = [
     "McpActivities",

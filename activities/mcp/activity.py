@@ -32,16 +32,16 @@ from typing import TYPE_CHECKING
 
 from temporalio import activity
 
-from activities import telemetry
-from activities.content import door
-from activities.errors import StoreUnavailable
-from activities.heartbeat import FIRST_BEAT_SECONDS, heartbeating, interval_seconds
-from activities.mcp.config import McpConfig, McpServerConfig
-from activities.mcp.errors import McpUnavailableError
-from activities.mcp.schemas import SchemaRefused, SchemaShelf
-from activities.store.conversation import ConversationStore
-from activities.tools.builtin import cap_output
-from workflows.agent.mcp import (
+from treadle.activities import telemetry
+from treadle.activities.content import door
+from treadle.activities.errors import StoreUnavailable
+from treadle.activities.heartbeat import FIRST_BEAT_SECONDS, heartbeating, interval_seconds
+from treadle.activities.mcp.config import McpConfig, McpServerConfig
+from treadle.activities.mcp.errors import McpUnavailableError
+from treadle.activities.mcp.schemas import SchemaRefused, SchemaShelf
+from treadle.activities.store.conversation import ConversationStore
+from treadle.activities.tools.builtin import cap_output
+from treadle.workflows.agent.mcp import (
     McpCallRequest,
     McpListRequest,
     McpToolInfo,
@@ -50,7 +50,7 @@ from workflows.agent.mcp import (
     unique_names,
     vanished,
 )
-from workflows.agent.models import ToolResult
+from treadle.workflows.agent.models import ToolResult
 
 if TYPE_CHECKING:
     # The ``mcp`` SDK takes about a second to import: ``sessions``, ``protocol`` and
@@ -58,7 +58,7 @@ if TYPE_CHECKING:
     # without MCP servers starts as fast as before.
     from mcp.types import Tool
 
-    from activities.mcp.sessions import McpSessions
+    from treadle.activities.mcp.sessions import McpSessions
 
 
 SENT_MARK = "mcp_call_sent"
@@ -104,7 +104,7 @@ class McpActivities:
     def sessions(self) -> McpSessions:
         """The worker's sessions to its servers (the SDK loads with the first use)."""
         if self._sessions is None:
-            from activities.mcp.sessions import McpSessions
+            from treadle.activities.mcp.sessions import McpSessions
 
             self._sessions = McpSessions(self.config, self._environ)
         return self._sessions
@@ -173,7 +173,9 @@ class McpActivities:
     ) -> tuple[tuple[McpToolInfo, ...], dict[str, str]]:
         """The listed tools as the workflow carries them (each schema stored once, by key),
         and those refused -> why (a schema too large or unusable: ``schemas``)."""
-        from activities.mcp.results import tool_info  # loaded with the SDK (see TYPE_CHECKING)
+        from treadle.activities.mcp.results import (
+            tool_info,  # loaded with the SDK (see TYPE_CHECKING)
+        )
 
         pairs = [(name, tool.name) for name, listing in listed for tool in listing.tools]
         namespaced = unique_names(pairs)
@@ -215,7 +217,7 @@ class McpActivities:
     async def refresh_listing(self, server: McpServerConfig) -> Listing:
         """Ask the server for its tools now (connecting first if need be) and cache them;
         ``McpUnavailableError`` when it does not answer within ``list_timeout_seconds``."""
-        from activities.mcp.protocol import list_tools
+        from treadle.activities.mcp.protocol import list_tools
 
         loop = asyncio.get_running_loop()
         deadline = loop.time() + server.list_timeout_seconds
@@ -286,8 +288,8 @@ class McpActivities:
 
         async with heartbeating(mark, progress=running_for):
             await load_sdk()
-            from activities.mcp.protocol import call_tool
-            from activities.mcp.results import result_text
+            from treadle.activities.mcp.protocol import call_tool
+            from treadle.activities.mcp.results import result_text
 
             repeatable = await self._repeatable(server, request.tool)
             if not repeatable and _sent_before(request.call_id):
@@ -354,9 +356,9 @@ async def load_sdk() -> None:
 
 
 def _import_sdk() -> None:
-    import activities.mcp.protocol
-    import activities.mcp.results
-    import activities.mcp.sessions  # noqa: F401
+    import treadle.activities.mcp.protocol
+    import treadle.activities.mcp.results
+    import treadle.activities.mcp.sessions  # noqa: F401
 
 
 def _sent_before(call_id: str) -> bool:

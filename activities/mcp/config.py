@@ -1,4 +1,4 @@
-"""The worker's MCP servers: a TOML file read once at start-up (``worker.py --mcp-config``).
+"""The worker's MCP servers: a TOML file read once at start-up (``treadle worker --mcp-config``).
 
 TOML, like the ``temporal.toml`` that holds the worker's Temporal connection: comments for the
 operator, ``tomllib`` from the standard library, and Codex CLI's MCP configuration is TOML too.
@@ -36,9 +36,9 @@ from urllib.parse import urlsplit
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
-from activities.mcp.errors import McpConfigError
-from workflows.agent.mcp import check_server_name
-from workflows.base import Frozen, describe_errors
+from treadle.activities.mcp.errors import McpConfigError
+from treadle.workflows.agent.mcp import check_server_name
+from treadle.workflows.base import Frozen, describe_errors
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")

@@ -1,6 +1,6 @@
 """Errors of the MCP activities, translated at their boundary.
 
-The tree (under ``activities.errors.TreadleError``)::
+The tree (under ``treadle.activities.errors.TreadleError``)::
 
     McpError
     ├── McpConfigError        the worker's MCP config file is unreadable or invalid: the worker
@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from temporalio.exceptions import ApplicationError
 
-from activities.errors import TreadleError
+from treadle.activities.errors import TreadleError
 
 
 class McpError(TreadleError):

@@ -1,6 +1,6 @@
 """One MCP request each (``tools/list``, ``tools/call``) over a worker's session, with the
-failure rules of ``activities.mcp.activity``: what the server answers is returned, a server that
-does not answer raises ``McpUnavailableError`` and retires the session.
+failure rules of ``treadle.activities.mcp.activity``: what the server answers is returned, a server
+that does not answer raises ``McpUnavailableError`` and retires the session.
 
 This module and ``sessions`` are where the ``mcp`` SDK is imported; ``activity`` loads them
 only when a server is used, so a worker without MCP servers never pays the SDK's import (about
@@ -17,9 +17,9 @@ from mcp import Client, MCPError
 from mcp.types import CONNECTION_CLOSED, REQUEST_TIMEOUT, CallToolResult, Tool
 from pydantic import ValidationError
 
-from activities.mcp.errors import McpTimeoutError, McpUnavailableError
-from activities.mcp.sessions import Connection, one_line
-from workflows.agent.mcp import McpCallRequest
+from treadle.activities.mcp.errors import McpTimeoutError, McpUnavailableError
+from treadle.activities.mcp.sessions import Connection, one_line
+from treadle.workflows.agent.mcp import McpCallRequest
 
 MAX_LIST_PAGES = 100
 """A server whose ``tools/list`` cursor never ends is cut off after this many pages."""

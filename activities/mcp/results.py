@@ -21,8 +21,8 @@ from mcp.types import (
     Tool,
 )
 
-from activities.mcp.config import McpServerConfig
-from workflows.agent.mcp import MAX_DESCRIPTION_CHARS, McpToolInfo
+from treadle.activities.mcp.config import McpServerConfig
+from treadle.workflows.agent.mcp import MAX_DESCRIPTION_CHARS, McpToolInfo
 
 NO_OUTPUT = "(no output)"
 

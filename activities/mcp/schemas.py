@@ -3,8 +3,8 @@
 A schema travels to the provider with every model call, but never through history: the
 listing activity checks each listed tool's schema (``usable_schema``), stores each distinct one
 in the worker's store (``SchemaShelf``) and hands the workflow its key; the model activity reads
-it back (``activities.model.tool_schemas``). A schema that cannot be offered is refused, with
-why, and only that tool is missing from the run: too large (over ``MAX_SCHEMA_BYTES``), not an
+it back (``treadle.activities.model.tool_schemas``). A schema that cannot be offered is refused,
+with why, and only that tool is missing from the run: too large (over ``MAX_SCHEMA_BYTES``), not an
 object schema, not plain JSON (a lone surrogate, NaN, nested too deeply), malformed where the
 provider reads it (``properties``, ``required``), or holding a ``$ref`` the provider cannot
 resolve (one outside the schema, or to a place it does not have).
@@ -19,8 +19,8 @@ import json
 from collections import OrderedDict
 from typing import Any
 
-from activities.store.conversation import ConversationStore
-from workflows.agent.mcp import MAX_SCHEMA_BYTES, McpToolInfo
+from treadle.activities.store.conversation import ConversationStore
+from treadle.workflows.agent.mcp import MAX_SCHEMA_BYTES, McpToolInfo
 
 MAX_DEPTH = 64
 """A schema nested deeper than this is refused (providers and JSON encoders give up sooner or

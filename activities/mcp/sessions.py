@@ -37,8 +37,8 @@ from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
-from activities.mcp.config import McpConfig, McpServerConfig
-from activities.mcp.errors import McpTimeoutError, McpUnavailableError
+from treadle.activities.mcp.config import McpConfig, McpServerConfig
+from treadle.activities.mcp.errors import McpTimeoutError, McpUnavailableError
 
 log = logging.getLogger(__name__)
 

@@ -2,7 +2,7 @@
 
 Temporal owns retries: the shared ``httpx.AsyncClient`` makes exactly one attempt per activity
 attempt, so every attempt is visible in the event history, and errors are classified into
-retryable / non-retryable ``ApplicationError``s in one place (``activities.errors``); HTTP
+retryable / non-retryable ``ApplicationError``s in one place (``treadle.activities.errors``); HTTP
 failures are turned into those errors the same way for every protocol (``http_errors``).
 API keys are read from the worker's environment by ``ProviderSettings.from_env`` and never leave
 this process: not in activity inputs, results, errors or logs. Every failure leaving
@@ -46,9 +46,9 @@ import httpx
 from temporalio import activity
 from temporalio.exceptions import ApplicationError, FailureError
 
-from activities import telemetry
-from activities.content import door
-from activities.errors import (
+from treadle.activities import telemetry
+from treadle.activities.content import door
+from treadle.activities.errors import (
     ModelConfigError,
     ModelError,
     ModelHTTPError,
@@ -56,23 +56,23 @@ from activities.errors import (
     ModelResponseError,
     StoreUnavailable,
 )
-from activities.heartbeat import heartbeating
-from activities.model import anthropic_messages, http_errors, openai_chat, usage
-from activities.model.payload import DEFAULT_MAX_TOKENS, well_formed
-from activities.model.streaming import (
+from treadle.activities.heartbeat import heartbeating
+from treadle.activities.model import anthropic_messages, http_errors, openai_chat, usage
+from treadle.activities.model.payload import DEFAULT_MAX_TOKENS, well_formed
+from treadle.activities.model.streaming import (
     ErrorEvent,
     StreamAssembler,
     TextCallback,
     sse_events,
 )
-from activities.model.tokens import publishing
-from activities.model.tool_schemas import ToolSchemas
-from activities.store.blobs import BlobCorrupt
-from activities.store.conversation import ConversationStore
-from activities.store.view import view
-from workflows.agent.content_refs import holds_refs
-from workflows.agent.models import ModelRequest, ModelResponse
-from workflows.agent.providers import PROVIDERS, ModelStringError, resolve
+from treadle.activities.model.tokens import publishing
+from treadle.activities.model.tool_schemas import ToolSchemas
+from treadle.activities.store.blobs import BlobCorrupt
+from treadle.activities.store.conversation import ConversationStore
+from treadle.activities.store.view import view
+from treadle.workflows.agent.content_refs import holds_refs
+from treadle.workflows.agent.models import ModelRequest, ModelResponse
+from treadle.workflows.agent.providers import PROVIDERS, ModelStringError, resolve
 
 READ_TIMEOUT_GRACE_SECONDS = 2.0
 """The HTTP read timeout outlasts the attempt's start-to-close timeout by this much, so an
@@ -235,7 +235,7 @@ class ModelActivities:
 
     async def _view(self, request: ModelRequest) -> ModelRequest:
         """The request as its model is shown it: a conversation longer than the model's
-        context window becomes a view (``activities.store.view``), its summary stored beside
+        context window becomes a view (``treadle.activities.store.view``), its summary stored beside
         the record (the record itself stays whole)."""
         shown = view(
             request.messages,
@@ -297,7 +297,7 @@ class ModelActivities:
         if endpoint.key_required and not endpoint.api_key:
             raise ModelConfigError(
                 f"{endpoint.key_name} is not set in the worker's environment; "
-                f"set it where worker.py runs (keys never travel with the run)"
+                f"set it where the worker runs (keys never travel with the run)"
             )
         protocol = PROTOCOLS[spec.protocol]
         url = endpoint.base_url.rstrip("/") + protocol.path()

@@ -22,22 +22,28 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from activities.errors import ModelResponseError
-from activities.model.payload import (
+from treadle.activities.errors import ModelResponseError
+from treadle.activities.model.payload import (
     DEFAULT_MAX_TOKENS,
     offered_schemas,
     parse_checked,
     rejoined,
     token_count,
 )
-from activities.model.streaming import (
+from treadle.activities.model.streaming import (
     ErrorEvent,
     ServerSentEvent,
     StreamedText,
     TextCallback,
     event_json,
 )
-from workflows.agent.models import ChatMessage, ModelRequest, ModelResponse, TokenUsage, ToolCall
+from treadle.workflows.agent.models import (
+    ChatMessage,
+    ModelRequest,
+    ModelResponse,
+    TokenUsage,
+    ToolCall,
+)
 
 API_VERSION = "2023-06-01"
 

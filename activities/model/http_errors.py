@@ -1,9 +1,10 @@
 """HTTP failures of a model call, whatever the wire protocol, as typed model errors.
 
 What every provider shares: an error status becomes a ``ModelHTTPError`` (its status decides
-retryability, see ``activities.errors``) carrying the provider's own message and the
+retryability, see ``treadle.activities.errors``) carrying the provider's own message and the
 ``Retry-After`` delay; a timeout or an unreachable endpoint becomes a ``ModelConnectionError``;
-API keys are removed from every message (``Redactor``, from ``activities.content.redaction``,
+API keys are removed from every message (``Redactor``, from
+``treadle.activities.content.redaction``,
 where what is matched is described, plus the key-like words of error text: ``redact_error``),
 since failures are recorded in the event history, the run's trace and status, and the worker's
 log. The one protocol specific, where an error body keeps its message, comes from the protocol
@@ -45,7 +46,7 @@ from typing import Any
 import httpx
 from temporalio.common import RetryPolicy
 
-from activities.content.redaction import (
+from treadle.activities.content.redaction import (
     FRAGMENT_KEY_LENGTH,
     MIN_FRAGMENT,
     REDACTED,
@@ -53,8 +54,8 @@ from activities.content.redaction import (
     redact,
     redact_error,
 )
-from activities.errors import ModelConnectionError, ModelHTTPError
-from activities.model.payload import well_formed
+from treadle.activities.errors import ModelConnectionError, ModelHTTPError
+from treadle.activities.model.payload import well_formed
 
 __all__ = [
     "ERROR_STATUS",
@@ -84,7 +85,7 @@ MAX_SCANNED_TEXT = 16 * 1024
 """Characters of an error body read at all (redacted, then cut to ``MAX_PROVIDER_TEXT``)."""
 MAX_RETRY_AFTER = timedelta(seconds=60)
 """The longest ``Retry-After`` honoured when the attempt's retry policy is unknown: the model
-call's own policy (``workflows.agent.calls.model_call``) backs off to one minute at most."""
+call's own policy (``treadle.workflows.agent.calls.model_call``) backs off to one minute at most."""
 
 ERROR_STATUS: Mapping[str, int] = MappingProxyType(
     {
@@ -155,8 +156,8 @@ def retry_after_cap(policy: RetryPolicy | None) -> timedelta:
 PROVIDER_FIRST_RETRY = timedelta(seconds=1)
 """A provider's retryable error (5xx, overload, a cut connection) waits this long before the
 next attempt, then doubles (the policy's coefficient). The policy's own first interval is
-shorter (0.1 s, ``workflows.base.DEAD_WORKER_RETRY``), for an attempt whose worker died: that
-one has nothing to wait out."""
+shorter (0.1 s, ``treadle.workflows.base.DEAD_WORKER_RETRY``), for an attempt whose worker died:
+that one has nothing to wait out."""
 
 
 def provider_backoff(attempt: int, policy: RetryPolicy | None) -> timedelta:

@@ -20,17 +20,25 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from activities.errors import ModelResponseError
-from activities.model import http_errors
-from activities.model import payload as wire  # values read from JSON, shared by the protocols
-from activities.model.streaming import (
+from treadle.activities.errors import ModelResponseError
+from treadle.activities.model import http_errors
+from treadle.activities.model import (
+    payload as wire,  # values read from JSON, shared by the protocols
+)
+from treadle.activities.model.streaming import (
     ErrorEvent,
     ServerSentEvent,
     StreamedText,
     TextCallback,
     event_json,
 )
-from workflows.agent.models import ChatMessage, ModelRequest, ModelResponse, TokenUsage, ToolCall
+from treadle.workflows.agent.models import (
+    ChatMessage,
+    ModelRequest,
+    ModelResponse,
+    TokenUsage,
+    ToolCall,
+)
 
 
 def path() -> str:

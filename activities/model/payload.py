@@ -20,9 +20,9 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from activities.errors import ModelResponseError
-from workflows.agent.catalogue import TOOLS
-from workflows.agent.models import ModelRequest, ModelResponse
+from treadle.activities.errors import ModelResponseError
+from treadle.workflows.agent.catalogue import TOOLS
+from treadle.workflows.agent.models import ModelRequest, ModelResponse
 
 __all__ = [
     "MAX_TOKEN_COUNT",

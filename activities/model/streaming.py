@@ -18,9 +18,9 @@ from collections.abc import AsyncGenerator, AsyncIterable, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from activities.errors import ModelResponseError
-from activities.model.payload import rejoined
-from workflows.agent.models import ModelResponse
+from treadle.activities.errors import ModelResponseError
+from treadle.activities.model.payload import rejoined
+from treadle.workflows.agent.models import ModelResponse
 
 __all__ = [
     "ErrorEvent",

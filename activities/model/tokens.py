@@ -1,7 +1,7 @@
 """A streaming model call's text on the run's live stream, in few batches.
 
 While the provider is still generating, the model activity publishes the text so far as
-``TokenDelta``s on the run's ``tokens`` topic (``workflows.agent.events``), through
+``TokenDelta``s on the run's ``tokens`` topic (``treadle.workflows.agent.events``), through
 ``WorkflowStreamClient``. Each batch is one signal to the run: one ``WorkflowExecutionSignaled``
 event, and a workflow task to take it (three more events at most). A reply's length must not
 decide how much history it adds, so the batches are few, and further apart the longer a call
@@ -16,8 +16,8 @@ runs:
   ``MAX_TOKEN_BATCHES_PER_CALL`` (10) signals: at most 40 history events;
 - never the rest at the end: the ``model`` event carries the whole text anyway.
 
-Each batch is redacted (``activities.content``: the worker's secrets, any 8 characters of one)
-before it goes out, and offsets count the text as published. A batch holds the text since the
+Each batch is redacted (``treadle.activities.content``: the worker's secrets, any 8 characters of
+one) before it goes out, and offsets count the text as published. A batch holds the text since the
 one before; together a call's batches hold its text at most once per attempt. A retried attempt
 streams again from offset 0 with its own ``attempt``, so a watcher shows only what goes past
 what it already showed for that step.
@@ -39,10 +39,10 @@ from typing import Any
 from temporalio import activity
 from temporalio.contrib.workflow_streams import WorkflowStreamClient
 
-from activities.content.redaction import current
-from activities.model.streaming import TextCallback
-from workflows.agent.events import TOKENS_TOPIC, TokenDelta
-from workflows.agent.models import ModelRequest
+from treadle.activities.content.redaction import current
+from treadle.activities.model.streaming import TextCallback
+from treadle.workflows.agent.events import TOKENS_TOPIC, TokenDelta
+from treadle.workflows.agent.models import ModelRequest
 
 __all__ = [
     "CLOSE_WAIT_SECONDS",

@@ -1,6 +1,6 @@
 """The tool schemas a model request names by store key, read back for the provider.
 
-The MCP listing stores each distinct input schema once (``activities.mcp.schemas``) and the
+The MCP listing stores each distinct input schema once (``treadle.activities.mcp.schemas``) and the
 workflow sends its key (``ToolSchema.parameters_ref``); here, before the protocol module builds
 the provider's tool list, each key becomes its schema again. A worker reads the same few
 schemas on every call, so it keeps the latest ``CACHED_SCHEMAS`` of them parsed in memory.
@@ -12,10 +12,10 @@ import json
 from collections import OrderedDict
 from typing import Any
 
-from activities.errors import ModelConfigError
-from activities.store.blobs import BlobCorrupt
-from activities.store.conversation import ConversationStore
-from workflows.agent.models import ModelRequest, ToolSchema
+from treadle.activities.errors import ModelConfigError
+from treadle.activities.store.blobs import BlobCorrupt
+from treadle.activities.store.conversation import ConversationStore
+from treadle.workflows.agent.models import ModelRequest, ToolSchema
 
 CACHED_SCHEMAS = 256
 """Schemas a worker keeps parsed (least recently used are dropped); each is at most

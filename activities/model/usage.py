@@ -13,8 +13,8 @@ from __future__ import annotations
 import json
 import math
 
-from activities.model.payload import offered_schemas
-from workflows.agent.models import ModelRequest, ModelResponse, TokenUsage
+from treadle.activities.model.payload import offered_schemas
+from treadle.workflows.agent.models import ModelRequest, ModelResponse, TokenUsage
 
 __all__ = ["CHARS_PER_TOKEN", "MESSAGE_OVERHEAD", "estimate_tokens", "with_usage"]
 

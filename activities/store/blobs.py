@@ -8,8 +8,8 @@ the key.
 
 A store that cannot be reached or used now (a refused connection, a directory that is gone
 with its unmounted volume, a full disk, denied access) raises ``StoreUnavailable`` naming the
-store: infrastructure, which the run waits out (see ``activities.errors``), never a missing or
-corrupt blob.
+store: infrastructure, which the run waits out (see ``treadle.activities.errors``), never a missing
+or corrupt blob.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Protocol
 
-from activities.errors import StoreUnavailable, TreadleError
+from treadle.activities.errors import StoreUnavailable, TreadleError
 
 KEY_PATTERN = re.compile(r"^[0-9a-f]{64}$")
 

@@ -14,9 +14,9 @@ import json
 from collections import OrderedDict
 from typing import Any
 
-from activities.content.door import resolve_message
-from activities.store.blobs import BlobCorrupt, BlobStore, check_key
-from workflows.agent.models import ChatMessage, ThreadExport
+from treadle.activities.content.door import resolve_message
+from treadle.activities.store.blobs import BlobCorrupt, BlobStore, check_key
+from treadle.workflows.agent.models import ChatMessage, ThreadExport
 
 CACHE_HEADS = 512
 """Conversations a worker keeps resolved in memory (least recently used are dropped)."""

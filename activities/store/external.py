@@ -22,8 +22,8 @@ from temporalio.converter import (
     StorageDriverStoreContext,
 )
 
-from activities.errors import TreadleError
-from activities.store.blobs import BlobMissing, BlobStore
+from treadle.activities.errors import TreadleError
+from treadle.activities.store.blobs import BlobMissing, BlobStore
 
 __all__ = ["DRIVER_NAME", "BlobStorageDriver", "StoredPayloadMissing"]
 
@@ -39,7 +39,7 @@ class StoredPayloadMissing(TreadleError):
     def __init__(self, key: str, where: str) -> None:
         super().__init__(
             f"externally stored payload {key} is missing from {where}; every worker and client "
-            "must use the same store (TREADLE_STORE, worker.py --store)"
+            "must use the same store (TREADLE_STORE, treadle worker --store)"
         )
         self.key = key
 

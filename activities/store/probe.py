@@ -3,8 +3,8 @@ unreachable knows when to make its call again.
 
 One attempt asks once (a read of a key nobody writes: "missing" is an answer); a store that
 does not answer fails the attempt, and Temporal retries it with backoff for as long as the
-outage lasts (``workflows.agent.calls``). A failed attempt adds no history event, so the wait
-costs the run the same few events however long it is. The probe only reads: writing would
+outage lasts (``treadle.workflows.agent.calls``). A failed attempt adds no history event, so the
+wait costs the run the same few events however long it is. The probe only reads: writing would
 create the directory of a filesystem store whose volume is not mounted.
 """
 
@@ -13,10 +13,10 @@ from __future__ import annotations
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.errors import StoreUnavailable
-from activities.heartbeat import heartbeating
-from activities.store.blobs import BlobCorrupt, BlobMissing, BlobStore, key_of
-from workflows.agent.outages import STORE_UNAVAILABLE, StoreAnswered, StoreProbe
+from treadle.activities.errors import StoreUnavailable
+from treadle.activities.heartbeat import heartbeating
+from treadle.activities.store.blobs import BlobCorrupt, BlobMissing, BlobStore, key_of
+from treadle.workflows.agent.outages import STORE_UNAVAILABLE, StoreAnswered, StoreProbe
 
 __all__ = ["PROBE_KEY", "StoreProbeActivities"]
 

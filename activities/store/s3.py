@@ -35,8 +35,15 @@ from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
 from temporalio.contrib.aws.s3driver import S3StorageDriverClient
 
-from activities.errors import StoreUnavailable, TreadleError
-from activities.store.blobs import BlobCorrupt, BlobMissing, Sealer, check_key, key_of, open_blob
+from treadle.activities.errors import StoreUnavailable, TreadleError
+from treadle.activities.store.blobs import (
+    BlobCorrupt,
+    BlobMissing,
+    Sealer,
+    check_key,
+    key_of,
+    open_blob,
+)
 
 if TYPE_CHECKING:
     from types_boto3_s3.client import S3Client

@@ -32,19 +32,19 @@ from typing import Any
 
 from temporalio import activity
 
-from activities import telemetry
-from activities.content import door
-from activities.errors import StoreUnavailable, ToolError
-from activities.store.conversation import ConversationStore
-from activities.tools import registry
-from activities.tools.commands import command_environment, run_command
-from activities.tools.confinement import Confinement
-from activities.tools.custom import Tool, ToolContext
-from activities.tools.output import ToolOutput, cap_output, content_hash, failed
-from activities.tools.workspace import is_inside, relative, resolve, workspace_root
-from activities.workspace.follow import Follower, may_change, snapshot_after
-from activities.workspace.snapshot import Snapshotter, TooMuchToRead
-from workflows.agent.catalogue import (
+from treadle.activities import telemetry
+from treadle.activities.content import door
+from treadle.activities.errors import StoreUnavailable, ToolError
+from treadle.activities.store.conversation import ConversationStore
+from treadle.activities.tools import registry
+from treadle.activities.tools.commands import command_environment, run_command
+from treadle.activities.tools.confinement import Confinement
+from treadle.activities.tools.custom import Tool, ToolContext
+from treadle.activities.tools.output import ToolOutput, cap_output, content_hash, failed
+from treadle.activities.tools.workspace import is_inside, relative, resolve, workspace_root
+from treadle.activities.workspace.follow import Follower, may_change, snapshot_after
+from treadle.activities.workspace.snapshot import Snapshotter, TooMuchToRead
+from treadle.workflows.agent.catalogue import (
     TOOLS,
     EditFileArgs,
     ListDirArgs,
@@ -56,8 +56,8 @@ from workflows.agent.catalogue import (
     WriteFileArgs,
     parse_arguments,
 )
-from workflows.agent.models import ToolPolicy, ToolRequest, ToolResult
-from workflows.agent.toolbox import short_target
+from treadle.workflows.agent.models import ToolPolicy, ToolRequest, ToolResult
+from treadle.workflows.agent.toolbox import short_target
 
 __all__ = [
     "Confinement",

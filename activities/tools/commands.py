@@ -16,14 +16,19 @@ from pathlib import Path
 
 from temporalio import activity
 
-from activities.errors import ToolError
-from activities.heartbeat import heartbeating
-from activities.tools import processes
-from activities.tools.confinement import Confinement, check_arguments, detect, sandboxed_argv
-from activities.tools.output import ToolOutput, content_hash
-from activities.tools.workspace import workspace_root
-from workflows.agent.catalogue import RunCommandArgs
-from workflows.agent.tool_args import ToolPolicy
+from treadle.activities.errors import ToolError
+from treadle.activities.heartbeat import heartbeating
+from treadle.activities.tools import processes
+from treadle.activities.tools.confinement import (
+    Confinement,
+    check_arguments,
+    detect,
+    sandboxed_argv,
+)
+from treadle.activities.tools.output import ToolOutput, content_hash
+from treadle.activities.tools.workspace import workspace_root
+from treadle.workflows.agent.catalogue import RunCommandArgs
+from treadle.workflows.agent.tool_args import ToolPolicy
 
 OUTPUT_DRAIN_GRACE_SECONDS = 2.0
 """After a command ends, how long to wait for its output pipe to close."""

@@ -53,8 +53,8 @@ from pathlib import Path
 
 from temporalio import activity
 
-from activities.errors import ToolError, WorkspaceEscapeError
-from activities.tools.workspace import is_inside, resolve
+from treadle.activities.errors import ToolError, WorkspaceEscapeError
+from treadle.activities.tools.workspace import is_inside, resolve
 
 __all__ = [
     "Confinement",

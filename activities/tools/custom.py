@@ -4,7 +4,7 @@ A tool is one module::
 
     from pydantic import Field
 
-    from activities.tools.custom import Tool, ToolArgs, ToolContext, ToolOutput
+    from treadle.activities.tools.custom import Tool, ToolArgs, ToolContext, ToolOutput
 
     class GitDiffArgs(ToolArgs):
         path: str = Field(".", description="File or directory to diff, relative to the workspace.")
@@ -22,7 +22,7 @@ A tool is one module::
         ),
     )
 
-and a worker pointed at it: ``python worker.py --tools my_pkg.tools`` (or a ``treadle.tools``
+and a worker pointed at it: ``treadle worker --tools my_pkg.tools`` (or a ``treadle.tools``
 entry point of an installed package; see ``activities/tools/loading.py``). The examples that
 ship with Treadle are one line each in ``activities/tools/registry.py``. The argument model's
 field descriptions become the JSON Schema the model sees; the workflow validates every call
@@ -36,7 +36,7 @@ The function runs inside the ``run_tool`` activity, on the worker: it may do I/O
 ("no such branch"); anything else is a bug, which Temporal retries. Long outputs are capped and
 stored like the built-in tools' outputs.
 
-The worker adds the tools to the catalogue (``workflows.agent.catalogue.register``) when it
+The worker adds the tools to the catalogue (``treadle.workflows.agent.catalogue.register``) when it
 loads them: the workflow layer never imports a tool module. Keep tool modules' top-level imports
 light, and do the I/O inside the functions.
 """
@@ -48,10 +48,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
-from activities.errors import ToolError
-from activities.tools.output import ToolOutput
-from activities.tools.workspace import resolve
-from workflows.agent.tool_args import ToolArgs, ToolPolicy
+from treadle.activities.errors import ToolError
+from treadle.activities.tools.output import ToolOutput
+from treadle.activities.tools.workspace import resolve
+from treadle.workflows.agent.tool_args import ToolArgs, ToolPolicy
 
 __all__ = ["Tool", "ToolArgs", "ToolContext", "ToolError", "ToolOutput"]
 

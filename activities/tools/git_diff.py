@@ -14,8 +14,8 @@ import tempfile
 
 from pydantic import Field
 
-from activities.tools.custom import Tool, ToolContext, ToolError, ToolOutput
-from workflows.agent.tool_args import ToolArgs
+from treadle.activities.tools.custom import Tool, ToolContext, ToolError, ToolOutput
+from treadle.workflows.agent.tool_args import ToolArgs
 
 MAX_DIFF_BYTES = 2_000_000
 """Read at most this much of git's output (the run's output cap then applies)."""

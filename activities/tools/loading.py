@@ -3,7 +3,7 @@
 A tool module is any importable module with a ``TOOLS`` sequence of ``Tool`` objects (see
 ``activities/tools/custom.py``). The worker loads the ones it is pointed at::
 
-    python worker.py --tools my_pkg.tools --tools other_pkg.tools
+    treadle worker --tools my_pkg.tools --tools other_pkg.tools
 
 and those that installed packages declare in the ``treadle.tools`` entry-point group (the entry
 point names a module, or its ``TOOLS`` directly)::
@@ -29,10 +29,10 @@ from typing import Any
 
 from temporalio import activity
 
-from activities.tools import registry
-from activities.tools.custom import Tool
-from workflows.agent import catalogue
-from workflows.agent.models import LoadedTools, LoadedToolsRequest
+from treadle.activities.tools import registry
+from treadle.activities.tools.custom import Tool
+from treadle.workflows.agent import catalogue
+from treadle.workflows.agent.models import LoadedTools, LoadedToolsRequest
 
 ENTRY_POINT_GROUP = "treadle.tools"
 

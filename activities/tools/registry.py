@@ -1,9 +1,9 @@
 """Where your own tools are registered: one line each (see ``activities/tools/custom.py``).
 
-Importing this module adds them to the catalogue (``workflows.agent.catalogue.register``), which
-offers them to the model beside the built-in tools, in this order. The worker imports it (with
+Importing this module adds them to the catalogue (``treadle.workflows.agent.catalogue.register``),
+which offers them to the model beside the built-in tools, in this order. The worker imports it (with
 the tool activity); the workflow layer never does. Tools from your own modules, loaded by the
-worker (``worker.py --tools``, ``treadle.tools`` entry points), join them in ``BY_NAME``
+worker (``treadle worker --tools``, ``treadle.tools`` entry points), join them in ``BY_NAME``
 (``activities/tools/loading.py``).
 """
 
@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from activities.tools import git_diff
-from activities.tools.custom import Tool
-from workflows.agent import catalogue
+from treadle.activities.tools import git_diff
+from treadle.activities.tools.custom import Tool
+from treadle.workflows.agent import catalogue
 
 CUSTOM_TOOLS: tuple[Tool[Any], ...] = (
     git_diff.TOOL,

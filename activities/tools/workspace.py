@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from activities.errors import ToolError, WorkspaceEscapeError
+from treadle.activities.errors import ToolError, WorkspaceEscapeError
 
 __all__ = ["is_inside", "relative", "resolve", "workspace_root"]
 

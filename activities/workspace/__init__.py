@@ -4,9 +4,9 @@ content-addressed store (``snapshot``), manifests chained so any step can be reb
 walk (``watch``), and a check-out of any snapshot into a directory, writing only what differs
 (``materialise``)."""
 
-from activities.workspace.manifest import Manifest, ManifestError, Manifests
-from activities.workspace.materialise import Checkout, materialise
-from activities.workspace.snapshot import Snapshotter, WorkspaceActivities
+from treadle.activities.workspace.manifest import Manifest, ManifestError, Manifests
+from treadle.activities.workspace.materialise import Checkout, materialise
+from treadle.activities.workspace.snapshot import Snapshotter, WorkspaceActivities
 
 __all__ = [
     "Checkout",

@@ -34,12 +34,12 @@ from pathlib import Path
 
 from temporalio import activity
 
-from activities.heartbeat import heartbeating
-from activities.workspace.materialise import Checkout, bring
-from activities.workspace.snapshot import Snapshotter
-from workflows.agent.catalogue import TOOLS
-from workflows.agent.models import ToolResult
-from workflows.agent.snapshots import (
+from treadle.activities.heartbeat import heartbeating
+from treadle.activities.workspace.materialise import Checkout, bring
+from treadle.activities.workspace.snapshot import Snapshotter
+from treadle.workflows.agent.catalogue import TOOLS
+from treadle.workflows.agent.models import ToolResult
+from treadle.workflows.agent.snapshots import (
     DEFAULT_IGNORE,
     SnapshotRequest,
     SnapshotResult,

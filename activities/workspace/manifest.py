@@ -31,7 +31,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from activities.store.blobs import BlobStore, check_key
+from treadle.activities.store.blobs import BlobStore, check_key
 
 __all__ = [
     "MAGIC",

@@ -17,9 +17,9 @@ import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from activities.store.blobs import BlobStore
-from activities.workspace.manifest import SYMLINK, Entry, Manifests, State, check_path
-from activities.workspace.scan import Index, Rules, walk
+from treadle.activities.store.blobs import BlobStore
+from treadle.activities.workspace.manifest import SYMLINK, Entry, Manifests, State, check_path
+from treadle.activities.workspace.scan import Index, Rules, walk
 
 __all__ = ["Checkout", "bring", "materialise"]
 

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from activities.workspace.manifest import SYMLINK, Entry, State
+from treadle.activities.workspace.manifest import SYMLINK, Entry, State
 
 __all__ = [
     "RACY_SECONDS",

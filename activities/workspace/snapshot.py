@@ -13,7 +13,7 @@ content; the manifest holds the rest (``manifest``).
 
 A retried attempt writes the same blobs and the same manifest (same content, same key), so a
 worker lost mid-snapshot costs nothing but the time. A store that is down fails the attempt;
-Temporal retries it (``workflows.agent.snapshots.snapshot_call``).
+Temporal retries it (``treadle.workflows.agent.snapshots.snapshot_call``).
 """
 
 from __future__ import annotations
@@ -28,10 +28,10 @@ from typing import TYPE_CHECKING
 
 from temporalio import activity
 
-from activities.errors import StoreUnavailable
-from activities.heartbeat import heartbeating
-from activities.store.blobs import BlobCorrupt, BlobStore, key_of
-from activities.workspace.manifest import (
+from treadle.activities.errors import StoreUnavailable
+from treadle.activities.heartbeat import heartbeating
+from treadle.activities.store.blobs import BlobCorrupt, BlobStore, key_of
+from treadle.activities.workspace.manifest import (
     Entry,
     Manifest,
     Manifests,
@@ -40,7 +40,7 @@ from activities.workspace.manifest import (
     changes_between,
     encode,
 )
-from activities.workspace.scan import (
+from treadle.activities.workspace.scan import (
     Exclusions,
     Index,
     Rules,
@@ -51,11 +51,11 @@ from activities.workspace.scan import (
     read,
     walk,
 )
-from activities.workspace.watch import Watcher, WatchUnavailable, say_once
-from workflows.agent.snapshots import MERGED_PATHS_KEPT, SnapshotRequest, SnapshotResult
+from treadle.activities.workspace.watch import Watcher, WatchUnavailable, say_once
+from treadle.workflows.agent.snapshots import MERGED_PATHS_KEPT, SnapshotRequest, SnapshotResult
 
 if TYPE_CHECKING:  # follow imports this module
-    from activities.workspace.follow import Follower
+    from treadle.activities.workspace.follow import Follower
 
 __all__ = ["Record", "Snapshotter", "TooMuchToRead", "WorkspaceActivities", "size"]
 

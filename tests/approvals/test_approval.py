@@ -9,7 +9,7 @@ from temporalio.client import WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
 
 from tests.support.harness import Harness, tool_messages
-from workflows.agent.models import (
+from treadle.workflows.agent.models import (
     AgentResult,
     AgentStatus,
     ApprovalDecision,
@@ -19,7 +19,7 @@ from workflows.agent.models import (
     RejectSignal,
     RunStatus,
 )
-from workflows.agent.workflow import AgentWorkflow
+from treadle.workflows.agent.workflow import AgentWorkflow
 
 WRITE = {"name": "write_file", "arguments": {"path": "notes.md", "content": "from the model"}}
 

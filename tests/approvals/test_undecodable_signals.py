@@ -9,8 +9,8 @@ import pytest
 
 from tests.support.harness import Harness
 from tests.support.threads import answered, start_thread
-from workflows.agent.models import ApproveSignal, RunStatus
-from workflows.agent.workflow import AgentWorkflow
+from treadle.workflows.agent.models import ApproveSignal, RunStatus
+from treadle.workflows.agent.workflow import AgentWorkflow
 
 WRITE = {"name": "write_file", "arguments": {"path": "notes.md", "content": "from the model"}}
 

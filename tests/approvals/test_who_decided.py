@@ -19,8 +19,8 @@ from tests.support.harness import Harness
 from tests.support.processes import ROOT, clean_env, run_cli
 from tests.support.stream import wait_for_event
 from treadle.cli import identity
-from workflows.agent.models import AgentStatus, Decision, RunStatus
-from workflows.agent.workflow import AgentWorkflow
+from treadle.workflows.agent.models import AgentStatus, Decision, RunStatus
+from treadle.workflows.agent.workflow import AgentWorkflow
 
 WRITE = {"name": "write_file", "arguments": {"path": "notes.md", "content": "from the model"}}
 ASK = {"name": "ask_client", "arguments": {"kind": "question", "what": "Which branch?"}}

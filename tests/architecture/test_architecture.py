@@ -3,13 +3,15 @@
 The import rules between the layers are import-linter contracts in ``pyproject.toml`` (run
 ``lint-imports``; ``.ci/run`` does, and so does ``test_the_import_contracts_hold``):
 
-    worker.py, starter.py   the entry points, the only modules at the repository root
-    treadle/     what the entry points share; never imports worker or starter
-    workflows/   deterministic; reaches activities only through each feature's one activity-calls
-                 module (the agent's: ``workflows.agent.calls``)
-    activities/  all I/O; imports workflows' data modules, never a module that defines a
-                 workflow class (beyond two typed clients, each with why)
-    workflows.agent   no import cycle between its modules
+    worker.py, starter.py   a checkout's two thin scripts, the only modules at its root
+    treadle      one import name; never imports worker or starter
+    treadle.workflows   (the repository's workflows/) deterministic; imports nothing of
+                 treadle but workflows and activities, and reaches activities only through each
+                 feature's one activity-calls module (the agent's: ``agent.calls``)
+    treadle.activities  (the repository's activities/) all I/O; imports nothing of treadle
+                 but workflows' data modules, never a module that defines a workflow class
+                 (beyond two typed clients, each with why)
+    treadle.workflows.agent   no import cycle between its modules
 
 What import-linter cannot see is checked here: that the activity-calls imports sit inside the
 sandbox's pass-through block, that the contract's list of workflow modules is the code's, and
@@ -35,7 +37,11 @@ def python_files(layer: str) -> list[Path]:
 
 
 def module_name(path: Path) -> str:
+    """The module a file is: the repository's workflows/ and activities/ are the sources of
+    ``treadle.workflows`` and ``treadle.activities``."""
     parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[0] in ("workflows", "activities"):
+        parts.insert(0, "treadle")
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
@@ -106,7 +112,7 @@ def outside_pass_through(tree: ast.Module, path: str) -> list[str]:
                 if isinstance(node, ast.Import)
                 else [node.module or ""]
             )
-            if any(name.split(".")[0] == "activities" for name in names):
+            if any(name.split(".")[:2] == ["treadle", "activities"] for name in names):
                 found.append(f"{path}:{node.lineno}: {ast.unparse(node)}")
         for child in ast.iter_child_nodes(node):
             visit(child, inside)
@@ -132,21 +138,21 @@ def test_the_pass_through_check_sees_what_it_must() -> None:
     text = """\
 from temporalio import workflow
 import temporalio.workflow as wf
-from activities.jobs import record_job_run
+from treadle.activities.jobs import record_job_run
 
 with workflow.unsafe.imports_passed_through():
-    from activities.tools.builtin import ToolActivities
+    from treadle.activities.tools.builtin import ToolActivities
     def later():
-        import activities.jobs
+        import treadle.activities.jobs
 with wf.unsafe.imports_passed_through(), open("x"):
-    import activities
+    import treadle.activities
 with open("x"):
-    import activities.model
+    import treadle.activities.model
 """
     assert outside_pass_through(ast.parse(text), "fake") == [
-        "fake:3: from activities.jobs import record_job_run",
-        "fake:8: import activities.jobs",
-        "fake:12: import activities.model",
+        "fake:3: from treadle.activities.jobs import record_job_run",
+        "fake:8: import treadle.activities.jobs",
+        "fake:12: import treadle.activities.model",
     ]
 
 
@@ -178,10 +184,12 @@ def test_activities_contract_forbids_every_workflow_module() -> None:
         if workflow_classes(ast.parse(path.read_text()))
     }
     [contract] = [
-        c for c in contracts() if c["type"] == "forbidden" and c["source_modules"] == ["activities"]
+        c
+        for c in contracts()
+        if c["type"] == "forbidden" and c["source_modules"] == ["treadle.activities"]
     ]
     assert set(contract["forbidden_modules"]) == defined  # type: ignore[arg-type]
-    assert {"workflows.agent.workflow", "workflows.jobs.ledger"} <= defined
+    assert {"treadle.workflows.agent.workflow", "treadle.workflows.jobs.ledger"} <= defined
 
 
 def test_workflow_classes_are_recognised() -> None:
@@ -207,7 +215,7 @@ class NotAWorkflow: ...
 # --------------------------------------------------------------------------------------------
 # Determinism: workflow code reads no clock, randomness, environment or file except through
 # ``workflow.*``. The sandbox checks that at run time only in modules it re-imports; the loop
-# itself (``workflows.agent.engine``) and every data module are passed through, so this is
+# itself (``treadle.workflows.agent.engine``) and every data module are passed through, so this is
 # their check.
 # --------------------------------------------------------------------------------------------
 
@@ -286,8 +294,10 @@ def test_every_agent_loop_module_is_passed_through_the_sandbox() -> None:
     """A loop module left out is imported again through the sandbox for every run a worker
     caches and every replay (and a class it defines would exist twice: once for the modules
     passed through, once for the sandbox's copy). A new module goes into the list."""
-    from worker import PASSTHROUGH_MODULES
+    from treadle.cli.worker import PASSTHROUGH_MODULES
 
     agent = ROOT / "workflows" / "agent"
-    modules = {f"workflows.agent.{p.stem}" for p in agent.glob("*.py") if p.stem != "__init__"}
+    modules = {
+        f"treadle.workflows.agent.{p.stem}" for p in agent.glob("*.py") if p.stem != "__init__"
+    }
     assert modules - set(PASSTHROUGH_MODULES) == set()

@@ -13,8 +13,8 @@ from pathlib import Path
 
 from tests.support.harness import Harness
 from tests.support.processes import ROOT, clean_env, run_cli
-from workflows.agent.models import AgentResult, AgentStatus, RunStatus
-from workflows.agent.workflow import AgentWorkflow
+from treadle.workflows.agent.models import AgentResult, AgentStatus, RunStatus
+from treadle.workflows.agent.workflow import AgentWorkflow
 
 SCHEMA = {
     "type": "object",

@@ -24,14 +24,14 @@ import pytest
 
 from tests.support.harness import Harness
 from tests.support.processes import ROOT, clean_env, free_port
+from treadle import home
 from treadle.cli import shell
 from treadle.cli.demo import DEMO_TASK_QUEUE, kept_queue
 from treadle.cli.shell import runnable
-from treadle.cli.workspaces import WORKSPACES
 from treadle.scripted_model import DEMO_SCRIPT
-from workflows.agent.events import approval_commands
-from workflows.agent.models import TASK_QUEUE, Decision, RejectSignal, RunStatus
-from workflows.agent.workflow import AgentWorkflow
+from treadle.workflows.agent.events import approval_commands
+from treadle.workflows.agent.models import TASK_QUEUE, Decision, RejectSignal, RunStatus
+from treadle.workflows.agent.workflow import AgentWorkflow
 
 FRESH_SHELL = {"HOME": os.environ.get("HOME", "/"), "PATH": "/usr/bin:/bin"}
 """What a new terminal has before anyone activates the virtualenv: no venv on PATH, no
@@ -146,7 +146,7 @@ def kept_demo(
             assert process.stdout is not None
             process.stdout.close()
         for name in (f"demo-{demo.suffix}", f"try-{demo.suffix}"):
-            shutil.rmtree(WORKSPACES / name, ignore_errors=True)
+            shutil.rmtree(home.workspaces() / name, ignore_errors=True)
         assert code == 0, "\n".join(lines)
 
 
@@ -232,7 +232,7 @@ def test_run_watch_status_approve_from_a_fresh_shell(kept_demo: KeptDemo) -> Non
     assert "answer" in kinds, out
     done = _wait_for(kept_demo, workflow_id, "state:    Done")
     assert "answer:   I listed the workspace" in done
-    assert (WORKSPACES / workflow_id / "notes.md").is_file()
+    assert (home.workspaces() / workflow_id / "notes.md").is_file()
 
 
 def test_a_rejection_from_a_fresh_shell_is_answered(kept_demo: KeptDemo) -> None:
@@ -248,8 +248,8 @@ def test_a_rejection_from_a_fresh_shell_is_answered(kept_demo: KeptDemo) -> None
     assert rejected.returncode == 0, rejected.stderr
     done = _wait_for(kept_demo, workflow_id, "state:    Done")
     assert f"answer:   {REJECTION.format(reason='not now')}" in done
-    assert not (WORKSPACES / workflow_id / "notes.md").exists()
-    shutil.rmtree(WORKSPACES / workflow_id, ignore_errors=True)
+    assert not (home.workspaces() / workflow_id / "notes.md").exists()
+    shutil.rmtree(home.workspaces() / workflow_id, ignore_errors=True)
 
 
 def test_the_stock_cli_signal_from_step_5_works_in_a_fresh_shell(kept_demo: KeptDemo) -> None:
@@ -263,7 +263,7 @@ def test_the_stock_cli_signal_from_step_5_works_in_a_fresh_shell(kept_demo: Kept
     signalled = fresh_shell(cd, signal_line)
     assert signalled.returncode == 0, signalled.stderr
     _wait_for(kept_demo, workflow_id, "state:    Done")
-    shutil.rmtree(WORKSPACES / workflow_id, ignore_errors=True)
+    shutil.rmtree(home.workspaces() / workflow_id, ignore_errors=True)
 
 
 def test_the_printed_ui_serves_the_browser_page_from_a_fresh_shell(kept_demo: KeptDemo) -> None:
@@ -310,7 +310,7 @@ def test_the_printed_chat_talks_with_the_scripted_model(kept_demo: KeptDemo) -> 
     assert "I listed the workspace" in done.stdout
     thread = re.search(r"thread (thread-[0-9a-f]+)", done.stdout)
     assert thread is not None, done.stdout
-    shutil.rmtree(WORKSPACES / thread.group(1), ignore_errors=True)
+    shutil.rmtree(home.workspaces() / thread.group(1), ignore_errors=True)
 
 
 @pytest.mark.parametrize("provider", ["openai", "anthropic"])

@@ -10,10 +10,16 @@ from typing import Any
 
 from tests.support.harness import Harness
 from tests.support.processes import run_cli
-from workflows.agent import content_refs
-from workflows.agent.models import AgentConfig, ApproveSignal, ModifySignal, RunStatus, ToolCall
-from workflows.agent.toolbox import Toolbox, call_target
-from workflows.agent.workflow import AgentWorkflow
+from treadle.workflows.agent import content_refs
+from treadle.workflows.agent.models import (
+    AgentConfig,
+    ApproveSignal,
+    ModifySignal,
+    RunStatus,
+    ToolCall,
+)
+from treadle.workflows.agent.toolbox import Toolbox, call_target
+from treadle.workflows.agent.workflow import AgentWorkflow
 
 SMALL = 2_000
 BIG = 50_000

@@ -14,13 +14,13 @@ from typing import Any
 import pytest
 from temporalio.exceptions import ApplicationError, CancelledError
 
-from activities.content import REDACTED, RedactedBlobs, Redactor, redacted, worker_secrets
-from activities.content import logs as content_logs
-from activities.content.interceptor import redacted_error
-from activities.content.redaction import current, redact_error, secret_values, using
-from activities.model.tokens import TokenBatcher
-from activities.store.blobs import FileBlobStore, key_of
-from workflows.agent.models import ChatMessage, RunStatus, ToolResult
+from treadle.activities.content import REDACTED, RedactedBlobs, Redactor, redacted, worker_secrets
+from treadle.activities.content import logs as content_logs
+from treadle.activities.content.interceptor import redacted_error
+from treadle.activities.content.redaction import current, redact_error, secret_values, using
+from treadle.activities.model.tokens import TokenBatcher
+from treadle.activities.store.blobs import FileBlobStore, key_of
+from treadle.workflows.agent.models import ChatMessage, RunStatus, ToolResult
 
 KEY = "QmZtRwXyPkJnHgVs" + "TqLrMwNzKxYpGhJk"  # split so no scanner takes it for a real one
 

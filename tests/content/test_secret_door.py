@@ -25,24 +25,24 @@ from typing import Any
 import pytest
 from temporalio.client import Client, WorkflowHandle
 
-from activities.content import REDACTED, worker_secrets
-from activities.hooks.git_commit import GitCommit
-from activities.mcp import McpActivities, parse_mcp_config
-from activities.model.activity import ProviderSettings, http_client
-from activities.store.blobs import FileBlobStore
-from activities.tools import git_diff, registry
-from activities.tools.custom import Tool, ToolContext
 from tests.support.canary import decoded_payloads
 from tests.support.harness import TEST_STORE, replayer
 from tests.support.mcp_server import stdio_entry
 from tests.support.processes import ROOT, clean_env, run_cli
 from tests.support.stream import stream_items
 from tests.support.telemetry import Observed, content_capture, flush_spans, observed_client
+from treadle.activities.content import REDACTED, worker_secrets
+from treadle.activities.hooks.git_commit import GitCommit
+from treadle.activities.mcp import McpActivities, parse_mcp_config
+from treadle.activities.model.activity import ProviderSettings, http_client
+from treadle.activities.store.blobs import FileBlobStore
+from treadle.activities.tools import git_diff, registry
+from treadle.activities.tools.custom import Tool, ToolContext
+from treadle.cli.worker import build_worker
 from treadle.scripted_model import ScriptedModelServer
-from worker import build_worker
-from workflows.agent.hooks import HookRequest, HookResult
-from workflows.agent.models import AgentConfig, AgentInput, AgentResult, RunStatus
-from workflows.agent.workflow import AgentWorkflow
+from treadle.workflows.agent.hooks import HookRequest, HookResult
+from treadle.workflows.agent.models import AgentConfig, AgentInput, AgentResult, RunStatus
+from treadle.workflows.agent.workflow import AgentWorkflow
 
 FRAGMENT = 8
 """Any this many consecutive characters of a secret, in any case, is a leak."""

@@ -23,7 +23,6 @@ from temporalio.api.history.v1 import History, HistoryEvent
 from temporalio.client import Client, WorkflowHandle
 from temporalio.contrib.pydantic import pydantic_data_converter
 
-from activities.model.activity import http_client
 from tests.support.harness import activity_starts, scripted_worker, start_agent
 from tests.support.processes import (
     ROOT,
@@ -34,6 +33,7 @@ from tests.support.processes import (
     start_service,
     start_worker,
 )
+from treadle.activities.model.activity import http_client
 from treadle.codec import (
     ENCODING,
     ENV_VAR,
@@ -49,15 +49,15 @@ from treadle.codec import (
 from treadle.connection import ConnectionSettingsError, connect, data_converter
 from treadle.scripted_model import ScriptedModelServer
 from treadle.web.codec import codec_app
-from workflows.agent.models import (
+from treadle.workflows.agent.models import (
     AgentConfig,
     AgentInput,
     AgentResult,
     ApproveSignal,
     RunStatus,
 )
-from workflows.agent.state_machine import State
-from workflows.agent.workflow import AgentWorkflow
+from treadle.workflows.agent.state_machine import State
+from treadle.workflows.agent.workflow import AgentWorkflow
 
 
 def _key() -> str:

@@ -14,18 +14,18 @@ from temporalio.api.common.v1 import Payload
 from temporalio.service import RPCError
 from temporalio.worker import Replayer
 
-from activities.model.activity import http_client
-from activities.store.blobs import FileBlobStore
-from activities.store.external import DRIVER_NAME, StoredPayloadMissing
 from tests.support.harness import scripted_worker
 from tests.support.threads import imported_thread
+from treadle.activities.model.activity import http_client
+from treadle.activities.store.blobs import FileBlobStore
+from treadle.activities.store.external import DRIVER_NAME, StoredPayloadMissing
+from treadle.cli.worker import WORKFLOWS, workflow_runner
 from treadle.codec import ENV_VAR as KEYS_ENV
 from treadle.connection import PAYLOAD_SIZE_THRESHOLD, STORE_ENV, connect, data_converter
 from treadle.scripted_model import ScriptedModelServer
-from worker import WORKFLOWS, workflow_runner
-from workflows.agent.models import AgentInput, AgentResult, AgentStatus, RunStatus
-from workflows.agent.state_machine import State
-from workflows.agent.workflow import AgentWorkflow
+from treadle.workflows.agent.models import AgentInput, AgentResult, AgentStatus, RunStatus
+from treadle.workflows.agent.state_machine import State
+from treadle.workflows.agent.workflow import AgentWorkflow
 
 TWO_MB = 2 * 1024 * 1024
 REFERENCE_TYPE = b"temporal.api.sdk.v1.ExternalStorageReference"

@@ -13,20 +13,20 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
 from temporalio.converter import decode_typed_search_attributes
 
-from activities.model.activity import http_client
-from activities.store.blobs import FileBlobStore
 from tests.support.harness import Harness, scripted_worker, start_agent
+from treadle.activities.model.activity import http_client
+from treadle.activities.store.blobs import FileBlobStore
 from treadle.scripted_model import ScriptedModelServer
-from workflows.agent import search_attributes
-from workflows.agent.models import (
+from treadle.workflows.agent import search_attributes
+from treadle.workflows.agent.models import (
     AgentConfig,
     AgentResult,
     ApproveSignal,
     RunStatus,
     UserMessage,
 )
-from workflows.agent.publishing import STEP_ATTRIBUTES_EVERY
-from workflows.agent.workflow import AgentWorkflow
+from treadle.workflows.agent.publishing import STEP_ATTRIBUTES_EVERY
+from treadle.workflows.agent.workflow import AgentWorkflow
 
 BIG = 50_000
 STEPS = 6

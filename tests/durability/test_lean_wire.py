@@ -1,4 +1,4 @@
-"""The lean wire form (``workflows.base.Lean``, ``lean_dump``): what crosses a boundary at
+"""The lean wire form (``treadle.workflows.base.Lean``, ``lean_dump``): what crosses a boundary at
 every step, and the carried state of a hand-over, leave out the fields at an empty default and
 parse back to the same model, whatever their values."""
 
@@ -10,8 +10,8 @@ from datetime import UTC, datetime
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from workflows.agent.events import AgentEvent
-from workflows.agent.models import (
+from treadle.workflows.agent.events import AgentEvent
+from treadle.workflows.agent.models import (
     AgentInput,
     ChatMessage,
     ModelRequest,
@@ -23,8 +23,8 @@ from workflows.agent.models import (
     ToolResult,
     Turn,
 )
-from workflows.agent.state import AgentRun
-from workflows.base import WHOLE, at_empty_default, lean_dump
+from treadle.workflows.agent.state import AgentRun
+from treadle.workflows.base import WHOLE, at_empty_default, lean_dump
 
 texts = st.one_of(st.none(), st.text(max_size=20))
 counts = st.integers(min_value=0, max_value=3)

@@ -13,9 +13,9 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowHandle, WorkflowHistory
 
 from tests.support.harness import Harness, replayer
-from workflows.agent.models import AgentResult, AgentStatus, RunStatus
-from workflows.agent.planning import CALIBRATED_BUDGET
-from workflows.agent.workflow import AgentWorkflow
+from treadle.workflows.agent.models import AgentResult, AgentStatus, RunStatus
+from treadle.workflows.agent.planning import CALIBRATED_BUDGET
+from treadle.workflows.agent.workflow import AgentWorkflow
 
 
 def first_task_markers(history: WorkflowHistory) -> list[str]:

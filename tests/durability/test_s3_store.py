@@ -21,14 +21,15 @@ import pytest
 from temporalio.client import Client
 from temporalio.worker import Replayer
 
-from activities.model.activity import http_client
-from activities.store.blobs import BlobMissing, key_of
-from activities.store.conversation import ConversationStore
-from activities.store.s3 import S3BlobStore, S3Objects, S3Settings, S3StoreUnavailable
 from tests.support.harness import scripted_worker
 from tests.support.moto import moto_server
 from tests.support.processes import ROOT, clean_env, free_port
 from tests.support.threads import imported_thread
+from treadle.activities.model.activity import http_client
+from treadle.activities.store.blobs import BlobMissing, key_of
+from treadle.activities.store.conversation import ConversationStore
+from treadle.activities.store.s3 import S3BlobStore, S3Objects, S3Settings, S3StoreUnavailable
+from treadle.cli.worker import WORKFLOWS, workflow_runner
 from treadle.codec import ENV_VAR as KEYS_ENV
 from treadle.connection import (
     PAYLOAD_SIZE_THRESHOLD,
@@ -39,8 +40,7 @@ from treadle.connection import (
 )
 from treadle.scripted_model import ScriptedModelServer
 from treadle.stores import StoreSettingsError, check_store, open_blob_store, parse_store
-from worker import WORKFLOWS, workflow_runner
-from workflows.agent.models import (
+from treadle.workflows.agent.models import (
     AgentInput,
     AgentResult,
     AgentStatus,
@@ -48,8 +48,8 @@ from workflows.agent.models import (
     RunStatus,
     UserMessage,
 )
-from workflows.agent.state_machine import State
-from workflows.agent.workflow import AgentWorkflow
+from treadle.workflows.agent.state_machine import State
+from treadle.workflows.agent.workflow import AgentWorkflow
 
 REFERENCE_TYPE = b"temporal.api.sdk.v1.ExternalStorageReference"
 IMPORTED_SIZES = (90_000, 130_000, 90_000, 100)

@@ -13,8 +13,8 @@ from temporalio.client import Client
 from tests.support.harness import activity_starts, replayer
 from tests.support.processes import clean_env, start_worker
 from treadle.scripted_model import ScriptedModelServer
-from workflows.agent.models import AgentConfig, AgentInput, AgentResult, RunStatus
-from workflows.agent.workflow import AgentWorkflow
+from treadle.workflows.agent.models import AgentConfig, AgentInput, AgentResult, RunStatus
+from treadle.workflows.agent.workflow import AgentWorkflow
 
 RUNS = 6
 STEPS = 3

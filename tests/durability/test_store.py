@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 from temporalio.testing import ActivityEnvironment
 
-from activities.errors import StoreUnavailable
-from activities.store.blobs import BlobCorrupt, BlobMissing, FileBlobStore, key_of
-from activities.store.conversation import ConversationStore
-from activities.tools.builtin import ToolActivities, execute_tool
-from activities.tools.confinement import Confinement
-from workflows.agent.models import ChatMessage, ToolCall, ToolPolicy, ToolRequest
+from treadle.activities.errors import StoreUnavailable
+from treadle.activities.store.blobs import BlobCorrupt, BlobMissing, FileBlobStore, key_of
+from treadle.activities.store.conversation import ConversationStore
+from treadle.activities.tools.builtin import ToolActivities, execute_tool
+from treadle.activities.tools.confinement import Confinement
+from treadle.workflows.agent.models import ChatMessage, ToolCall, ToolPolicy, ToolRequest
 
 
 def message(role: str, text: str) -> ChatMessage:

@@ -21,19 +21,19 @@ from temporalio.client import Client, WorkflowHandle, WorkflowHistory
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
-from activities.content.door import STORE_OVER_CHARS, tool_output
-from activities.errors import StoreUnavailable
-from activities.model.activity import http_client
-from activities.store.blobs import FileBlobStore, key_of
-from activities.store.conversation import ConversationStore
-from activities.store.s3 import S3BlobStore, S3Objects, S3Settings
-from activities.tools.builtin import ToolActivities
 from tests.support.harness import keep_history, replayer, scripted_worker, start_agent
 from tests.support.processes import clean_env, free_port, run_cli, start_worker
 from tests.support.stream import events
+from treadle.activities.content.door import STORE_OVER_CHARS, tool_output
+from treadle.activities.errors import StoreUnavailable
+from treadle.activities.model.activity import http_client
+from treadle.activities.store.blobs import FileBlobStore, key_of
+from treadle.activities.store.conversation import ConversationStore
+from treadle.activities.store.s3 import S3BlobStore, S3Objects, S3Settings
+from treadle.activities.tools.builtin import ToolActivities
 from treadle.scripted_model import ScriptedModelServer
-from workflows.agent.content_refs import marker
-from workflows.agent.models import (
+from treadle.workflows.agent.content_refs import marker
+from treadle.workflows.agent.models import (
     AgentConfig,
     AgentResult,
     AgentStatus,
@@ -42,8 +42,8 @@ from workflows.agent.models import (
     ToolRequest,
     ToolResult,
 )
-from workflows.agent.state_machine import State
-from workflows.agent.workflow import AgentWorkflow
+from treadle.workflows.agent.state_machine import State
+from treadle.workflows.agent.workflow import AgentWorkflow
 
 FIRST = "Remember the word 'marmalade'."
 

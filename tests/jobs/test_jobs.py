@@ -14,8 +14,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError
 from temporalio.exceptions import ApplicationError, CancelledError
 
-import activities.jobs
-from activities.jobs import send_run
+import treadle.activities.jobs
 from tests.support.harness import activity_starts, keep_history, replayer
 from tests.support.jobs import (
     JobsEnv,
@@ -27,10 +26,11 @@ from tests.support.jobs import (
     switch_job,
     unique_job,
 )
+from treadle.activities.jobs import send_run
 from treadle.cli import jobs as cli_jobs
 from treadle.cli.jobs import list_jobs
-from workflows.jobs.ledger import JobLedgerWorkflow
-from workflows.jobs.models import (
+from treadle.workflows.jobs.ledger import JobLedgerWorkflow
+from treadle.workflows.jobs.models import (
     Health,
     JobRunStatus,
     LedgerState,
@@ -252,7 +252,7 @@ async def test_health_goes_degraded_then_unhealthy_and_heals_after_a_success(
 
 def test_public_names_are_exported() -> None:
     """The jobs modules' ``__all__`` lists names that exist."""
-    for module in (cli_jobs, activities.jobs):
+    for module in (cli_jobs, treadle.activities.jobs):
         missing = [name for name in module.__all__ if not hasattr(module, name)]
         assert missing == [], module.__name__
 

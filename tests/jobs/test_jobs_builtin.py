@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from temporalio.client import WorkflowFailureError
 
-from activities.jobs import HISTORY_CLEANUP, WORKSPACE_CLEANUP, builtin_jobs, send_run
 from tests.support.jobs import JobsEnv, eventually
-from workflows.jobs.models import JobRun, JobRunStatus, Trigger
+from treadle.activities.jobs import HISTORY_CLEANUP, WORKSPACE_CLEANUP, builtin_jobs, send_run
+from treadle.workflows.jobs.models import JobRun, JobRunStatus, Trigger
 
 OLD = (datetime.now(UTC) - timedelta(days=30)).timestamp()
 
@@ -119,10 +119,12 @@ async def test_workspace_cleanup_remembers_runs_temporal_has_since_forgotten(
 
 
 async def test_workspace_cleanup_with_bad_params_fails_once_without_retrying(
-    env: JobsEnv,
+    env: JobsEnv, tmp_path: Path
 ) -> None:
     """Params that do not validate are a non-retryable JobParamsInvalid: one attempt."""
-    job = builtin_jobs()[WORKSPACE_CLEANUP].with_changes(params={"retention_days": -1})
+    job = builtin_jobs(workspaces_root=tmp_path)[WORKSPACE_CLEANUP].with_changes(
+        params={"retention_days": -1}
+    )
     with pytest.raises(WorkflowFailureError):
         await (await env.start(job)).result()
     run = (await env.history(job.id)).runs[0]
@@ -147,7 +149,7 @@ def _record(job_id: str, name: str, *, days_ago: float, status: JobRunStatus) ->
 
 
 async def test_history_cleanup_prunes_records_older_than_90_days_in_every_ledger(
-    env: JobsEnv,
+    env: JobsEnv, tmp_path: Path
 ) -> None:
     """Records that ended over 90 days ago (and a run stuck "running" since then) are pruned
     from every ledger on the task queue; newer ones stay."""
@@ -168,7 +170,7 @@ async def test_history_cleanup_prunes_records_older_than_90_days_in_every_ledger
         return len([w async for w in env.client.list_workflows(query)]) >= 2
 
     await eventually(both_listed)  # the job finds ledgers through visibility
-    job = builtin_jobs()[HISTORY_CLEANUP]
+    job = builtin_jobs(workspaces_root=tmp_path)[HISTORY_CLEANUP]
     run = await (await env.start(job)).result()
 
     assert run.metadata["removed"] == 4

@@ -10,11 +10,11 @@ import pytest
 from temporalio.client import Client
 from temporalio.service import RPCError
 
-from activities.jobs import HISTORY_CLEANUP, WORKSPACE_CLEANUP
 from tests.support.jobs import JobsEnv, flaky_job, switch_job, unique_job
 from tests.support.processes import run_cli
+from treadle.activities.jobs import HISTORY_CLEANUP, WORKSPACE_CLEANUP
 from treadle.cli.jobs import JobList
-from workflows.jobs.models import (
+from treadle.workflows.jobs.models import (
     Health,
     JobHistory,
     JobRun,

@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 from temporalio.client import Client, ScheduleOverlapPolicy, WorkflowFailureError
 
-from activities.jobs import HISTORY_CLEANUP, WORKSPACE_CLEANUP, Job, builtin_jobs
 from tests.support.jobs import (
     JobsEnv,
     eventually,
@@ -20,10 +19,11 @@ from tests.support.jobs import (
     unique_job,
 )
 from tests.support.processes import clean_env, start_worker
+from treadle.activities.jobs import HISTORY_CLEANUP, WORKSPACE_CLEANUP, Job, builtin_jobs
 from treadle.cli import jobs as cli_jobs
 from treadle.cli.jobs import list_jobs
 from treadle.job_schedules import CATCHUP_WINDOW, DISABLED_NOTE, deployed_job, sync_schedules
-from workflows.jobs.models import JobRunStatus, Trigger, schedule_id
+from treadle.workflows.jobs.models import JobRunStatus, Trigger, schedule_id
 
 
 async def _schedule_ids(client: Client) -> list[str]:

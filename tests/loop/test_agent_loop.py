@@ -6,9 +6,9 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.api.sdk.v1 import WorkflowMetadata
 
 from tests.support.harness import Harness, tool_messages
-from workflows.agent import search_attributes
-from workflows.agent.models import AgentResult, RunStatus
-from workflows.agent.workflow import AgentWorkflow
+from treadle.workflows.agent import search_attributes
+from treadle.workflows.agent.models import AgentResult, RunStatus
+from treadle.workflows.agent.workflow import AgentWorkflow
 
 
 async def test_happy_path_writes_a_file_and_answers(harness: Harness) -> None:

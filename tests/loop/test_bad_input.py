@@ -22,10 +22,10 @@ from temporalio.converter import DataConverter
 from temporalio.service import RPCError
 
 from tests.support.harness import Harness
-from workflows.agent import approvals
-from workflows.agent.approvals import Refused
-from workflows.agent.catalogue import TOOLS, ToolArgumentsError, parse_arguments
-from workflows.agent.models import (
+from treadle.workflows.agent import approvals
+from treadle.workflows.agent.approvals import Refused
+from treadle.workflows.agent.catalogue import TOOLS, ToolArgumentsError, parse_arguments
+from treadle.workflows.agent.models import (
     MAX_HUMAN_TEXT_CHARS,
     AgentConfig,
     AgentInput,
@@ -34,10 +34,10 @@ from workflows.agent.models import (
     RunStatus,
     ToolCall,
 )
-from workflows.agent.state import AgentRun
-from workflows.agent.state_machine import State
-from workflows.agent.toolbox import Toolbox
-from workflows.agent.workflow import AgentWorkflow
+from treadle.workflows.agent.state import AgentRun
+from treadle.workflows.agent.state_machine import State
+from treadle.workflows.agent.toolbox import Toolbox
+from treadle.workflows.agent.workflow import AgentWorkflow
 
 WRITE = {"name": "write_file", "arguments": {"path": "notes.md", "content": "from the model"}}
 

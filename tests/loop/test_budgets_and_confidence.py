@@ -3,8 +3,14 @@
 from __future__ import annotations
 
 from tests.support.harness import Harness
-from workflows.agent.models import AgentConfig, AgentInput, AgentResult, AgentStatus, RunStatus
-from workflows.agent.workflow import AgentWorkflow
+from treadle.workflows.agent.models import (
+    AgentConfig,
+    AgentInput,
+    AgentResult,
+    AgentStatus,
+    RunStatus,
+)
+from treadle.workflows.agent.workflow import AgentWorkflow
 
 LIST = {"name": "list_dir", "arguments": {}}
 USAGE = {"prompt_tokens": 1000, "completion_tokens": 100}

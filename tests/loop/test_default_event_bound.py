@@ -9,9 +9,9 @@ import uuid
 from temporalio.api.enums.v1 import EventType
 
 from tests.support.harness import Harness, replayer
-from workflows.agent.handover import DEFAULT_EVENT_BOUND
-from workflows.agent.models import AgentResult, AgentStatus, RunStatus
-from workflows.agent.workflow import AgentWorkflow
+from treadle.workflows.agent.handover import DEFAULT_EVENT_BOUND
+from treadle.workflows.agent.models import AgentResult, AgentStatus, RunStatus
+from treadle.workflows.agent.workflow import AgentWorkflow
 
 STEPS = 70
 """More steps than 800 events hold (about 55): one hand-over, then the answer."""

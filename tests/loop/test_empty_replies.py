@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from tests.support.harness import Harness
 from tests.support.threads import start_thread
-from workflows.agent.models import AgentResult, RunStatus
-from workflows.agent.workflow import AgentWorkflow
+from treadle.workflows.agent.models import AgentResult, RunStatus
+from treadle.workflows.agent.workflow import AgentWorkflow
 
 EMPTY = {"content": ""}
 REASON = "The model replied with nothing (no text, no tool call) 3 times in a row"

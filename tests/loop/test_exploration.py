@@ -6,8 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 from tests.support.harness import Harness
-from workflows.agent.models import AgentResult, RunStatus
-from workflows.agent.workflow import AgentWorkflow
+from treadle.workflows.agent.models import AgentResult, RunStatus
+from treadle.workflows.agent.workflow import AgentWorkflow
 
 
 def _read(path: str) -> dict[str, Any]:

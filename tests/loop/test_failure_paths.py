@@ -14,16 +14,16 @@ from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureEr
 from temporalio.exceptions import ApplicationError
 from temporalio.worker import Worker
 
-from activities.model.activity import ModelActivities, ProviderSettings, http_client
-from activities.tools.builtin import ToolActivities
-from activities.tools.loading import list_loaded_tools
 from tests.support.harness import Harness, scripted_worker, start_agent
 from tests.support.misbehaving_agent import MisbehavingAgent
+from treadle.activities.model.activity import ModelActivities, ProviderSettings, http_client
+from treadle.activities.tools.builtin import ToolActivities
+from treadle.activities.tools.loading import list_loaded_tools
+from treadle.cli.worker import workflow_runner
 from treadle.scripted_model import ScriptedModelServer
-from worker import workflow_runner
-from workflows.agent import search_attributes
-from workflows.agent.models import AgentConfig, AgentInput, AgentResult, RunStatus
-from workflows.agent.workflow import AgentWorkflow
+from treadle.workflows.agent import search_attributes
+from treadle.workflows.agent.models import AgentConfig, AgentInput, AgentResult, RunStatus
+from treadle.workflows.agent.workflow import AgentWorkflow
 
 
 async def test_input_that_fails_validation_fails_the_run_at_once(harness: Harness) -> None:

@@ -8,11 +8,17 @@ from pathlib import Path
 
 from temporalio.testing import WorkflowEnvironment
 
-from activities.model.activity import ProviderSettings, http_client
+from treadle.activities.model.activity import ProviderSettings, http_client
+from treadle.cli.worker import build_worker
 from treadle.scripted_model import ScriptedModelServer
-from worker import build_worker
-from workflows.agent.models import AgentConfig, AgentInput, AgentResult, ApproveSignal, RunStatus
-from workflows.agent.workflow import AgentWorkflow
+from treadle.workflows.agent.models import (
+    AgentConfig,
+    AgentInput,
+    AgentResult,
+    ApproveSignal,
+    RunStatus,
+)
+from treadle.workflows.agent.workflow import AgentWorkflow
 
 
 async def test_an_approval_waits_three_days_and_the_run_resumes(

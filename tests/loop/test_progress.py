@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from pydantic import ValidationError
 
-from workflows.agent.progress import (
+from treadle.workflows.agent.progress import (
     PhaseOrderError,
     ProgressConfig,
     ProgressTracker,

@@ -13,10 +13,10 @@ from temporalio.converter import decode_typed_search_attributes
 
 from tests.support.harness import Harness, keep_history
 from tests.support.repos import committed_repo, git
-from workflows.agent import search_attributes as sa
-from workflows.agent.models import AgentResult, ApproveSignal, RunStatus
-from workflows.agent.publishing import STEP_ATTRIBUTES_EVERY
-from workflows.agent.workflow import AgentWorkflow
+from treadle.workflows.agent import search_attributes as sa
+from treadle.workflows.agent.models import AgentResult, ApproveSignal, RunStatus
+from treadle.workflows.agent.publishing import STEP_ATTRIBUTES_EVERY
+from treadle.workflows.agent.workflow import AgentWorkflow
 
 
 def _writes(steps: int) -> list[dict[str, Any]]:

@@ -12,8 +12,8 @@ from temporalio.client import Client, WorkflowFailureError
 from temporalio.exceptions import ApplicationError
 from temporalio.worker import Worker
 
-from worker import workflow_runner
-from workflows.agent.state_machine import (
+from treadle.cli.worker import workflow_runner
+from treadle.workflows.agent.state_machine import (
     SEED_STATES,
     TRANSITIONS,
     Event,

@@ -9,9 +9,9 @@ import pytest
 
 from tests.support.harness import Harness, tool_messages
 from tests.support.processes import run_cli
-from workflows.agent import search_attributes
-from workflows.agent.models import AgentResult, AgentStatus, Decision, RunStatus
-from workflows.agent.workflow import AgentWorkflow
+from treadle.workflows.agent import search_attributes
+from treadle.workflows.agent.models import AgentResult, AgentStatus, Decision, RunStatus
+from treadle.workflows.agent.workflow import AgentWorkflow
 
 BAD_EDIT = {
     "name": "edit_file",

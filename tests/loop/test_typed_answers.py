@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from tests.support.harness import Harness, tool_messages
-from workflows.agent.models import AgentConfig, AgentResult, RunStatus
-from workflows.agent.workflow import AgentWorkflow
+from treadle.workflows.agent.models import AgentConfig, AgentResult, RunStatus
+from treadle.workflows.agent.workflow import AgentWorkflow
 
 SCHEMA: dict[str, Any] = {
     "type": "object",

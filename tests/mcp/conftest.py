@@ -16,10 +16,10 @@ from typing import Any
 import pytest
 from temporalio.client import Client
 
-from activities.mcp import McpActivities, parse_mcp_config
-from activities.model.activity import http_client
 from tests.support.harness import Harness, replay_finished, scripted_worker
 from tests.support.mcp_runs import McpHarness
+from treadle.activities.mcp import McpActivities, parse_mcp_config
+from treadle.activities.model.activity import http_client
 from treadle.scripted_model import ScriptedModelServer
 
 

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from temporalio.client import Client
 
-from activities.mcp import McpConfigError, load_mcp_config, parse_mcp_config
 from tests.support.mcp_server import SCRIPT
 from tests.support.processes import clean_env, refusal, run_cli, start_worker
+from treadle.activities.mcp import McpConfigError, load_mcp_config, parse_mcp_config
 
 GOOD = """\
 # Two servers: one the worker starts, one it reaches.

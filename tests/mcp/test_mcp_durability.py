@@ -17,8 +17,6 @@ from temporalio.client import Client, WorkflowHandle
 from temporalio.common import RetryPolicy
 from temporalio.worker import Worker
 
-from activities.mcp import McpActivities, parse_mcp_config
-from activities.mcp.activity import outcome_unknown
 from tests.support.processes import (
     ROOT,
     WorkerProcess,
@@ -27,9 +25,11 @@ from tests.support.processes import (
     serve_command,
     start_python,
 )
+from treadle.activities.mcp import McpActivities, parse_mcp_config
+from treadle.activities.mcp.activity import outcome_unknown
 from treadle.connection import connect
-from workflows.agent.mcp import McpCallRequest, McpListRequest, McpToolList
-from workflows.agent.models import ToolResult
+from treadle.workflows.agent.mcp import McpCallRequest, McpListRequest, McpToolList
+from treadle.workflows.agent.models import ToolResult
 
 HEARTBEAT_SECONDS = 2
 """The agent's default heartbeat timeout."""

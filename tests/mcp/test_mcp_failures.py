@@ -18,11 +18,11 @@ import pytest
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
-from activities.mcp import McpActivities, parse_mcp_config
 from tests.support.mcp_server import stdio_entry
 from tests.support.processes import free_port
-from workflows.agent.mcp import McpCallRequest, McpListRequest, McpToolList
-from workflows.agent.models import ToolResult
+from treadle.activities.mcp import McpActivities, parse_mcp_config
+from treadle.workflows.agent.mcp import McpCallRequest, McpListRequest, McpToolList
+from treadle.workflows.agent.models import ToolResult
 
 EVERY_TOOL = "add,echo,write_note,fail,crash,slow,big,pid,whoami"
 

@@ -11,9 +11,9 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 from pydantic_core import to_json
 
-import activities.mcp
-import workflows.agent.mcp
-from workflows.agent.mcp import (
+import treadle.activities.mcp
+import treadle.workflows.agent.mcp
+from treadle.workflows.agent.mcp import (
     TOOL_NAME,
     McpArgumentsError,
     McpCallRequest,
@@ -26,8 +26,8 @@ from workflows.agent.mcp import (
     parse_arguments,
     unique_names,
 )
-from workflows.agent.models import AgentConfig, ToolCall
-from workflows.agent.toolbox import Toolbox
+from treadle.workflows.agent.models import AgentConfig, ToolCall
+from treadle.workflows.agent.toolbox import Toolbox
 
 
 def test_a_plain_name_is_prefixed_and_otherwise_unchanged() -> None:
@@ -108,10 +108,10 @@ def test_call_request_is_small_typed_data() -> None:
 def test_public_names_are_exported() -> None:
     """Both MCP modules' ``__all__`` lists names that exist, and only the activity class and the
     config are public on the activity side."""
-    for module in (activities.mcp, workflows.agent.mcp):
+    for module in (treadle.activities.mcp, treadle.workflows.agent.mcp):
         missing = [name for name in module.__all__ if not hasattr(module, name)]
         assert missing == [], module.__name__
-    assert "McpActivities" in activities.mcp.__all__
+    assert "McpActivities" in treadle.activities.mcp.__all__
 
 
 @settings(max_examples=300, deadline=None)

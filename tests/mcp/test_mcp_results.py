@@ -17,8 +17,8 @@ from mcp.types import (
     ToolAnnotations,
 )
 
-from activities.mcp import parse_mcp_config
-from activities.mcp.results import NO_OUTPUT, result_text, tool_info
+from treadle.activities.mcp import parse_mcp_config
+from treadle.activities.mcp.results import NO_OUTPUT, result_text, tool_info
 
 PNG = base64.b64encode(b"\x89PNG" + b"\x00" * 96).decode()
 

@@ -19,8 +19,14 @@ from tests.support.mcp_runs import McpHarness, call, offered
 from tests.support.mcp_server import http_entry, http_server, stdio_entry
 from tests.support.processes import free_port
 from tests.support.stream import events
-from workflows.agent.models import AgentConfig, AgentResult, ApproveSignal, RejectSignal, RunStatus
-from workflows.agent.workflow import AgentWorkflow
+from treadle.workflows.agent.models import (
+    AgentConfig,
+    AgentResult,
+    ApproveSignal,
+    RejectSignal,
+    RunStatus,
+)
+from treadle.workflows.agent.workflow import AgentWorkflow
 
 
 async def trace_data(handle: Any, event: str) -> list[str]:
@@ -328,8 +334,8 @@ def test_mcp_settings_are_checked_when_the_run_is_started() -> None:
 def test_both_protocols_offer_tools_outside_the_catalogue_with_their_schemas(
     protocol: str,
 ) -> None:
-    from activities.model import anthropic_messages, openai_chat
-    from workflows.agent.models import ChatMessage, ModelRequest, ToolSchema
+    from treadle.activities.model import anthropic_messages, openai_chat
+    from treadle.workflows.agent.models import ChatMessage, ModelRequest, ToolSchema
 
     schema = {"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]}
     request = ModelRequest(

@@ -15,16 +15,16 @@ from typing import Any
 import pytest
 from temporalio.testing import ActivityEnvironment
 
-from activities.mcp import McpActivities, parse_mcp_config
-from activities.mcp.schemas import SchemaRefused, usable_schema
-from activities.store.blobs import FileBlobStore
-from activities.store.conversation import ConversationStore
 from tests.mcp.schema_server import MARKER, entry, padded_schema
 from tests.support.harness import tool_messages
 from tests.support.mcp_runs import McpHarness, call, offered
 from tests.support.stream import events
-from workflows.agent.mcp import MAX_SCHEMA_BYTES, McpListRequest, McpToolList
-from workflows.agent.models import (
+from treadle.activities.mcp import McpActivities, parse_mcp_config
+from treadle.activities.mcp.schemas import SchemaRefused, usable_schema
+from treadle.activities.store.blobs import FileBlobStore
+from treadle.activities.store.conversation import ConversationStore
+from treadle.workflows.agent.mcp import MAX_SCHEMA_BYTES, McpListRequest, McpToolList
+from treadle.workflows.agent.models import (
     AgentConfig,
     AgentResult,
     ModelRequest,
@@ -32,8 +32,8 @@ from workflows.agent.models import (
     ToolCall,
     ToolSchema,
 )
-from workflows.agent.toolbox import Toolbox
-from workflows.agent.workflow import AgentWorkflow
+from treadle.workflows.agent.toolbox import Toolbox
+from treadle.workflows.agent.workflow import AgentWorkflow
 
 OBJECT = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}
 

@@ -17,11 +17,11 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError, RetryState
 from temporalio.worker import Worker
 
-from activities.mcp import McpActivities, parse_mcp_config
 from tests.support.mcp_server import stdio_entry
-from workflows.agent.mcp import McpCallRequest, McpListRequest, McpToolList
-from workflows.agent.models import ToolResult
-from workflows.base import Frozen, failure_message
+from treadle.activities.mcp import McpActivities, parse_mcp_config
+from treadle.workflows.agent.mcp import McpCallRequest, McpListRequest, McpToolList
+from treadle.workflows.agent.models import ToolResult
+from treadle.workflows.base import Frozen, failure_message
 
 
 class ProbeInput(Frozen):

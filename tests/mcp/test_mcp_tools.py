@@ -15,13 +15,13 @@ from typing import Any
 import pytest
 from temporalio.testing import ActivityEnvironment
 
-from activities.mcp import McpActivities, parse_mcp_config
-from activities.store.blobs import FileBlobStore
-from activities.store.conversation import ConversationStore
 from tests.support.mcp_server import http_entry, http_server, stdio_entry
 from tests.support.processes import ROOT, free_port
-from workflows.agent.mcp import McpCallRequest, McpListRequest, McpToolList
-from workflows.agent.models import ToolResult
+from treadle.activities.mcp import McpActivities, parse_mcp_config
+from treadle.activities.store.blobs import FileBlobStore
+from treadle.activities.store.conversation import ConversationStore
+from treadle.workflows.agent.mcp import McpCallRequest, McpListRequest, McpToolList
+from treadle.workflows.agent.models import ToolResult
 
 SECRET = "hunter2"
 ALL_TOOLS = {"add", "echo", "write_note", "fail", "crash", "slow", "meet", "big", "pid", "whoami"}

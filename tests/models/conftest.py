@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest
 
-from activities.model.activity import http_client
+from treadle.activities.model.activity import http_client
 
 
 @pytest.fixture

@@ -11,24 +11,30 @@ import pytest
 from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError
 from temporalio.common import RetryPolicy
 
-from activities.errors import (
+from tests.support.harness import Harness, activity_starts
+from tests.support.processes import free_port
+from treadle.activities.errors import (
     ModelConfigError,
     ModelConnectionError,
     ModelHTTPError,
     ModelResponseError,
 )
-from activities.model.activity import ModelActivities, ProviderSettings
-from activities.model.http_errors import (
+from treadle.activities.model.activity import ModelActivities, ProviderSettings
+from treadle.activities.model.http_errors import (
     MAX_RETRY_AFTER,
     provider_backoff,
     retry_after_cap,
     retry_after_seconds,
 )
-from activities.model.openai_chat import parse_response
-from tests.support.harness import Harness, activity_starts
-from tests.support.processes import free_port
+from treadle.activities.model.openai_chat import parse_response
 from treadle.scripted_model import ScriptedModelServer
-from workflows.agent.models import AgentResult, ChatMessage, ModelRequest, RunStatus, ToolCall
+from treadle.workflows.agent.models import (
+    AgentResult,
+    ChatMessage,
+    ModelRequest,
+    RunStatus,
+    ToolCall,
+)
 
 # A fake key, split so secret scanners do not mistake the source for a real one.
 KEY = "sk-" + "test-treadle-0123456789abcdef"

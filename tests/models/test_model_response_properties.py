@@ -17,11 +17,11 @@ from hypothesis import strategies as st
 from temporalio.api.failure.v1 import Failure
 from temporalio.contrib.pydantic import pydantic_data_converter
 
-from activities.errors import ModelError, ModelResponseError
-from activities.model import anthropic_messages, openai_chat
-from activities.model.activity import ModelActivities, ProviderSettings
+from treadle.activities.errors import ModelError, ModelResponseError
+from treadle.activities.model import anthropic_messages, openai_chat
+from treadle.activities.model.activity import ModelActivities, ProviderSettings
 from treadle.scripted_model import ScriptedModelServer
-from workflows.agent.models import ChatMessage, ModelRequest, ModelResponse
+from treadle.workflows.agent.models import ChatMessage, ModelRequest, ModelResponse
 
 Parser = Callable[[Any, str], ModelResponse]
 

@@ -27,9 +27,10 @@ from temporalio.contrib.workflow_streams import PollInput, PollResult
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
-from activities.errors import ModelConnectionError, ModelHTTPError, ModelResponseError
-from activities.model.activity import ModelActivities, ProviderSettings
-from activities.model.tokens import (
+from tests.support.harness import Harness
+from treadle.activities.errors import ModelConnectionError, ModelHTTPError, ModelResponseError
+from treadle.activities.model.activity import ModelActivities, ProviderSettings
+from treadle.activities.model.tokens import (
     FIRST_BATCH_AFTER,
     MAX_TOKEN_BATCHES,
     MAX_TOKEN_BATCHES_PER_CALL,
@@ -37,10 +38,9 @@ from activities.model.tokens import (
     TokenPublisher,
     batch_limit,
 )
-from tests.support.harness import Harness
 from treadle.scripted_model import ScriptedModelServer
-from workflows.agent.events import TOKENS_TOPIC, TokenDelta
-from workflows.agent.models import ChatMessage, ModelRequest, ModelResponse
+from treadle.workflows.agent.events import TOKENS_TOPIC, TokenDelta
+from treadle.workflows.agent.models import ChatMessage, ModelRequest, ModelResponse
 
 # A fake key, split so secret scanners do not mistake the source for a real one.
 KEY = "sk-" + "stream-treadle-0123456789abcdef"

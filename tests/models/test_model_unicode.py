@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 from temporalio.contrib.pydantic import pydantic_data_converter
 
-from activities.model import anthropic_messages, openai_chat
 from tests.support.harness import Harness
-from workflows.agent.models import AgentResult, ModelResponse, RunStatus, ToolCall
+from treadle.activities.model import anthropic_messages, openai_chat
+from treadle.workflows.agent.models import AgentResult, ModelResponse, RunStatus, ToolCall
 
 FFFD = "\ufffd"
 

@@ -10,12 +10,18 @@ from typing import Any
 
 import pytest
 
-from activities.errors import ModelConnectionError
-from activities.model.openai_chat import ChunkAssembler, build_body
-from activities.model.payload import DEFAULT_MAX_TOKENS
-from activities.model.streaming import ServerSentEvent
 from tests.support.harness import Harness
-from workflows.agent.models import AgentResult, ChatMessage, ModelRequest, RunStatus, ToolCall
+from treadle.activities.errors import ModelConnectionError
+from treadle.activities.model.openai_chat import ChunkAssembler, build_body
+from treadle.activities.model.payload import DEFAULT_MAX_TOKENS
+from treadle.activities.model.streaming import ServerSentEvent
+from treadle.workflows.agent.models import (
+    AgentResult,
+    ChatMessage,
+    ModelRequest,
+    RunStatus,
+    ToolCall,
+)
 
 CALL = ToolCall(id="call_1", name="read_file", arguments='{"path": "a.txt"}')
 MESSAGES = (

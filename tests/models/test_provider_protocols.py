@@ -10,8 +10,8 @@ import pytest
 from temporalio.client import WorkflowHistory
 
 from tests.support.harness import Harness, activity_starts
-from workflows.agent.models import AgentResult, RunStatus
-from workflows.agent.workflow import AgentWorkflow
+from treadle.workflows.agent.models import AgentResult, RunStatus
+from treadle.workflows.agent.workflow import AgentWorkflow
 
 PROTOCOLS = ["openai", "anthropic"]
 WRITE = {"name": "write_file", "arguments": {"path": "a.txt", "content": "alpha"}}

@@ -6,11 +6,17 @@ import json
 
 import pytest
 
-from activities.errors import ModelResponseError
-from activities.model.activity import ProviderSettings
-from activities.model.anthropic_messages import build_body, parse_response
-from workflows.agent.models import AgentConfig, AgentInput, ChatMessage, ModelRequest, ToolCall
-from workflows.agent.providers import ModelStringError, resolve, select
+from treadle.activities.errors import ModelResponseError
+from treadle.activities.model.activity import ProviderSettings
+from treadle.activities.model.anthropic_messages import build_body, parse_response
+from treadle.workflows.agent.models import (
+    AgentConfig,
+    AgentInput,
+    ChatMessage,
+    ModelRequest,
+    ToolCall,
+)
+from treadle.workflows.agent.providers import ModelStringError, resolve, select
 
 
 def test_model_strings_resolve_to_provider_and_model() -> None:

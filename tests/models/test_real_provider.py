@@ -28,18 +28,18 @@ from typing import Any
 import pytest
 from temporalio.client import Client, WorkflowHandle
 
-from activities.model.activity import ProviderSettings, http_client
 from tests.support.harness import start_agent
-from worker import build_worker
-from workflows.agent.models import (
+from treadle.activities.model.activity import ProviderSettings, http_client
+from treadle.cli.worker import build_worker
+from treadle.workflows.agent.models import (
     AgentConfig,
     AgentResult,
     AgentStatus,
     RunStatus,
     UserMessage,
 )
-from workflows.agent.state_machine import State
-from workflows.agent.workflow import AgentWorkflow
+from treadle.workflows.agent.state_machine import State
+from treadle.workflows.agent.workflow import AgentWorkflow
 
 REAL_MODEL = os.environ.get("TREADLE_REAL_MODEL")
 

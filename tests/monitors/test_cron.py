@@ -9,14 +9,14 @@ from zoneinfo import ZoneInfo
 import pytest
 from pydantic import ValidationError
 
-from workflows.cron import (
+from treadle.workflows.cron import (
     ScheduleError,
     check_cron,
     check_timezone,
     next_cron_time,
     next_interval_time,
 )
-from workflows.monitors.models import CronSchedule
+from treadle.workflows.monitors.models import CronSchedule
 
 NEW_YORK = ZoneInfo("America/New_York")
 BERLIN = ZoneInfo("Europe/Berlin")

@@ -14,7 +14,7 @@ from temporalio.client import Client
 
 from tests.support.harness import running_worker
 from tests.support.processes import refusal, run_cli
-from workflows.monitors.models import MonitorView
+from treadle.workflows.monitors.models import MonitorView
 
 
 class Cli:

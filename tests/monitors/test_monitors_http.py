@@ -26,7 +26,7 @@ from tests.support.monitors import EventReader, Handle, start_monitor, until, vi
 from tests.support.processes import start_service
 from treadle.web import ping as ping_service
 from treadle.web.ping import MonitorService
-from workflows.monitors.models import (
+from treadle.workflows.monitors.models import (
     EVENTS_TOPIC,
     MEMO_PING_KEY_DIGEST,
     CheckInSource,
@@ -35,7 +35,7 @@ from workflows.monitors.models import (
     Health,
     monitor_workflow_id,
 )
-from workflows.monitors.workflow import MonitorWorkflow
+from treadle.workflows.monitors.workflow import MonitorWorkflow
 
 
 class Setup:

@@ -1,5 +1,5 @@
 """Monitor rules without Temporal: slugs, check-in bodies, output truncation, health, deadlines
-and statistics (``workflows.monitor_models`` and ``workflows.monitor_ledger``)."""
+and statistics (``treadle.workflows.monitor_models`` and ``treadle.workflows.monitor_ledger``)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from workflows.monitors.ledger import MonitorLedger, Refused, new_state, percentile
-from workflows.monitors.models import (
+from treadle.workflows.monitors.ledger import MonitorLedger, Refused, new_state, percentile
+from treadle.workflows.monitors.models import (
     FULL_OUTPUT_CHECKINS,
     MAX_OUTPUT_BYTES,
     RECENT_CHECKINS,

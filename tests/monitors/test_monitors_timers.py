@@ -18,11 +18,11 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Replayer
 
-from activities.model.activity import ProviderSettings, http_client
 from tests.support.monitors import EventReader, Handle, start_monitor, until, view
+from treadle.activities.model.activity import ProviderSettings, http_client
+from treadle.cli.worker import WORKFLOWS, build_worker, workflow_runner
 from treadle.web.ping import MonitorService
-from worker import WORKFLOWS, build_worker, workflow_runner
-from workflows.monitors.models import (
+from treadle.workflows.monitors.models import (
     CheckInSignal,
     CheckInStatus,
     Health,
@@ -31,7 +31,7 @@ from workflows.monitors.models import (
     StatusChange,
     ViewRequest,
 )
-from workflows.monitors.workflow import MonitorWorkflow
+from treadle.workflows.monitors.workflow import MonitorWorkflow
 
 
 @pytest.fixture

@@ -17,15 +17,15 @@ from temporalio.worker import Replayer
 
 from tests.support.harness import running_worker
 from tests.support.monitors import Handle, start_monitor, until
-from worker import WORKFLOWS, workflow_runner
-from workflows.monitors.models import (
+from treadle.cli.worker import WORKFLOWS, workflow_runner
+from treadle.workflows.monitors.models import (
     EVENTS_TOPIC,
     CheckInSignal,
     CheckInStatus,
     DeleteRequest,
     Health,
 )
-from workflows.monitors.workflow import EVENTS_KEPT, MonitorWorkflow
+from treadle.workflows.monitors.workflow import EVENTS_KEPT, MonitorWorkflow
 
 
 async def start(client: Client, task_queue: str, slug: str, **fields: Any) -> Handle:

@@ -27,31 +27,31 @@ from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import Worker
 
-from activities import threads
-from activities.model.activity import http_client
 from tests.support.harness import Harness, keep_history, replayer, scripted_worker
 from tests.support.jobs import eventually
 from tests.support.monitors import until
 from tests.support.processes import refusal, run_cli
 from tests.support.threads import start_thread
 from treadle import agent_schedules
-from workflows.agent.models import (
+from treadle.activities import threads
+from treadle.activities.model.activity import http_client
+from treadle.workflows.agent.models import (
     AgentResult,
     AgentStatus,
     ApproveSignal,
     RunStatus,
 )
-from workflows.agent.state_machine import State
-from workflows.agent.workflow import AgentWorkflow
-from workflows.monitors.models import (
+from treadle.workflows.agent.state_machine import State
+from treadle.workflows.agent.workflow import AgentWorkflow
+from treadle.workflows.monitors.models import (
     CheckIn,
     CheckInSource,
     CheckInStatus,
     Health,
     monitor_workflow_id,
 )
-from workflows.monitors.workflow import MonitorWorkflow
-from workflows.scheduled.models import ScheduledRunResult, agent_run_id, schedule_id
+from treadle.workflows.monitors.workflow import MonitorWorkflow
+from treadle.workflows.scheduled.models import ScheduledRunResult, agent_run_id, schedule_id
 
 WRITE = {"name": "write_file", "arguments": {"path": "notes.md", "content": "nightly notes"}}
 

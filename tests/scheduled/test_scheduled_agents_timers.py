@@ -18,16 +18,16 @@ import pytest
 from temporalio.client import Client, ScheduleActionStartWorkflow, WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 
-from activities.model.activity import http_client
 from tests.support.harness import replayer, scripted_worker
 from tests.support.monitors import until, view
+from treadle.activities.model.activity import http_client
 from treadle.agent_schedules import build_schedule, ensure_monitor
 from treadle.scripted_model import ScriptedModelServer
-from workflows.agent.models import AgentConfig, AgentInput, RunStatus
-from workflows.monitors.models import CheckInStatus, Health, monitor_workflow_id
-from workflows.monitors.workflow import MonitorWorkflow
-from workflows.scheduled.models import AgentSchedule, ScheduledRunInput, ScheduledRunResult
-from workflows.scheduled.workflow import ScheduledAgentWorkflow
+from treadle.workflows.agent.models import AgentConfig, AgentInput, RunStatus
+from treadle.workflows.monitors.models import CheckInStatus, Health, monitor_workflow_id
+from treadle.workflows.monitors.workflow import MonitorWorkflow
+from treadle.workflows.scheduled.models import AgentSchedule, ScheduledRunInput, ScheduledRunResult
+from treadle.workflows.scheduled.workflow import ScheduledAgentWorkflow
 
 WRITE = {"name": "write_file", "arguments": {"path": "notes.md", "content": "nightly notes"}}
 

@@ -25,8 +25,8 @@ from tests.support.family import (
 )
 from tests.support.harness import Harness, tool_messages
 from tests.support.processes import ROOT
-from workflows.agent.models import AgentResult, AgentStatus, RunStatus
-from workflows.agent.workflow import AgentWorkflow
+from treadle.workflows.agent.models import AgentResult, AgentStatus, RunStatus
+from treadle.workflows.agent.workflow import AgentWorkflow
 
 
 async def test_parallel_children_each_answer_their_own_call(harness: Harness) -> None:

@@ -14,8 +14,8 @@ from temporalio.client import WorkflowHandle
 from tests.support.family import child, delegate, shows, starter
 from tests.support.harness import Harness
 from tests.support.stream import wait_for_event
-from workflows.agent.models import AgentResult, RunStatus
-from workflows.agent.workflow import AgentWorkflow
+from treadle.workflows.agent.models import AgentResult, RunStatus
+from treadle.workflows.agent.workflow import AgentWorkflow
 
 
 async def current_details(handle: WorkflowHandle[Any, Any]) -> str:

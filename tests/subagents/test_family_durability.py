@@ -13,8 +13,8 @@ from temporalio.client import Client
 from tests.support.harness import keep_history, replayer, start_agent
 from tests.support.processes import clean_env, start_worker
 from treadle.scripted_model import ScriptedModelServer
-from workflows.agent.models import AgentConfig, AgentResult, RunStatus, SubagentConfig
-from workflows.agent.workflow import AgentWorkflow
+from treadle.workflows.agent.models import AgentConfig, AgentResult, RunStatus, SubagentConfig
+from treadle.workflows.agent.workflow import AgentWorkflow
 
 
 def append_once(name: str) -> str:

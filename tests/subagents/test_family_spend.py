@@ -10,8 +10,8 @@ import pytest
 
 from tests.support.family import LIST, child, observations, quick_and_hungry, starter, usage
 from tests.support.harness import Harness
-from workflows.agent.models import AgentResult, AgentStatus, RunStatus
-from workflows.agent.workflow import AgentWorkflow
+from treadle.workflows.agent.models import AgentResult, AgentStatus, RunStatus
+from treadle.workflows.agent.workflow import AgentWorkflow
 
 DOLLAR_A_MILLION = {"prompt": 1.0, "completion": 1.0}
 """A price that makes a million tokens cost a dollar: $0.03 is 30,000 tokens."""

@@ -7,7 +7,7 @@ import secrets
 from collections.abc import Iterator
 from typing import Any
 
-from activities.model.http_errors import MIN_FRAGMENT
+from treadle.activities.model.http_errors import MIN_FRAGMENT
 
 # Letters that no hex id, base64-free word or English text in a history is likely to line up
 # with; no "-", so a key of them never looks like one (only redaction by value can catch it).

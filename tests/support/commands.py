@@ -11,7 +11,7 @@ import time
 import uuid
 from pathlib import Path
 
-from activities.tools.confinement import Confinement, detect
+from treadle.activities.tools.confinement import Confinement, detect
 
 BWRAP_WORKS = shutil.which("bwrap") is not None and detect(Confinement.AUTO).bwrap is not None
 """Whether bubblewrap confines commands on this machine (.ci/run installs it)."""

@@ -14,8 +14,8 @@ from temporalio.service import RPCError
 
 from tests.support.harness import Harness, tool_messages
 from tests.support.processes import ROOT
-from workflows.agent.models import AgentStatus, PendingApproval
-from workflows.agent.workflow import AgentWorkflow
+from treadle.workflows.agent.models import AgentStatus, PendingApproval
+from treadle.workflows.agent.workflow import AgentWorkflow
 
 LIST = {"name": "list_dir", "arguments": {"path": "."}}
 

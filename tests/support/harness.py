@@ -25,14 +25,14 @@ from temporalio.client import Client, WorkflowHandle, WorkflowHistory
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Replayer, Worker
 
-from activities.mcp import McpActivities
-from activities.model.activity import ProviderSettings, http_client
-from activities.store.blobs import BlobStore, FileBlobStore
+from treadle.activities.mcp import McpActivities
+from treadle.activities.model.activity import ProviderSettings, http_client
+from treadle.activities.store.blobs import BlobStore, FileBlobStore
+from treadle.cli.worker import WORKFLOWS, build_worker, workflow_runner
 from treadle.connection import data_converter
 from treadle.devserver import default_search_dirs, find_temporal_binary
 from treadle.scripted_model import ScriptedModelServer
-from worker import WORKFLOWS, build_worker, workflow_runner
-from workflows.agent.models import (
+from treadle.workflows.agent.models import (
     AgentConfig,
     AgentInput,
     AgentResult,
@@ -40,7 +40,7 @@ from workflows.agent.models import (
     Trace,
     TraceEntry,
 )
-from workflows.agent.workflow import AgentWorkflow
+from treadle.workflows.agent.workflow import AgentWorkflow
 
 HISTORIES = Path(__file__).parents[1] / "histories"
 

@@ -2,8 +2,8 @@
 
 The test jobs are real job activities (``job_activity``) whose behaviour is driven by their
 params or by a control file, so one definition can fail, recover or hang on demand. The worker
-is the product's ``build_worker``; the test jobs join ``activities.jobs.ACTIVITIES`` only for
-the duration of a test (``monkeypatch``).
+is the product's ``build_worker``; the test jobs join ``treadle.activities.jobs.ACTIVITIES`` only
+for the duration of a test (``monkeypatch``).
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from temporalio.client import Client, WorkflowHandle
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
 
-from activities import jobs as job_activities
-from activities.jobs import (
+from treadle.activities import jobs as job_activities
+from treadle.activities.jobs import (
     Job,
     JobActivity,
     JobRegistry,
@@ -33,11 +33,11 @@ from activities.jobs import (
     job_registry,
     send_run,
 )
-from activities.model.activity import ProviderSettings, http_client
+from treadle.activities.model.activity import ProviderSettings, http_client
+from treadle.cli.worker import build_worker
 from treadle.job_schedules import sync_schedules
-from worker import build_worker
-from workflows.jobs.ledger import JobLedgerWorkflow
-from workflows.jobs.models import (
+from treadle.workflows.jobs.ledger import JobLedgerWorkflow
+from treadle.workflows.jobs.models import (
     HistoryRequest,
     JobHistory,
     JobRequest,
@@ -48,7 +48,7 @@ from workflows.jobs.models import (
     ledger_id,
     schedule_id,
 )
-from workflows.jobs.workflow import JobWorkflow
+from treadle.workflows.jobs.workflow import JobWorkflow
 
 
 @job_activity("test_flaky_job")

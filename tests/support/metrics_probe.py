@@ -7,7 +7,7 @@ from datetime import timedelta
 
 from temporalio import workflow
 
-from workflows import telemetry
+from treadle.workflows import telemetry
 
 PROBE_STEPS = 3
 

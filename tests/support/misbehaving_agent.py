@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from temporalio import workflow
 
-from workflows.agent.models import AgentInput, AgentResult
-from workflows.agent.state_machine import Event
-from workflows.agent.workflow import AgentWorkflow
+from treadle.workflows.agent.models import AgentInput, AgentResult
+from treadle.workflows.agent.state_machine import Event
+from treadle.workflows.agent.workflow import AgentWorkflow
 
 
 @workflow.defn(name="MisbehavingAgent", failure_exception_types=[])

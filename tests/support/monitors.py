@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 from temporalio.client import Client, WorkflowHandle
 
-from workflows.monitors.models import (
+from treadle.workflows.monitors.models import (
     MonitorConfig,
     MonitorEvent,
     MonitorInput,
@@ -18,7 +18,7 @@ from workflows.monitors.models import (
     ViewRequest,
     monitor_workflow_id,
 )
-from workflows.monitors.workflow import MonitorWorkflow
+from treadle.workflows.monitors.workflow import MonitorWorkflow
 
 Handle = WorkflowHandle[MonitorWorkflow, MonitorView]
 

@@ -32,9 +32,9 @@ from temporalio import activity, workflow
 from temporalio.client import Client
 from temporalio.worker import Worker
 
-from activities import telemetry as activity_telemetry
 from tests.support.processes import free_port
 from treadle import observability
+from treadle.activities import telemetry as activity_telemetry
 from treadle.connection import connect
 
 

@@ -13,7 +13,7 @@ from typing import Any
 from temporalio.client import WorkflowHandle
 
 from tests.support.harness import Harness
-from workflows.agent.models import (
+from treadle.workflows.agent.models import (
     AgentConfig,
     AgentInput,
     AgentStatus,
@@ -21,9 +21,9 @@ from workflows.agent.models import (
     ThreadExport,
     UserMessage,
 )
-from workflows.agent.state_machine import State
-from workflows.agent.threads import rebuild
-from workflows.agent.workflow import AgentWorkflow
+from treadle.workflows.agent.state_machine import State
+from treadle.workflows.agent.threads import rebuild
+from treadle.workflows.agent.workflow import AgentWorkflow
 
 
 async def start_thread(

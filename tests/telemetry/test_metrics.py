@@ -8,14 +8,14 @@ from pathlib import Path
 
 from temporalio.worker import Worker
 
-from activities.model.activity import http_client
 from tests.support.harness import scripted_worker
 from tests.support.metrics_probe import PROBE_STEPS, MetricsProbeWorkflow
 from tests.support.telemetry import observed_client, uncached_worker, value
+from treadle.activities.model.activity import http_client
+from treadle.cli.worker import workflow_runner
 from treadle.scripted_model import ScriptedModelServer
-from worker import workflow_runner
-from workflows.agent.models import AgentConfig, AgentInput
-from workflows.agent.workflow import AgentWorkflow
+from treadle.workflows.agent.models import AgentConfig, AgentInput
+from treadle.workflows.agent.workflow import AgentWorkflow
 
 USAGE = {"prompt_tokens": 100, "completion_tokens": 20, "cached_tokens": 30}
 

@@ -14,14 +14,14 @@ import httpx
 import pytest
 from temporalio.client import Client
 
-from activities.errors import ModelHTTPError
-from activities.model.activity import ModelActivities, ProviderSettings, http_client
-from activities.model.http_errors import MIN_FRAGMENT, REDACTED, Redactor
 from tests.support.canary import canary_key, decoded_payloads, leaks
 from tests.support.harness import replayer, start_agent, temporal_cli
+from treadle.activities.errors import ModelHTTPError
+from treadle.activities.model.activity import ModelActivities, ProviderSettings, http_client
+from treadle.activities.model.http_errors import MIN_FRAGMENT, REDACTED, Redactor
+from treadle.cli.worker import build_worker
 from treadle.scripted_model import ScriptedModelServer
-from worker import build_worker
-from workflows.agent.models import (
+from treadle.workflows.agent.models import (
     AgentConfig,
     AgentResult,
     AgentStatus,
@@ -30,7 +30,7 @@ from workflows.agent.models import (
     RunStatus,
     Trace,
 )
-from workflows.agent.workflow import AgentWorkflow
+from treadle.workflows.agent.workflow import AgentWorkflow
 
 # A fake canary key, split so secret scanners do not mistake the source for a real one.
 KEY = "sk-" + "treadle-canary-7f3a9c2e51d04b86a1"

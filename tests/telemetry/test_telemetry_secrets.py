@@ -6,16 +6,16 @@ from __future__ import annotations
 import uuid
 from pathlib import Path
 
-from activities.model.activity import ProviderSettings, http_client
-from activities.store.blobs import FileBlobStore
 from tests.support.canary import canary_key, leaks
 from tests.support.harness import TEST_STORE
 from tests.support.telemetry import content_capture, flush_spans, observed_client, worker_log
+from treadle.activities.model.activity import ProviderSettings, http_client
+from treadle.activities.store.blobs import FileBlobStore
+from treadle.cli.worker import build_worker
 from treadle.logs import JsonFormatter
 from treadle.scripted_model import ScriptedModelServer
-from worker import build_worker
-from workflows.agent.models import AgentConfig, AgentInput
-from workflows.agent.workflow import AgentWorkflow
+from treadle.workflows.agent.models import AgentConfig, AgentInput
+from treadle.workflows.agent.workflow import AgentWorkflow
 
 
 async def test_a_canary_key_reaches_no_span_metric_or_log_line(

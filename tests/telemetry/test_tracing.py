@@ -11,7 +11,6 @@ from typing import Any
 
 import pytest
 
-from activities.model.activity import http_client
 from tests.support.harness import scripted_worker
 from tests.support.telemetry import (
     Observed,
@@ -20,10 +19,11 @@ from tests.support.telemetry import (
     observed_client,
     uncached_worker,
 )
+from treadle.activities.model.activity import http_client
 from treadle.scripted_model import ScriptedModelServer
 from treadle.stream import watch_events
-from workflows.agent.models import AgentConfig, AgentInput
-from workflows.agent.workflow import AgentWorkflow
+from treadle.workflows.agent.models import AgentConfig, AgentInput
+from treadle.workflows.agent.workflow import AgentWorkflow
 
 USAGE = {"prompt_tokens": 100, "completion_tokens": 20, "cached_tokens": 30}
 SPAN_KIND_CLIENT = 3

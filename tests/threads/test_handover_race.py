@@ -14,13 +14,13 @@ from typing import Any, TypeVar
 import pytest
 from temporalio.service import RPCError, RPCStatusCode
 
-from activities import threads
 from tests.support.harness import Harness
 from tests.support.threads import answered, start_thread
+from treadle.activities import threads
 from treadle.cli.chat import _across_handover
 from treadle.cli.exits import UsageError
-from workflows.agent.models import AgentResult, SendReceipt
-from workflows.agent.workflow import AgentWorkflow
+from treadle.workflows.agent.models import AgentResult, SendReceipt
+from treadle.workflows.agent.workflow import AgentWorkflow
 
 T = TypeVar("T")
 

@@ -26,15 +26,15 @@ from tests.support.threads import answered_turns, send
 from treadle.connection import connect
 from treadle.devserver import DevServer, DevServerConfig
 from treadle.scripted_model import ScriptedModelServer
-from workflows.agent import search_attributes
-from workflows.agent.models import (
+from treadle.workflows.agent import search_attributes
+from treadle.workflows.agent.models import (
     AgentConfig,
     AgentResult,
     AgentStatus,
     RunStatus,
 )
-from workflows.agent.state_machine import State
-from workflows.agent.workflow import AgentWorkflow
+from treadle.workflows.agent.state_machine import State
+from treadle.workflows.agent.workflow import AgentWorkflow
 
 FIRST = "Hello, remember the word 'marmalade'."
 TURN_TIMEOUT = 120

@@ -14,13 +14,13 @@ from typing import Any
 import pytest
 from temporalio.api.common.v1 import Payloads
 
-from activities.store.blobs import FileBlobStore
-from activities.store.conversation import ConversationStore, whole_thread
 from tests.support.harness import TEST_STORE, Harness
 from tests.support.processes import run_cli
 from tests.support.threads import answered, send, start_thread
-from workflows.agent import handover
-from workflows.agent.models import (
+from treadle.activities.store.blobs import FileBlobStore
+from treadle.activities.store.conversation import ConversationStore, whole_thread
+from treadle.workflows.agent import handover
+from treadle.workflows.agent.models import (
     AgentInput,
     AgentResult,
     AgentStatus,
@@ -31,10 +31,10 @@ from workflows.agent.models import (
     TraceEntry,
     Turn,
 )
-from workflows.agent.state import AgentRun
-from workflows.agent.state_machine import State
-from workflows.agent.threads import ImportRefused, rebuild
-from workflows.agent.workflow import AgentWorkflow
+from treadle.workflows.agent.state import AgentRun
+from treadle.workflows.agent.state_machine import State
+from treadle.workflows.agent.threads import ImportRefused, rebuild
+from treadle.workflows.agent.workflow import AgentWorkflow
 
 VIEW_NOTE = "longer than this model's context"
 

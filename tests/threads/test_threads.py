@@ -18,15 +18,15 @@ from temporalio.testing import WorkflowEnvironment
 from tests.support.harness import Harness, keep_history, replayer, run_to_end_on_time_skipping
 from tests.support.threads import answered, send, start_thread
 from treadle.scripted_model import ScriptedModelServer
-from workflows.agent.models import (
+from treadle.workflows.agent.models import (
     AgentResult,
     AgentStatus,
     RunStatus,
     ThreadExport,
 )
-from workflows.agent.state_machine import State
-from workflows.agent.threads import ImportRefused, rebuild
-from workflows.agent.workflow import AgentWorkflow
+from treadle.workflows.agent.state_machine import State
+from treadle.workflows.agent.threads import ImportRefused, rebuild
+from treadle.workflows.agent.workflow import AgentWorkflow
 
 
 def user_texts(body: dict[str, Any]) -> list[str]:

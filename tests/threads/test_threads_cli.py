@@ -12,10 +12,16 @@ from pathlib import Path
 from tests.support.harness import Harness
 from tests.support.processes import ROOT, clean_env, refusal, run_cli
 from treadle.cli import shell
-from workflows.agent.events import approval_commands
-from workflows.agent.models import AgentResult, AgentStatus, Decision, RunStatus, ThreadExport
-from workflows.agent.state_machine import State
-from workflows.agent.workflow import AgentWorkflow
+from treadle.workflows.agent.events import approval_commands
+from treadle.workflows.agent.models import (
+    AgentResult,
+    AgentStatus,
+    Decision,
+    RunStatus,
+    ThreadExport,
+)
+from treadle.workflows.agent.state_machine import State
+from treadle.workflows.agent.workflow import AgentWorkflow
 
 
 def _thread_id(harness: Harness) -> str:

@@ -22,11 +22,11 @@ from pathlib import Path
 import pytest
 from temporalio.testing import ActivityEnvironment
 
-from activities.tools import confinement as confinement_module
-from activities.tools import processes
-from activities.tools.builtin import Confinement, ToolActivities, execute_tool
 from tests.support.commands import BWRAP_WORKS, gone_within, marker, pids_with
-from workflows.agent.models import ToolCall, ToolPolicy, ToolRequest, ToolResult
+from treadle.activities.tools import confinement as confinement_module
+from treadle.activities.tools import processes
+from treadle.activities.tools.builtin import Confinement, ToolActivities, execute_tool
+from treadle.workflows.agent.models import ToolCall, ToolPolicy, ToolRequest, ToolResult
 
 ROOT = Path(__file__).resolve().parents[2]
 POLICY = ToolPolicy(
@@ -444,8 +444,8 @@ async def test_processes_that_leave_the_group_die_with_the_command(
 STAND_IN_WORKER = """
 import asyncio, json, sys
 from pathlib import Path
-from activities.tools.builtin import Confinement, execute_tool
-from workflows.agent.models import ToolPolicy
+from treadle.activities.tools.builtin import Confinement, execute_tool
+from treadle.workflows.agent.models import ToolPolicy
 
 policy = ToolPolicy(allow_run_command=True, command_allowlist=("python3",))
 asyncio.run(execute_tool(

@@ -19,24 +19,24 @@ from pydantic import ValidationError
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
-from activities.tools import git_diff
-from activities.tools.custom import Tool, ToolContext
 from tests.support.harness import Harness, tool_messages
 from tests.support.processes import ROOT, clean_env, start_worker
 from tests.support.repos import git
 from tests.support.stream import events
+from treadle.activities.tools import git_diff
+from treadle.activities.tools.custom import Tool, ToolContext
 from treadle.scripted_model import ScriptedModelServer
-from workflows.agent import catalogue, toolbox
-from workflows.agent.catalogue import TOOLS, ToolSpec
-from workflows.agent.models import (
+from treadle.workflows.agent import catalogue, toolbox
+from treadle.workflows.agent.catalogue import TOOLS, ToolSpec
+from treadle.workflows.agent.models import (
     AgentConfig,
     AgentInput,
     AgentResult,
     ApproveSignal,
     ToolPolicy,
 )
-from workflows.agent.toolbox import Toolbox
-from workflows.agent.workflow import AgentWorkflow
+from treadle.workflows.agent.toolbox import Toolbox
+from treadle.workflows.agent.workflow import AgentWorkflow
 
 
 def repository(path: Path) -> Path:
@@ -203,7 +203,7 @@ async def test_a_tool_error_is_an_observation(harness: Harness) -> None:
 SHOUT_MODULE = """\
 from pydantic import Field
 
-from activities.tools.custom import Tool, ToolArgs, ToolContext
+from treadle.activities.tools.custom import Tool, ToolArgs, ToolContext
 
 
 class ShoutArgs(ToolArgs):

@@ -15,14 +15,14 @@ from pydantic import ValidationError
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
-import activities.hooks
-import activities.hooks.git_commit
-import workflows.agent.hooks
-from activities.hooks import HOOKS, GitCommit, HookActivities, HookFailed
-from activities.hooks.git_commit import MAX_LISTED_FILES, commit_message, step_key
-from activities.tools.builtin import execute_tool
+import treadle.activities.hooks
+import treadle.activities.hooks.git_commit
+import treadle.workflows.agent.hooks
 from tests.support.repos import Repo, make_repo
-from workflows.agent.hooks import (
+from treadle.activities.hooks import HOOKS, GitCommit, HookActivities, HookFailed
+from treadle.activities.hooks.git_commit import MAX_LISTED_FILES, commit_message, step_key
+from treadle.activities.tools.builtin import execute_tool
+from treadle.workflows.agent.hooks import (
     DEFAULT_COMMIT_AUTHOR,
     KNOWN_HOOKS,
     HookRequest,
@@ -32,7 +32,7 @@ from workflows.agent.hooks import (
     hook_call,
     parse_author,
 )
-from workflows.agent.models import ToolPolicy
+from treadle.workflows.agent.models import ToolPolicy
 
 AUTHOR = "Ada Lovelace <ada@example.com>"
 
@@ -549,7 +549,11 @@ def test_the_registry_implements_exactly_the_known_hooks() -> None:
 
 def test_public_names_are_exported() -> None:
     """The hook modules' ``__all__`` lists names that exist."""
-    for module in (activities.hooks, activities.hooks.git_commit, workflows.agent.hooks):
+    for module in (
+        treadle.activities.hooks,
+        treadle.activities.hooks.git_commit,
+        treadle.workflows.agent.hooks,
+    ):
         missing = [name for name in module.__all__ if not hasattr(module, name)]
         assert missing == [], module.__name__
 
@@ -623,7 +627,7 @@ def test_hook_activity_options_heartbeat_and_retry() -> None:
 
 def test_git_runs_with_an_environment_of_its_own() -> None:
     """Only PATH comes from the worker; no system or user config, no GIT_DIR, no secrets."""
-    env = activities.hooks.git_commit.git_environment(
+    env = treadle.activities.hooks.git_commit.git_environment(
         {"PATH": "/bin", "GIT_DIR": "/x", "OPENAI_API_KEY": "sk", "HOME": "/home/me"},
         "/tmp/empty",
         ceiling="/work",

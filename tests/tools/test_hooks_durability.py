@@ -27,7 +27,6 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
 from temporalio.worker import Worker
 
-from activities.hooks import HookActivities
 from tests.support.harness import replayer
 from tests.support.processes import (
     WorkerProcess,
@@ -39,11 +38,12 @@ from tests.support.processes import (
     start_worker,
 )
 from tests.support.repos import Repo, make_repo
+from treadle.activities.hooks import HookActivities
 from treadle.connection import connect
 from treadle.scripted_model import ScriptedModelServer
-from workflows.agent.hooks import HookRequest, HookResult, hook_call
-from workflows.agent.models import AgentConfig, AgentInput, AgentResult, RunStatus
-from workflows.agent.workflow import AgentWorkflow
+from treadle.workflows.agent.hooks import HookRequest, HookResult, hook_call
+from treadle.workflows.agent.models import AgentConfig, AgentInput, AgentResult, RunStatus
+from treadle.workflows.agent.workflow import AgentWorkflow
 
 HEARTBEAT_SECONDS = 2
 """A killed worker's hook attempt is given up after this long, and retried elsewhere."""

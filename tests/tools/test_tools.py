@@ -16,13 +16,18 @@ from typing import Any
 import pytest
 from temporalio.testing import ActivityEnvironment
 
-from activities import heartbeat
-from activities.errors import WorkspaceEscapeError
-from activities.tools.builtin import ToolActivities, cap_output, command_environment, execute_tool
-from activities.tools.workspace import relative, resolve
 from tests.support.commands import gone_within, marker, pids_with
 from tests.support.hand_offs import hand_offs
-from workflows.agent.models import ToolCall, ToolPolicy, ToolRequest, ToolResult
+from treadle.activities import heartbeat
+from treadle.activities.errors import WorkspaceEscapeError
+from treadle.activities.tools.builtin import (
+    ToolActivities,
+    cap_output,
+    command_environment,
+    execute_tool,
+)
+from treadle.activities.tools.workspace import relative, resolve
+from treadle.workflows.agent.models import ToolCall, ToolPolicy, ToolRequest, ToolResult
 
 POLICY = ToolPolicy()
 COMMANDS = ToolPolicy(

@@ -14,8 +14,14 @@ from temporalio.testing import WorkflowEnvironment
 from tests.support.harness import Harness, run_to_end_on_time_skipping, tool_messages
 from tests.support.threads import start_thread
 from treadle.scripted_model import ScriptedModelServer
-from workflows.agent.models import AgentResult, AgentStatus, Decision, RunStatus, UserMessage
-from workflows.agent.workflow import AgentWorkflow
+from treadle.workflows.agent.models import (
+    AgentResult,
+    AgentStatus,
+    Decision,
+    RunStatus,
+    UserMessage,
+)
+from treadle.workflows.agent.workflow import AgentWorkflow
 
 
 def _wait(**arguments: Any) -> dict[str, Any]:

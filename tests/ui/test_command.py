@@ -12,8 +12,8 @@ import httpx
 from tests.support.harness import Harness
 from tests.support.processes import start_service
 from treadle.cli.ui import is_loopback
-from workflows.agent.models import AgentInput
-from workflows.agent.workflow import AgentWorkflow
+from treadle.workflows.agent.models import AgentInput
+from treadle.workflows.agent.workflow import AgentWorkflow
 
 
 async def test_ui_prints_its_loopback_url_serves_the_page_and_stops_on_ctrl_c(

@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 from tests.support.harness import Harness, tool_messages
-from workflows.agent.models import AgentInput
-from workflows.agent.workflow import AgentWorkflow
+from treadle.workflows.agent.models import AgentInput
+from treadle.workflows.agent.workflow import AgentWorkflow
 
 pytest.importorskip("playwright", reason="playwright is not installed (pip install -e '.[test]')")
 from playwright.async_api import Browser, BrowserContext, Page, expect

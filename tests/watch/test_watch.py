@@ -23,17 +23,17 @@ from typing import Any
 from temporalio.client import WorkflowHandle
 from temporalio.contrib.workflow_streams import WorkflowStreamClient
 
-from activities.model.activity import http_client
 from tests.support.harness import Harness, scripted_worker, tool_messages
 from tests.support.processes import ROOT, clean_env
+from treadle.activities.model.activity import http_client
 from treadle.cli import identity
 from treadle.cli.shell import runnable
 from treadle.codec import ENV_VAR
 from treadle.connection import connect
 from treadle.stream import StreamItem, StreamNotice, watch_events
-from workflows.agent.events import EVENTS_TOPIC, AgentEvent, ClientQuery
-from workflows.agent.models import AgentConfig, AgentInput, AgentResult, RunStatus
-from workflows.agent.workflow import AgentWorkflow
+from treadle.workflows.agent.events import EVENTS_TOPIC, AgentEvent, ClientQuery
+from treadle.workflows.agent.models import AgentConfig, AgentInput, AgentResult, RunStatus
+from treadle.workflows.agent.workflow import AgentWorkflow
 
 WRITE = {"name": "write_file", "arguments": {"path": "notes.md", "content": "hello"}}
 WRITE_B = {"name": "write_file", "arguments": {"path": "b.md", "content": "first idea"}}

@@ -16,12 +16,12 @@ import boto3
 import pytest
 from temporalio.client import Client
 
-from activities.model.activity import ProviderSettings, http_client
-from activities.store.blobs import FileBlobStore
 from tests.support.harness import TEST_STORE
 from tests.support.moto import moto_server
+from treadle.activities.model.activity import ProviderSettings, http_client
+from treadle.activities.store.blobs import FileBlobStore
+from treadle.cli.worker import build_worker
 from treadle.scripted_model import ScriptedModelServer
-from worker import build_worker
 
 
 @pytest.fixture

@@ -10,14 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from activities.model.activity import ProviderSettings, http_client
-from activities.store.blobs import FileBlobStore
-from activities.workspace import Manifests, Snapshotter
-from activities.workspace.follow import Follower, directory_name
 from tests.support.processes import clean_env, refusal, run_cli
-from worker import build_worker
-from workflows.agent.models import ToolResult
-from workflows.agent.snapshots import WorkspaceSync
+from treadle.activities.model.activity import ProviderSettings, http_client
+from treadle.activities.store.blobs import FileBlobStore
+from treadle.activities.workspace import Manifests, Snapshotter
+from treadle.activities.workspace.follow import Follower, directory_name
+from treadle.cli.worker import build_worker
+from treadle.workflows.agent.models import ToolResult
+from treadle.workflows.agent.snapshots import WorkspaceSync
 
 
 def files(root: Path) -> dict[str, str]:

@@ -15,12 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from activities.content import RedactedBlobs, Redactor
-from activities.errors import StoreUnavailable
-from activities.store.blobs import BlobCorrupt, FileBlobStore
-from activities.workspace import Snapshotter, materialise, snapshot
 from tests.support.hand_offs import hand_offs
-from workflows.agent.snapshots import SnapshotRequest
+from treadle.activities.content import RedactedBlobs, Redactor
+from treadle.activities.errors import StoreUnavailable
+from treadle.activities.store.blobs import BlobCorrupt, FileBlobStore
+from treadle.activities.workspace import Snapshotter, materialise, snapshot
+from treadle.workflows.agent.snapshots import SnapshotRequest
 
 HOUR_AGO = time.time() - 3600
 LOOK_AND_READ = "Snapshotter._snapshot.<locals>.look_and_read"

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from activities.store.blobs import FileBlobStore
-from activities.workspace import Manifests, Snapshotter
-from workflows.agent.snapshots import SnapshotRequest
+from treadle.activities.store.blobs import FileBlobStore
+from treadle.activities.workspace import Manifests, Snapshotter
+from treadle.workflows.agent.snapshots import SnapshotRequest
 
 
 async def test_only_calls_that_left_a_path_different_overlap(

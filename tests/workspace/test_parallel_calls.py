@@ -12,14 +12,14 @@ from typing import Any
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
-from activities.store.blobs import FileBlobStore
-from activities.workspace import Manifests
-from activities.workspace.follow import directory_name
 from tests.support.harness import TEST_STORE, keep_history, replayer, start_agent
+from treadle.activities.store.blobs import FileBlobStore
+from treadle.activities.workspace import Manifests
+from treadle.activities.workspace.follow import directory_name
 from treadle.scripted_model import ScriptedModelServer
-from workflows.agent.models import AgentConfig, RunStatus
-from workflows.agent.snapshots import SnapshotConfig
-from workflows.agent.workflow import AgentWorkflow
+from treadle.workflows.agent.models import AgentConfig, RunStatus
+from treadle.workflows.agent.snapshots import SnapshotConfig
+from treadle.workflows.agent.workflow import AgentWorkflow
 
 
 def write(path: str, content: str) -> dict[str, Any]:

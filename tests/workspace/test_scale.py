@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from activities.store.blobs import FileBlobStore
-from activities.workspace import Manifests, Snapshotter, materialise
-from activities.workspace.watch import Watcher
-from workflows.agent.snapshots import SnapshotRequest
+from treadle.activities.store.blobs import FileBlobStore
+from treadle.activities.workspace import Manifests, Snapshotter, materialise
+from treadle.activities.workspace.watch import Watcher
+from treadle.workflows.agent.snapshots import SnapshotRequest
 
 FILES = 10_000
 HOUR_AGO = time.time() - 3600

@@ -15,15 +15,15 @@ from typing import Any
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
 
-from activities.model.activity import http_client
-from activities.store.blobs import FileBlobStore
-from activities.workspace import Manifests
 from tests.support.harness import Harness, keep_history, replayer, scripted_worker, start_agent
 from tests.support.processes import clean_env, run_cli, server_address, start_worker
 from tests.support.repos import committed_repo, git
+from treadle.activities.model.activity import http_client
+from treadle.activities.store.blobs import FileBlobStore
+from treadle.activities.workspace import Manifests
 from treadle.scripted_model import ScriptedModelServer
-from workflows.agent.models import AgentConfig, AgentResult, RunStatus
-from workflows.agent.workflow import AgentWorkflow
+from treadle.workflows.agent.models import AgentConfig, AgentResult, RunStatus
+from treadle.workflows.agent.workflow import AgentWorkflow
 
 Tree = dict[str, bytes]
 

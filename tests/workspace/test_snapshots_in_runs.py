@@ -12,11 +12,11 @@ import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowHandle
 
-from activities.store.blobs import FileBlobStore
-from activities.workspace import Manifests
 from tests.support.harness import Harness
-from workflows.agent.models import RunStatus
-from workflows.agent.workflow import AgentWorkflow
+from treadle.activities.store.blobs import FileBlobStore
+from treadle.activities.workspace import Manifests
+from treadle.workflows.agent.models import RunStatus
+from treadle.workflows.agent.workflow import AgentWorkflow
 
 
 def write(path: str, content: str) -> dict[str, Any]:

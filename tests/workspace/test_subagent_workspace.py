@@ -12,14 +12,14 @@ from typing import Any
 import pytest
 from temporalio.client import Client
 
-from activities.store.blobs import FileBlobStore
-from activities.workspace import Manifests
-from activities.workspace.follow import directory_name
 from tests.support.family import child, delegate, observations, starter
 from tests.support.harness import TEST_STORE, Harness, replay_finished
+from treadle.activities.store.blobs import FileBlobStore
+from treadle.activities.workspace import Manifests
+from treadle.activities.workspace.follow import directory_name
 from treadle.scripted_model import ScriptedModelServer
-from workflows.agent.models import AgentResult, AgentStatus, RunStatus
-from workflows.agent.workflow import AgentWorkflow
+from treadle.workflows.agent.models import AgentResult, AgentStatus, RunStatus
+from treadle.workflows.agent.workflow import AgentWorkflow
 
 
 def write(path: str, content: str) -> dict[str, Any]:

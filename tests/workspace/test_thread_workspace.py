@@ -8,10 +8,10 @@ from pathlib import Path
 
 from tests.support.harness import Harness, start_agent
 from tests.support.processes import run_cli
-from workflows.agent.models import AgentConfig, AgentResult, RunStatus, ThreadExport
-from workflows.agent.snapshots import SnapshotConfig
-from workflows.agent.state_machine import State
-from workflows.agent.workflow import AgentWorkflow
+from treadle.workflows.agent.models import AgentConfig, AgentResult, RunStatus, ThreadExport
+from treadle.workflows.agent.snapshots import SnapshotConfig
+from treadle.workflows.agent.state_machine import State
+from treadle.workflows.agent.workflow import AgentWorkflow
 
 
 async def test_export_and_import_carry_the_workspace(harness: Harness, tmp_path: Path) -> None:

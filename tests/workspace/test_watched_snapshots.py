@@ -20,15 +20,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from activities.store.blobs import FileBlobStore
-from activities.workspace import Manifests, Snapshotter
-from activities.workspace import snapshot as snapshot_module
-from activities.workspace.follow import Follower
-from activities.workspace.watch import Watcher, WatchUnavailable
 from tests.support.harness import Harness
-from workflows.agent.models import RunStatus, ToolResult
-from workflows.agent.snapshots import SnapshotRequest, SnapshotResult, WorkspaceSync
-from workflows.agent.workflow import AgentWorkflow
+from treadle.activities.store.blobs import FileBlobStore
+from treadle.activities.workspace import Manifests, Snapshotter
+from treadle.activities.workspace import snapshot as snapshot_module
+from treadle.activities.workspace.follow import Follower
+from treadle.activities.workspace.watch import Watcher, WatchUnavailable
+from treadle.workflows.agent.models import RunStatus, ToolResult
+from treadle.workflows.agent.snapshots import SnapshotRequest, SnapshotResult, WorkspaceSync
+from treadle.workflows.agent.workflow import AgentWorkflow
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="inotify: Linux")
 
@@ -195,7 +195,7 @@ async def test_a_directory_that_cannot_be_watched_falls_back_to_a_walk(
     assert "watched:" in made.detail
     assert await state(own_store, made.manifest) == await walked(own_store, root)
     command(root, "echo 2 > fresh/two.txt")
-    with caplog.at_level(logging.WARNING, logger="activities.workspace.watch"):
+    with caplog.at_level(logging.WARNING, logger="treadle.activities.workspace.watch"):
         lost = await steps.take()
         await steps.take()
     assert "walked: watcher lost, cannot watch fresh" in lost.detail
@@ -217,7 +217,7 @@ async def test_without_a_watcher_every_command_is_walked(
     root = tmp_path / "ws"
     make(root, 100)
     steps = Steps(Snapshotter(own_store, watching=nowhere), root)
-    with caplog.at_level(logging.WARNING, logger="activities.workspace.watch"):
+    with caplog.at_level(logging.WARNING, logger="treadle.activities.workspace.watch"):
         await steps.take()
         for n in range(3):
             command(root, f"echo {n} > n.txt")

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from activities.store.blobs import FileBlobStore
-from activities.workspace import Manifests, Snapshotter, materialise
-from workflows.agent.snapshots import SnapshotRequest
+from treadle.activities.store.blobs import FileBlobStore
+from treadle.activities.workspace import Manifests, Snapshotter, materialise
+from treadle.workflows.agent.snapshots import SnapshotRequest
 
 KEY = b"a-worker-secret-value-for-this-test"
 

@@ -1,1 +1,1 @@
-"""``starter.py`` sub-commands: ``jobs``, ``monitors``, and how a command-line process exits."""
+"""``treadle`` sub-commands: ``jobs``, ``monitors``, and how a command-line process exits."""

@@ -1,12 +1,12 @@
-"""`starter.py chat | send | close | export | import`: threads, Loom's conversation that waits
+"""`treadle chat | send | close | export | import`: threads, Loom's conversation that waits
 for its user between turns.
 
-    python starter.py chat [--id ID] [--model P:M] [--workspace DIR] [FIRST MESSAGE]
+    treadle chat [--id ID] [--model P:M] [--workspace DIR] [FIRST MESSAGE]
                            [--allow-reads] [--env NAME]... [--no-answer | --decline-queries]
-    python starter.py send ID "next message" [--wait] [--json]
-    python starter.py close ID
-    python starter.py export ID > thread.json
-    python starter.py import thread.json [--id ID] [--workspace DIR] [--model P:M]
+    treadle send ID "next message" [--wait] [--json]
+    treadle close ID
+    treadle export ID > thread.json
+    treadle import thread.json [--id ID] [--workspace DIR] [--model P:M]
                              [--config FILE] [--require-approval TOOL,...] [--trust-file-config]
 """
 
@@ -28,9 +28,9 @@ from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
 from temporalio.common import WorkflowIDReusePolicy
 from temporalio.service import RPCError, RPCStatusCode
 
-from activities import threads
-from activities.errors import ThreadUnavailable, TreadleError
-from activities.store.conversation import ConversationStore, whole_thread
+from treadle.activities import threads
+from treadle.activities.errors import ThreadUnavailable, TreadleError
+from treadle.activities.store.conversation import ConversationStore, whole_thread
 from treadle.cli import live, shell, snapshots
 from treadle.cli.exits import UsageError
 from treadle.cli.thread_import import ImportPlan, plan_import
@@ -38,9 +38,9 @@ from treadle.cli.workspaces import make_workspace, resolve_workspace
 from treadle.connection import store_location
 from treadle.stores import open_blob_store
 from treadle.stream import StreamUnavailable
-from workflows.agent.content_refs import holds_refs
-from workflows.agent.events import AgentEvent, approval_commands
-from workflows.agent.models import (
+from treadle.workflows.agent.content_refs import holds_refs
+from treadle.workflows.agent.events import AgentEvent, approval_commands
+from treadle.workflows.agent.models import (
     TASK_QUEUE,
     AgentConfig,
     AgentInput,
@@ -49,10 +49,10 @@ from workflows.agent.models import (
     ThreadExport,
     ThreadSettings,
 )
-from workflows.agent.state_machine import State
-from workflows.agent.threads import ImportRefused
-from workflows.agent.workflow import AgentWorkflow
-from workflows.base import describe_errors
+from treadle.workflows.agent.state_machine import State
+from treadle.workflows.agent.threads import ImportRefused
+from treadle.workflows.agent.workflow import AgentWorkflow
+from treadle.workflows.base import describe_errors
 
 QUERY_TIMEOUT = threads.QUERY_TIMEOUT
 EXIT_WORDS = {"/exit", "/quit"}

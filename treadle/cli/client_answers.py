@@ -33,7 +33,7 @@ from pathlib import Path, PurePath
 
 # One rule for what a secret-named variable is, the worker's redaction door's: a variable the
 # client never shares is one whose value the worker redacts.
-from activities.content.redaction import (
+from treadle.activities.content.redaction import (
     MIN_SECRET_CHARS,
     REDACTED,
     SECRET_MARKERS,

@@ -1,6 +1,6 @@
-"""`starter.py codec-server`: decrypts payloads for the Temporal Web UI and CLI.
+"""`treadle codec-server`: decrypts payloads for the Temporal Web UI and CLI.
 
-    python starter.py codec-server [--port 8888] [--origin http://127.0.0.1:8233]
+    treadle codec-server [--port 8888] [--origin http://127.0.0.1:8233]
 
 Temporal's codec server protocol: ``POST /encode`` and ``POST /decode`` take and return
 ``{"payloads": [{"metadata": {name: base64}, "data": base64}]}``. The keys come from

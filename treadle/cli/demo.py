@@ -1,10 +1,10 @@
-"""``starter.py demo``: the dev server, a scripted model and a worker in one process, no API key.
+"""``treadle demo``: the dev server, a scripted model and a worker in one process, no API key.
 
-    python starter.py demo            # one run: writes a file, waits for approval, answers
-    python starter.py demo --manual   # the same, but you approve, reject or modify
-    python starter.py demo --keep     # then stays up, so you can start your own runs
+    treadle demo            # one run: writes a file, waits for approval, answers
+    treadle demo --manual   # the same, but you approve, reject or modify
+    treadle demo --keep     # then stays up, so you can start your own runs
                                       # (model openai:demo, task queue treadle-demo) from
-                                      # another terminal, or the browser page (starter.py
+                                      # another terminal, or the browser page (treadle
                                       # ui); Ctrl-C ends it
 
 The scripted model (``treadle/demo_script.json``) takes the same steps whatever the task: list
@@ -35,14 +35,14 @@ from typing import Any
 from temporalio.client import Client, WorkflowHandle
 from temporalio.worker import Worker
 
+from treadle import home
 from treadle.cli import shell
 from treadle.cli import ui as cli_ui
 from treadle.cli.exits import UsageError
 from treadle.cli.live import outcome
 from treadle.cli.serving import interrupted
-from treadle.cli.workspaces import WORKSPACES
 from treadle.connection import connect
-from workflows.agent.models import (
+from treadle.workflows.agent.models import (
     TASK_QUEUE,
     AgentConfig,
     AgentInput,
@@ -52,8 +52,8 @@ from workflows.agent.models import (
     RunStatus,
     Trace,
 )
-from workflows.agent.state_machine import State
-from workflows.agent.workflow import AgentWorkflow
+from treadle.workflows.agent.state_machine import State
+from treadle.workflows.agent.workflow import AgentWorkflow
 
 __all__ = ["DEMO_MODEL", "DEMO_TASK", "DEMO_TASK_QUEUE", "cmd_demo", "kept_queue", "register"]
 
@@ -67,13 +67,12 @@ DEMO_TASK_QUEUE = "treadle-demo"
 """The queue ``--keep`` serves when ``--task-queue`` is left at the shared default."""
 TRY_TASK = "Describe this workspace in notes.md"
 """The example task printed for ``--keep``; any task gets the same scripted steps."""
-DEV_CONFIG = shell.ROOT / "temporal-dev.yaml"
 STATE_TIMEOUT = 60.0
 """Seconds the demo waits for its run to reach the approval (or to end)."""
 
 
 def register(subparsers: Any) -> None:
-    """Add ``demo``; ``starter.py`` runs it without connecting first (it may start the server)."""
+    """Add ``demo``; ``treadle`` runs it without connecting first (it may start the server)."""
     demo = subparsers.add_parser(
         "demo", help="dev server + worker + scripted model + one run, no API key"
     )
@@ -85,7 +84,11 @@ def register(subparsers: Any) -> None:
         f"{DEMO_TASK_QUEUE}, or --task-queue if not {TASK_QUEUE}) for your own runs with "
         f"--model {DEMO_MODEL}, until Ctrl-C",
     )
-    demo.add_argument("--dev-config", default=str(DEV_CONFIG))
+    demo.add_argument(
+        "--dev-config",
+        metavar="FILE",
+        help="the dev server's settings (default: the temporal-dev.yaml Treadle ships)",
+    )
 
 
 async def cmd_demo(
@@ -97,17 +100,17 @@ async def cmd_demo(
 ) -> int:
     """Dev server, worker, scripted model and one run with an approval, in one process.
 
-    ``starter.py`` passes what lives in the entry points (which ``treadle`` never imports):
+    ``treadle`` passes what lives in the entry points (which ``treadle`` never imports):
     ``worker.build_worker`` and its own trace and result formats.
     """
     # Imported here: only the demo needs the server and model machinery.
-    from activities.model.activity import ProviderSettings, http_client
+    from treadle.activities.model.activity import ProviderSettings, http_client
     from treadle.connection import ensure_search_attributes
     from treadle.devserver import DevServer, load_config
     from treadle.scripted_model import DEMO_SCRIPT, ScriptedModelServer, load_script
-    from workflows.agent import search_attributes
+    from treadle.workflows.agent import search_attributes
 
-    config = load_config(Path(args.dev_config))
+    config = load_config(Path(args.dev_config) if args.dev_config else home.default_dev_config())
     script = load_script(DEMO_SCRIPT)
     async with DevServer.ensure(config) as server:
         how = "started" if server.started else "found running"
@@ -139,7 +142,7 @@ async def cmd_demo(
         if args.keep:
             if server.started:
                 again = ["demo", "--keep"]
-                if Path(args.dev_config).resolve() != DEV_CONFIG:
+                if args.dev_config:
                     again += ["--dev-config", args.dev_config]
                 queue = task_queue if task_queue != DEMO_TASK_QUEUE else None
                 print(
@@ -173,10 +176,10 @@ class _Demo:
         self.ui_url = ui_url
         self.task_queue = task_queue
         self.ui_port = _free_or_other(cli_ui.DEFAULT_PORT)
-        """Where the printed ``starter.py ui`` serves the browser page."""
+        """Where the printed ``treadle ui`` serves the browser page."""
 
     def starter(self, *arguments: str, task_queue: bool = False) -> str:
-        """A ``starter.py`` command reaching this server (and, with ``task_queue``, for new
+        """A ``treadle`` command reaching this server (and, with ``task_queue``, for new
         runs: this worker's queue)."""
         queue = self.task_queue if task_queue else None
         return shell.starter(
@@ -184,7 +187,7 @@ class _Demo:
         )
 
     def ui_command(self) -> str:
-        """``starter.py ui`` for this server and queue (runs started in the page go to the
+        """``treadle ui`` for this server and queue (runs started in the page go to the
         demo's worker), linking the run pages to this Web UI; on its default port when that is
         free, else on one that is (so it runs as printed)."""
         arguments = ["ui"]
@@ -209,7 +212,7 @@ class _Demo:
         format_result: Callable[[AgentResult], str],
     ) -> AgentResult:
         """Steps 4 to 7: start the run, stop at its approval, approve (or wait), show the end."""
-        workspace = WORKSPACES / workflow_id
+        workspace = home.workspaces() / workflow_id
         workspace.mkdir(parents=True, exist_ok=True)
         handle = await self.client.start_workflow(
             AgentWorkflow.run,

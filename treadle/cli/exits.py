@@ -36,3 +36,10 @@ def run_and_exit(main: Callable[[], int]) -> NoReturn:
         sys.stdout.flush()
         sys.stderr.flush()
     os._exit(code)
+
+
+def console() -> NoReturn:
+    """The ``treadle`` console script."""
+    from treadle.cli.main import main  # the parser and every command: loaded when run
+
+    run_and_exit(main)

@@ -1,12 +1,12 @@
-"""`starter.py jobs ...`: list, history, trigger, pause, unpause, sync.
+"""`treadle jobs ...`: list, history, trigger, pause, unpause, sync.
 
 The schedules themselves (one per enabled job) are made by ``treadle.job_schedules``.
 
-    python starter.py jobs list [ID ...] [--json]
-    python starter.py jobs history ID [--limit N] [--json]
-    python starter.py jobs trigger ID [--retry] [--wait] [--json]
-    python starter.py jobs pause ID [--note TEXT]      python starter.py jobs unpause ID
-    python starter.py jobs sync [--workspaces DIR] [--json]
+    treadle jobs list [ID ...] [--json]
+    treadle jobs history ID [--limit N] [--json]
+    treadle jobs trigger ID [--retry] [--wait] [--json]
+    treadle jobs pause ID [--note TEXT]      treadle jobs unpause ID
+    treadle jobs sync [--workspaces DIR] [--json]
 """
 
 from __future__ import annotations
@@ -30,7 +30,8 @@ from temporalio.client import (
 from temporalio.exceptions import ApplicationError, CancelledError, FailureError
 from temporalio.service import RPCError, RPCStatusCode
 
-from activities.jobs import JobRegistry, builtin_jobs
+from treadle import home
+from treadle.activities.jobs import JobRegistry, builtin_jobs
 from treadle.cli.exits import UsageError
 from treadle.cli.tables import table
 from treadle.job_schedules import (
@@ -40,9 +41,9 @@ from treadle.job_schedules import (
     deployed_job,
     sync_schedules,
 )
-from workflows.base import Frozen
-from workflows.jobs.ledger import SUMMARY_MEMO, JobLedgerWorkflow
-from workflows.jobs.models import (
+from treadle.workflows.base import Frozen
+from treadle.workflows.jobs.ledger import SUMMARY_MEMO, JobLedgerWorkflow
+from treadle.workflows.jobs.models import (
     SCHEDULE_PREFIX,
     Health,
     HistoryRequest,
@@ -56,7 +57,7 @@ from workflows.jobs.models import (
     schedule_id,
     worst,
 )
-from workflows.jobs.workflow import JobWorkflow
+from treadle.workflows.jobs.workflow import JobWorkflow
 
 __all__ = [
     "JobList",
@@ -161,7 +162,7 @@ async def _known(client: Client, registry: JobRegistry, job_id: str) -> Deployed
     """The deployed job, or None for a registry job not synced; UsageError for neither."""
     deployed = await deployed_job(client, job_id)
     if deployed is None and job_id not in registry:
-        raise UsageError(f"unknown job {job_id!r} (see: starter.py jobs list)")
+        raise UsageError(f"unknown job {job_id!r} (see: treadle jobs list)")
     return deployed
 
 
@@ -285,7 +286,7 @@ def format_run(run: JobRun) -> str:
 def _registry(args: argparse.Namespace) -> JobRegistry:
     root = getattr(args, "workspaces", None)
     return builtin_jobs(
-        **({"workspaces_root": Path(root)} if root else {}),
+        workspaces_root=Path(root) if root else home.workspaces(),
         workspace_retention_days=getattr(args, "workspace_retention_days", 7.0),
         history_retention_days=getattr(args, "history_retention_days", 90.0),
     )
@@ -296,7 +297,7 @@ async def cmd_list(client: Client, args: argparse.Namespace) -> int:
     listing = await list_jobs(client, _registry(args), job_ids or None)
     missing = sorted(set(job_ids) - {row.id for row in listing.jobs})
     if missing:
-        raise UsageError(f"unknown job {missing[0]!r} (see: starter.py jobs list)")
+        raise UsageError(f"unknown job {missing[0]!r} (see: treadle jobs list)")
     print(listing.model_dump_json(indent=2) if args.json else format_list(listing))
     return 0
 
@@ -341,14 +342,14 @@ async def cmd_trigger(client: Client, args: argparse.Namespace) -> int:
 async def cmd_pause(client: Client, args: argparse.Namespace) -> int:
     deployed = await _known(client, _registry(args), args.job_id)
     if deployed is None:
-        raise UsageError(f"job {args.job_id!r} has no schedule yet; run: starter.py jobs sync")
+        raise UsageError(f"job {args.job_id!r} has no schedule yet; run: treadle jobs sync")
     handle = client.get_schedule_handle(schedule_id(args.job_id))
     if args.command_name == "pause":
-        note = args.note or "paused with starter.py jobs pause"
+        note = args.note or "paused with treadle jobs pause"
         await handle.pause(note=note)
         print(f"paused job {args.job_id} ({note})")
     else:
-        note = args.note or "unpaused with starter.py jobs unpause"
+        note = args.note or "unpaused with treadle jobs unpause"
         await handle.unpause(note=note)
         print(f"unpaused job {args.job_id} ({note})")
     return 0
@@ -386,7 +387,7 @@ def register(subparsers: Any) -> None:
             "--workspaces",
             metavar="DIR",
             help="root of the agent workspaces workspace-cleanup judges (default: workspaces/ "
-            "next to starter.py)",
+            "in the data directory, TREADLE_HOME or ./.treadle)",
         )
         parser.add_argument("--workspace-retention-days", type=float, default=7.0, metavar="DAYS")
         parser.add_argument("--history-retention-days", type=float, default=90.0, metavar="DAYS")

@@ -1,16 +1,17 @@
-"""`starter.py monitors ...` and `starter.py serve` (the HTTP ping service).
+"""`treadle monitors ...` and `treadle serve` (the HTTP ping service).
 
-    python starter.py monitors create nightly --cron '30 2 * * *' --timezone America/New_York
-    python starter.py monitors create sync --interval 15 --margin 2 --max-runtime 10
-    python starter.py monitors list [--json]
-    python starter.py monitors show SLUG [--json]
-    python starter.py monitors checkin SLUG --status in_progress|ok|error [--output T]
-    python starter.py monitors pause|resume|disable|delete SLUG
-    python starter.py serve [--host 127.0.0.1] [--port 8780]
+    treadle monitors create nightly --cron '30 2 * * *' --timezone America/New_York
+    treadle monitors create sync --interval 15 --margin 2 --max-runtime 10
+    treadle monitors list [--json]
+    treadle monitors show SLUG [--json]
+    treadle monitors checkin SLUG --status in_progress|ok|error [--output T]
+    treadle monitors pause|resume|disable|delete SLUG
+    treadle serve [--host 127.0.0.1] [--port 8780]
 
-Monitors live on the task queue given with starter.py's ``--task-queue`` (a worker must poll it);
-``list`` shows the monitors of that task queue. Check-ins are signals, accepted without a worker;
-``show``, ``pause``, ``resume``, ``disable`` and ``delete`` need the monitor's worker to answer.
+Monitors live on the task queue given with the command line's ``--task-queue`` (a worker must poll
+it); ``list`` shows the monitors of that task queue. Check-ins are signals, accepted without a
+worker; ``show``, ``pause``, ``resume``, ``disable`` and ``delete`` need the monitor's worker to
+answer.
 """
 
 from __future__ import annotations
@@ -39,9 +40,9 @@ from treadle.cli.serving import listening, serve_until_interrupted
 from treadle.cli.tables import table
 from treadle.web.events import running_monitors_query
 from treadle.web.ping import DEFAULT_PORT, MonitorService
-from workflows import cron
-from workflows.base import Frozen, describe_errors
-from workflows.monitors.models import (
+from treadle.workflows import cron
+from treadle.workflows.base import Frozen, describe_errors
+from treadle.workflows.monitors.models import (
     MEMO_NAME,
     MEMO_SCHEDULE,
     MONITOR_ID_PREFIX,
@@ -63,7 +64,7 @@ from workflows.monitors.models import (
     check_slug,
     monitor_workflow_id,
 )
-from workflows.monitors.workflow import MonitorWorkflow
+from treadle.workflows.monitors.workflow import MonitorWorkflow
 
 ANSWER_TIMEOUT = timedelta(seconds=10)
 LIST_ANSWER_TIMEOUT = timedelta(seconds=5)

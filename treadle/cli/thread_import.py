@@ -1,4 +1,4 @@
-"""``starter.py import``: a thread file is a conversation, not a config.
+"""``treadle import``: a thread file is a conversation, not a config.
 
 The file brings its messages; the settings (model, task type, ``AgentConfig``, system prompt)
 come from the importer's command line and the defaults, as for ``chat``. A file that asks for
@@ -18,10 +18,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from workflows.agent.models import AgentConfig, AgentInput, ThreadExport, ThreadSettings
-from workflows.agent.planning import CannotCall, model_request
-from workflows.agent.state import AgentRun
-from workflows.agent.threads import ImportRefused, rebuild
+from treadle.workflows.agent.models import AgentConfig, AgentInput, ThreadExport, ThreadSettings
+from treadle.workflows.agent.planning import CannotCall, model_request
+from treadle.workflows.agent.state import AgentRun
+from treadle.workflows.agent.threads import ImportRefused, rebuild
 
 __all__ = ["ImportPlan", "plan_import"]
 

@@ -1,6 +1,6 @@
-"""`starter.py ui`: the browser page for people who work with agents.
+"""`treadle ui`: the browser page for people who work with agents.
 
-    python starter.py ui [--host 127.0.0.1] [--port 8765] [--token TOKEN] [--web-ui URL]
+    treadle ui [--host 127.0.0.1] [--port 8765] [--token TOKEN] [--web-ui URL]
 
 Runs and threads (filtered by what they wait for), one run's conversation as it happens, and
 the decisions it waits for (approve / reject / modify a call, answer its question, guide it),

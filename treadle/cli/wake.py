@@ -1,4 +1,4 @@
-"""``starter.py wake ID [--reason TEXT]``: end the wait of a run the ``wait`` tool parked
+"""``treadle wake ID [--reason TEXT]``: end the wait of a run the ``wait`` tool parked
 (``Waiting``) now, instead of when its timer fires; the model reads the reason."""
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ from temporalio.client import Client, WorkflowQueryFailedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from treadle.cli.exits import UsageError
-from workflows.agent.models import AgentResult, AgentStatus
-from workflows.agent.state_machine import State
-from workflows.agent.waiting import WakeSignal
-from workflows.agent.workflow import AgentWorkflow
+from treadle.workflows.agent.models import AgentResult, AgentStatus
+from treadle.workflows.agent.state_machine import State
+from treadle.workflows.agent.waiting import WakeSignal
+from treadle.workflows.agent.workflow import AgentWorkflow
 
 __all__ = ["register"]
 

@@ -4,22 +4,22 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from treadle import home
 from treadle.cli.exits import UsageError
-
-WORKSPACES = Path(__file__).resolve().parents[2] / "workspaces"
-"""The default home of workspaces: ``workspaces/<workflow id>`` beside starter.py."""
 
 
 def resolve_workspace(given: str | None, workflow_id: str, *, create: bool) -> tuple[Path, bool]:
     """The workspace, and whether it must still be created.
 
     A workspace the user names must exist (or ``create``, from ``--create-workspace``): a typo
-    must not start a run in a fresh empty directory. The default, ``workspaces/ID``, is
-    Treadle's own to create; an id that would lead out of ``workspaces/`` is refused.
+    must not start a run in a fresh empty directory. The default, ``workspaces/ID`` in the
+    data directory (``treadle.home``), is Treadle's own to create; an id that would lead out of
+    ``workspaces/`` is refused.
     """
     if given is None:
-        workspace = (WORKSPACES / workflow_id).resolve()
-        if workspace.parent != WORKSPACES.resolve():
+        root = home.workspaces()
+        workspace = (root / workflow_id).resolve()
+        if workspace.parent != root.resolve():
             raise UsageError(
                 f"--id {workflow_id!r} cannot name a directory in workspaces/; pass --workspace DIR"
             )

@@ -13,10 +13,10 @@ from treadle.scripted_model.script import ScriptError, load_script
 from treadle.scripted_model.server import ScriptedModelServer
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     """Serve a script until Ctrl-C or SIGTERM."""
     parser = argparse.ArgumentParser(
-        description="Serve scripted OpenAI chat completions and Anthropic messages."
+        prog=prog, description="Serve scripted OpenAI chat completions and Anthropic messages."
     )
     parser.add_argument("--script", required=True, type=Path, help="JSON script file")
     parser.add_argument("--host", default="127.0.0.1")

@@ -15,10 +15,10 @@ from typing import Annotated, Any, Literal, Self
 
 from pydantic import Field, ValidationError, model_validator
 
-from workflows.base import Frozen
+from treadle.workflows.base import Frozen
 
 DEMO_SCRIPT = Path(__file__).parents[1] / "demo_script.json"
-"""The script ``starter.py demo`` plays: a write that waits for approval, then an answer."""
+"""The script ``treadle demo`` plays: a write that waits for approval, then an answer."""
 
 KeyEcho = Literal["exact", "lower", "upper", "prefix", "split"]
 """How an error echoes the request's key: as sent, lower-cased, upper-cased, its first

@@ -27,8 +27,8 @@ from pydantic import ValidationError
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError, RPCStatusCode
 
-from workflows.base import describe_errors
-from workflows.monitors.models import (
+from treadle.workflows.base import describe_errors
+from treadle.workflows.monitors.models import (
     MAX_OUTPUT_BYTES,
     MEMO_PING_KEY_DIGEST,
     CheckInSignal,
@@ -39,7 +39,7 @@ from workflows.monitors.models import (
     split_ping_key,
     truncate_output,
 )
-from workflows.monitors.workflow import MonitorWorkflow
+from treadle.workflows.monitors.workflow import MonitorWorkflow
 
 __all__ = ["BadPing", "PingRefused", "TemporalUnavailable", "UnknownKey", "ping"]
 

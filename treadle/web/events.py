@@ -25,7 +25,7 @@ from temporalio.common import RawValue
 from temporalio.contrib.workflow_streams import WorkflowStreamClient
 from temporalio.service import RPCError, RPCStatusCode
 
-from workflows.monitors.models import (
+from treadle.workflows.monitors.models import (
     EVENTS_TOPIC,
     MONITOR_ID_PREFIX,
     SLUG_RE,

@@ -38,7 +38,7 @@ from temporalio.client import Client
 from treadle.web import checkins, serve
 from treadle.web.events import DISCOVER_SECONDS, EventHub
 from treadle.web.http import HttpError, error, json_app, read_body, route
-from workflows.monitors.models import SLUG_RE, CheckInStatus
+from treadle.workflows.monitors.models import SLUG_RE, CheckInStatus
 
 __all__ = ["DEFAULT_PORT", "MonitorService"]
 

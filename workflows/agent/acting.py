@@ -29,8 +29,8 @@ from pydantic import ValidationError
 from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError, is_cancelled_exception
 
-from workflows import telemetry
-from workflows.agent import (
+from treadle.workflows import telemetry
+from treadle.workflows.agent import (
     calls,
     child_ends,
     child_reports,
@@ -43,15 +43,21 @@ from workflows.agent import (
     snapshotting,
     waiting,
 )
-from workflows.agent.catalogue import AskClientArgs, DelegateArgs, StartPhaseArgs, WaitArgs
-from workflows.agent.mcp import McpCallRequest, McpListRequest, McpToolList
-from workflows.agent.models import ToolCall, ToolOutcome, ToolPolicy, ToolRequest, ToolResult
-from workflows.agent.publishing import Publisher
-from workflows.agent.state import AgentRun
-from workflows.agent.state_machine import Event, State
-from workflows.agent.status import cut
-from workflows.agent.toolbox import CheckedCall, OfferedTool, Toolbox
-from workflows.base import describe_errors, failure_message
+from treadle.workflows.agent.catalogue import AskClientArgs, DelegateArgs, StartPhaseArgs, WaitArgs
+from treadle.workflows.agent.mcp import McpCallRequest, McpListRequest, McpToolList
+from treadle.workflows.agent.models import (
+    ToolCall,
+    ToolOutcome,
+    ToolPolicy,
+    ToolRequest,
+    ToolResult,
+)
+from treadle.workflows.agent.publishing import Publisher
+from treadle.workflows.agent.state import AgentRun
+from treadle.workflows.agent.state_machine import Event, State
+from treadle.workflows.agent.status import cut
+from treadle.workflows.agent.toolbox import CheckedCall, OfferedTool, Toolbox
+from treadle.workflows.base import describe_errors, failure_message
 
 CLIENT_QUERIES = "client-queries"
 """``workflow.patched`` id: a final answer asking the client, and the ``ask_client`` tool, wait

@@ -21,8 +21,8 @@ from pydantic_core import PydanticSerializationError
 from temporalio.common import RawValue
 from temporalio.exceptions import ApplicationError
 
-from workflows.agent.memory import AgentMemory
-from workflows.agent.models import (
+from treadle.workflows.agent.memory import AgentMemory
+from treadle.workflows.agent.models import (
     MAX_MODIFY_ARGUMENTS_BYTES,
     ApprovalDecision,
     ApproveSignal,
@@ -35,10 +35,10 @@ from workflows.agent.models import (
     ToolOutcome,
     Turn,
 )
-from workflows.agent.state import AgentRun
-from workflows.agent.state_machine import Event, State
-from workflows.agent.toolbox import CheckedCall, Toolbox
-from workflows.base import Frozen, describe_errors
+from treadle.workflows.agent.state import AgentRun
+from treadle.workflows.agent.state_machine import Event, State
+from treadle.workflows.agent.toolbox import CheckedCall, Toolbox
+from treadle.workflows.base import Frozen, describe_errors
 
 
 class Refused(Exception):
@@ -162,7 +162,7 @@ def check_approver(run: AgentRun, name: str | None) -> None:
     if name is None:
         raise Refused(
             f"this run takes decisions from its approvers only ({listed}); "
-            "say who decides with decided_by (starter.py --as NAME)"
+            "say who decides with decided_by (treadle --as NAME)"
         )
     raise Refused(f"{name!r} is not one of this run's approvers ({listed})")
 

@@ -21,10 +21,10 @@ from temporalio import workflow
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError
 
-from workflows.agent import hooks
-from workflows.agent.hooks import HookRequest, HookResult
-from workflows.agent.mcp import McpCallRequest, McpListRequest, McpToolList
-from workflows.agent.models import (
+from treadle.workflows.agent import hooks
+from treadle.workflows.agent.hooks import HookRequest, HookResult
+from treadle.workflows.agent.mcp import McpCallRequest, McpListRequest, McpToolList
+from treadle.workflows.agent.models import (
     AgentConfig,
     LoadedTools,
     LoadedToolsRequest,
@@ -33,7 +33,7 @@ from workflows.agent.models import (
     ToolRequest,
     ToolResult,
 )
-from workflows.agent.outages import (
+from treadle.workflows.agent.outages import (
     FIRST_PROBE,
     LONGEST_PROBE_INTERVAL,
     STORE_OUTAGES,
@@ -42,19 +42,19 @@ from workflows.agent.outages import (
     pause,
     unreachable_store,
 )
-from workflows.agent.snapshots import SnapshotRequest, SnapshotResult, snapshot_call
-from workflows.base import DEAD_WORKER_RETRY, FIRST_RETRY, failure_message
+from treadle.workflows.agent.snapshots import SnapshotRequest, SnapshotResult, snapshot_call
+from treadle.workflows.base import DEAD_WORKER_RETRY, FIRST_RETRY, failure_message
 
 with workflow.unsafe.imports_passed_through():
     # Activity classes are referenced by method (names by object, not string). Their modules
     # load the HTTP client library, which must not be re-imported in the sandbox every run.
-    from activities.hooks import HookActivities
-    from activities.mcp import McpActivities
-    from activities.model.activity import ModelActivities
-    from activities.store.probe import StoreProbeActivities
-    from activities.tools.builtin import ToolActivities
-    from activities.tools.loading import list_loaded_tools as list_loaded
-    from activities.workspace import WorkspaceActivities
+    from treadle.activities.hooks import HookActivities
+    from treadle.activities.mcp import McpActivities
+    from treadle.activities.model.activity import ModelActivities
+    from treadle.activities.store.probe import StoreProbeActivities
+    from treadle.activities.tools.builtin import ToolActivities
+    from treadle.activities.tools.loading import list_loaded_tools as list_loaded
+    from treadle.activities.workspace import WorkspaceActivities
 
 COMMAND_TIMEOUT_GRACE_SECONDS = 10
 """A command's attempt may outlive its own timeout by this much: time to kill its process

@@ -23,9 +23,9 @@ from typing import Any, Literal, Protocol
 from pydantic import Field, ValidationError, model_validator
 from pydantic_core import PydanticSerializationError
 
-from workflows.agent.content_refs import full_chars
-from workflows.agent.tool_args import ToolArgs as ToolArgs  # re-exported: the tools use it
-from workflows.base import describe_errors
+from treadle.workflows.agent.content_refs import full_chars
+from treadle.workflows.agent.tool_args import ToolArgs as ToolArgs  # re-exported: the tools use it
+from treadle.workflows.base import describe_errors
 
 
 class ReadFileArgs(ToolArgs):
@@ -134,7 +134,7 @@ class ToolSpec:
     custom: bool = False
     """One of your own tools (``activities/tools/registry.py``, or loaded by the worker)."""
     loaded: bool = False
-    """Loaded by this worker (``worker.py --tools``, a ``treadle.tools`` entry point), not part
+    """Loaded by this worker (``treadle worker --tools``, a ``treadle.tools`` entry point), not part
     of the code: offered only to runs whose recorded listing names it (``Toolbox``)."""
 
     def json_schema(self) -> dict[str, Any]:
@@ -248,7 +248,7 @@ _TOOL_NAME = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
 
 
 class DeclaredTool(Protocol):
-    """What the catalogue reads of one of your own tools (``activities.tools.custom.Tool``):
+    """What the catalogue reads of one of your own tools (``treadle.activities.tools.custom.Tool``):
     its schema and facts; its function runs only in the tool activity."""
 
     @property

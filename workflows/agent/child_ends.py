@@ -31,13 +31,13 @@ from temporalio.exceptions import (
     WorkflowAlreadyStartedError,
 )
 
-from workflows.agent.child_reports import CHILD_WAITING, ChildReport
-from workflows.agent.family import ChildRun, ChildStatus
-from workflows.agent.models import AgentResult, RunStatus, TokenUsage, ToolCall, ToolOutcome
-from workflows.agent.publishing import Publisher
-from workflows.agent.snapshots import SUBAGENT_WORKSPACE
-from workflows.agent.state import AgentRun
-from workflows.agent.status import cost, cut
+from treadle.workflows.agent.child_reports import CHILD_WAITING, ChildReport
+from treadle.workflows.agent.family import ChildRun, ChildStatus
+from treadle.workflows.agent.models import AgentResult, RunStatus, TokenUsage, ToolCall, ToolOutcome
+from treadle.workflows.agent.publishing import Publisher
+from treadle.workflows.agent.snapshots import SUBAGENT_WORKSPACE
+from treadle.workflows.agent.state import AgentRun
+from treadle.workflows.agent.status import cost, cut
 
 _STATUS: dict[RunStatus, ChildStatus] = {
     RunStatus.DONE: "done",

@@ -18,12 +18,12 @@ from pydantic import ValidationError
 from temporalio import workflow
 from temporalio.exceptions import ApplicationError
 
-from workflows.agent.client_queries import AnswerRefused, check_answer
-from workflows.agent.events import ClientAnswer, ClientQuery
-from workflows.agent.family import SEPARATOR, ChildRun
-from workflows.agent.publishing import Publisher
-from workflows.agent.state import AgentRun
-from workflows.base import describe_errors
+from treadle.workflows.agent.client_queries import AnswerRefused, check_answer
+from treadle.workflows.agent.events import ClientAnswer, ClientQuery
+from treadle.workflows.agent.family import SEPARATOR, ChildRun
+from treadle.workflows.agent.publishing import Publisher
+from treadle.workflows.agent.state import AgentRun
+from treadle.workflows.base import describe_errors
 
 SUBAGENT_QUERIES = "subagent-queries"
 """``workflow.patched`` id: a child is started with its parent's ``client_queries`` (before,

@@ -25,7 +25,7 @@ from datetime import timedelta
 from temporalio import workflow
 from temporalio.exceptions import ApplicationError
 
-from workflows.agent.events import (
+from treadle.workflows.agent.events import (
     AgentEvent,
     ClientQuery,
     EventKind,
@@ -34,11 +34,11 @@ from workflows.agent.events import (
     guidance_commands,
     reported,
 )
-from workflows.agent.models import AgentResult, PendingApproval
-from workflows.agent.publishing import Publisher
-from workflows.agent.state import AgentRun
-from workflows.agent.status import run_cost
-from workflows.base import Frozen
+from treadle.workflows.agent.models import AgentResult, PendingApproval
+from treadle.workflows.agent.publishing import Publisher
+from treadle.workflows.agent.state import AgentRun
+from treadle.workflows.agent.status import run_cost
+from treadle.workflows.base import Frozen
 
 CHILD_WAITING = "subagent_waiting"
 """The signal a child reports to its parent with (a name, not a method: this module cannot
@@ -98,7 +98,7 @@ class ChildReport(Frozen):
     children reported."""
     cost_usd: float | None = None
     stuck: str | None = None
-    """Why it is stuck, if it is (guided through the parent: ``starter.py guide PARENT_ID
+    """Why it is stuck, if it is (guided through the parent: ``treadle guide PARENT_ID
     --child CALL``, or its own id); or why a child of its own is (``stuck_at``)."""
     stuck_at: str | None = None
     """The call path, below it, of the stuck child ``stuck`` is about (``None``: itself)."""

@@ -6,12 +6,12 @@ from __future__ import annotations
 from temporalio import workflow
 from temporalio.exceptions import ActivityError, is_cancelled_exception
 
-from workflows import telemetry
-from workflows.agent import calls, reflection
-from workflows.agent.publishing import Publisher
-from workflows.agent.state import AgentRun
-from workflows.agent.state_machine import State
-from workflows.base import failure_message
+from treadle.workflows import telemetry
+from treadle.workflows.agent import calls, reflection
+from treadle.workflows.agent.publishing import Publisher
+from treadle.workflows.agent.state import AgentRun
+from treadle.workflows.agent.state_machine import State
+from treadle.workflows.base import failure_message
 
 REFLECTION_KEEPS_RECORD = "reflection-keeps-record"
 """``workflow.patched`` id: Reflecting appends its summary to the conversation and the model is

@@ -1,6 +1,7 @@
 """A run's configuration and input: what it is asked to do and the rules it runs under.
 
-Pure data, safe inside the workflow sandbox; ``workflows.agent.models`` re-exports every name.
+Pure data, safe inside the workflow sandbox; ``treadle.workflows.agent.models`` re-exports every
+name.
 """
 
 from __future__ import annotations
@@ -16,16 +17,16 @@ from pydantic import (
 )
 from temporalio.contrib.workflow_streams import WorkflowStreamState
 
-from workflows.agent import json_schema
-from workflows.agent.catalogue import TOOLS
-from workflows.agent.decisions import Name
-from workflows.agent.hooks import check_hook_names, parse_author
-from workflows.agent.mcp import ALL_SERVERS, check_server_name, is_tool_name, server_of
-from workflows.agent.progress import ProgressConfig
-from workflows.agent.providers import ModelStringError, resolve
-from workflows.agent.snapshots import SnapshotConfig
-from workflows.agent.tool_args import DEFAULT_COMMAND_ALLOWLIST
-from workflows.base import Frozen
+from treadle.workflows.agent import json_schema
+from treadle.workflows.agent.catalogue import TOOLS
+from treadle.workflows.agent.decisions import Name
+from treadle.workflows.agent.hooks import check_hook_names, parse_author
+from treadle.workflows.agent.mcp import ALL_SERVERS, check_server_name, is_tool_name, server_of
+from treadle.workflows.agent.progress import ProgressConfig
+from treadle.workflows.agent.providers import ModelStringError, resolve
+from treadle.workflows.agent.snapshots import SnapshotConfig
+from treadle.workflows.agent.tool_args import DEFAULT_COMMAND_ALLOWLIST
+from treadle.workflows.base import Frozen
 
 
 def _check_model(value: str) -> str:
@@ -130,7 +131,7 @@ class AgentConfig(Frozen):
     """Run several tool calls from one model response concurrently."""
     tool_task_queue: str | None = Field(None, min_length=1, max_length=200, pattern=r"^\S+$")
     """Run the workspace's tools (file tools, ``run_command``, your own) and the post-tools
-    hooks on this task queue: served by ``worker.py --tools-only --task-queue NAME`` on the
+    hooks on this task queue: served by ``treadle worker --tools-only --task-queue NAME`` on the
     machine that holds the workspace, while model calls (and MCP calls) run on the run's own
     queue, anywhere. Default: the run's queue."""
     max_tool_calls_per_step: int = Field(64, ge=1, le=1000)
@@ -239,7 +240,7 @@ class AgentConfig(Frozen):
     # Typed answers and fallback models (issue 24)
     output_schema: dict[str, Any] | None = None
     """A JSON Schema the final answer must satisfy: the answer is then JSON that validates,
-    and ``AgentResult.output`` holds it parsed. ``starter.py run --output-schema`` takes a
+    and ``AgentResult.output`` holds it parsed. ``treadle run --output-schema`` takes a
     schema file or a pydantic model's import path (``pkg.module:Model``), resolved to its JSON
     Schema by the client before the run starts (the workflow imports nothing of yours)."""
     output_mode: Literal["auto", "native", "tool"] = "auto"
@@ -254,13 +255,13 @@ class AgentConfig(Frozen):
     """Models that take a model call, in order, when the run's model fails it after all its
     attempts (``model_max_attempts``) with retryable errors (an outage, overload, timeouts);
     a refusal (a 4xx) is no outage and falls back to nothing. Each step begins with the run's
-    model. ``starter.py run --model a,b`` sets them."""
+    model. ``treadle run --model a,b`` sets them."""
 
     # Sub-agents (issue 26)
     subagents: SubagentConfig | None = None
     """The ``delegate`` tool: the model hands a sub-task to a child run (a child workflow)
     that spends from this run's token budget and ends with it. ``None``: not offered.
-    ``starter.py run --subagents`` turns the defaults on (see docs/subagents.md)."""
+    ``treadle run --subagents`` turns the defaults on (see docs/subagents.md)."""
 
     @field_validator("hooks", mode="before")
     @classmethod
@@ -372,7 +373,7 @@ class AgentInput(Frozen):
     config: AgentConfig = AgentConfig()
     resume: dict[str, Any] | None = None
     """A whole run to continue (an ``AgentRun`` as JSON): set by continue-as-new, and by
-    ``starter.py import``. Left out when a run starts fresh."""
+    ``treadle import``. Left out when a run starts fresh."""
     stream: WorkflowStreamState | None = None
     """The live stream's tail and offsets, handed over by continue-as-new."""
     workspace_snapshot: str | None = None

@@ -1,7 +1,7 @@
 """Content stored by reference inside a tool call's arguments: the marker, and what the workflow
 does with it.
 
-The content door (``activities.content.door``) replaces every long string value of a call's
+The content door (``treadle.activities.content.door``) replaces every long string value of a call's
 JSON arguments (a file's content, a long patch) with a marker before the model activity's
 result reaches the history::
 

@@ -41,12 +41,12 @@ from temporalio.exceptions import (
 )
 from temporalio.workflow import ParentClosePolicy
 
-from workflows.agent import child_ends, cost_cap
-from workflows.agent.approvals import Refused, check_approver
-from workflows.agent.catalogue import DelegateArgs
-from workflows.agent.child_queries import SUBAGENT_QUERIES
-from workflows.agent.family import SEPARATOR, ChildRun
-from workflows.agent.models import (
+from treadle.workflows.agent import child_ends, cost_cap
+from treadle.workflows.agent.approvals import Refused, check_approver
+from treadle.workflows.agent.catalogue import DelegateArgs
+from treadle.workflows.agent.child_queries import SUBAGENT_QUERIES
+from treadle.workflows.agent.family import SEPARATOR, ChildRun
+from treadle.workflows.agent.models import (
     AgentInput,
     AgentResult,
     ApprovalDecision,
@@ -56,12 +56,12 @@ from workflows.agent.models import (
     ToolCall,
     ToolOutcome,
 )
-from workflows.agent.planning import MIN_COMPLETION_TOKENS
-from workflows.agent.publishing import Publisher
-from workflows.agent.snapshots import SUBAGENT_WORKSPACE
-from workflows.agent.state import AgentRun
-from workflows.agent.status import cut
-from workflows.base import describe_errors
+from treadle.workflows.agent.planning import MIN_COMPLETION_TOKENS
+from treadle.workflows.agent.publishing import Publisher
+from treadle.workflows.agent.snapshots import SUBAGENT_WORKSPACE
+from treadle.workflows.agent.state import AgentRun
+from treadle.workflows.agent.status import cut
+from treadle.workflows.base import describe_errors
 
 DELEGATE = "delegate"
 

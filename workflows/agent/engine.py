@@ -27,8 +27,8 @@ from collections.abc import Awaitable, Callable
 from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError, is_cancelled_exception
 
-from workflows import telemetry
-from workflows.agent import (
+from treadle.workflows import telemetry
+from treadle.workflows.agent import (
     approvals,
     child_reports,
     client_queries,
@@ -46,29 +46,29 @@ from workflows.agent import (
     typed_answers,
     waiting,
 )
-from workflows.agent import search_attributes as sa
-from workflows.agent.acting import (
+from treadle.workflows.agent import search_attributes as sa
+from treadle.workflows.agent.acting import (
     CARRY_CONTENT_HASHES,
     CLIENT_QUERIES,
     LOADED_TOOLS,
     ToolRunner,
 )
-from workflows.agent.compressing import REFLECTION_KEEPS_RECORD as REFLECTION_KEEPS_RECORD
-from workflows.agent.handlers import SIGNALS, AgentHandlers
-from workflows.agent.models import (
+from treadle.workflows.agent.compressing import REFLECTION_KEEPS_RECORD as REFLECTION_KEEPS_RECORD
+from treadle.workflows.agent.handlers import SIGNALS, AgentHandlers
+from treadle.workflows.agent.models import (
     AgentInput,
     AgentResult,
     ModelResponse,
     RunStatus,
     Turn,
 )
-from workflows.agent.outages import Outage
-from workflows.agent.publishing import Publisher
-from workflows.agent.state import AgentRun
-from workflows.agent.state_machine import Event, State, next_state
-from workflows.agent.status import cut
-from workflows.agent.toolbox import CheckedCall
-from workflows.base import failure_message
+from treadle.workflows.agent.outages import Outage
+from treadle.workflows.agent.publishing import Publisher
+from treadle.workflows.agent.state import AgentRun
+from treadle.workflows.agent.state_machine import Event, State, next_state
+from treadle.workflows.agent.status import cut
+from treadle.workflows.agent.toolbox import CheckedCall
+from treadle.workflows.base import failure_message
 
 __all__ = [
     "CARRY_CONTENT_HASHES",

@@ -25,7 +25,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from workflows.base import Frozen, Lean
+from treadle.workflows.base import Frozen, Lean
 
 EVENTS_TOPIC = "events"
 TOKENS_TOPIC = "tokens"
@@ -121,7 +121,7 @@ class ClientAnswer(Frozen):
     content: str | None = None
     declined: str | None = Field(default=None, max_length=MAX_DECLINE_CHARS)
     decided_by: str | None = Field(default=None, min_length=1, max_length=200)
-    """Who answered (``starter.py answer --as NAME``); attribution only, like a decision's."""
+    """Who answered (``treadle answer --as NAME``); attribution only, like a decision's."""
 
 
 class AgentEvent(Lean):
@@ -207,12 +207,12 @@ def _cut_strings(value: Any) -> Any:
 
 
 def approval_commands(workflow_id: str, call_id: str) -> tuple[str, ...]:
-    """Approve, reject and modify one pending call, with ``starter.py`` and the stock CLI."""
+    """Approve, reject and modify one pending call, with ``treadle`` and the stock CLI."""
     body = json.dumps({"call_id": call_id})
     return (
-        f"python starter.py approve {workflow_id} --call {call_id}",
-        f'python starter.py reject {workflow_id} --call {call_id} --reason "..."',
-        f"python starter.py modify {workflow_id} --call {call_id} --args '{{...}}'",
+        f"treadle approve {workflow_id} --call {call_id}",
+        f'treadle reject {workflow_id} --call {call_id} --reason "..."',
+        f"treadle modify {workflow_id} --call {call_id} --args '{{...}}'",
         f"temporal workflow signal --workflow-id {workflow_id} --name approve --input '{body}'",
     )
 
@@ -222,13 +222,13 @@ def guidance_commands(workflow_id: str, child: str | None = None) -> tuple[str, 
     (``call_1``, a grandchild ``call_1/call_2``), through this run, and with the stock CLI."""
     if child is None:
         return (
-            f'python starter.py guide {workflow_id} --guidance "..."',
-            f'python starter.py guide {workflow_id} --halt --reason "..."',
+            f'treadle guide {workflow_id} --guidance "..."',
+            f'treadle guide {workflow_id} --halt --reason "..."',
         )
     body = json.dumps({"call_id": child, "guidance": "..."})
     return (
-        f'python starter.py guide {workflow_id} --child {child} --guidance "..."',
-        f'python starter.py guide {workflow_id} --child {child} --halt --reason "..."',
+        f'treadle guide {workflow_id} --child {child} --guidance "..."',
+        f'treadle guide {workflow_id} --child {child} --halt --reason "..."',
         f"temporal workflow signal --workflow-id {workflow_id} --name guide --input '{body}'",
     )
 
@@ -236,7 +236,7 @@ def guidance_commands(workflow_id: str, child: str | None = None) -> tuple[str, 
 def answer_commands(workflow_id: str, query: ClientQuery) -> tuple[str, ...]:
     body = json.dumps({"query_id": query.id, "kind": query.kind, "content": "..."})
     return (
-        f'python starter.py answer {workflow_id} {query.id} "..."',
+        f'treadle answer {workflow_id} {query.id} "..."',
         f"temporal workflow update execute --workflow-id {workflow_id} --name answer_query "
         f"--input '{body}'",
     )

@@ -13,12 +13,12 @@ from __future__ import annotations
 from temporalio import workflow
 from temporalio.exceptions import ActivityError, RetryState, is_cancelled_exception
 
-from workflows.agent import calls, typed_answers
-from workflows.agent.models import ModelRequest, ModelResponse
-from workflows.agent.publishing import Publisher
-from workflows.agent.state import AgentRun
-from workflows.agent.state_machine import State
-from workflows.base import failure_message
+from treadle.workflows.agent import calls, typed_answers
+from treadle.workflows.agent.models import ModelRequest, ModelResponse
+from treadle.workflows.agent.publishing import Publisher
+from treadle.workflows.agent.state import AgentRun
+from treadle.workflows.agent.state_machine import State
+from treadle.workflows.base import failure_message
 
 __all__ = ["FALLBACK_MODELS", "call_model", "models"]
 

@@ -8,9 +8,9 @@ from typing import Any, Literal
 
 from pydantic import Field, PrivateAttr
 
-from workflows.agent.decisions import PendingApproval
-from workflows.agent.events import ClientQuery
-from workflows.base import Frozen, Mutable
+from treadle.workflows.agent.decisions import PendingApproval
+from treadle.workflows.agent.events import ClientQuery
+from treadle.workflows.base import Frozen, Mutable
 
 SEPARATOR = "/"
 """A child's call as its parent names it: ``<the parent's delegate call id>/<the child's call

@@ -16,7 +16,7 @@ from temporalio import workflow
 from temporalio.common import RawValue
 from temporalio.exceptions import ApplicationError
 
-from workflows.agent import (
+from treadle.workflows.agent import (
     approvals,
     child_queries,
     child_reports,
@@ -26,11 +26,11 @@ from workflows.agent import (
     threads,
     waiting,
 )
-from workflows.agent.acting import ToolRunner
-from workflows.agent.approvals import Refused
-from workflows.agent.client_queries import AnswerRefused
-from workflows.agent.events import ClientAnswer, ClientQuery
-from workflows.agent.models import (
+from treadle.workflows.agent.acting import ToolRunner
+from treadle.workflows.agent.approvals import Refused
+from treadle.workflows.agent.client_queries import AnswerRefused
+from treadle.workflows.agent.events import ClientAnswer, ClientQuery
+from treadle.workflows.agent.models import (
     AgentStatus,
     Decision,
     GuideSignal,
@@ -40,13 +40,13 @@ from workflows.agent.models import (
     Trace,
     UserMessage,
 )
-from workflows.agent.progress import ProgressSummary
-from workflows.agent.publishing import Publisher
-from workflows.agent.snapshots import WorkspaceHead
-from workflows.agent.state import AgentRun
-from workflows.agent.state_machine import State
-from workflows.agent.status import cut
-from workflows.base import Frozen, describe_errors
+from treadle.workflows.agent.progress import ProgressSummary
+from treadle.workflows.agent.publishing import Publisher
+from treadle.workflows.agent.snapshots import WorkspaceHead
+from treadle.workflows.agent.state import AgentRun
+from treadle.workflows.agent.state_machine import State
+from treadle.workflows.agent.status import cut
+from treadle.workflows.base import Frozen, describe_errors
 
 _M = TypeVar("_M", bound=Frozen)
 
@@ -387,5 +387,5 @@ class AgentHandlers:
 
     @workflow.query
     def workspace(self) -> WorkspaceHead:
-        """The key of the workspace's latest snapshot (``starter.py workspace``)."""
+        """The key of the workspace's latest snapshot (``treadle workspace``)."""
         return WorkspaceHead(manifest=self._run.workspace_snapshot, step=self._run.memory.step)

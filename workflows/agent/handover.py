@@ -19,10 +19,10 @@ from typing import NoReturn
 from temporalio import workflow
 from temporalio.contrib.workflow_streams import WorkflowStream
 
-from workflows.agent.events import CARRIED_BYTES, EVENTS_CARRIED
-from workflows.agent.models import AgentConfig, AgentInput
-from workflows.agent.state import AgentRun
-from workflows.base import lean_dump
+from treadle.workflows.agent.events import CARRIED_BYTES, EVENTS_CARRIED
+from treadle.workflows.agent.models import AgentConfig, AgentInput
+from treadle.workflows.agent.state import AgentRun
+from treadle.workflows.base import lean_dump
 
 CARRIED_TRACE_ENTRIES = 500
 """The trace's tail a run without the patch (or without a store) hands over."""
@@ -121,7 +121,7 @@ async def continue_as_new(run: AgentRun, stream: WorkflowStream) -> NoReturn:
 
 def resumed(input: AgentInput) -> AgentRun:
     """The run ``input.resume`` hands over. A hand-over by reference leaves out the run's
-    input, which is this input itself; an older hand-over, or ``starter.py import``, carries it
+    input, which is this input itself; an older hand-over, or ``treadle import``, carries it
     whole (plain JSON of an ``AgentRun``)."""
     carried = dict(input.resume or {})
     if "input" not in carried:

@@ -3,7 +3,8 @@ workflow needs to call it.
 
 After a step whose tools changed files the run asks each hook of its config, in order, to do
 its infrastructure work (the built-in ``git_commit`` commits the workspace). A hook runs in an
-activity (``activities.hooks``); here are only the names it may be asked for, what it is given,
+activity (``treadle.activities.hooks``); here are only the names it may be asked for, what it is
+given,
 what it answers, and the activity options. A failed hook is a trace line, never a failed run.
 
 Pure and deterministic: imported in the workflow sandbox (and passed through by the worker).
@@ -21,7 +22,7 @@ from pydantic import Field, field_validator, model_validator
 from temporalio import workflow
 from temporalio.common import RetryPolicy
 
-from workflows.base import FIRST_RETRY, Frozen
+from treadle.workflows.base import FIRST_RETRY, Frozen
 
 __all__ = [
     "DEFAULT_COMMIT_AUTHOR",
@@ -43,7 +44,7 @@ KNOWN_HOOKS: Mapping[str, str] = MappingProxyType(
     }
 )
 """Every hook a worker runs, by name, with what it does: the names a run's config may list.
-``activities.hooks.HOOKS`` implements exactly these (a test holds the two together)."""
+``treadle.activities.hooks.HOOKS`` implements exactly these (a test holds the two together)."""
 
 DEFAULT_COMMIT_AUTHOR = "Treadle <treadle@localhost>"
 """Author and committer of the hook's commits when the run's config names none."""

@@ -33,7 +33,7 @@ from typing import Any
 from pydantic import Field, field_validator
 from pydantic_core import PydanticSerializationError, to_json
 
-from workflows.base import Frozen
+from treadle.workflows.base import Frozen
 
 __all__ = [
     "ALL_SERVERS",

@@ -52,7 +52,7 @@ from typing import Any
 from pydantic import Field, PrivateAttr
 from temporalio.exceptions import ApplicationError
 
-from workflows.agent.models import (
+from treadle.workflows.agent.models import (
     ChatMessage,
     GuideSignal,
     ModelResponse,
@@ -62,8 +62,8 @@ from workflows.agent.models import (
     ToolOutcome,
     Turn,
 )
-from workflows.agent.state_machine import State
-from workflows.base import Mutable
+from treadle.workflows.agent.state_machine import State
+from treadle.workflows.base import Mutable
 
 S = State
 

@@ -14,32 +14,34 @@ from typing import Any, Literal
 
 from pydantic import Field, SerializerFunctionWrapHandler, model_serializer, model_validator
 
-from workflows.agent.config import AgentConfig as AgentConfig
-from workflows.agent.config import AgentInput as AgentInput
-from workflows.agent.config import Price as Price
-from workflows.agent.config import SubagentConfig as SubagentConfig
-from workflows.agent.decisions import MAX_CALL_ID_CHARS as MAX_CALL_ID_CHARS
-from workflows.agent.decisions import MAX_HUMAN_TEXT_CHARS as MAX_HUMAN_TEXT_CHARS
-from workflows.agent.decisions import MAX_MODIFY_ARGUMENTS_BYTES as MAX_MODIFY_ARGUMENTS_BYTES
-from workflows.agent.decisions import ApprovalDecision as ApprovalDecision
-from workflows.agent.decisions import ApproveSignal as ApproveSignal
-from workflows.agent.decisions import Decision as Decision
-from workflows.agent.decisions import GuideSignal as GuideSignal
-from workflows.agent.decisions import ModifySignal as ModifySignal
-from workflows.agent.decisions import PendingApproval as PendingApproval
-from workflows.agent.decisions import RejectSignal as RejectSignal
-from workflows.agent.events import ClientQuery
-from workflows.agent.family import ChildRun
-from workflows.agent.mcp import TOOL_NAME
-from workflows.agent.progress import ProgressSummary
-from workflows.agent.snapshots import WorkspaceSync
-from workflows.agent.state_machine import State
-from workflows.agent.tool_args import DEFAULT_COMMAND_ALLOWLIST as DEFAULT_COMMAND_ALLOWLIST
-from workflows.agent.tool_args import ToolPolicy as ToolPolicy
-from workflows.base import Frozen, Lean
+from treadle.workflows.agent.config import AgentConfig as AgentConfig
+from treadle.workflows.agent.config import AgentInput as AgentInput
+from treadle.workflows.agent.config import Price as Price
+from treadle.workflows.agent.config import SubagentConfig as SubagentConfig
+from treadle.workflows.agent.decisions import MAX_CALL_ID_CHARS as MAX_CALL_ID_CHARS
+from treadle.workflows.agent.decisions import MAX_HUMAN_TEXT_CHARS as MAX_HUMAN_TEXT_CHARS
+from treadle.workflows.agent.decisions import (
+    MAX_MODIFY_ARGUMENTS_BYTES as MAX_MODIFY_ARGUMENTS_BYTES,
+)
+from treadle.workflows.agent.decisions import ApprovalDecision as ApprovalDecision
+from treadle.workflows.agent.decisions import ApproveSignal as ApproveSignal
+from treadle.workflows.agent.decisions import Decision as Decision
+from treadle.workflows.agent.decisions import GuideSignal as GuideSignal
+from treadle.workflows.agent.decisions import ModifySignal as ModifySignal
+from treadle.workflows.agent.decisions import PendingApproval as PendingApproval
+from treadle.workflows.agent.decisions import RejectSignal as RejectSignal
+from treadle.workflows.agent.events import ClientQuery
+from treadle.workflows.agent.family import ChildRun
+from treadle.workflows.agent.mcp import TOOL_NAME
+from treadle.workflows.agent.progress import ProgressSummary
+from treadle.workflows.agent.snapshots import WorkspaceSync
+from treadle.workflows.agent.state_machine import State
+from treadle.workflows.agent.tool_args import DEFAULT_COMMAND_ALLOWLIST as DEFAULT_COMMAND_ALLOWLIST
+from treadle.workflows.agent.tool_args import ToolPolicy as ToolPolicy
+from treadle.workflows.base import Frozen, Lean
 
 TASK_QUEUE = "treadle-agent"
-"""The task queue ``worker.py`` polls and ``starter.py`` starts runs on."""
+"""The task queue ``treadle worker`` polls and ``treadle`` starts runs on."""
 
 
 # --------------------------------------------------------------------------------------------
@@ -340,17 +342,17 @@ class StoredRecord(Frozen):
 
 class ThreadExport(Frozen):
     """A thread in Loom's JSON shape (``agent_state`` and ``conversation.messages``), plus
-    Treadle's own settings under ``treadle``. ``starter.py export`` writes it, ``import``
+    Treadle's own settings under ``treadle``. ``treadle export`` writes it, ``import``
     starts a new thread that continues from it. The ``export`` query of a thread whose record
     is in the store names it (``record``): the whole conversation is the record's messages and
-    then the last ``record.after`` ones here; ``starter.py export`` writes that whole."""
+    then the last ``record.after`` ones here; ``treadle export`` writes that whole."""
 
     agent_state: LoomAgentState
     conversation: LoomConversation
     treadle: ThreadSettings = ThreadSettings()
     record: StoredRecord | None = None
     workspace: str | None = None
-    """The key of the thread's latest workspace snapshot in the store (``starter.py
+    """The key of the thread's latest workspace snapshot in the store (``treadle
     workspace``): an import continues from it. The files stay in the store; the file names
     them."""
 
@@ -445,14 +447,15 @@ class ModelRequest(Lean):
     """The message holding that summary, shown right after the task instead (0: none)."""
     context_window_tokens: int | None = None
     """The model's context window: a longer conversation is shown to it as a view (a summary
-    of the older messages, then the recent ones; ``activities.store.view``)."""
+    of the older messages, then the recent ones; ``treadle.activities.store.view``)."""
 
 
 class ModelResponse(Lean):
     content: str | None = None
     """The reply's text; a preview when ``content_ref`` is set."""
     tool_calls: tuple[ToolCall, ...] = ()
-    """Long string values of their arguments are stored (``workflows.agent.content_refs``)."""
+    """Long string values of their arguments are stored
+    (``treadle.workflows.agent.content_refs``)."""
     usage: TokenUsage = TokenUsage()
     finish_reason: str | None = None
     model: str | None = None
@@ -473,7 +476,7 @@ class LoadedToolsRequest(Frozen):
 
 class LoadedTools(Frozen):
     """What ``list_loaded_tools`` answers: the tools the worker loaded from your own modules
-    (``worker.py --tools``, ``treadle.tools`` entry points), which a run then offers."""
+    (``treadle worker --tools``, ``treadle.tools`` entry points), which a run then offers."""
 
     names: tuple[str, ...] = ()
 

@@ -2,7 +2,7 @@
 be reached now. Pure data and functions; ``calls`` does the waiting.
 
 An activity that finds the store unreachable fails at once with a non-retryable
-``ApplicationError`` of type ``StoreUnavailable`` (``activities.errors``), so none of the
+``ApplicationError`` of type ``StoreUnavailable`` (``treadle.activities.errors``), so none of the
 call's attempts is spent on it. The run then shows ``waiting: <store> is unreachable since
 <time>`` (``status``, the stream, the Web UI details), waits in one ``wait_for_store``
 activity that Temporal retries with backoff until the store answers (a retry's failure adds no
@@ -15,7 +15,7 @@ from datetime import datetime, timedelta
 
 from temporalio.exceptions import ActivityError, ApplicationError
 
-from workflows.base import Frozen
+from treadle.workflows.base import Frozen
 
 STORE_OUTAGES = "store-outages"
 """``workflow.patched`` id: a call that finds the store unreachable waits for it and is made

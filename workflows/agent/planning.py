@@ -9,11 +9,11 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from datetime import datetime
 
-from workflows.agent import cost_cap, typed_answers
-from workflows.agent.catalogue import TOOLS, estimate_prompt_tokens
-from workflows.agent.config import context_window
-from workflows.agent.memory import AgentMemory
-from workflows.agent.models import (
+from treadle.workflows.agent import cost_cap, typed_answers
+from treadle.workflows.agent.catalogue import TOOLS, estimate_prompt_tokens
+from treadle.workflows.agent.config import context_window
+from treadle.workflows.agent.memory import AgentMemory
+from treadle.workflows.agent.models import (
     ModelRequest,
     ModelResponse,
     TokenUsage,
@@ -21,12 +21,12 @@ from workflows.agent.models import (
     ToolOutcome,
     Turn,
 )
-from workflows.agent.progress import ProgressTracker
-from workflows.agent.state import AgentRun
-from workflows.agent.state_machine import Event, State
-from workflows.agent.toolbox import Toolbox
-from workflows.agent.toolbox import call_target as call_target  # the live CLI's import
-from workflows.base import WHOLE
+from treadle.workflows.agent.progress import ProgressTracker
+from treadle.workflows.agent.state import AgentRun
+from treadle.workflows.agent.state_machine import Event, State
+from treadle.workflows.agent.toolbox import Toolbox
+from treadle.workflows.agent.toolbox import call_target as call_target  # the live CLI's import
+from treadle.workflows.base import WHOLE
 
 MAX_MODEL_INPUT_BYTES = 1_500_000
 """Temporal fails a payload over 2 MB: a request this large stops the run with a clear error.

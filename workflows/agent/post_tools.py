@@ -6,14 +6,14 @@ from __future__ import annotations
 from temporalio import workflow
 from temporalio.exceptions import ActivityError, is_cancelled_exception
 
-from workflows.agent import calls, hooks, snapshotting
-from workflows.agent.hooks import HookRequest, HookResult
-from workflows.agent.models import ToolOutcome
-from workflows.agent.publishing import Publisher
-from workflows.agent.state import AgentRun
-from workflows.agent.state_machine import State
-from workflows.agent.toolbox import Toolbox
-from workflows.base import failure_message
+from treadle.workflows.agent import calls, hooks, snapshotting
+from treadle.workflows.agent.hooks import HookRequest, HookResult
+from treadle.workflows.agent.models import ToolOutcome
+from treadle.workflows.agent.publishing import Publisher
+from treadle.workflows.agent.state import AgentRun
+from treadle.workflows.agent.state_machine import State
+from treadle.workflows.agent.toolbox import Toolbox
+from treadle.workflows.base import failure_message
 
 
 async def run(run: AgentRun, pub: Publisher, box: Toolbox) -> None:

@@ -40,7 +40,7 @@ from typing import Self, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from workflows.base import Frozen
+from treadle.workflows.base import Frozen
 
 __all__ = [
     "ActionKind",

@@ -21,12 +21,12 @@ from temporalio.common import SearchAttributeUpdate
 from temporalio.contrib.workflow_streams import WorkflowStream, WorkflowStreamState
 from temporalio.exceptions import ApplicationError
 
-from workflows.agent import events, status
-from workflows.agent import search_attributes as sa
-from workflows.agent.events import AgentEvent, EventKind
-from workflows.agent.outages import Outage
-from workflows.agent.state import AgentRun
-from workflows.agent.state_machine import State
+from treadle.workflows.agent import events, status
+from treadle.workflows.agent import search_attributes as sa
+from treadle.workflows.agent.events import AgentEvent, EventKind
+from treadle.workflows.agent.outages import Outage
+from treadle.workflows.agent.state import AgentRun
+from treadle.workflows.agent.state_machine import State
 
 ONE_UPSERT_PER_STEP = "one-upsert-per-step"
 """``workflow.patched`` id: the tool calls of a step send no upsert of their own. ``AgentState``

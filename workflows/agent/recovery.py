@@ -9,10 +9,10 @@ from datetime import datetime
 from temporalio import workflow
 from temporalio.exceptions import ApplicationError
 
-from workflows.agent.catalogue import StartPhaseArgs
-from workflows.agent.models import ToolCall, ToolOutcome, Turn
-from workflows.agent.state import AgentRun
-from workflows.agent.state_machine import Event, State
+from treadle.workflows.agent.catalogue import StartPhaseArgs
+from treadle.workflows.agent.models import ToolCall, ToolOutcome, Turn
+from treadle.workflows.agent.state import AgentRun
+from treadle.workflows.agent.state_machine import Event, State
 
 
 def recover(run: AgentRun) -> Event:

@@ -1,7 +1,7 @@
 """Search attributes the agent workflow keeps up to date, so runs are findable by state.
 
 They must be registered on the namespace (``temporal-dev.yaml`` does it for the dev server;
-``worker.py`` checks at start-up), otherwise upserting them fails the workflow task.
+``treadle worker`` checks at start-up), otherwise upserting them fails the workflow task.
 """
 
 from __future__ import annotations

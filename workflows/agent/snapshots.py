@@ -5,7 +5,7 @@ store, and the run keeps only the manifest's key (``AgentRun.workspace_snapshot`
 Here are the config block (``SnapshotConfig``, ``AgentConfig.snapshots``), the activity's
 messages and its options; ``snapshotting.after_step`` is what the engine calls after a
 step's hooks. The manifests themselves, the walk and the check-out are I/O:
-``activities.workspace``.
+``treadle.activities.workspace``.
 
 Pure and deterministic: imported in the workflow sandbox (and passed through by the worker).
 """
@@ -20,7 +20,7 @@ from pydantic import Field, SerializerFunctionWrapHandler, model_serializer
 from temporalio import workflow
 from temporalio.common import RetryPolicy
 
-from workflows.base import FIRST_RETRY, Frozen
+from treadle.workflows.base import FIRST_RETRY, Frozen
 
 __all__ = [
     "DEFAULT_IGNORE",
@@ -163,7 +163,7 @@ class SnapshotRequest(Frozen):
     paths: tuple[str, ...] | None = None
     """The paths the step's tools reported changing; ``None``: they did not all say (a
     command ran), so the worker looks at what its watcher saw change, or walks the whole
-    workspace when it cannot trust one (``activities.workspace.watch``)."""
+    workspace when it cannot trust one (``treadle.activities.workspace.watch``)."""
     ignore: tuple[str, ...] | None = None
     """The config's ignore patterns; ``None``: ``DEFAULT_IGNORE`` (history carries no copy of
     the defaults at every step)."""

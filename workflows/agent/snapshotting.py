@@ -1,6 +1,7 @@
 """Taking a run's workspace snapshot after a step (``after_step``), when its config asks:
 the one call the engine makes, behind the ``workspace-snapshots`` patch. The config block, the
-activity's messages and options are in ``snapshots``; the activity in ``activities.workspace``.
+activity's messages and options are in ``snapshots``; the activity in
+``treadle.activities.workspace``.
 
 The workspace following the run (behind ``workspace-follows-run``): each tool request names the
 run's latest snapshot (``sync``); a worker with ``--workspace-root`` returns the snapshot it took
@@ -22,10 +23,10 @@ from collections.abc import Awaitable, Callable, Sequence
 from temporalio import workflow
 from temporalio.exceptions import ActivityError, is_cancelled_exception
 
-from workflows.agent.catalogue import TOOLS
-from workflows.agent.models import AgentConfig, ToolOutcome
-from workflows.agent.publishing import Publisher
-from workflows.agent.snapshots import (
+from treadle.workflows.agent.catalogue import TOOLS
+from treadle.workflows.agent.models import AgentConfig, ToolOutcome
+from treadle.workflows.agent.publishing import Publisher
+from treadle.workflows.agent.snapshots import (
     DEFAULT_IGNORE,
     SNAPSHOTS_IN_CALLS,
     SUBAGENT_WORKSPACE,
@@ -36,10 +37,10 @@ from workflows.agent.snapshots import (
     WorkspaceSync,
     paths_hint,
 )
-from workflows.agent.state import AgentRun
-from workflows.agent.state_machine import State
-from workflows.agent.toolbox import Toolbox
-from workflows.base import failure_message
+from treadle.workflows.agent.state import AgentRun
+from treadle.workflows.agent.state_machine import State
+from treadle.workflows.agent.toolbox import Toolbox
+from treadle.workflows.base import failure_message
 
 __all__ = ["SnapshotCaller", "after_step", "changed_by_child", "keep", "merge_parallel", "sync"]
 
@@ -102,7 +103,7 @@ async def after_step(
         return
     if result.manifest is not None:
         run.workspace_snapshot = result.manifest
-    # The whole key: ``starter.py workspace ID --manifest KEY`` reads the store from it.
+    # The whole key: ``treadle workspace ID --manifest KEY`` reads the store from it.
     key = f" · manifest {result.manifest}" if result.created else ""
     pub.record(State.POST_TOOLS_HOOK, "WorkspaceSnapshot", result.detail + key)
 

@@ -16,17 +16,17 @@ from typing import Any
 
 from pydantic import Field, model_validator
 
-from workflows.agent import providers, reflection
-from workflows.agent.catalogue import StartPhaseArgs
-from workflows.agent.events import ClientAnswer, ClientQuery
-from workflows.agent.family import Family
-from workflows.agent.mcp import McpToolList
-from workflows.agent.memory import AgentMemory
-from workflows.agent.models import AgentInput, PendingApproval, TokenUsage, TraceEntry
-from workflows.agent.progress import ProgressTracker
-from workflows.agent.state_machine import State
-from workflows.agent.waiting import WaitState
-from workflows.base import WHOLE, Mutable
+from treadle.workflows.agent import providers, reflection
+from treadle.workflows.agent.catalogue import StartPhaseArgs
+from treadle.workflows.agent.events import ClientAnswer, ClientQuery
+from treadle.workflows.agent.family import Family
+from treadle.workflows.agent.mcp import McpToolList
+from treadle.workflows.agent.memory import AgentMemory
+from treadle.workflows.agent.models import AgentInput, PendingApproval, TokenUsage, TraceEntry
+from treadle.workflows.agent.progress import ProgressTracker
+from treadle.workflows.agent.state_machine import State
+from treadle.workflows.agent.waiting import WaitState
+from treadle.workflows.base import WHOLE, Mutable
 
 
 class ThreadState(Mutable):
@@ -99,7 +99,7 @@ class AgentRun(Mutable):
     """The whole state of one run; the workflow class is the loop that moves it.
 
     Carried across continue-as-new (bounded, the conversation by reference to its stored
-    record: ``handed_over``; whole without a store: ``carried``) and whole by ``starter.py
+    record: ``handed_over``; whole without a store: ``carried``) and whole by ``treadle
     import``: ``input`` and the
     chosen ``model``; ``state`` in the transition table and ``started_at``; ``memory`` (the
     conversation, the step's calls and approvals, usage); Nexora's ``tracker``; the ``trace``

@@ -7,10 +7,10 @@ import json
 from collections.abc import Mapping
 from datetime import datetime
 
-from workflows.agent.models import AgentStatus, Price, TokenUsage
-from workflows.agent.outages import Outage
-from workflows.agent.state import AgentRun
-from workflows.agent.waiting import describe
+from treadle.workflows.agent.models import AgentStatus, Price, TokenUsage
+from treadle.workflows.agent.outages import Outage
+from treadle.workflows.agent.state import AgentRun
+from treadle.workflows.agent.waiting import describe
 
 
 def cut(text: str, limit: int) -> str:

@@ -11,8 +11,8 @@ from pydantic_core import PydanticSerializationError
 from temporalio import workflow
 from temporalio.exceptions import ApplicationError
 
-from workflows.agent import status
-from workflows.agent.models import (
+from treadle.workflows.agent import status
+from treadle.workflows.agent.models import (
     AgentInput,
     LoomAgentState,
     LoomConversation,
@@ -23,8 +23,8 @@ from workflows.agent.models import (
     Turn,
     UserMessage,
 )
-from workflows.agent.state import AgentRun
-from workflows.agent.state_machine import Event, State
+from treadle.workflows.agent.state import AgentRun
+from treadle.workflows.agent.state_machine import Event, State
 
 
 def _refuse(why: str) -> ApplicationError:
@@ -124,7 +124,7 @@ must stay well under the 4 MB a gRPC message may carry)."""
 def export(run: AgentRun) -> ThreadExport:
     """The thread as Loom's ``agent_state`` + ``conversation.messages``. Contents stored by
     reference are previews here (the workflow never reads the store), and a conversation the
-    store's record holds is named by ``record`` (see ``ThreadExport``): ``starter.py export``
+    store's record holds is named by ``record`` (see ``ThreadExport``): ``treadle export``
     reads both back from the store."""
     m = run.memory
     pending = m.current_tool_calls if run.state in (State.WAITING_FOR_HUMAN, State.ACTING) else ()
@@ -162,7 +162,7 @@ def rebuild(thread: ThreadExport, workspace: str, now: datetime) -> tuple[AgentI
     if thread.record is not None:
         raise ImportRefused(
             "it names the thread's record in the store instead of holding its conversation "
-            "(the export query's answer): write the file with starter.py export"
+            "(the export query's answer): write the file with treadle export"
         )
     messages = list(thread.conversation.messages)
     system = messages.pop(0).content if messages[0].role == "system" else None

@@ -4,7 +4,7 @@ so a tool module imports neither (and the catalogue never imports a tool module)
 
 from __future__ import annotations
 
-from workflows.base import Frozen
+from treadle.workflows.base import Frozen
 
 DEFAULT_COMMAND_ALLOWLIST = (
     "cat", "diff", "echo", "grep", "head", "ls", "pwd", "sort", "tail", "wc",

@@ -22,10 +22,16 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-from workflows.agent import content_refs, mcp
-from workflows.agent.catalogue import TOOLS, ToolArgs, ToolArgumentsError, ToolSpec, parse_arguments
-from workflows.agent.mcp import McpToolInfo, McpToolList
-from workflows.agent.models import AgentConfig, ToolCall, ToolSchema
+from treadle.workflows.agent import content_refs, mcp
+from treadle.workflows.agent.catalogue import (
+    TOOLS,
+    ToolArgs,
+    ToolArgumentsError,
+    ToolSpec,
+    parse_arguments,
+)
+from treadle.workflows.agent.mcp import McpToolInfo, McpToolList
+from treadle.workflows.agent.models import AgentConfig, ToolCall, ToolSchema
 
 SUMMARY_TARGET_CHARS = 60
 """An activity summary names its target ("step 4 · read_file src/main.rs") up to this long."""

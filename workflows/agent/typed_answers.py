@@ -18,8 +18,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from workflows.agent import json_schema
-from workflows.agent.models import (
+from treadle.workflows.agent import json_schema
+from treadle.workflows.agent.models import (
     AgentConfig,
     ModelRequest,
     ModelResponse,
@@ -27,7 +27,7 @@ from workflows.agent.models import (
     ToolSchema,
     Turn,
 )
-from workflows.agent.providers import resolve
+from treadle.workflows.agent.providers import resolve
 
 __all__ = [
     "FINAL_ANSWER_TOOL",

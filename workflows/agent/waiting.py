@@ -13,9 +13,9 @@ from typing import Any, TypeVar
 
 from pydantic import Field, ValidationError
 
-from workflows.agent.catalogue import WaitArgs
-from workflows.agent.models import GuideSignal, ToolCall
-from workflows.base import Frozen, Mutable, describe_errors
+from treadle.workflows.agent.catalogue import WaitArgs
+from treadle.workflows.agent.models import GuideSignal, ToolCall
+from treadle.workflows.base import Frozen, Mutable, describe_errors
 
 WAIT = "wait"
 """The tool's name."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pydantic import ValidationError
 from temporalio import workflow
 
-from workflows.agent.engine import (
+from treadle.workflows.agent.engine import (
     CARRY_CONTENT_HASHES,
     CLIENT_QUERIES,
     COALESCED_SEARCH_ATTRIBUTES,
@@ -20,7 +20,7 @@ from workflows.agent.engine import (
     WAITING_STATES,
     AgentEngine,
 )
-from workflows.agent.models import AgentInput, AgentResult
+from treadle.workflows.agent.models import AgentInput, AgentResult
 
 __all__ = [
     "CARRY_CONTENT_HASHES",

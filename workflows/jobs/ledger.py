@@ -14,7 +14,7 @@ from __future__ import annotations
 from pydantic import ValidationError
 from temporalio import workflow
 
-from workflows.jobs.models import (
+from treadle.workflows.jobs.models import (
     HistoryRequest,
     JobHistory,
     JobRun,

@@ -17,9 +17,9 @@ from typing import Self
 
 from pydantic import AwareDatetime, Field, JsonValue, field_validator, model_validator
 
-from workflows.base import Frozen, Mutable
-from workflows.cron import FIELDS as CRON_FIELDS
-from workflows.cron import check_cron
+from treadle.workflows.base import Frozen, Mutable
+from treadle.workflows.cron import FIELDS as CRON_FIELDS
+from treadle.workflows.cron import check_cron
 
 JOB_ID_PATTERN = r"^[a-z][a-z0-9-]{2,62}$"
 """Job ids name schedules and workflows: lowercase letter first, then ``[a-z0-9-]``."""
@@ -109,7 +109,8 @@ class JobDefinition(Frozen):
     """Run every this many seconds (counted from the Unix epoch, so ``3600`` is on the hour)."""
     cron: str | None = Field(None, max_length=200)
     """Or a cron expression, evaluated in UTC by the Temporal Schedule: standard five fields
-    only (``workflows.cron.check_cron``: croniter's ``L``, ``W``, ``#`` and ``R`` are refused),
+    only (``treadle.workflows.cron.check_cron``: croniter's ``L``, ``W``, ``#`` and ``R`` are
+    refused),
     with ranges from low to high, as the Temporal server requires (``22-2`` is refused)."""
     enabled: bool = True
     """A disabled job keeps its schedule, paused, so enabling it again resumes it."""

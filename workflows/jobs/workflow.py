@@ -22,9 +22,9 @@ from temporalio.exceptions import (
     is_cancelled_exception,
 )
 
-from workflows.base import failure_message
-from workflows.jobs.ledger import JobLedgerWorkflow
-from workflows.jobs.models import (
+from treadle.workflows.base import failure_message
+from treadle.workflows.jobs.ledger import JobLedgerWorkflow
+from treadle.workflows.jobs.models import (
     JobDefinition,
     JobOutput,
     JobRequest,
@@ -37,7 +37,7 @@ from workflows.jobs.models import (
 with workflow.unsafe.imports_passed_through():
     # Referenced by function (names by object); the module imports the Temporal client, which
     # must not be re-imported inside the sandbox on every run.
-    from activities.jobs import record_job_run
+    from treadle.activities.jobs import record_job_run
 
 RECORD_TIMEOUT = timedelta(seconds=30)
 RECORD_DEADLINE = timedelta(minutes=5)
@@ -181,4 +181,4 @@ def _attempts(exc: ActivityError, job: JobDefinition) -> int | None:
 
 
 WORKFLOWS: list[type[Any]] = [JobWorkflow, JobLedgerWorkflow]
-"""Workflow classes worker.py registers for jobs."""
+"""Workflow classes the worker registers for jobs."""

@@ -30,7 +30,7 @@ from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 from typing import Literal
 
-from workflows.monitors.models import (
+from treadle.workflows.monitors.models import (
     EVENT_OUTPUT_BYTES,
     FULL_OUTPUT_CHECKINS,
     HOURS_KEPT,

@@ -19,8 +19,8 @@ from typing import Annotated, Any, Literal
 from pydantic import AwareDatetime, Field, field_validator, model_validator
 from temporalio.contrib.workflow_streams import WorkflowStreamState
 
-from workflows import cron
-from workflows.base import Frozen, Mutable
+from treadle.workflows import cron
+from treadle.workflows.base import Frozen, Mutable
 
 MONITOR_ID_PREFIX = "monitor-"
 # Whole-string patterns: test with ``fullmatch`` (``match`` with ``$`` would let a trailing
@@ -234,7 +234,7 @@ class CheckInSource(enum.StrEnum):
     SDK = "sdk"
     """Python code signalling the workflow with a Temporal client."""
     MANUAL = "manual"
-    """``starter.py monitors checkin``."""
+    """``treadle monitors checkin``."""
     SYSTEM = "system"
     """The monitor itself (missed, timeout)."""
 

@@ -4,7 +4,7 @@ The workflow keeps time with durable timers, never by polling: it sleeps until t
 (next expected run + margin, or an open run's start + max runtime) and settles it when the timer
 fires, also when the worker was down at that moment. Check-ins arrive as ``checkin`` signals,
 which Temporal accepts and keeps while no worker runs. The rules live in
-``workflows.monitor_ledger``; this module adds timers, messages and the event stream.
+``treadle.workflows.monitor_ledger``; this module adds timers, messages and the event stream.
 
 Events are published on a ``WorkflowStream`` (topic ``events``): a durable, offset-addressed log
 inside the workflow that the HTTP service turns into server-sent events.
@@ -21,10 +21,10 @@ from temporalio import workflow
 from temporalio.contrib.workflow_streams import WorkflowStream
 from temporalio.exceptions import ApplicationError
 
-from workflows import telemetry
-from workflows.base import describe_errors
-from workflows.monitors.ledger import MonitorLedger, Refused, new_state
-from workflows.monitors.models import (
+from treadle.workflows import telemetry
+from treadle.workflows.base import describe_errors
+from treadle.workflows.monitors.ledger import MonitorLedger, Refused, new_state
+from treadle.workflows.monitors.models import (
     EVENTS_TOPIC,
     CheckInSignal,
     DeleteRequest,
@@ -210,6 +210,6 @@ class MonitorWorkflow:
 
 
 WORKFLOWS: list[type[Any]] = [MonitorWorkflow]
-"""Workflow classes worker.py registers for cron monitoring."""
+"""Workflow classes the worker registers for cron monitoring."""
 
 __all__ = ["WORKFLOWS", "MonitorWorkflow"]

@@ -1,7 +1,7 @@
 """Typed messages of scheduled agents, shared by ``ScheduledAgentWorkflow``, the client side
 (``treadle.scheduled_agents``) and the CLI.
 
-An ``AgentSchedule`` is everything ``starter.py schedule create`` was told: when (a cron
+An ``AgentSchedule`` is everything ``treadle schedule create`` was told: when (a cron
 expression in a time zone, or every N minutes), the Schedule's policies (overlap, catch-up
 window, jitter), the watching monitor's margin and max runtime, and what each slot does: start
 an agent run (``agent``), or send an existing thread its next message (``message``).
@@ -20,11 +20,11 @@ from typing import Self
 
 from pydantic import Field, field_validator, model_validator
 
-from workflows import cron
-from workflows.agent.models import MAX_USER_MESSAGE_CHARS, AgentInput, RunStatus
-from workflows.agent.state_machine import State
-from workflows.base import Frozen
-from workflows.monitors.models import CronSchedule, IntervalSchedule, check_slug
+from treadle.workflows import cron
+from treadle.workflows.agent.models import MAX_USER_MESSAGE_CHARS, AgentInput, RunStatus
+from treadle.workflows.agent.state_machine import State
+from treadle.workflows.base import Frozen
+from treadle.workflows.monitors.models import CronSchedule, IntervalSchedule, check_slug
 
 __all__ = [
     "DEFAULT_CATCHUP_WINDOW",
@@ -118,7 +118,7 @@ class ThreadMessage(Frozen):
     """What a slot sends instead of starting a run: the next message of an existing thread."""
 
     thread_id: str = Field(min_length=1, max_length=MAX_WORKFLOW_ID_CHARS)
-    """The thread's workflow id (``starter.py chat --id``)."""
+    """The thread's workflow id (``treadle chat --id``)."""
     text: str = Field(min_length=1, max_length=MAX_USER_MESSAGE_CHARS)
     """Sent as it is, every slot; the thread answers it with everything said before."""
 

@@ -34,13 +34,13 @@ from temporalio.exceptions import (
     is_cancelled_exception,
 )
 
-from workflows.agent.models import AgentResult, RunStatus
-from workflows.agent.state_machine import State
-from workflows.agent.workflow import AgentWorkflow
-from workflows.monitors.models import CheckInSignal, CheckInSource, CheckInStatus
-from workflows.monitors.models import monitor_workflow_id as monitor_id
-from workflows.monitors.workflow import MonitorWorkflow
-from workflows.scheduled.models import (
+from treadle.workflows.agent.models import AgentResult, RunStatus
+from treadle.workflows.agent.state_machine import State
+from treadle.workflows.agent.workflow import AgentWorkflow
+from treadle.workflows.monitors.models import CheckInSignal, CheckInSource, CheckInStatus
+from treadle.workflows.monitors.models import monitor_workflow_id as monitor_id
+from treadle.workflows.monitors.workflow import MonitorWorkflow
+from treadle.workflows.scheduled.models import (
     AgentSchedule,
     ScheduledRunInput,
     ScheduledRunResult,
@@ -54,7 +54,7 @@ from workflows.scheduled.models import (
 with workflow.unsafe.imports_passed_through():
     # The activity is named by its function object; its module (client calls) is loaded once
     # outside the sandbox, never re-imported per run.
-    from activities.threads import send_to_thread
+    from treadle.activities.threads import send_to_thread
 
 __all__ = [
     "DEFAULT_ANSWER_TIMEOUT",
@@ -262,4 +262,4 @@ def _cut(text: str, limit: int = 200) -> str:
 
 
 WORKFLOWS: list[type[Any]] = [ScheduledAgentWorkflow]
-"""Workflow classes worker.py registers for scheduled agents."""
+"""Workflow classes the worker registers for scheduled agents."""

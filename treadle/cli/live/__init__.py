@@ -1,10 +1,10 @@
 """The live view of a run on the command line: ``watch``, ``answer``, and what ``run --wait``
 and ``chat`` show while a run works.
 
-    python starter.py watch ID [--from-start | --from OFFSET] [--json] [--interactive]
+    treadle watch ID [--from-start | --from OFFSET] [--json] [--interactive]
                                [--allow-reads] [--env NAME]... [--no-answer | --decline-queries]
-    python starter.py answer ID QUERY_ID TEXT            # TEXT "-" reads standard input
-    python starter.py answer ID QUERY_ID --decline REASON
+    treadle answer ID QUERY_ID TEXT            # TEXT "-" reads standard input
+    treadle answer ID QUERY_ID --decline REASON
 
 The run's stream is read with ``treadle.stream.watch_events`` (queries: nothing is added to the
 run's history). On a terminal a status line (state, step, tokens, elapsed) stays at the bottom

@@ -1,4 +1,4 @@
-"""``starter.py watch`` and ``starter.py answer``."""
+"""``treadle watch`` and ``treadle answer``."""
 
 from __future__ import annotations
 
@@ -24,11 +24,11 @@ from treadle.cli.live.options import add_client_options, responder_for, warn_sec
 from treadle.cli.live.responder import STATUS_TIMEOUT, UPDATE_TIMEOUT, cause_of
 from treadle.cli.live.views import JsonView, TerminalView, View
 from treadle.stream import StreamUnavailable
-from workflows.agent.events import ClientAnswer, ClientQuery
-from workflows.agent.models import AgentResult, AgentStatus, RunStatus
-from workflows.agent.state_machine import State
-from workflows.agent.workflow import AgentWorkflow
-from workflows.base import describe_errors
+from treadle.workflows.agent.events import ClientAnswer, ClientQuery
+from treadle.workflows.agent.models import AgentResult, AgentStatus, RunStatus
+from treadle.workflows.agent.state_machine import State
+from treadle.workflows.agent.workflow import AgentWorkflow
+from treadle.workflows.base import describe_errors
 
 __all__ = ["cmd_answer", "cmd_watch", "register"]
 

@@ -38,16 +38,16 @@ from treadle.cli.client_answers import (
 from treadle.cli.live.lines import describe_query, short
 from treadle.cli.live.views import View
 from treadle.cli.shell import runnable
-from workflows.agent.events import (
+from treadle.workflows.agent.events import (
     MAX_DECLINE_CHARS,
     AgentEvent,
     ClientAnswer,
     ClientQuery,
     answer_commands,
 )
-from workflows.agent.models import AgentStatus, Decision, PendingApproval
-from workflows.agent.state_machine import State
-from workflows.agent.workflow import AgentWorkflow
+from treadle.workflows.agent.models import AgentStatus, Decision, PendingApproval
+from treadle.workflows.agent.state_machine import State
+from treadle.workflows.agent.workflow import AgentWorkflow
 
 __all__ = ["STATUS_TIMEOUT", "UPDATE_TIMEOUT", "Prompter", "Responder", "cause_of"]
 
@@ -90,7 +90,7 @@ class Responder:
     An event on the stream is only a trigger: anyone who may signal a run can publish items on
     its stream, so what waits (the call, its arguments, the query) is read from the run's own
     ``state`` query each time. A query this client has no one to ask about and no flag to
-    answer (``--allow-reads``, ``--env``) is left to another client or ``starter.py answer``,
+    answer (``--allow-reads``, ``--env``) is left to another client or ``treadle answer``,
     saying so, unless ``--decline-queries``."""
 
     handle: WorkflowHandle[Any, Any]

@@ -1,4 +1,4 @@
-"""`starter.py schedule ...`: scheduled agents on the command line (the schedule and its
+"""`treadle schedule ...`: scheduled agents on the command line (the schedule and its
 monitor themselves are made by ``treadle.agent_schedules``).
 
 The modules: ``commands`` (the `schedule` command and its subcommands), ``plan`` (checking

@@ -1,21 +1,21 @@
-"""`starter.py schedule ...`: scheduled agents, an agent task on a Temporal Schedule watched by
+"""`treadle schedule ...`: scheduled agents, an agent task on a Temporal Schedule watched by
 its own cron monitor.
 
-    python starter.py schedule create NAME TASK --cron EXPR [--timezone TZ] | --every DURATION
+    treadle schedule create NAME TASK --cron EXPR [--timezone TZ] | --every DURATION
                       [run options: --model --workspace --config ...] [--overlap skip|buffer|allow]
                       [--catchup-window 5m] [--jitter 0s] [--margin 5] [--max-runtime MINUTES]
-    python starter.py schedule create NAME MESSAGE --thread THREAD_ID (--cron ... | --every ...)
+    treadle schedule create NAME MESSAGE --thread THREAD_ID (--cron ... | --every ...)
                       [--overlap ...] [--catchup-window ...] [--jitter ...] [--margin ...]
                       [--max-runtime MINUTES]   # each slot: MESSAGE to the thread, its answer
-    python starter.py schedule list [--json]
-    python starter.py schedule show NAME [--json]
-    python starter.py schedule pause|unpause NAME [--note TEXT]
-    python starter.py schedule trigger NAME
-    python starter.py schedule delete NAME
+    treadle schedule list [--json]
+    treadle schedule show NAME [--json]
+    treadle schedule pause|unpause NAME [--note TEXT]
+    treadle schedule trigger NAME
+    treadle schedule delete NAME
 
 The schedule (``treadle-agent-NAME``, on the Web UI's Schedules page) starts its runs on
-starter.py's ``--task-queue``, where the monitor (``monitor-NAME``, see ``monitors show NAME``)
-lives too; a worker must poll it.
+the command line's ``--task-queue``, where the monitor (``monitor-NAME``, see ``monitors show
+NAME``) lives too; a worker must poll it.
 """
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ from typing import Any
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
-from activities.errors import ThreadUnavailable
 from treadle import agent_schedules
+from treadle.activities.errors import ThreadUnavailable
 from treadle.agent_schedules import DeployedSchedule, ScheduleConflict
 from treadle.cli import shell
 from treadle.cli.exits import UsageError
@@ -52,12 +52,12 @@ from treadle.cli.scheduled_agents.report import (
     policies,
 )
 from treadle.cli.workspaces import make_workspace
-from workflows.agent.events import approval_commands
-from workflows.agent.models import TASK_QUEUE, AgentStatus
-from workflows.agent.workflow import AgentWorkflow
-from workflows.monitors.models import MonitorView, ViewRequest, monitor_workflow_id
-from workflows.monitors.workflow import MonitorWorkflow
-from workflows.scheduled.models import (
+from treadle.workflows.agent.events import approval_commands
+from treadle.workflows.agent.models import TASK_QUEUE, AgentStatus
+from treadle.workflows.agent.workflow import AgentWorkflow
+from treadle.workflows.monitors.models import MonitorView, ViewRequest, monitor_workflow_id
+from treadle.workflows.monitors.workflow import MonitorWorkflow
+from treadle.workflows.scheduled.models import (
     DEFAULT_CATCHUP_WINDOW,
     DEFAULT_MARGIN_MINUTES,
     AgentSchedule,
@@ -81,8 +81,8 @@ LIST_ANSWER_TIMEOUT = timedelta(seconds=5)
 
 
 def register(subparsers: Any, *, add_run_options: AddRunOptions, build_input: BuildInput) -> None:
-    """Add the `schedule` command. ``add_run_options`` and ``build_input`` are starter.py's, so
-    a scheduled run takes exactly the options `run` takes and is checked the same way."""
+    """Add the `schedule` command. ``add_run_options`` and ``build_input`` are the command line's,
+    so a scheduled run takes exactly the options `run` takes and is checked the same way."""
     schedule = subparsers.add_parser(
         "schedule",
         help="scheduled agents: create, list, show, pause, unpause, trigger, delete",
@@ -261,7 +261,7 @@ async def cmd_pause(client: Client, args: argparse.Namespace) -> int:
     deployed = await _deployed(client, args.name)
     handle = client.get_schedule_handle(deployed.schedule.schedule_id)
     if args.schedule_command == "pause":
-        note = args.note or "paused with starter.py schedule pause"
+        note = args.note or "paused with treadle schedule pause"
         await handle.pause(note=note)
         print(
             f"Paused scheduled agent {args.name} ({note}). Its monitor keeps watching and "
@@ -269,7 +269,7 @@ async def cmd_pause(client: Client, args: argparse.Namespace) -> int:
             f"{shell.starter('monitors', 'pause', args.name, **_where(client, args))}"
         )
     else:
-        note = args.note or "unpaused with starter.py schedule unpause"
+        note = args.note or "unpaused with treadle schedule unpause"
         await handle.unpause(note=note)
         print(f"Unpaused scheduled agent {args.name} ({note}).")
     return 0
@@ -311,7 +311,7 @@ async def _deployed(client: Client, name: str) -> DeployedSchedule:
     if deployed is None:
         raise UsageError(
             f"no scheduled agent {name!r} in namespace {client.namespace} "
-            "(see: starter.py schedule list)"
+            "(see: treadle schedule list)"
         )
     return deployed
 

@@ -10,11 +10,11 @@ from typing import Any, Protocol
 from pydantic import ValidationError
 
 from treadle.cli.exits import UsageError
-from workflows import cron
-from workflows.agent.models import AgentInput
-from workflows.base import describe_errors
-from workflows.monitors.models import check_slug
-from workflows.scheduled.models import (
+from treadle.workflows import cron
+from treadle.workflows.agent.models import AgentInput
+from treadle.workflows.base import describe_errors
+from treadle.workflows.monitors.models import check_slug
+from treadle.workflows.scheduled.models import (
     MIN_CATCHUP_WINDOW,
     AgentSchedule,
     Overlap,
@@ -28,7 +28,8 @@ __all__ = ["AddRunOptions", "BuildInput", "Planned", "check_create", "check_name
 
 
 class Planned(Protocol):
-    """What starter.py's ``build_input`` returns: the run, and whether to make its workspace."""
+    """What the command line's ``build_input`` returns: the run, and whether to make its
+    workspace."""
 
     @property
     def input(self) -> AgentInput: ...

@@ -9,10 +9,10 @@ from datetime import UTC, datetime
 from treadle.agent_schedules import DeployedSchedule
 from treadle.cli.monitors import format_view
 from treadle.cli.tables import table
-from workflows.agent.models import AgentStatus
-from workflows.base import Frozen
-from workflows.monitors.models import Health, MonitorView
-from workflows.scheduled.models import AgentSchedule, format_duration
+from treadle.workflows.agent.models import AgentStatus
+from treadle.workflows.base import Frozen
+from treadle.workflows.monitors.models import Health, MonitorView
+from treadle.workflows.scheduled.models import AgentSchedule, format_duration
 
 __all__ = [
     "RunningSlot",

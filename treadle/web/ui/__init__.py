@@ -1,4 +1,4 @@
-"""The browser page for people who work with agents (``starter.py ui``).
+"""The browser page for people who work with agents (``treadle ui``).
 
 app.py         the Starlette app: pages, JSON API, each run's live stream as Server-Sent Events
 guard.py       who may use it: access token, loopback host names, CSRF (double submit)

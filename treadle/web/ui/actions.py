@@ -24,17 +24,17 @@ from temporalio.client import (
 )
 from temporalio.service import RPCError, RPCStatusCode
 
-from activities import threads
-from activities.errors import ThreadUnavailable
 from treadle import closed as closed_runs
+from treadle.activities import threads
+from treadle.activities.errors import ThreadUnavailable
 from treadle.cli.live.responder import cause_of
 from treadle.web.http import HttpError
-from workflows.agent import catalogue
-from workflows.agent.events import MAX_DECLINE_CHARS, ClientAnswer
-from workflows.agent.models import AgentStatus, Decision, ThreadExport
-from workflows.agent.toolbox import parse_with_refs
-from workflows.agent.workflow import AgentWorkflow
-from workflows.base import describe_errors
+from treadle.workflows.agent import catalogue
+from treadle.workflows.agent.events import MAX_DECLINE_CHARS, ClientAnswer
+from treadle.workflows.agent.models import AgentStatus, Decision, ThreadExport
+from treadle.workflows.agent.toolbox import parse_with_refs
+from treadle.workflows.agent.workflow import AgentWorkflow
+from treadle.workflows.base import describe_errors
 
 __all__ = ["answer", "close", "decide", "run_view", "send"]
 

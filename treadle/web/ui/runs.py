@@ -29,10 +29,10 @@ from temporalio.service import RPCError
 from treadle.cli.exits import UsageError
 from treadle.cli.workspaces import make_workspace, resolve_workspace
 from treadle.web.http import HttpError
-from workflows.agent import search_attributes as sa
-from workflows.agent.models import AgentConfig, AgentInput, AgentStatus
-from workflows.agent.workflow import AgentWorkflow
-from workflows.base import describe_errors
+from treadle.workflows.agent import search_attributes as sa
+from treadle.workflows.agent.models import AgentConfig, AgentInput, AgentStatus
+from treadle.workflows.agent.workflow import AgentWorkflow
+from treadle.workflows.base import describe_errors
 
 __all__ = ["FILTERS", "StartRequest", "list_runs", "start_run", "waiting_for"]
 
