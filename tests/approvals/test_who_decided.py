@@ -103,7 +103,7 @@ async def test_a_run_with_approvers_refuses_anyone_else(harness: Harness) -> Non
     assert refused == [
         "approve: 'mallory' is not one of this run's approvers (alice)",
         "approve: this run takes decisions from its approvers only (alice); say who decides "
-        "with decided_by (starter.py --as NAME)",
+        "with decided_by (treadle approve --as NAME)",
         "guide: 'mallory' is not one of this run's approvers (alice)",
     ]
     status: AgentStatus = await handle.query(AgentWorkflow.state)

@@ -36,12 +36,15 @@ from treadle.workflows.agent.workflow import AgentWorkflow
 FRESH_SHELL = {"HOME": os.environ.get("HOME", "/"), "PATH": "/usr/bin:/bin"}
 """What a new terminal has before anyone activates the virtualenv: no venv on PATH, no
 TEMPORAL_* or model settings."""
+FRESH_WORKSPACES = ROOT / ".treadle" / "workspaces"
+"""Where a run started from a fresh shell in the checkout gets its workspace (no TREADLE_HOME:
+the data directory is ``.treadle`` there)."""
 REJECTION = "You rejected the write to notes.md, so I left it as it was. Your reason: {reason}"
 
 
 @dataclass
 class KeptDemo:
-    """A ``starter.py demo --keep`` process and what it printed."""
+    """A ``treadle demo --keep`` process and what it printed."""
 
     process: subprocess.Popen[str]
     lines: list[str]
@@ -52,7 +55,7 @@ class KeptDemo:
     """Step 5's commands: approve, reject, and the stock CLI's signal."""
 
     def command(self, verb: str) -> str:
-        """The step 8 command whose ``starter.py`` sub-command is ``verb`` (comment dropped)."""
+        """The step 8 command whose ``treadle`` sub-command is ``verb`` (comment dropped)."""
         for line in self.commands[1:]:
             words = shlex.split(line, comments=True)
             if _verb(words) == verb:
@@ -61,8 +64,8 @@ class KeptDemo:
 
 
 def _verb(words: list[str]) -> str:
-    """The sub-command: the first word after starter.py that is not an option or its value."""
-    rest = words[[w.endswith("starter.py") for w in words].index(True) + 1 :]
+    """The sub-command: the first word after treadle that is not an option or its value."""
+    rest = words[[Path(w).name == "treadle" for w in words].index(True) + 1 :]
     while rest and rest[0].startswith("--"):
         rest = rest[2:]
     return rest[0]
@@ -147,6 +150,7 @@ def kept_demo(
             process.stdout.close()
         for name in (f"demo-{demo.suffix}", f"try-{demo.suffix}"):
             shutil.rmtree(home.workspaces() / name, ignore_errors=True)
+            shutil.rmtree(FRESH_WORKSPACES / name, ignore_errors=True)
         assert code == 0, "\n".join(lines)
 
 
@@ -164,13 +168,14 @@ def _wait_for(kept: KeptDemo, workflow_id: str, text: str, timeout: float = 20) 
 
 
 def test_demo_keep_prints_commands_for_a_fresh_shell(kept_demo: KeptDemo) -> None:
-    """Step 8 starts with a cd and names programs by path: the venv's python, never bare."""
+    """Step 8 starts with a cd (the demo's data directory is there) and names programs by path:
+    the venv's treadle, never bare."""
     cd, *rest = kept_demo.commands
     assert cd == f"cd {ROOT}"
-    python = shell.python()
-    assert python == ".venv/bin/python" or "/" in python
+    treadle = shell.treadle()
+    assert treadle == ".venv/bin/treadle" or "/" in treadle
     for line in rest:
-        assert line.startswith(f"{python} starter.py "), line
+        assert line.startswith(f"{treadle} "), line
     assert [_verb(shlex.split(line, comments=True)) for line in rest] == [
         "run",
         "watch",
@@ -232,7 +237,7 @@ def test_run_watch_status_approve_from_a_fresh_shell(kept_demo: KeptDemo) -> Non
     assert "answer" in kinds, out
     done = _wait_for(kept_demo, workflow_id, "state:    Done")
     assert "answer:   I listed the workspace" in done
-    assert (home.workspaces() / workflow_id / "notes.md").is_file()
+    assert (FRESH_WORKSPACES / workflow_id / "notes.md").is_file()
 
 
 def test_a_rejection_from_a_fresh_shell_is_answered(kept_demo: KeptDemo) -> None:
@@ -248,8 +253,8 @@ def test_a_rejection_from_a_fresh_shell_is_answered(kept_demo: KeptDemo) -> None
     assert rejected.returncode == 0, rejected.stderr
     done = _wait_for(kept_demo, workflow_id, "state:    Done")
     assert f"answer:   {REJECTION.format(reason='not now')}" in done
-    assert not (home.workspaces() / workflow_id / "notes.md").exists()
-    shutil.rmtree(home.workspaces() / workflow_id, ignore_errors=True)
+    assert not (FRESH_WORKSPACES / workflow_id / "notes.md").exists()
+    shutil.rmtree(FRESH_WORKSPACES / workflow_id, ignore_errors=True)
 
 
 def test_the_stock_cli_signal_from_step_5_works_in_a_fresh_shell(kept_demo: KeptDemo) -> None:
@@ -263,7 +268,7 @@ def test_the_stock_cli_signal_from_step_5_works_in_a_fresh_shell(kept_demo: Kept
     signalled = fresh_shell(cd, signal_line)
     assert signalled.returncode == 0, signalled.stderr
     _wait_for(kept_demo, workflow_id, "state:    Done")
-    shutil.rmtree(home.workspaces() / workflow_id, ignore_errors=True)
+    shutil.rmtree(FRESH_WORKSPACES / workflow_id, ignore_errors=True)
 
 
 def test_the_printed_ui_serves_the_browser_page_from_a_fresh_shell(kept_demo: KeptDemo) -> None:
@@ -310,7 +315,7 @@ def test_the_printed_chat_talks_with_the_scripted_model(kept_demo: KeptDemo) -> 
     assert "I listed the workspace" in done.stdout
     thread = re.search(r"thread (thread-[0-9a-f]+)", done.stdout)
     assert thread is not None, done.stdout
-    shutil.rmtree(home.workspaces() / thread.group(1), ignore_errors=True)
+    shutil.rmtree(FRESH_WORKSPACES / thread.group(1), ignore_errors=True)
 
 
 @pytest.mark.parametrize("provider", ["openai", "anthropic"])
@@ -346,20 +351,18 @@ async def test_the_demo_model_answers_any_task_after_an_approval(harness: Harnes
 def test_printed_programs_are_relative_here_and_absolute_elsewhere(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """From the project directory commands read ``.venv/bin/python starter.py``; from anywhere
-    else they carry absolute paths; the default address and namespace add no options."""
+    """From the project directory commands read ``.venv/bin/treadle``; from anywhere else they
+    carry absolute paths; the default address and namespace add no options."""
     monkeypatch.chdir(ROOT)
     here = shell.starter("status", "x", address="127.0.0.1:7233", namespace="default")
-    assert here == f"{shell.python()} starter.py status x"
-    assert not shell.python().startswith("/") or not sys.executable.startswith(str(ROOT))
+    assert here == f"{shell.treadle()} status x"
+    assert not here.startswith("/") or not sys.executable.startswith(str(ROOT))
     monkeypatch.chdir(tmp_path)
+    script = os.path.abspath(Path(sys.executable).parent / "treadle")
     elsewhere = shell.starter("status", "x", address="127.0.0.1:7299", namespace="other")
-    assert elsewhere == (
-        f"{os.path.abspath(sys.executable)} {ROOT / 'starter.py'} "
-        "--address 127.0.0.1:7299 --namespace other status x"
-    )
+    assert elsewhere == f"{script} --address 127.0.0.1:7299 --namespace other status x"
     assert shell.temporal("workflow", "list").split()[0].startswith("/")
-    assert shell.worker("--dev-server").endswith(f"{ROOT / 'worker.py'} --dev-server")
+    assert shell.worker("--dev-server") == f"{script} worker --dev-server"
 
 
 def test_commands_a_run_publishes_work_in_a_fresh_shell(
@@ -375,7 +378,7 @@ def test_commands_a_run_publishes_work_in_a_fresh_shell(
     _wait_for(kept_demo, workflow_id, "state:    WaitingForHuman")
     stock = approval_commands(workflow_id, "call_t1_0")
     approve = runnable(stock[0])
-    assert stock[0].startswith("python starter.py ") and approve != stock[0]
+    assert stock[0].startswith("treadle ") and approve != stock[0]
     # A published command names no server (the run cannot know it), so it reaches the default
     # address; the suite's server is elsewhere, which the user's TEMPORAL_ADDRESS would say.
     approved = fresh_shell(cd, f"TEMPORAL_ADDRESS={temporal_address} {approve}")

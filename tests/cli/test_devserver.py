@@ -27,6 +27,7 @@ from treadle.devserver import (
     load_config,
     probe,
 )
+from treadle.home import HOME_ENV, default_dev_config
 from treadle.workflows.agent.search_attributes import REQUIRED
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -100,10 +101,11 @@ async def not_temporal() -> AsyncIterator[int]:
 
 def test_repository_config_parses() -> None:
     """The shipped temporal-dev.yaml is valid and registers every search attribute Treadle uses."""
-    config = load_config(REPO_ROOT / "temporal-dev.yaml")
+    assert default_dev_config().read_bytes() == (REPO_ROOT / "temporal-dev.yaml").read_bytes()
+    config = load_config(default_dev_config(), {HOME_ENV: "/data/treadle"})
     assert config.address == "127.0.0.1:7233"
     assert config.ui_url == "http://127.0.0.1:8233"
-    assert config.db_filename == REPO_ROOT / ".temporal" / "treadle-dev.sqlite"
+    assert config.db_filename == Path("/data/treadle/dev.sqlite")
     assert config.search_attributes == {
         name: connection.search_attribute_type_name(kind) for name, kind in REQUIRED.items()
     }
@@ -111,10 +113,17 @@ def test_repository_config_parses() -> None:
     assert config.ui_codec_endpoint == ""  # the Web UI uses no codec server unless told to
 
 
-def test_relative_db_filename_is_relative_to_the_yaml_file(tmp_path: Path) -> None:
-    """A relative db_filename resolves against the YAML file's directory, not the cwd."""
-    config = load_config(write(tmp_path, "db_filename: state/dev.sqlite\n"))
-    assert config.db_filename == tmp_path / "state" / "dev.sqlite"
+def test_a_relative_db_filename_is_in_the_data_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A relative db_filename is in Treadle's data directory (TREADLE_HOME, else .treadle in
+    the current directory), never beside the file, which may sit inside the installed package."""
+    (tmp_path / "conf").mkdir()
+    path = write(tmp_path / "conf", "db_filename: state/dev.sqlite\n")
+    home = tmp_path / "home"
+    assert load_config(path, {HOME_ENV: str(home)}).db_filename == home / "state" / "dev.sqlite"
+    monkeypatch.chdir(tmp_path)
+    assert load_config(path, {}).db_filename == tmp_path / ".treadle" / "state" / "dev.sqlite"
 
 
 def test_invalid_yaml_names_the_line(tmp_path: Path) -> None:
@@ -164,7 +173,7 @@ def test_ui_codec_endpoint_must_be_an_http_url(tmp_path: Path) -> None:
 def test_missing_file_says_where_to_look(tmp_path: Path) -> None:
     """A missing config file is one line naming the path."""
     path = tmp_path / "temporal-dev.yaml"
-    with pytest.raises(DevServerError, match=r"not found; run from the Treadle project root"):
+    with pytest.raises(DevServerError, match=r"temporal-dev.yaml not found; pass the path of a"):
         load_config(path)
 
 
@@ -350,7 +359,7 @@ async def test_connect_failure_names_the_address() -> None:
         await connection.connect(address=address)
     assert str(caught.value) == (
         f"cannot reach Temporal at {address}: connection refused; "
-        "start one with: python worker.py --dev-server"
+        "start one with: treadle worker --dev-server"
     )
 
 

@@ -15,6 +15,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from tests.support.harness import Harness
 from tests.support.processes import ROOT, clean_env, free_port, refusal, run_cli
+from treadle import home
 from treadle.connection import ConnectionSettingsError, parse_address
 from treadle.workflows.agent.models import AgentResult, RunStatus
 
@@ -82,11 +83,11 @@ async def test_create_workspace_makes_the_directory_and_the_run_works_in_it(
 
 
 async def test_the_default_workspace_is_created_under_workspaces(harness: Harness) -> None:
-    """Without --workspace the run gets workspaces/ID, created for it; an --id that would lead
-    out of workspaces/ is refused."""
+    """Without --workspace the run gets workspaces/ID in the data directory, created for it; an
+    --id that would lead out of workspaces/ is refused."""
     workflow_id = f"ws-{uuid.uuid4().hex[:12]}"
     harness.handles.append(harness.client.get_workflow_handle(workflow_id))
-    default = ROOT / "workspaces" / workflow_id
+    default = home.workspaces() / workflow_id
     model = harness.script({"content": "fine"})
     try:
         done = await run_cli(
@@ -100,7 +101,7 @@ async def test_the_default_workspace_is_created_under_workspaces(harness: Harnes
     escape = f"../ws-{uuid.uuid4().hex[:12]}"
     refused = await run_cli(*harness.cli_args(), "run", "x", "--model", model, "--id", escape)
     assert "cannot name a directory in workspaces/" in refusal(refused)
-    assert not (ROOT / escape.removeprefix("../")).exists()
+    assert not (home.home() / escape.removeprefix("../")).exists()
 
 
 # The address
@@ -125,7 +126,7 @@ async def test_a_malformed_temporal_address_is_refused_by_every_command(tmp_path
     for i, done in enumerate(await asyncio.gather(*runs)):
         address = BAD_ADDRESSES[i % len(BAD_ADDRESSES)]
         assert refusal(done).startswith(f"error: TEMPORAL_ADDRESS {address!r} {HOST_PORT}")
-    assert not (ROOT / "workspaces" / workflow_id).exists()
+    assert not (home.workspaces() / workflow_id).exists()
 
 
 async def test_a_malformed_address_flag_is_refused_by_every_command() -> None:

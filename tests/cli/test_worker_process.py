@@ -17,7 +17,8 @@ def _listening(port: int) -> bool:
 
 
 async def test_dev_server_flag_starts_and_stops_the_server(tmp_path: Path) -> None:
-    """--dev-server starts the server from the YAML, runs a worker, and stops both on SIGTERM."""
+    """--dev-server starts the server from the YAML (its database in the data directory), runs a
+    worker, and stops both on SIGTERM."""
     port, ui_port = free_port(), free_port()
     config = tmp_path / "dev.yaml"
     config.write_text(
@@ -26,7 +27,8 @@ async def test_dev_server_flag_starts_and_stops_the_server(tmp_path: Path) -> No
     )
     process = await asyncio.create_subprocess_exec(
         sys.executable, str(ROOT / "worker.py"), "--dev-server", "--dev-config", str(config),
-        cwd=ROOT, env=clean_env(), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+        cwd=ROOT, env=clean_env(TREADLE_HOME=str(tmp_path)), stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
     )  # fmt: skip
     assert process.stdout is not None
     lines: list[str] = []

@@ -1,4 +1,4 @@
-"""`starter.py jobs ...` as operators run it: real processes, tables, JSON and exit codes."""
+"""`treadle jobs ...` as operators run it: real processes, tables, JSON and exit codes."""
 
 from __future__ import annotations
 
@@ -200,4 +200,4 @@ async def test_an_unknown_job_id_is_one_line_and_exit_2(
     """Every command that names a job refuses an unknown id with one line and exit code 2."""
     code, out, err = await _jobs(JobsEnv(client, "no-worker-needed"), *args)
     assert (code, out) == (2, "")
-    assert _one_line_error(err) == "error: unknown job 'no-such-job' (see: starter.py jobs list)"
+    assert _one_line_error(err) == "error: unknown job 'no-such-job' (see: treadle jobs list)"

@@ -1,4 +1,4 @@
-"""Scheduled agents (`starter.py schedule ...`) as an operator runs them: real processes against
+"""Scheduled agents (`treadle schedule ...`) as an operator runs them: real processes against
 the dev server, the harness's worker running the scheduled runs with the scripted model, and
 every run's check-ins reaching the cron monitor created with the schedule."""
 
@@ -57,7 +57,7 @@ WRITE = {"name": "write_file", "arguments": {"path": "notes.md", "content": "nig
 
 
 class Schedules:
-    """`starter.py schedule ...` against the harness's server and task queue."""
+    """`treadle schedule ...` against the harness's server and task queue."""
 
     def __init__(self, harness: Harness) -> None:
         self.harness = harness
@@ -192,7 +192,7 @@ async def test_a_scheduled_agent_runs_and_its_check_ins_reach_its_monitor(
     )
     assert other == (
         f"error: scheduled agent '{name}' already exists with other settings; "
-        f"delete it first (starter.py schedule delete {name})"
+        f"delete it first (treadle schedule delete {name})"
     )
 
     await schedules.ok("trigger", name)
@@ -253,9 +253,7 @@ async def test_a_run_waiting_for_approval_is_in_progress_and_the_next_slot_is_sk
     assert "waiting for approval: write_file" in shown
     # The approval commands reach the server `show` was pointed at.
     address = schedules.client.service_client.config.target_host
-    approve = (
-        f"starter.py --address {address} approve {agent_run_id(slot)} --call {pending.call_id}"
-    )
+    approve = f"treadle --address {address} approve {agent_run_id(slot)} --call {pending.call_id}"
     assert any(line.strip().endswith(approve) for line in shown.splitlines()), shown
     assert "schedule:    cron '0 2 * * *' (UTC); overlap skip" in shown
 
@@ -337,7 +335,7 @@ async def test_pause_unpause_and_delete(schedules: Schedules) -> None:
     assert monitor.status is WorkflowExecutionStatus.COMPLETED
     line = await schedules.refused("show", name)
     assert line == f"error: no scheduled agent '{name}' in namespace default " + (
-        "(see: starter.py schedule list)"
+        "(see: treadle schedule list)"
     )
 
 
@@ -410,9 +408,9 @@ def test_printed_commands_keep_the_profile_and_the_server_they_were_given() -> N
         profile="prod", address=None, namespace=None, task_queue=schedules.TASK_QUEUE
     )
     assert schedules._connection_options(client, args) == ["--profile", "prod"]
-    approve = shell.runnable("python starter.py approve run-1 --call c1")
+    approve = shell.runnable("treadle approve run-1 --call c1")
     assert shell.connected(approve, ["--profile", "prod"]).endswith(
-        "starter.py --profile prod approve run-1 --call c1"
+        "treadle --profile prod approve run-1 --call c1"
     )
     assert "--profile prod" in shell.starter(
         "schedule", "show", "n", **schedules._where(client, args)
@@ -426,7 +424,7 @@ def test_printed_commands_keep_the_profile_and_the_server_they_were_given() -> N
         "--namespace",
         "prod-ns",
     ]
-    # Not a starter.py command: left as it is.
+    # Not a treadle command: left as it is.
     assert shell.connected("temporal workflow list", ["--profile", "p"]) == "temporal workflow list"
 
 

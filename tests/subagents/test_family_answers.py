@@ -1,7 +1,7 @@
 """One place to answer a family: a stuck sub-agent is guided (or halted) through its parent
-(``starter.py guide PARENT_ID --child CALL``, or the stock CLI's ``guide`` signal to the parent
+(``treadle guide PARENT_ID --child CALL``, or the stock CLI's ``guide`` signal to the parent
 naming the child's call; a grandchild by its path, ``call_1/call_2``), and a sub-agent's client
-queries are answered through it (``starter.py answer PARENT_ID call_1/q1``)."""
+queries are answered through it (``treadle answer PARENT_ID call_1/q1``)."""
 
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ def failing_edit(harness: Harness) -> dict[str, Any]:
 
 async def test_a_stuck_child_is_guided_through_its_parent(harness: Harness) -> None:
     """A stuck child's ``guidance_needed`` reaches its parent's stream naming the child's call,
-    with commands that work on the parent; ``starter.py guide PARENT_ID --child call_1`` sends
+    with commands that work on the parent; ``treadle guide PARENT_ID --child call_1`` sends
     the guidance on, the child's model reads it, and both runs finish."""
     bad = failing_edit(harness)
     sub = harness.script(
@@ -48,9 +48,7 @@ async def test_a_stuck_child_is_guided_through_its_parent(harness: Harness) -> N
     kid = child(harness, handle, "call_1")
     needed = await wait_for_event(handle, lambda e: e.kind == "guidance_needed")
     assert (needed.subagent, needed.call_id) == (kid.id, "call_1")
-    assert f'python starter.py guide {handle.id} --child call_1 --guidance "..."' in (
-        needed.commands
-    )
+    assert f'treadle guide {handle.id} --child call_1 --guidance "..."' in (needed.commands)
     await shows(handle, "a stuck child", lambda s: bool(s.children and s.children[0].stuck))
     assert "(guide it: `guide --child call_1`)" in await current_details(handle)
     shown = await starter(harness, "status", handle.id)
@@ -110,7 +108,7 @@ async def test_a_stuck_grandchild_is_halted_through_the_top_run_with_the_stock_c
     )
     assert needed.subagent == grandkid.id
     # The top run's status names the stuck grandchild under its child, by the path that
-    # guides it, and so does ``starter.py status``.
+    # guides it, and so does ``treadle status``.
     status = await shows(
         handle,
         "a stuck grandchild",
@@ -164,7 +162,7 @@ async def test_a_childs_client_queries_are_answered_through_its_parent(harness: 
         handle, lambda e: e.kind == "client_query" and e.call_id == "call_1/q1"
     )
     assert asked.subagent is None and asked.target == kids[0].id
-    assert f'python starter.py answer {handle.id} call_1/q1 "..."' in asked.commands
+    assert f'treadle answer {handle.id} call_1/q1 "..."' in asked.commands
     shown = await starter(harness, "status", handle.id)
     assert "client:   call_2/q1  question  which host?" in shown.stdout
     assert "**Waiting for the client:** `call_2/q1` question which host?" in (

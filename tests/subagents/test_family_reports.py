@@ -124,7 +124,7 @@ async def test_a_childs_routine_reports_keep_their_pace_and_its_last_events_stil
 
 async def test_a_grandchilds_approval_is_decided_through_the_top_run(harness: Harness) -> None:
     """A grandchild's call waiting for approval bubbles up to the top run, named by each
-    level's call (``call_c/call_g/call_t0_0``); ``starter.py approve TOP_ID --call`` decides it
+    level's call (``call_c/call_g/call_t0_0``); ``treadle approve TOP_ID --call`` decides it
     in the grandchild, through its parent."""
     grand = harness.script({"tool_calls": [LIST]}, {"content": "grand listed"})
     mid = harness.script(
@@ -142,9 +142,7 @@ async def test_a_grandchilds_approval_is_decided_through_the_top_run(harness: Ha
     assert (pending.call_id, pending.tool) == ("call_c/call_g/call_t0_0", "list_dir")
     needed = await wait_for_event(handle, lambda e: e.kind == "approval_needed")
     assert needed.call_id == "call_c/call_g/call_t0_0"
-    assert f"python starter.py approve {handle.id} --call call_c/call_g/call_t0_0" in (
-        needed.commands
-    )
+    assert f"treadle approve {handle.id} --call call_c/call_g/call_t0_0" in (needed.commands)
     approved = await starter(harness, "approve", handle.id, "--call", pending.call_id)
     assert approved.returncode == 0, approved.stderr
     assert "approved call_c/call_g/call_t0_0 (list_dir)" in approved.stdout

@@ -31,7 +31,7 @@ async def test_a_run_with_tools_an_approval_and_an_answer(harness: Harness) -> N
     needed = await wait_for_event(handle, lambda e: e.kind == "approval_needed")
     assert (needed.tool, needed.arguments) == ("write_file", WRITE["arguments"])
     assert needed.text == "write_file notes.md"
-    assert f"python starter.py approve {handle.id} --call {needed.call_id}" in needed.commands
+    assert f"treadle approve {handle.id} --call {needed.call_id}" in needed.commands
     assert any(c.startswith("temporal workflow signal") for c in needed.commands)
     await handle.signal(AgentWorkflow.approve, ApproveSignal(call_id=needed.call_id or ""))
     result: AgentResult = await handle.result()

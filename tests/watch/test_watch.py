@@ -1,4 +1,4 @@
-"""``starter.py watch``, ``run --wait`` and ``chat`` showing a run live, as users run them (real
+"""``treadle watch``, ``run --wait`` and ``chat`` showing a run live, as users run them (real
 processes against the dev server): JSON lines when piped, resuming from an offset, answering
 approvals with ``--interactive``, following a run whose worker comes late, encrypted runs."""
 
@@ -272,7 +272,7 @@ async def test_on_a_terminal_watch_keeps_a_status_line_and_asks(harness: Harness
             process.kill()
         os.close(main_fd)
     shown = screen.decode(errors="replace")
-    assert "needs approval" in shown and f"starter.py approve {handle.id}" in shown
+    assert "needs approval" in shown and f"treadle approve {handle.id}" in shown
     assert "WaitingForHuman · step 1" in shown  # the status line
     assert "\x1b[" in shown  # a terminal gets styles and cursor moves, a pipe does not
     assert (harness.workspace / "notes.md").read_text() == "hello"
@@ -339,7 +339,7 @@ async def test_run_wait_shows_the_run_and_keeps_its_last_line(harness: Harness) 
         "Let me write.",
         f"⏸ write_file notes.md needs approval (call {call})",
         f"  arguments: {json.dumps(WRITE['arguments'])}",
-        f"  {runnable(f'python starter.py approve {workflow_id} --call {call}')}",
+        f"  {runnable(f'treadle approve {workflow_id} --call {call}')}",
     ]
     prompt = f"write_file {json.dumps(WRITE['arguments'])} ({call}): approve, reject, modify"
     assert f"{prompt}, or skip? [a/r/m/s] a" in lines
@@ -467,7 +467,7 @@ async def test_a_client_with_no_one_to_ask_leaves_a_file_read_to_another(
     async with in_background(harness, "watch", handle.id, cwd=tmp_path) as first:
         said = await read_stderr_until(first, "is left to another client")
         assert "no one here to ask and no --allow-reads" in said
-        assert f"starter.py answer {handle.id} q1" in said
+        assert f"treadle answer {handle.id} q1" in said
         await asyncio.sleep(0.5)
         await harness.wait_for_state(handle, "WaitingForClient")  # not declined
         code, _, err = await starter(harness, "watch", handle.id, "--allow-reads", cwd=tmp_path)
@@ -593,7 +593,7 @@ async def test_a_question_waits_for_someone_who_can_answer(harness: Harness) -> 
     async with in_background(harness, "watch", handle.id) as watching:
         said = await read_stderr_until(watching, "Answer it with: ")
         printed = said.rsplit("Answer it with: ", 1)[1].strip()
-        assert printed == runnable(f'python starter.py answer {handle.id} q1 "..."')
+        assert printed == runnable(f'treadle answer {handle.id} q1 "..."')
         await harness.wait_for_state(handle, "WaitingForClient")
         code, _, err = await starter(harness, "answer", handle.id, "q1", "main")
         assert code == 0, err

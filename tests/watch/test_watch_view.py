@@ -175,7 +175,7 @@ def test_a_cut_model_event_is_compared_as_far_as_it_goes() -> None:
 def test_tool_lines_approvals_and_the_end() -> None:
     """Tool calls start (→) and end (✓/✗); an approval shows the call and its commands; a
     client query its commands; the end its state."""
-    commands = ("python starter.py approve r1 --call c1", "python starter.py reject r1 ...")
+    commands = ("treadle approve r1 --call c1", "treadle reject r1 ...")
     query = ClientQuery(
         id="q1", kind="file_read", what="src/main.rs", call_id="c2", step=2, asked_at=AT
     )
@@ -188,7 +188,7 @@ def test_tool_lines_approvals_and_the_end() -> None:
         ev("tool_finished", 1, "wrote 12 bytes", tool="write_file", target="notes.md", ok=True),
         ev("tool_finished", 1, "ERROR: no such file\nmore", tool="read_file", target="x", ok=False),
         ev("client_query", 2, "file_read: src/main.rs", query=query,
-           commands=('python starter.py answer r1 q1 "..."',)),
+           commands=('treadle answer r1 q1 "..."',)),
         ev("state", 2, "Planning -> Done"),
         ev("ended", 2, "all done", state="Done"),
     )  # fmt: skip
@@ -196,14 +196,14 @@ def test_tool_lines_approvals_and_the_end() -> None:
         "▶ Write the notes",
         "⏸ write_file notes.md needs approval (call c1)",
         '  arguments: {"path": "notes.md"}',
-        f"  {runnable('python starter.py approve r1 --call c1')}",
-        f"  {runnable('python starter.py reject r1 ...')}",
+        f"  {runnable('treadle approve r1 --call c1')}",
+        f"  {runnable('treadle reject r1 ...')}",
         "• decided: approve c1",
         "→ write_file notes.md",
         "✓ write_file notes.md (wrote 12 bytes)",
         "✗ read_file x: ERROR: no such file",
         "? the run asks for the file src/main.rs (query q1)",
-        "  " + runnable('python starter.py answer r1 q1 "..."'),
+        "  " + runnable('treadle answer r1 q1 "..."'),
         "■ Done",
     ]
 

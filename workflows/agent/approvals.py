@@ -162,7 +162,7 @@ def check_approver(run: AgentRun, name: str | None) -> None:
     if name is None:
         raise Refused(
             f"this run takes decisions from its approvers only ({listed}); "
-            "say who decides with decided_by (treadle --as NAME)"
+            "say who decides with decided_by (treadle approve --as NAME)"
         )
     raise Refused(f"{name!r} is not one of this run's approvers ({listed})")
 

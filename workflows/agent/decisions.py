@@ -2,7 +2,7 @@
 ``reject`` / ``modify`` / ``guide`` (small JSON objects, so ``temporal workflow signal --input
 '{...}'`` works), the ``decide`` update's input, and a call waiting for a decision.
 
-Every body may say who sent it (``decided_by``): ``treadle --as NAME``, by default the OS
+Every body may say who sent it (``decided_by``): ``treadle approve --as NAME``, by default the OS
 user and host. It is attribution, not authentication: the name is what the sender wrote, and
 who may signal a workflow at all is the Temporal server's authorizer's job. A run that names its
 ``approvers`` refuses a decision from any other name. Optional, so old bodies stay valid.
