@@ -27,7 +27,7 @@ from treadle.devserver import (
     load_config,
     probe,
 )
-from treadle.workflows.agent.search_attributes import REQUIRED
+from treadle.workflows.agent.messages.search_attributes import REQUIRED
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
