@@ -36,7 +36,7 @@ from temporalio.common import MetricMeter
 from temporalio.exceptions import ApplicationError
 
 from treadle.activities.content.redaction import redacted
-from treadle.workflows.agent.models import ChatMessage, ModelRequest, ModelResponse
+from treadle.workflows.agent.messages.models import ChatMessage, ModelRequest, ModelResponse
 
 __all__ = [
     "HOOK_RUNS",

@@ -35,8 +35,8 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from treadle.activities.errors import ThreadUnavailable
 from treadle.activities.heartbeat import heartbeating
-from treadle.workflows.agent.models import AgentStatus, SendReceipt, UserMessage
-from treadle.workflows.agent.state_machine import State
+from treadle.workflows.agent.messages.models import AgentStatus, SendReceipt, UserMessage
+from treadle.workflows.agent.messages.state_machine import State
 from treadle.workflows.agent.workflow import AgentWorkflow
 from treadle.workflows.scheduled.models import SendToThreadInput, ThreadAnswer
 

@@ -31,9 +31,8 @@ from treadle.cli.worker import build_worker
 from treadle.connection import connect
 from treadle.devserver import DevServer
 from treadle.scripted_model import ScriptedModelServer
-from treadle.workflows.agent.catalogue import TOOLS
-from treadle.workflows.agent.memory import AgentMemory
-from treadle.workflows.agent.models import (
+from treadle.workflows.agent.messages.catalogue import TOOLS
+from treadle.workflows.agent.messages.models import (
     AgentConfig,
     AgentInput,
     AgentResult,
@@ -42,7 +41,8 @@ from treadle.workflows.agent.models import (
     ToolPolicy,
     Turn,
 )
-from treadle.workflows.agent.state_machine import State
+from treadle.workflows.agent.messages.state_machine import State
+from treadle.workflows.agent.parts.memory import AgentMemory
 from treadle.workflows.agent.workflow import AgentWorkflow
 
 DEFAULT_CONFIG = AgentConfig()

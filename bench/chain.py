@@ -22,7 +22,7 @@ from bench.suite import Bench, Row
 from treadle.activities.model.activity import http_client
 from treadle.activities.store.blobs import FileBlobStore
 from treadle.cli.worker import build_worker
-from treadle.workflows.agent.models import AgentConfig, AgentInput, AgentResult, RunStatus
+from treadle.workflows.agent.messages.models import AgentConfig, AgentInput, AgentResult, RunStatus
 from treadle.workflows.agent.workflow import AgentWorkflow
 
 FILE_BYTES = 2_000

@@ -69,7 +69,7 @@ from bench.suite import (
     start_agent,
 )
 from treadle.cli.worker import WORKFLOWS, workflow_runner
-from treadle.workflows.agent.models import AgentConfig, RunStatus
+from treadle.workflows.agent.messages.models import AgentConfig, RunStatus
 
 IDLE_SECONDS = 3.0
 

@@ -40,8 +40,8 @@ from treadle.cli.worker import build_worker
 from treadle.connection import connect
 from treadle.devserver import DevServer
 from treadle.scripted_model import ScriptedModelServer
-from treadle.workflows.agent.models import AgentConfig, AgentInput, AgentResult
-from treadle.workflows.agent.progress import ProgressConfig
+from treadle.workflows.agent.messages.models import AgentConfig, AgentInput, AgentResult
+from treadle.workflows.agent.messages.progress import ProgressConfig
 from treadle.workflows.agent.workflow import AgentWorkflow
 
 

@@ -7,7 +7,7 @@ import socket
 from pathlib import Path
 
 from treadle.devserver import TIMER_TICK, TIMER_TICK_KEY, DevServerConfig
-from treadle.workflows.agent.search_attributes import REQUIRED
+from treadle.workflows.agent.messages.search_attributes import REQUIRED
 
 
 def free_port() -> int:

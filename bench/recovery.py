@@ -46,7 +46,7 @@ from bench.suite import (
     wait_for,
 )
 from treadle.activities.heartbeat import MIN_INTERVAL_SECONDS
-from treadle.workflows.agent.models import AgentConfig, ApproveSignal, RunStatus
+from treadle.workflows.agent.messages.models import AgentConfig, ApproveSignal, RunStatus
 from treadle.workflows.agent.workflow import AgentWorkflow
 
 

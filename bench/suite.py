@@ -68,7 +68,7 @@ from treadle.cli.worker import (
 from treadle.connection import connect
 from treadle.devserver import DevServer
 from treadle.scripted_model import ScriptedModelServer
-from treadle.workflows.agent.models import (
+from treadle.workflows.agent.messages.models import (
     AgentConfig,
     AgentInput,
     AgentResult,

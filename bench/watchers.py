@@ -39,8 +39,13 @@ from temporalio.contrib.workflow_streams import PollInput, PollResult
 
 from bench.suite import Bench, cpu_seconds, start_agent
 from treadle.stream import watch_events
-from treadle.workflows.agent.events import EVENTS_TOPIC, OFFSET_QUERY, POLL_QUERY, TOKENS_TOPIC
-from treadle.workflows.agent.models import AgentConfig, RunStatus
+from treadle.workflows.agent.messages.events import (
+    EVENTS_TOPIC,
+    OFFSET_QUERY,
+    POLL_QUERY,
+    TOKENS_TOPIC,
+)
+from treadle.workflows.agent.messages.models import AgentConfig, RunStatus
 from treadle.workflows.agent.workflow import AgentWorkflow
 
 CALLS = 200

@@ -42,7 +42,11 @@ from treadle.activities.store.blobs import FileBlobStore
 from treadle.activities.workspace import Snapshotter, materialise
 from treadle.activities.workspace.scan import Index, Rules, walk
 from treadle.activities.workspace.snapshot import size
-from treadle.workflows.agent.snapshots import DEFAULT_IGNORE, SnapshotRequest, SnapshotResult
+from treadle.workflows.agent.messages.snapshots import (
+    DEFAULT_IGNORE,
+    SnapshotRequest,
+    SnapshotResult,
+)
 
 DIRECTORIES = 100
 STEP_SECONDS = 5.0

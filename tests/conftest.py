@@ -34,7 +34,7 @@ from treadle.connection import connect
 from treadle.devserver import TIMER_TICK, TIMER_TICK_KEY, DevServer, DevServerConfig
 from treadle.home import HOME_ENV
 from treadle.scripted_model import ScriptedModelServer
-from treadle.workflows.agent import search_attributes
+from treadle.workflows.agent.messages import search_attributes
 
 # Property tests assert behaviour, never durations: no example may fail for taking longer than
 # hypothesis's default 200 ms on a busy machine (that failed as "Flaky" in full runs).

@@ -76,7 +76,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from treadle import closed as closed_runs
 from treadle.shared_calls import SharedCalls
-from treadle.workflows.agent.events import (
+from treadle.workflows.agent.messages.events import (
     EVENTS_TOPIC,
     OFFSET_QUERY,
     POLL_QUERY,

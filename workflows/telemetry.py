@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 from temporalio import workflow
 
 if TYPE_CHECKING:
-    from treadle.workflows.agent.models import Price, TokenUsage
+    from treadle.workflows.agent.messages.models import Price, TokenUsage
 
 __all__ = [
     "CLIENT_QUERIES",
@@ -114,7 +114,7 @@ def model_spent(model: str, usage: TokenUsage, prices: Mapping[str, Price]) -> N
     """Record what one model call cost by the run's price list (nothing when ``model`` has no
     price there); the histogram's ``_sum`` is the spend, its ``_count`` the priced calls."""
     # Here, not at the top: the monitors' workflow uses this module too, without the agent's.
-    from treadle.workflows.agent.status import cost
+    from treadle.workflows.agent.parts.status import cost
 
     usd = cost({model: usage}, prices)
     if usd is None:

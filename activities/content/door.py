@@ -6,10 +6,10 @@ Out of an activity (into the history):
 
 - ``reply``: the model's reply. Every string value of a tool call's JSON arguments longer than
   ``STORE_OVER_CHARS`` (a file's content, a patch) becomes a marker
-  (``treadle.workflows.agent.content_refs``: key, length, preview); short values (a path, a command)
-  stay inline, so the workflow can check the call, derive its target, show it for approval and
-  track progress. The reply's text over the threshold is stored too (``content_ref``, with a
-  preview of its start and end) when the reply calls tools. A reply without tool calls is an
+  (``treadle.workflows.agent.messages.content_refs``: key, length, preview); short values (a path,
+  a command) stay inline, so the workflow can check the call, derive its target, show it for
+  approval and track progress. The reply's text over the threshold is stored too (``content_ref``,
+  with a preview of its start and end) when the reply calls tools. A reply without tool calls is an
   answer (the run's, or a thread turn's) and stays whole: it is the run's result
   (``AgentResult.answer``), which the workflow hands back as it is and cannot read from the
   store.
@@ -34,10 +34,10 @@ from temporalio import activity
 
 from treadle.activities.content import redaction
 from treadle.activities.errors import ModelConfigError, StoreUnavailable
-from treadle.workflows.agent import content_refs
-from treadle.workflows.agent.catalogue import TOOLS
-from treadle.workflows.agent.models import ChatMessage, ModelResponse, ToolCall, ToolResult
-from treadle.workflows.agent.typed_answers import FINAL_ANSWER_TOOL
+from treadle.workflows.agent.messages import content_refs
+from treadle.workflows.agent.messages.catalogue import TOOLS
+from treadle.workflows.agent.messages.models import ChatMessage, ModelResponse, ToolCall, ToolResult
+from treadle.workflows.agent.parts.typed_answers import FINAL_ANSWER_TOOL
 
 __all__ = [
     "PREVIEW_HEAD_CHARS",

@@ -11,7 +11,8 @@ The boundary, in one place::
     an unknown hook name         a ``failed`` result (the config is checked when the run starts,
                                  so only a worker without that hook meets one)
 
-Temporal owns the retries (``treadle.workflows.agent.hooks.hook_call``); nothing here loops.
+Temporal owns the retries (``treadle.workflows.agent.messages.hooks.hook_call``); nothing here
+loops.
 """
 
 from __future__ import annotations
@@ -26,14 +27,14 @@ from treadle.activities import telemetry
 from treadle.activities.heartbeat import heartbeating
 from treadle.activities.hooks.base import Hook, HookBusy, HookFailed
 from treadle.activities.hooks.git_commit import GitCommit
-from treadle.workflows.agent.hooks import HookRequest, HookResult
+from treadle.workflows.agent.messages.hooks import HookRequest, HookResult
 
 __all__ = ["HOOKS", "HookActivities"]
 
 HOOKS: tuple[Hook, ...] = (GitCommit(),)
 """Every hook a worker runs; a run's config picks some by name and they run in its order.
 Adding one: a module with the hook, a line here, and its name in
-``treadle.workflows.agent.hooks.KNOWN_HOOKS`` (so a run's config may name it)."""
+``treadle.workflows.agent.messages.hooks.KNOWN_HOOKS`` (so a run's config may name it)."""
 
 
 class HookActivities:

@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from treadle.activities.errors import TreadleError
-from treadle.workflows.agent.hooks import HookRequest, HookResult
+from treadle.workflows.agent.messages.hooks import HookRequest, HookResult
 
 __all__ = ["Hook", "HookBusy", "HookError", "HookFailed"]
 

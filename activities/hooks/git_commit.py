@@ -63,7 +63,7 @@ from temporalio.service import RPCError
 from treadle.activities.hooks import locks
 from treadle.activities.hooks.base import HookBusy, HookFailed
 from treadle.activities.tools.workspace import is_inside
-from treadle.workflows.agent.hooks import (
+from treadle.workflows.agent.messages.hooks import (
     DEFAULT_COMMIT_AUTHOR,
     HookRequest,
     HookResult,

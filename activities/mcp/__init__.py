@@ -22,7 +22,8 @@ durable agent loop better.
 - **Typed messages and names by object.** temporalio-mcp registers one set of seven activities
   per server under string names (``temporalio.mcp.<server>.call-tool``) taking dicts, and puts
   ``mcp``/``mcp_types`` through the sandbox. Here two activities take pydantic models, the
-  workflow refers to them by method, and the sandbox imports only ``treadle.workflows.agent.mcp``.
+  workflow refers to them by method, and the sandbox imports only
+  ``treadle.workflows.agent.messages.mcp``.
 - **Listing per worker.** temporalio-mcp caches a listing per workflow-side client object;
   issue 12 asks for one listing per worker, cached and refreshed on demand, with a server that is
   down reported as unavailable rather than failing the run.

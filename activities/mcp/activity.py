@@ -41,7 +41,7 @@ from treadle.activities.mcp.errors import McpUnavailableError
 from treadle.activities.mcp.schemas import SchemaRefused, SchemaShelf
 from treadle.activities.store.conversation import ConversationStore
 from treadle.activities.tools.builtin import cap_output
-from treadle.workflows.agent.mcp import (
+from treadle.workflows.agent.messages.mcp import (
     McpCallRequest,
     McpListRequest,
     McpToolInfo,
@@ -50,7 +50,7 @@ from treadle.workflows.agent.mcp import (
     unique_names,
     vanished,
 )
-from treadle.workflows.agent.models import ToolResult
+from treadle.workflows.agent.messages.models import ToolResult
 
 if TYPE_CHECKING:
     # The ``mcp`` SDK takes about a second to import: ``sessions``, ``protocol`` and

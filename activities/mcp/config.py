@@ -37,7 +37,7 @@ from urllib.parse import urlsplit
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from treadle.activities.mcp.errors import McpConfigError
-from treadle.workflows.agent.mcp import check_server_name
+from treadle.workflows.agent.messages.mcp import check_server_name
 from treadle.workflows.base import Frozen, describe_errors
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")

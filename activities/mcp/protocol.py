@@ -19,7 +19,7 @@ from pydantic import ValidationError
 
 from treadle.activities.mcp.errors import McpTimeoutError, McpUnavailableError
 from treadle.activities.mcp.sessions import Connection, one_line
-from treadle.workflows.agent.mcp import McpCallRequest
+from treadle.workflows.agent.messages.mcp import McpCallRequest
 
 MAX_LIST_PAGES = 100
 """A server whose ``tools/list`` cursor never ends is cut off after this many pages."""

@@ -22,7 +22,7 @@ from mcp.types import (
 )
 
 from treadle.activities.mcp.config import McpServerConfig
-from treadle.workflows.agent.mcp import MAX_DESCRIPTION_CHARS, McpToolInfo
+from treadle.workflows.agent.messages.mcp import MAX_DESCRIPTION_CHARS, McpToolInfo
 
 NO_OUTPUT = "(no output)"
 

@@ -20,7 +20,7 @@ from collections import OrderedDict
 from typing import Any
 
 from treadle.activities.store.conversation import ConversationStore
-from treadle.workflows.agent.mcp import MAX_SCHEMA_BYTES, McpToolInfo
+from treadle.workflows.agent.messages.mcp import MAX_SCHEMA_BYTES, McpToolInfo
 
 MAX_DEPTH = 64
 """A schema nested deeper than this is refused (providers and JSON encoders give up sooner or

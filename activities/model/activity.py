@@ -70,9 +70,9 @@ from treadle.activities.model.tool_schemas import ToolSchemas
 from treadle.activities.store.blobs import BlobCorrupt
 from treadle.activities.store.conversation import ConversationStore
 from treadle.activities.store.view import view
-from treadle.workflows.agent.content_refs import holds_refs
-from treadle.workflows.agent.models import ModelRequest, ModelResponse
-from treadle.workflows.agent.providers import PROVIDERS, ModelStringError, resolve
+from treadle.workflows.agent.messages.content_refs import holds_refs
+from treadle.workflows.agent.messages.models import ModelRequest, ModelResponse
+from treadle.workflows.agent.messages.providers import PROVIDERS, ModelStringError, resolve
 
 READ_TIMEOUT_GRACE_SECONDS = 2.0
 """The HTTP read timeout outlasts the attempt's start-to-close timeout by this much, so an

@@ -32,7 +32,7 @@ from treadle.activities.model.streaming import (
     TextCallback,
     event_json,
 )
-from treadle.workflows.agent.models import (
+from treadle.workflows.agent.messages.models import (
     ChatMessage,
     ModelRequest,
     ModelResponse,

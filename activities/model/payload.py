@@ -21,8 +21,8 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from treadle.activities.errors import ModelResponseError
-from treadle.workflows.agent.catalogue import TOOLS
-from treadle.workflows.agent.models import ModelRequest, ModelResponse
+from treadle.workflows.agent.messages.catalogue import TOOLS
+from treadle.workflows.agent.messages.models import ModelRequest, ModelResponse
 
 __all__ = [
     "MAX_TOKEN_COUNT",

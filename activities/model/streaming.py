@@ -20,7 +20,7 @@ from typing import Any, Protocol
 
 from treadle.activities.errors import ModelResponseError
 from treadle.activities.model.payload import rejoined
-from treadle.workflows.agent.models import ModelResponse
+from treadle.workflows.agent.messages.models import ModelResponse
 
 __all__ = [
     "ErrorEvent",

@@ -1,7 +1,7 @@
 """A streaming model call's text on the run's live stream, in few batches.
 
 While the provider is still generating, the model activity publishes the text so far as
-``TokenDelta``s on the run's ``tokens`` topic (``treadle.workflows.agent.events``), through
+``TokenDelta``s on the run's ``tokens`` topic (``treadle.workflows.agent.messages.events``), through
 ``WorkflowStreamClient``. Each batch is one signal to the run: one ``WorkflowExecutionSignaled``
 event, and a workflow task to take it (three more events at most). A reply's length must not
 decide how much history it adds, so the batches are few, and further apart the longer a call
@@ -41,8 +41,8 @@ from temporalio.contrib.workflow_streams import WorkflowStreamClient
 
 from treadle.activities.content.redaction import current
 from treadle.activities.model.streaming import TextCallback
-from treadle.workflows.agent.events import TOKENS_TOPIC, TokenDelta
-from treadle.workflows.agent.models import ModelRequest
+from treadle.workflows.agent.messages.events import TOKENS_TOPIC, TokenDelta
+from treadle.workflows.agent.messages.models import ModelRequest
 
 __all__ = [
     "CLOSE_WAIT_SECONDS",

@@ -15,7 +15,7 @@ from typing import Any
 from treadle.activities.errors import ModelConfigError
 from treadle.activities.store.blobs import BlobCorrupt
 from treadle.activities.store.conversation import ConversationStore
-from treadle.workflows.agent.models import ModelRequest, ToolSchema
+from treadle.workflows.agent.messages.models import ModelRequest, ToolSchema
 
 CACHED_SCHEMAS = 256
 """Schemas a worker keeps parsed (least recently used are dropped); each is at most

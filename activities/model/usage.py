@@ -14,7 +14,7 @@ import json
 import math
 
 from treadle.activities.model.payload import offered_schemas
-from treadle.workflows.agent.models import ModelRequest, ModelResponse, TokenUsage
+from treadle.workflows.agent.messages.models import ModelRequest, ModelResponse, TokenUsage
 
 __all__ = ["CHARS_PER_TOKEN", "MESSAGE_OVERHEAD", "estimate_tokens", "with_usage"]
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from treadle.activities.content.door import resolve_message
 from treadle.activities.store.blobs import BlobCorrupt, BlobStore, check_key
-from treadle.workflows.agent.models import ChatMessage, ThreadExport
+from treadle.workflows.agent.messages.models import ChatMessage, ThreadExport
 
 CACHE_HEADS = 512
 """Conversations a worker keeps resolved in memory (least recently used are dropped)."""

@@ -16,7 +16,7 @@ from temporalio.exceptions import ApplicationError
 from treadle.activities.errors import StoreUnavailable
 from treadle.activities.heartbeat import heartbeating
 from treadle.activities.store.blobs import BlobCorrupt, BlobMissing, BlobStore, key_of
-from treadle.workflows.agent.outages import STORE_UNAVAILABLE, StoreAnswered, StoreProbe
+from treadle.workflows.agent.parts.outages import STORE_UNAVAILABLE, StoreAnswered, StoreProbe
 
 __all__ = ["PROBE_KEY", "StoreProbeActivities"]
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from treadle.workflows.agent.models import ChatMessage
-from treadle.workflows.agent.reflection import summarise_messages
+from treadle.workflows.agent.messages.models import ChatMessage
+from treadle.workflows.agent.parts.reflection import summarise_messages
 
 RECENT_SHARE = 0.75
 """At most this share of the window is recent messages (the rest: summary and the reply)."""

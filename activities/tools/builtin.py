@@ -44,7 +44,7 @@ from treadle.activities.tools.output import ToolOutput, cap_output, content_hash
 from treadle.activities.tools.workspace import is_inside, relative, resolve, workspace_root
 from treadle.activities.workspace.follow import Follower, may_change, snapshot_after
 from treadle.activities.workspace.snapshot import Snapshotter, TooMuchToRead
-from treadle.workflows.agent.catalogue import (
+from treadle.workflows.agent.messages.catalogue import (
     TOOLS,
     EditFileArgs,
     ListDirArgs,
@@ -56,8 +56,8 @@ from treadle.workflows.agent.catalogue import (
     WriteFileArgs,
     parse_arguments,
 )
-from treadle.workflows.agent.models import ToolPolicy, ToolRequest, ToolResult
-from treadle.workflows.agent.toolbox import short_target
+from treadle.workflows.agent.messages.models import ToolPolicy, ToolRequest, ToolResult
+from treadle.workflows.agent.parts.toolbox import short_target
 
 __all__ = [
     "Confinement",

@@ -27,8 +27,8 @@ from treadle.activities.tools.confinement import (
 )
 from treadle.activities.tools.output import ToolOutput, content_hash
 from treadle.activities.tools.workspace import workspace_root
-from treadle.workflows.agent.catalogue import RunCommandArgs
-from treadle.workflows.agent.tool_args import ToolPolicy
+from treadle.workflows.agent.messages.catalogue import RunCommandArgs
+from treadle.workflows.agent.messages.tool_args import ToolPolicy
 
 OUTPUT_DRAIN_GRACE_SECONDS = 2.0
 """After a command ends, how long to wait for its output pipe to close."""

@@ -36,7 +36,8 @@ The function runs inside the ``run_tool`` activity, on the worker: it may do I/O
 ("no such branch"); anything else is a bug, which Temporal retries. Long outputs are capped and
 stored like the built-in tools' outputs.
 
-The worker adds the tools to the catalogue (``treadle.workflows.agent.catalogue.register``) when it
+The worker adds the tools to the catalogue
+(``treadle.workflows.agent.messages.catalogue.register``) when it
 loads them: the workflow layer never imports a tool module. Keep tool modules' top-level imports
 light, and do the I/O inside the functions.
 """
@@ -51,7 +52,7 @@ from typing import Any, Generic, TypeVar
 from treadle.activities.errors import ToolError
 from treadle.activities.tools.output import ToolOutput
 from treadle.activities.tools.workspace import resolve
-from treadle.workflows.agent.tool_args import ToolArgs, ToolPolicy
+from treadle.workflows.agent.messages.tool_args import ToolArgs, ToolPolicy
 
 __all__ = ["Tool", "ToolArgs", "ToolContext", "ToolError", "ToolOutput"]
 

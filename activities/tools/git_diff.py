@@ -15,7 +15,7 @@ import tempfile
 from pydantic import Field
 
 from treadle.activities.tools.custom import Tool, ToolContext, ToolError, ToolOutput
-from treadle.workflows.agent.tool_args import ToolArgs
+from treadle.workflows.agent.messages.tool_args import ToolArgs
 
 MAX_DIFF_BYTES = 2_000_000
 """Read at most this much of git's output (the run's output cap then applies)."""

@@ -31,8 +31,8 @@ from temporalio import activity
 
 from treadle.activities.tools import registry
 from treadle.activities.tools.custom import Tool
-from treadle.workflows.agent import catalogue
-from treadle.workflows.agent.models import LoadedTools, LoadedToolsRequest
+from treadle.workflows.agent.messages import catalogue
+from treadle.workflows.agent.messages.models import LoadedTools, LoadedToolsRequest
 
 ENTRY_POINT_GROUP = "treadle.tools"
 

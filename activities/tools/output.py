@@ -6,7 +6,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 
-from treadle.workflows.agent.models import ToolResult
+from treadle.workflows.agent.messages.models import ToolResult
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,7 @@
 """Where your own tools are registered: one line each (see ``activities/tools/custom.py``).
 
-Importing this module adds them to the catalogue (``treadle.workflows.agent.catalogue.register``),
+Importing this module adds them to the catalogue
+(``treadle.workflows.agent.messages.catalogue.register``),
 which offers them to the model beside the built-in tools, in this order. The worker imports it (with
 the tool activity); the workflow layer never does. Tools from your own modules, loaded by the
 worker (``treadle worker --tools``, ``treadle.tools`` entry points), join them in ``BY_NAME``
@@ -13,7 +14,7 @@ from typing import Any
 
 from treadle.activities.tools import git_diff
 from treadle.activities.tools.custom import Tool
-from treadle.workflows.agent import catalogue
+from treadle.workflows.agent.messages import catalogue
 
 CUSTOM_TOOLS: tuple[Tool[Any], ...] = (
     git_diff.TOOL,

@@ -37,9 +37,9 @@ from temporalio import activity
 from treadle.activities.heartbeat import heartbeating
 from treadle.activities.workspace.materialise import Checkout, bring
 from treadle.activities.workspace.snapshot import Snapshotter
-from treadle.workflows.agent.catalogue import TOOLS
-from treadle.workflows.agent.models import ToolResult
-from treadle.workflows.agent.snapshots import (
+from treadle.workflows.agent.messages.catalogue import TOOLS
+from treadle.workflows.agent.messages.models import ToolResult
+from treadle.workflows.agent.messages.snapshots import (
     DEFAULT_IGNORE,
     SnapshotRequest,
     SnapshotResult,

@@ -13,7 +13,7 @@ content; the manifest holds the rest (``manifest``).
 
 A retried attempt writes the same blobs and the same manifest (same content, same key), so a
 worker lost mid-snapshot costs nothing but the time. A store that is down fails the attempt;
-Temporal retries it (``treadle.workflows.agent.snapshots.snapshot_call``).
+Temporal retries it (``treadle.workflows.agent.messages.snapshots.snapshot_call``).
 """
 
 from __future__ import annotations
@@ -52,7 +52,11 @@ from treadle.activities.workspace.scan import (
     walk,
 )
 from treadle.activities.workspace.watch import Watcher, WatchUnavailable, say_once
-from treadle.workflows.agent.snapshots import MERGED_PATHS_KEPT, SnapshotRequest, SnapshotResult
+from treadle.workflows.agent.messages.snapshots import (
+    MERGED_PATHS_KEPT,
+    SnapshotRequest,
+    SnapshotResult,
+)
 
 if TYPE_CHECKING:  # follow imports this module
     from treadle.activities.workspace.follow import Follower

@@ -9,7 +9,7 @@ from temporalio.client import WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
 
 from tests.support.harness import Harness, tool_messages
-from treadle.workflows.agent.models import (
+from treadle.workflows.agent.messages.models import (
     AgentResult,
     AgentStatus,
     ApprovalDecision,

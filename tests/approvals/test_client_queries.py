@@ -24,10 +24,10 @@ from tests.support.harness import (
 )
 from tests.support.stream import events
 from treadle.scripted_model import ScriptedModelServer
-from treadle.workflows.agent.catalogue import AskClientArgs, parse_arguments
-from treadle.workflows.agent.client_queries import MAX_DETECTED_TEXT, detect, detected_call
-from treadle.workflows.agent.events import ClientAnswer, ClientQuery
-from treadle.workflows.agent.models import AgentResult, AgentStatus, RunStatus
+from treadle.workflows.agent.messages.catalogue import AskClientArgs, parse_arguments
+from treadle.workflows.agent.messages.events import ClientAnswer, ClientQuery
+from treadle.workflows.agent.messages.models import AgentResult, AgentStatus, RunStatus
+from treadle.workflows.agent.parts.client_queries import MAX_DETECTED_TEXT, detect, detected_call
 from treadle.workflows.agent.workflow import AgentWorkflow
 
 ASK_FILE = {"name": "ask_client", "arguments": {"kind": "file_read", "what": "src/main.rs"}}

@@ -9,7 +9,7 @@ import pytest
 
 from tests.support.harness import Harness
 from tests.support.threads import answered, start_thread
-from treadle.workflows.agent.models import ApproveSignal, RunStatus
+from treadle.workflows.agent.messages.models import ApproveSignal, RunStatus
 from treadle.workflows.agent.workflow import AgentWorkflow
 
 WRITE = {"name": "write_file", "arguments": {"path": "notes.md", "content": "from the model"}}

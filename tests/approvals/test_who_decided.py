@@ -19,7 +19,7 @@ from tests.support.harness import Harness
 from tests.support.processes import ROOT, clean_env, run_cli
 from tests.support.stream import wait_for_event
 from treadle.cli import identity
-from treadle.workflows.agent.models import AgentStatus, Decision, RunStatus
+from treadle.workflows.agent.messages.models import AgentStatus, Decision, RunStatus
 from treadle.workflows.agent.workflow import AgentWorkflow
 
 WRITE = {"name": "write_file", "arguments": {"path": "notes.md", "content": "from the model"}}

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from tests.support.harness import Harness
 from tests.support.processes import ROOT, clean_env, run_cli
-from treadle.workflows.agent.models import AgentResult, AgentStatus, RunStatus
+from treadle.workflows.agent.messages.models import AgentResult, AgentStatus, RunStatus
 from treadle.workflows.agent.workflow import AgentWorkflow
 
 SCHEMA = {

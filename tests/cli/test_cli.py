@@ -8,7 +8,7 @@ from pathlib import Path
 
 from tests.support.harness import Harness
 from tests.support.processes import clean_env, free_port, refusal, run_cli
-from treadle.workflows.agent.models import AgentResult, AgentStatus, RunStatus, Trace
+from treadle.workflows.agent.messages.models import AgentResult, AgentStatus, RunStatus, Trace
 from treadle.workflows.agent.workflow import AgentWorkflow
 
 WRITE = {"name": "write_file", "arguments": {"path": "notes.md", "content": "cli"}}

@@ -29,8 +29,8 @@ from treadle.cli import shell
 from treadle.cli.demo import DEMO_TASK_QUEUE, kept_queue
 from treadle.cli.shell import runnable
 from treadle.scripted_model import DEMO_SCRIPT
-from treadle.workflows.agent.events import approval_commands
-from treadle.workflows.agent.models import TASK_QUEUE, Decision, RejectSignal, RunStatus
+from treadle.workflows.agent.messages.events import approval_commands
+from treadle.workflows.agent.messages.models import TASK_QUEUE, Decision, RejectSignal, RunStatus
 from treadle.workflows.agent.workflow import AgentWorkflow
 
 FRESH_SHELL = {"HOME": os.environ.get("HOME", "/"), "PATH": "/usr/bin:/bin"}

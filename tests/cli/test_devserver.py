@@ -28,7 +28,7 @@ from treadle.devserver import (
     probe,
 )
 from treadle.home import HOME_ENV, default_dev_config
-from treadle.workflows.agent.search_attributes import REQUIRED
+from treadle.workflows.agent.messages.search_attributes import REQUIRED
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 

@@ -17,7 +17,7 @@ from tests.support.harness import Harness
 from tests.support.processes import ROOT, clean_env, free_port, refusal, run_cli
 from treadle import home
 from treadle.connection import ConnectionSettingsError, parse_address
-from treadle.workflows.agent.models import AgentResult, RunStatus
+from treadle.workflows.agent.messages.models import AgentResult, RunStatus
 
 BAD_ADDRESSES = ("127.0.0.1:notaport", "127.0.0.1:99999", "127.0.0.1:0", "127.0.0.1", ":7233")
 HOST_PORT = "is not HOST:PORT with a port from 1 to 65535"

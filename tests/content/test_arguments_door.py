@@ -10,15 +10,15 @@ from typing import Any
 
 from tests.support.harness import Harness
 from tests.support.processes import run_cli
-from treadle.workflows.agent import content_refs
-from treadle.workflows.agent.models import (
+from treadle.workflows.agent.messages import content_refs
+from treadle.workflows.agent.messages.models import (
     AgentConfig,
     ApproveSignal,
     ModifySignal,
     RunStatus,
     ToolCall,
 )
-from treadle.workflows.agent.toolbox import Toolbox, call_target
+from treadle.workflows.agent.parts.toolbox import Toolbox, call_target
 from treadle.workflows.agent.workflow import AgentWorkflow
 
 SMALL = 2_000

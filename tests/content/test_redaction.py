@@ -20,7 +20,7 @@ from treadle.activities.content.interceptor import redacted_error
 from treadle.activities.content.redaction import current, redact_error, secret_values, using
 from treadle.activities.model.tokens import TokenBatcher
 from treadle.activities.store.blobs import FileBlobStore, key_of
-from treadle.workflows.agent.models import ChatMessage, RunStatus, ToolResult
+from treadle.workflows.agent.messages.models import ChatMessage, RunStatus, ToolResult
 
 KEY = "QmZtRwXyPkJnHgVs" + "TqLrMwNzKxYpGhJk"  # split so no scanner takes it for a real one
 

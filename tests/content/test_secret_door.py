@@ -40,8 +40,8 @@ from treadle.activities.tools import git_diff, registry
 from treadle.activities.tools.custom import Tool, ToolContext
 from treadle.cli.worker import build_worker
 from treadle.scripted_model import ScriptedModelServer
-from treadle.workflows.agent.hooks import HookRequest, HookResult
-from treadle.workflows.agent.models import AgentConfig, AgentInput, AgentResult, RunStatus
+from treadle.workflows.agent.messages.hooks import HookRequest, HookResult
+from treadle.workflows.agent.messages.models import AgentConfig, AgentInput, AgentResult, RunStatus
 from treadle.workflows.agent.workflow import AgentWorkflow
 
 FRAGMENT = 8

@@ -21,7 +21,7 @@ from tests.support.harness import (
 )
 from tests.support.processes import clean_env, server_address, start_worker
 from treadle.scripted_model import ScriptedModelServer
-from treadle.workflows.agent.models import AgentConfig, AgentResult, Decision, RunStatus
+from treadle.workflows.agent.messages.models import AgentConfig, AgentResult, Decision, RunStatus
 from treadle.workflows.agent.workflow import AgentWorkflow
 
 APPEND_ONCE = "python3 -c \"open('ran.log', 'a').write('ran\\n')\""

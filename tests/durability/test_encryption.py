@@ -49,14 +49,14 @@ from treadle.codec import (
 from treadle.connection import ConnectionSettingsError, connect, data_converter
 from treadle.scripted_model import ScriptedModelServer
 from treadle.web.codec import codec_app
-from treadle.workflows.agent.models import (
+from treadle.workflows.agent.messages.models import (
     AgentConfig,
     AgentInput,
     AgentResult,
     ApproveSignal,
     RunStatus,
 )
-from treadle.workflows.agent.state_machine import State
+from treadle.workflows.agent.messages.state_machine import State
 from treadle.workflows.agent.workflow import AgentWorkflow
 
 

@@ -23,8 +23,8 @@ from treadle.cli.worker import WORKFLOWS, workflow_runner
 from treadle.codec import ENV_VAR as KEYS_ENV
 from treadle.connection import PAYLOAD_SIZE_THRESHOLD, STORE_ENV, connect, data_converter
 from treadle.scripted_model import ScriptedModelServer
-from treadle.workflows.agent.models import AgentInput, AgentResult, AgentStatus, RunStatus
-from treadle.workflows.agent.state_machine import State
+from treadle.workflows.agent.messages.models import AgentInput, AgentResult, AgentStatus, RunStatus
+from treadle.workflows.agent.messages.state_machine import State
 from treadle.workflows.agent.workflow import AgentWorkflow
 
 TWO_MB = 2 * 1024 * 1024

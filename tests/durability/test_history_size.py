@@ -17,15 +17,15 @@ from tests.support.harness import Harness, scripted_worker, start_agent
 from treadle.activities.model.activity import http_client
 from treadle.activities.store.blobs import FileBlobStore
 from treadle.scripted_model import ScriptedModelServer
-from treadle.workflows.agent import search_attributes
-from treadle.workflows.agent.models import (
+from treadle.workflows.agent.messages import search_attributes
+from treadle.workflows.agent.messages.models import (
     AgentConfig,
     AgentResult,
     ApproveSignal,
     RunStatus,
     UserMessage,
 )
-from treadle.workflows.agent.publishing import STEP_ATTRIBUTES_EVERY
+from treadle.workflows.agent.parts.publishing import STEP_ATTRIBUTES_EVERY
 from treadle.workflows.agent.workflow import AgentWorkflow
 
 BIG = 50_000

@@ -10,8 +10,8 @@ from datetime import UTC, datetime
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from treadle.workflows.agent.events import AgentEvent
-from treadle.workflows.agent.models import (
+from treadle.workflows.agent.messages.events import AgentEvent
+from treadle.workflows.agent.messages.models import (
     AgentInput,
     ChatMessage,
     ModelRequest,
@@ -23,7 +23,7 @@ from treadle.workflows.agent.models import (
     ToolResult,
     Turn,
 )
-from treadle.workflows.agent.state import AgentRun
+from treadle.workflows.agent.parts.state import AgentRun
 from treadle.workflows.base import WHOLE, at_empty_default, lean_dump
 
 texts = st.one_of(st.none(), st.text(max_size=20))

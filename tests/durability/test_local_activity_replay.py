@@ -13,8 +13,8 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowHandle, WorkflowHistory
 
 from tests.support.harness import Harness, replayer
-from treadle.workflows.agent.models import AgentResult, AgentStatus, RunStatus
-from treadle.workflows.agent.planning import CALIBRATED_BUDGET
+from treadle.workflows.agent.messages.models import AgentResult, AgentStatus, RunStatus
+from treadle.workflows.agent.parts.planning import CALIBRATED_BUDGET
 from treadle.workflows.agent.workflow import AgentWorkflow
 
 

@@ -70,27 +70,27 @@ def test_the_corpus_holds_runs_from_before_each_versioned_change() -> None:
     (the old path). The ``coalesced-search-attributes`` change (one upsert before each wait
     instead of one per transition) also needs old runs that upserted per transition."""
     from treadle.workflows.agent.acting import CALLS_END_TOGETHER
-    from treadle.workflows.agent.child_ends import SUBAGENTS_OUTLIVE_RUNS
-    from treadle.workflows.agent.child_queries import SUBAGENT_QUERIES
-    from treadle.workflows.agent.child_reports import (
-        REPORT_PACE,
-        SUBAGENT_APPROVALS,
-        SUBAGENT_PROGRESS,
-    )
-    from treadle.workflows.agent.delegation import SUBAGENT_GUIDANCE, SUBAGENTS
     from treadle.workflows.agent.engine import REFLECTION_KEEPS_RECORD
-    from treadle.workflows.agent.handover import CARRIED_BY_REFERENCE
-    from treadle.workflows.agent.outages import STORE_OUTAGES
-    from treadle.workflows.agent.planning import PATCHES_BEFORE_LOCAL_ACTIVITY
-    from treadle.workflows.agent.publishing import (
+    from treadle.workflows.agent.messages.snapshots import (
+        SNAPSHOTS_IN_CALLS,
+        SUBAGENT_WORKSPACE,
+        WORKSPACE_FOLLOWS,
+    )
+    from treadle.workflows.agent.parts.handover import CARRIED_BY_REFERENCE
+    from treadle.workflows.agent.parts.outages import STORE_OUTAGES
+    from treadle.workflows.agent.parts.planning import PATCHES_BEFORE_LOCAL_ACTIVITY
+    from treadle.workflows.agent.parts.publishing import (
         ONE_UPSERT_PER_STEP,
         PACED_HOOK_ATTRIBUTES,
         PACED_STEP_ATTRIBUTES,
     )
-    from treadle.workflows.agent.snapshots import (
-        SNAPSHOTS_IN_CALLS,
-        SUBAGENT_WORKSPACE,
-        WORKSPACE_FOLLOWS,
+    from treadle.workflows.agent.subagents.delegation import SUBAGENT_GUIDANCE, SUBAGENTS
+    from treadle.workflows.agent.subagents.ends import SUBAGENTS_OUTLIVE_RUNS
+    from treadle.workflows.agent.subagents.queries import SUBAGENT_QUERIES
+    from treadle.workflows.agent.subagents.reports import (
+        REPORT_PACE,
+        SUBAGENT_APPROVALS,
+        SUBAGENT_PROGRESS,
     )
     from treadle.workflows.agent.workflow import (
         CARRY_CONTENT_HASHES,

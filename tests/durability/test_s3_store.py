@@ -40,7 +40,7 @@ from treadle.connection import (
 )
 from treadle.scripted_model import ScriptedModelServer
 from treadle.stores import StoreSettingsError, check_store, open_blob_store, parse_store
-from treadle.workflows.agent.models import (
+from treadle.workflows.agent.messages.models import (
     AgentInput,
     AgentResult,
     AgentStatus,
@@ -48,7 +48,7 @@ from treadle.workflows.agent.models import (
     RunStatus,
     UserMessage,
 )
-from treadle.workflows.agent.state_machine import State
+from treadle.workflows.agent.messages.state_machine import State
 from treadle.workflows.agent.workflow import AgentWorkflow
 
 REFERENCE_TYPE = b"temporal.api.sdk.v1.ExternalStorageReference"

@@ -13,7 +13,7 @@ from temporalio.client import Client
 from tests.support.harness import activity_starts, replayer
 from tests.support.processes import clean_env, start_worker
 from treadle.scripted_model import ScriptedModelServer
-from treadle.workflows.agent.models import AgentConfig, AgentInput, AgentResult, RunStatus
+from treadle.workflows.agent.messages.models import AgentConfig, AgentInput, AgentResult, RunStatus
 from treadle.workflows.agent.workflow import AgentWorkflow
 
 RUNS = 6

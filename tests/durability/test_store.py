@@ -13,7 +13,7 @@ from treadle.activities.store.blobs import BlobCorrupt, BlobMissing, FileBlobSto
 from treadle.activities.store.conversation import ConversationStore
 from treadle.activities.tools.builtin import ToolActivities, execute_tool
 from treadle.activities.tools.confinement import Confinement
-from treadle.workflows.agent.models import ChatMessage, ToolCall, ToolPolicy, ToolRequest
+from treadle.workflows.agent.messages.models import ChatMessage, ToolCall, ToolPolicy, ToolRequest
 
 
 def message(role: str, text: str) -> ChatMessage:

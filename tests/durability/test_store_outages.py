@@ -32,8 +32,8 @@ from treadle.activities.store.conversation import ConversationStore
 from treadle.activities.store.s3 import S3BlobStore, S3Objects, S3Settings
 from treadle.activities.tools.builtin import ToolActivities
 from treadle.scripted_model import ScriptedModelServer
-from treadle.workflows.agent.content_refs import marker
-from treadle.workflows.agent.models import (
+from treadle.workflows.agent.messages.content_refs import marker
+from treadle.workflows.agent.messages.models import (
     AgentConfig,
     AgentResult,
     AgentStatus,
@@ -42,7 +42,7 @@ from treadle.workflows.agent.models import (
     ToolRequest,
     ToolResult,
 )
-from treadle.workflows.agent.state_machine import State
+from treadle.workflows.agent.messages.state_machine import State
 from treadle.workflows.agent.workflow import AgentWorkflow
 
 FIRST = "Remember the word 'marmalade'."

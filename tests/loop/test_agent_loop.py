@@ -6,8 +6,8 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.api.sdk.v1 import WorkflowMetadata
 
 from tests.support.harness import Harness, tool_messages
-from treadle.workflows.agent import search_attributes
-from treadle.workflows.agent.models import AgentResult, RunStatus
+from treadle.workflows.agent.messages import search_attributes
+from treadle.workflows.agent.messages.models import AgentResult, RunStatus
 from treadle.workflows.agent.workflow import AgentWorkflow
 
 

@@ -22,10 +22,8 @@ from temporalio.converter import DataConverter
 from temporalio.service import RPCError
 
 from tests.support.harness import Harness
-from treadle.workflows.agent import approvals
-from treadle.workflows.agent.approvals import Refused
-from treadle.workflows.agent.catalogue import TOOLS, ToolArgumentsError, parse_arguments
-from treadle.workflows.agent.models import (
+from treadle.workflows.agent.messages.catalogue import TOOLS, ToolArgumentsError, parse_arguments
+from treadle.workflows.agent.messages.models import (
     MAX_HUMAN_TEXT_CHARS,
     AgentConfig,
     AgentInput,
@@ -34,9 +32,11 @@ from treadle.workflows.agent.models import (
     RunStatus,
     ToolCall,
 )
-from treadle.workflows.agent.state import AgentRun
-from treadle.workflows.agent.state_machine import State
-from treadle.workflows.agent.toolbox import Toolbox
+from treadle.workflows.agent.messages.state_machine import State
+from treadle.workflows.agent.parts import approvals
+from treadle.workflows.agent.parts.approvals import Refused
+from treadle.workflows.agent.parts.state import AgentRun
+from treadle.workflows.agent.parts.toolbox import Toolbox
 from treadle.workflows.agent.workflow import AgentWorkflow
 
 WRITE = {"name": "write_file", "arguments": {"path": "notes.md", "content": "from the model"}}

@@ -7,7 +7,7 @@ from typing import Any
 from temporalio.client import WorkflowHandle
 
 from tests.support.harness import Harness, activity_starts, tool_messages
-from treadle.workflows.agent.models import AgentResult, RunStatus
+from treadle.workflows.agent.messages.models import AgentResult, RunStatus
 
 
 async def _second_request_tool_output(harness: Harness, *turn: dict[str, object]) -> str:

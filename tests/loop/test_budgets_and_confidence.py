@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from tests.support.harness import Harness
-from treadle.workflows.agent.models import (
+from treadle.workflows.agent.messages.models import (
     AgentConfig,
     AgentInput,
     AgentResult,

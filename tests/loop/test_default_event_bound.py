@@ -9,8 +9,8 @@ import uuid
 from temporalio.api.enums.v1 import EventType
 
 from tests.support.harness import Harness, replayer
-from treadle.workflows.agent.handover import DEFAULT_EVENT_BOUND
-from treadle.workflows.agent.models import AgentResult, AgentStatus, RunStatus
+from treadle.workflows.agent.messages.models import AgentResult, AgentStatus, RunStatus
+from treadle.workflows.agent.parts.handover import DEFAULT_EVENT_BOUND
 from treadle.workflows.agent.workflow import AgentWorkflow
 
 STEPS = 70

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from tests.support.harness import Harness
 from tests.support.threads import start_thread
-from treadle.workflows.agent.models import AgentResult, RunStatus
+from treadle.workflows.agent.messages.models import AgentResult, RunStatus
 from treadle.workflows.agent.workflow import AgentWorkflow
 
 EMPTY = {"content": ""}

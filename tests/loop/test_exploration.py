@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from tests.support.harness import Harness
-from treadle.workflows.agent.models import AgentResult, RunStatus
+from treadle.workflows.agent.messages.models import AgentResult, RunStatus
 from treadle.workflows.agent.workflow import AgentWorkflow
 
 

@@ -21,8 +21,8 @@ from treadle.activities.tools.builtin import ToolActivities
 from treadle.activities.tools.loading import list_loaded_tools
 from treadle.cli.worker import workflow_runner
 from treadle.scripted_model import ScriptedModelServer
-from treadle.workflows.agent import search_attributes
-from treadle.workflows.agent.models import AgentConfig, AgentInput, AgentResult, RunStatus
+from treadle.workflows.agent.messages import search_attributes
+from treadle.workflows.agent.messages.models import AgentConfig, AgentInput, AgentResult, RunStatus
 from treadle.workflows.agent.workflow import AgentWorkflow
 
 

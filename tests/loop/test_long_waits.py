@@ -11,7 +11,7 @@ from temporalio.testing import WorkflowEnvironment
 from treadle.activities.model.activity import ProviderSettings, http_client
 from treadle.cli.worker import build_worker
 from treadle.scripted_model import ScriptedModelServer
-from treadle.workflows.agent.models import (
+from treadle.workflows.agent.messages.models import (
     AgentConfig,
     AgentInput,
     AgentResult,

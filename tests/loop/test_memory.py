@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from treadle.workflows.agent.memory import OWNERSHIP, AgentMemory, OwnershipViolation
-from treadle.workflows.agent.models import ToolCall, ToolOutcome, ToolResult, Turn
-from treadle.workflows.agent.state_machine import State
+from treadle.workflows.agent.messages.models import ToolCall, ToolOutcome, ToolResult, Turn
+from treadle.workflows.agent.messages.state_machine import State
+from treadle.workflows.agent.parts.memory import OWNERSHIP, AgentMemory, OwnershipViolation
 
 CALL = ToolCall(id="c1", name="list_dir", arguments="{}")
 OUTCOME = ToolOutcome.of(CALL, "a.txt", success=True)

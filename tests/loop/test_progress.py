@@ -7,12 +7,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from pydantic import ValidationError
 
-from treadle.workflows.agent.progress import (
-    PhaseOrderError,
-    ProgressConfig,
-    ProgressTracker,
-    normalise_error,
-)
+from treadle.workflows.agent.messages.progress import PhaseOrderError, ProgressConfig
+from treadle.workflows.agent.parts.tracker import ProgressTracker, normalise_error
 
 T0 = datetime(2025, 1, 1, 12, 0, tzinfo=UTC)
 NOT_FOUND = "old_text not found in main.go"

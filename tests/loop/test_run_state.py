@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 from temporalio.contrib.pydantic import pydantic_data_converter
 
-from treadle.workflows.agent import approvals, handover
-from treadle.workflows.agent.memory import OwnershipViolation
-from treadle.workflows.agent.models import AgentConfig, AgentInput, TokenUsage, ToolCall
-from treadle.workflows.agent.state import AgentRun
-from treadle.workflows.agent.state_machine import State
-from treadle.workflows.agent.toolbox import Toolbox
+from treadle.workflows.agent.messages.models import AgentConfig, AgentInput, TokenUsage, ToolCall
+from treadle.workflows.agent.messages.state_machine import State
+from treadle.workflows.agent.parts import approvals, handover
+from treadle.workflows.agent.parts.memory import OwnershipViolation
+from treadle.workflows.agent.parts.state import AgentRun
+from treadle.workflows.agent.parts.toolbox import Toolbox
 
 NOW = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
 AGENT_SOURCES = {  # the workflow class, the engine it is and its handlers

@@ -13,9 +13,9 @@ from temporalio.converter import decode_typed_search_attributes
 
 from tests.support.harness import Harness, keep_history
 from tests.support.repos import committed_repo, git
-from treadle.workflows.agent import search_attributes as sa
-from treadle.workflows.agent.models import AgentResult, ApproveSignal, RunStatus
-from treadle.workflows.agent.publishing import STEP_ATTRIBUTES_EVERY
+from treadle.workflows.agent.messages import search_attributes as sa
+from treadle.workflows.agent.messages.models import AgentResult, ApproveSignal, RunStatus
+from treadle.workflows.agent.parts.publishing import STEP_ATTRIBUTES_EVERY
 from treadle.workflows.agent.workflow import AgentWorkflow
 
 

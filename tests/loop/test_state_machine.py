@@ -13,7 +13,7 @@ from temporalio.exceptions import ApplicationError
 from temporalio.worker import Worker
 
 from treadle.cli.worker import workflow_runner
-from treadle.workflows.agent.state_machine import (
+from treadle.workflows.agent.messages.state_machine import (
     SEED_STATES,
     TRANSITIONS,
     Event,

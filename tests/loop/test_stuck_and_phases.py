@@ -9,8 +9,8 @@ import pytest
 
 from tests.support.harness import Harness, tool_messages
 from tests.support.processes import run_cli
-from treadle.workflows.agent import search_attributes
-from treadle.workflows.agent.models import AgentResult, AgentStatus, Decision, RunStatus
+from treadle.workflows.agent.messages import search_attributes
+from treadle.workflows.agent.messages.models import AgentResult, AgentStatus, Decision, RunStatus
 from treadle.workflows.agent.workflow import AgentWorkflow
 
 BAD_EDIT = {

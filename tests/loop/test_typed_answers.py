@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from tests.support.harness import Harness, tool_messages
-from treadle.workflows.agent.models import AgentConfig, AgentResult, RunStatus
+from treadle.workflows.agent.messages.models import AgentConfig, AgentResult, RunStatus
 from treadle.workflows.agent.workflow import AgentWorkflow
 
 SCHEMA: dict[str, Any] = {

@@ -28,8 +28,8 @@ from tests.support.processes import (
 from treadle.activities.mcp import McpActivities, parse_mcp_config
 from treadle.activities.mcp.activity import outcome_unknown
 from treadle.connection import connect
-from treadle.workflows.agent.mcp import McpCallRequest, McpListRequest, McpToolList
-from treadle.workflows.agent.models import ToolResult
+from treadle.workflows.agent.messages.mcp import McpCallRequest, McpListRequest, McpToolList
+from treadle.workflows.agent.messages.models import ToolResult
 
 HEARTBEAT_SECONDS = 2
 """The agent's default heartbeat timeout."""

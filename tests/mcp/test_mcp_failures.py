@@ -21,8 +21,8 @@ from temporalio.testing import ActivityEnvironment
 from tests.support.mcp_server import stdio_entry
 from tests.support.processes import free_port
 from treadle.activities.mcp import McpActivities, parse_mcp_config
-from treadle.workflows.agent.mcp import McpCallRequest, McpListRequest, McpToolList
-from treadle.workflows.agent.models import ToolResult
+from treadle.workflows.agent.messages.mcp import McpCallRequest, McpListRequest, McpToolList
+from treadle.workflows.agent.messages.models import ToolResult
 
 EVERY_TOOL = "add,echo,write_note,fail,crash,slow,big,pid,whoami"
 

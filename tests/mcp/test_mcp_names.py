@@ -1,4 +1,5 @@
-"""The names the model sees for MCP tools, and the pure MCP messages (workflows/agent/mcp.py)."""
+"""The names the model sees for MCP tools, and the pure MCP messages
+(workflows/agent/messages/mcp.py)."""
 
 from __future__ import annotations
 
@@ -12,8 +13,8 @@ from pydantic import ValidationError
 from pydantic_core import to_json
 
 import treadle.activities.mcp
-import treadle.workflows.agent.mcp
-from treadle.workflows.agent.mcp import (
+import treadle.workflows.agent.messages.mcp
+from treadle.workflows.agent.messages.mcp import (
     TOOL_NAME,
     McpArgumentsError,
     McpCallRequest,
@@ -26,8 +27,8 @@ from treadle.workflows.agent.mcp import (
     parse_arguments,
     unique_names,
 )
-from treadle.workflows.agent.models import AgentConfig, ToolCall
-from treadle.workflows.agent.toolbox import Toolbox
+from treadle.workflows.agent.messages.models import AgentConfig, ToolCall
+from treadle.workflows.agent.parts.toolbox import Toolbox
 
 
 def test_a_plain_name_is_prefixed_and_otherwise_unchanged() -> None:
@@ -108,7 +109,7 @@ def test_call_request_is_small_typed_data() -> None:
 def test_public_names_are_exported() -> None:
     """Both MCP modules' ``__all__`` lists names that exist, and only the activity class and the
     config are public on the activity side."""
-    for module in (treadle.activities.mcp, treadle.workflows.agent.mcp):
+    for module in (treadle.activities.mcp, treadle.workflows.agent.messages.mcp):
         missing = [name for name in module.__all__ if not hasattr(module, name)]
         assert missing == [], module.__name__
     assert "McpActivities" in treadle.activities.mcp.__all__
@@ -157,7 +158,7 @@ def test_oversized_and_deeply_nested_arguments_are_refused() -> None:
 
 
 # --------------------------------------------------------------------------------------------
-# One toolbox: a call of any kind is checked once (workflows/agent/toolbox.py)
+# One toolbox: a call of any kind is checked once (workflows/agent/parts/toolbox.py)
 # --------------------------------------------------------------------------------------------
 
 

@@ -19,7 +19,7 @@ from tests.support.mcp_runs import McpHarness, call, offered
 from tests.support.mcp_server import http_entry, http_server, stdio_entry
 from tests.support.processes import free_port
 from tests.support.stream import events
-from treadle.workflows.agent.models import (
+from treadle.workflows.agent.messages.models import (
     AgentConfig,
     AgentResult,
     ApproveSignal,
@@ -335,7 +335,7 @@ def test_both_protocols_offer_tools_outside_the_catalogue_with_their_schemas(
     protocol: str,
 ) -> None:
     from treadle.activities.model import anthropic_messages, openai_chat
-    from treadle.workflows.agent.models import ChatMessage, ModelRequest, ToolSchema
+    from treadle.workflows.agent.messages.models import ChatMessage, ModelRequest, ToolSchema
 
     schema = {"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]}
     request = ModelRequest(

@@ -23,8 +23,8 @@ from treadle.activities.mcp import McpActivities, parse_mcp_config
 from treadle.activities.mcp.schemas import SchemaRefused, usable_schema
 from treadle.activities.store.blobs import FileBlobStore
 from treadle.activities.store.conversation import ConversationStore
-from treadle.workflows.agent.mcp import MAX_SCHEMA_BYTES, McpListRequest, McpToolList
-from treadle.workflows.agent.models import (
+from treadle.workflows.agent.messages.mcp import MAX_SCHEMA_BYTES, McpListRequest, McpToolList
+from treadle.workflows.agent.messages.models import (
     AgentConfig,
     AgentResult,
     ModelRequest,
@@ -32,7 +32,7 @@ from treadle.workflows.agent.models import (
     ToolCall,
     ToolSchema,
 )
-from treadle.workflows.agent.toolbox import Toolbox
+from treadle.workflows.agent.parts.toolbox import Toolbox
 from treadle.workflows.agent.workflow import AgentWorkflow
 
 OBJECT = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}

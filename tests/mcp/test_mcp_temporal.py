@@ -19,8 +19,8 @@ from temporalio.worker import Worker
 
 from tests.support.mcp_server import stdio_entry
 from treadle.activities.mcp import McpActivities, parse_mcp_config
-from treadle.workflows.agent.mcp import McpCallRequest, McpListRequest, McpToolList
-from treadle.workflows.agent.models import ToolResult
+from treadle.workflows.agent.messages.mcp import McpCallRequest, McpListRequest, McpToolList
+from treadle.workflows.agent.messages.models import ToolResult
 from treadle.workflows.base import Frozen, failure_message
 
 

@@ -20,8 +20,8 @@ from tests.support.processes import ROOT, free_port
 from treadle.activities.mcp import McpActivities, parse_mcp_config
 from treadle.activities.store.blobs import FileBlobStore
 from treadle.activities.store.conversation import ConversationStore
-from treadle.workflows.agent.mcp import McpCallRequest, McpListRequest, McpToolList
-from treadle.workflows.agent.models import ToolResult
+from treadle.workflows.agent.messages.mcp import McpCallRequest, McpListRequest, McpToolList
+from treadle.workflows.agent.messages.models import ToolResult
 
 SECRET = "hunter2"
 ALL_TOOLS = {"add", "echo", "write_note", "fail", "crash", "slow", "meet", "big", "pid", "whoami"}

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from tests.support.harness import Harness
-from treadle.workflows.agent.models import AgentResult, AgentStatus, RunStatus
+from treadle.workflows.agent.messages.models import AgentResult, AgentStatus, RunStatus
 from treadle.workflows.agent.workflow import AgentWorkflow
 
 DOWN: dict[str, Any] = {"content": "never seen", "errors": [{"status": 503}] * 4}

@@ -28,7 +28,7 @@ from treadle.activities.model.http_errors import (
 )
 from treadle.activities.model.openai_chat import parse_response
 from treadle.scripted_model import ScriptedModelServer
-from treadle.workflows.agent.models import (
+from treadle.workflows.agent.messages.models import (
     AgentResult,
     ChatMessage,
     ModelRequest,

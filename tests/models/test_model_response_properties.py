@@ -21,7 +21,7 @@ from treadle.activities.errors import ModelError, ModelResponseError
 from treadle.activities.model import anthropic_messages, openai_chat
 from treadle.activities.model.activity import ModelActivities, ProviderSettings
 from treadle.scripted_model import ScriptedModelServer
-from treadle.workflows.agent.models import ChatMessage, ModelRequest, ModelResponse
+from treadle.workflows.agent.messages.models import ChatMessage, ModelRequest, ModelResponse
 
 Parser = Callable[[Any, str], ModelResponse]
 

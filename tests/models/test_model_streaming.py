@@ -39,8 +39,8 @@ from treadle.activities.model.tokens import (
     batch_limit,
 )
 from treadle.scripted_model import ScriptedModelServer
-from treadle.workflows.agent.events import TOKENS_TOPIC, TokenDelta
-from treadle.workflows.agent.models import ChatMessage, ModelRequest, ModelResponse
+from treadle.workflows.agent.messages.events import TOKENS_TOPIC, TokenDelta
+from treadle.workflows.agent.messages.models import ChatMessage, ModelRequest, ModelResponse
 
 # A fake key, split so secret scanners do not mistake the source for a real one.
 KEY = "sk-" + "stream-treadle-0123456789abcdef"

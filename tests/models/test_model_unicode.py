@@ -12,7 +12,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 
 from tests.support.harness import Harness
 from treadle.activities.model import anthropic_messages, openai_chat
-from treadle.workflows.agent.models import AgentResult, ModelResponse, RunStatus, ToolCall
+from treadle.workflows.agent.messages.models import AgentResult, ModelResponse, RunStatus, ToolCall
 
 FFFD = "\ufffd"
 

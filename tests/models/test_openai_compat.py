@@ -15,7 +15,7 @@ from treadle.activities.errors import ModelConnectionError
 from treadle.activities.model.openai_chat import ChunkAssembler, build_body
 from treadle.activities.model.payload import DEFAULT_MAX_TOKENS
 from treadle.activities.model.streaming import ServerSentEvent
-from treadle.workflows.agent.models import (
+from treadle.workflows.agent.messages.models import (
     AgentResult,
     ChatMessage,
     ModelRequest,

@@ -10,7 +10,7 @@ import pytest
 from temporalio.client import WorkflowHistory
 
 from tests.support.harness import Harness, activity_starts
-from treadle.workflows.agent.models import AgentResult, RunStatus
+from treadle.workflows.agent.messages.models import AgentResult, RunStatus
 from treadle.workflows.agent.workflow import AgentWorkflow
 
 PROTOCOLS = ["openai", "anthropic"]

@@ -9,14 +9,14 @@ import pytest
 from treadle.activities.errors import ModelResponseError
 from treadle.activities.model.activity import ProviderSettings
 from treadle.activities.model.anthropic_messages import build_body, parse_response
-from treadle.workflows.agent.models import (
+from treadle.workflows.agent.messages.models import (
     AgentConfig,
     AgentInput,
     ChatMessage,
     ModelRequest,
     ToolCall,
 )
-from treadle.workflows.agent.providers import ModelStringError, resolve, select
+from treadle.workflows.agent.messages.providers import ModelStringError, resolve, select
 
 
 def test_model_strings_resolve_to_provider_and_model() -> None:

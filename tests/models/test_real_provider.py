@@ -31,14 +31,14 @@ from temporalio.client import Client, WorkflowHandle
 from tests.support.harness import start_agent
 from treadle.activities.model.activity import ProviderSettings, http_client
 from treadle.cli.worker import build_worker
-from treadle.workflows.agent.models import (
+from treadle.workflows.agent.messages.models import (
     AgentConfig,
     AgentResult,
     AgentStatus,
     RunStatus,
     UserMessage,
 )
-from treadle.workflows.agent.state_machine import State
+from treadle.workflows.agent.messages.state_machine import State
 from treadle.workflows.agent.workflow import AgentWorkflow
 
 REAL_MODEL = os.environ.get("TREADLE_REAL_MODEL")

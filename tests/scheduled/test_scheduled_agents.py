@@ -35,13 +35,13 @@ from tests.support.threads import start_thread
 from treadle import agent_schedules
 from treadle.activities import threads
 from treadle.activities.model.activity import http_client
-from treadle.workflows.agent.models import (
+from treadle.workflows.agent.messages.models import (
     AgentResult,
     AgentStatus,
     ApproveSignal,
     RunStatus,
 )
-from treadle.workflows.agent.state_machine import State
+from treadle.workflows.agent.messages.state_machine import State
 from treadle.workflows.agent.workflow import AgentWorkflow
 from treadle.workflows.monitors.models import (
     CheckIn,

@@ -23,7 +23,7 @@ from tests.support.monitors import until, view
 from treadle.activities.model.activity import http_client
 from treadle.agent_schedules import build_schedule, ensure_monitor
 from treadle.scripted_model import ScriptedModelServer
-from treadle.workflows.agent.models import AgentConfig, AgentInput, RunStatus
+from treadle.workflows.agent.messages.models import AgentConfig, AgentInput, RunStatus
 from treadle.workflows.monitors.models import CheckInStatus, Health, monitor_workflow_id
 from treadle.workflows.monitors.workflow import MonitorWorkflow
 from treadle.workflows.scheduled.models import AgentSchedule, ScheduledRunInput, ScheduledRunResult

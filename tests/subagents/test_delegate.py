@@ -25,7 +25,7 @@ from tests.support.family import (
 )
 from tests.support.harness import Harness, tool_messages
 from tests.support.processes import ROOT
-from treadle.workflows.agent.models import AgentResult, AgentStatus, RunStatus
+from treadle.workflows.agent.messages.models import AgentResult, AgentStatus, RunStatus
 from treadle.workflows.agent.workflow import AgentWorkflow
 
 

@@ -14,7 +14,7 @@ from temporalio.client import WorkflowHandle
 from tests.support.family import child, delegate, shows, starter
 from tests.support.harness import Harness
 from tests.support.stream import wait_for_event
-from treadle.workflows.agent.models import AgentResult, RunStatus
+from treadle.workflows.agent.messages.models import AgentResult, RunStatus
 from treadle.workflows.agent.workflow import AgentWorkflow
 
 

@@ -13,7 +13,12 @@ from temporalio.client import Client
 from tests.support.harness import keep_history, replayer, start_agent
 from tests.support.processes import clean_env, start_worker
 from treadle.scripted_model import ScriptedModelServer
-from treadle.workflows.agent.models import AgentConfig, AgentResult, RunStatus, SubagentConfig
+from treadle.workflows.agent.messages.models import (
+    AgentConfig,
+    AgentResult,
+    RunStatus,
+    SubagentConfig,
+)
 from treadle.workflows.agent.workflow import AgentWorkflow
 
 

@@ -14,7 +14,7 @@ from temporalio.exceptions import CancelledError
 
 from tests.support.family import LIST, child, delegate, observations, pending_in, reaches, usage
 from tests.support.harness import Harness, tool_messages
-from treadle.workflows.agent.models import AgentResult, AgentStatus, RunStatus
+from treadle.workflows.agent.messages.models import AgentResult, AgentStatus, RunStatus
 from treadle.workflows.agent.workflow import AgentWorkflow
 
 WRITE = {"name": "write_file", "arguments": {"path": "kid.txt", "content": "hi"}}

@@ -12,8 +12,8 @@ from tests.support.family import LIST, child, delegate, pending_in, shows, start
 from tests.support.harness import Harness
 from tests.support.stream import events, wait_for_event
 from treadle.cli.live.lines import event_text
-from treadle.workflows.agent.events import AgentEvent
-from treadle.workflows.agent.models import AgentResult, AgentStatus, RunStatus
+from treadle.workflows.agent.messages.events import AgentEvent
+from treadle.workflows.agent.messages.models import AgentResult, AgentStatus, RunStatus
 from treadle.workflows.agent.workflow import AgentWorkflow
 
 DOLLAR_A_MILLION = {"prompt": 1.0, "completion": 1.0}
@@ -203,7 +203,7 @@ async def test_a_stuck_child_shows_in_its_parents_status(harness: Harness) -> No
 def test_a_childs_routine_reports_slow_down_as_they_add_up() -> None:
     """Eight children of a day add about 10,000 events to their parent, not 50,000 (Temporal
     ends a run at 51,200 events, and a parent cannot continue as new while its children run)."""
-    from treadle.workflows.agent.child_reports import SLOWEST, pace
+    from treadle.workflows.agent.subagents.reports import SLOWEST, pace
 
     seconds, reports = 0.0, 0
     while seconds < 86_400:

@@ -10,7 +10,7 @@ import pytest
 
 from tests.support.family import LIST, child, observations, quick_and_hungry, starter, usage
 from tests.support.harness import Harness
-from treadle.workflows.agent.models import AgentResult, AgentStatus, RunStatus
+from treadle.workflows.agent.messages.models import AgentResult, AgentStatus, RunStatus
 from treadle.workflows.agent.workflow import AgentWorkflow
 
 DOLLAR_A_MILLION = {"prompt": 1.0, "completion": 1.0}

@@ -14,7 +14,7 @@ from temporalio.service import RPCError
 
 from tests.support.harness import Harness, tool_messages
 from tests.support.processes import ROOT
-from treadle.workflows.agent.models import AgentStatus, PendingApproval
+from treadle.workflows.agent.messages.models import AgentStatus, PendingApproval
 from treadle.workflows.agent.workflow import AgentWorkflow
 
 LIST = {"name": "list_dir", "arguments": {"path": "."}}

@@ -32,7 +32,7 @@ from treadle.cli.worker import WORKFLOWS, build_worker, workflow_runner
 from treadle.connection import data_converter
 from treadle.devserver import default_search_dirs, find_temporal_binary
 from treadle.scripted_model import ScriptedModelServer
-from treadle.workflows.agent.models import (
+from treadle.workflows.agent.messages.models import (
     AgentConfig,
     AgentInput,
     AgentResult,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from temporalio import workflow
 
-from treadle.workflows.agent.models import AgentInput, AgentResult
-from treadle.workflows.agent.state_machine import Event
+from treadle.workflows.agent.messages.models import AgentInput, AgentResult
+from treadle.workflows.agent.messages.state_machine import Event
 from treadle.workflows.agent.workflow import AgentWorkflow
 
 

@@ -9,7 +9,7 @@ from typing import Any
 from temporalio.client import WorkflowHandle
 
 from treadle.stream import read_items
-from treadle.workflows.agent.events import AgentEvent, TokenDelta
+from treadle.workflows.agent.messages.events import AgentEvent, TokenDelta
 
 
 async def stream_items(

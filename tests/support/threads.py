@@ -13,7 +13,7 @@ from typing import Any
 from temporalio.client import WorkflowHandle
 
 from tests.support.harness import Harness
-from treadle.workflows.agent.models import (
+from treadle.workflows.agent.messages.models import (
     AgentConfig,
     AgentInput,
     AgentStatus,
@@ -21,8 +21,8 @@ from treadle.workflows.agent.models import (
     ThreadExport,
     UserMessage,
 )
-from treadle.workflows.agent.state_machine import State
-from treadle.workflows.agent.threads import rebuild
+from treadle.workflows.agent.messages.state_machine import State
+from treadle.workflows.agent.parts.threads import rebuild
 from treadle.workflows.agent.workflow import AgentWorkflow
 
 

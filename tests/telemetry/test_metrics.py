@@ -14,7 +14,7 @@ from tests.support.telemetry import observed_client, uncached_worker, value
 from treadle.activities.model.activity import http_client
 from treadle.cli.worker import workflow_runner
 from treadle.scripted_model import ScriptedModelServer
-from treadle.workflows.agent.models import AgentConfig, AgentInput
+from treadle.workflows.agent.messages.models import AgentConfig, AgentInput
 from treadle.workflows.agent.workflow import AgentWorkflow
 
 USAGE = {"prompt_tokens": 100, "completion_tokens": 20, "cached_tokens": 30}

@@ -21,7 +21,7 @@ from treadle.activities.model.activity import ModelActivities, ProviderSettings,
 from treadle.activities.model.http_errors import MIN_FRAGMENT, REDACTED, Redactor
 from treadle.cli.worker import build_worker
 from treadle.scripted_model import ScriptedModelServer
-from treadle.workflows.agent.models import (
+from treadle.workflows.agent.messages.models import (
     AgentConfig,
     AgentResult,
     AgentStatus,

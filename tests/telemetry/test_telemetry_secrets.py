@@ -14,7 +14,7 @@ from treadle.activities.store.blobs import FileBlobStore
 from treadle.cli.worker import build_worker
 from treadle.logs import JsonFormatter
 from treadle.scripted_model import ScriptedModelServer
-from treadle.workflows.agent.models import AgentConfig, AgentInput
+from treadle.workflows.agent.messages.models import AgentConfig, AgentInput
 from treadle.workflows.agent.workflow import AgentWorkflow
 
 

@@ -22,7 +22,7 @@ from tests.support.telemetry import (
 from treadle.activities.model.activity import http_client
 from treadle.scripted_model import ScriptedModelServer
 from treadle.stream import watch_events
-from treadle.workflows.agent.models import AgentConfig, AgentInput
+from treadle.workflows.agent.messages.models import AgentConfig, AgentInput
 from treadle.workflows.agent.workflow import AgentWorkflow
 
 USAGE = {"prompt_tokens": 100, "completion_tokens": 20, "cached_tokens": 30}

@@ -19,7 +19,7 @@ from tests.support.threads import answered, start_thread
 from treadle.activities import threads
 from treadle.cli.chat import _across_handover
 from treadle.cli.exits import UsageError
-from treadle.workflows.agent.models import AgentResult, SendReceipt
+from treadle.workflows.agent.messages.models import AgentResult, SendReceipt
 from treadle.workflows.agent.workflow import AgentWorkflow
 
 T = TypeVar("T")

@@ -26,14 +26,14 @@ from tests.support.threads import answered_turns, send
 from treadle.connection import connect
 from treadle.devserver import DevServer, DevServerConfig
 from treadle.scripted_model import ScriptedModelServer
-from treadle.workflows.agent import search_attributes
-from treadle.workflows.agent.models import (
+from treadle.workflows.agent.messages import search_attributes
+from treadle.workflows.agent.messages.models import (
     AgentConfig,
     AgentResult,
     AgentStatus,
     RunStatus,
 )
-from treadle.workflows.agent.state_machine import State
+from treadle.workflows.agent.messages.state_machine import State
 from treadle.workflows.agent.workflow import AgentWorkflow
 
 FIRST = "Hello, remember the word 'marmalade'."

@@ -15,10 +15,10 @@ from temporalio.service import RPCError, RPCStatusCode
 from tests.support.harness import Harness
 from tests.support.processes import run_cli
 from treadle.cli.thread_import import plan_import
-from treadle.workflows.agent.memory import DEFAULT_SYSTEM_PROMPT
-from treadle.workflows.agent.models import AgentConfig, ThreadExport, ThreadSettings
-from treadle.workflows.agent.planning import MAX_MODEL_INPUT_BYTES
-from treadle.workflows.agent.state_machine import State
+from treadle.workflows.agent.messages.models import AgentConfig, ThreadExport, ThreadSettings
+from treadle.workflows.agent.messages.state_machine import State
+from treadle.workflows.agent.parts.memory import DEFAULT_SYSTEM_PROMPT
+from treadle.workflows.agent.parts.planning import MAX_MODEL_INPUT_BYTES
 from treadle.workflows.agent.workflow import AgentWorkflow
 
 SHELL = {"name": "run_command", "arguments": {"command": 'sh -c "echo $((6*7))PWNED"'}}

@@ -19,8 +19,7 @@ from tests.support.processes import run_cli
 from tests.support.threads import answered, send, start_thread
 from treadle.activities.store.blobs import FileBlobStore
 from treadle.activities.store.conversation import ConversationStore, whole_thread
-from treadle.workflows.agent import handover
-from treadle.workflows.agent.models import (
+from treadle.workflows.agent.messages.models import (
     AgentInput,
     AgentResult,
     AgentStatus,
@@ -31,9 +30,10 @@ from treadle.workflows.agent.models import (
     TraceEntry,
     Turn,
 )
-from treadle.workflows.agent.state import AgentRun
-from treadle.workflows.agent.state_machine import State
-from treadle.workflows.agent.threads import ImportRefused, rebuild
+from treadle.workflows.agent.messages.state_machine import State
+from treadle.workflows.agent.parts import handover
+from treadle.workflows.agent.parts.state import AgentRun
+from treadle.workflows.agent.parts.threads import ImportRefused, rebuild
 from treadle.workflows.agent.workflow import AgentWorkflow
 
 VIEW_NOTE = "longer than this model's context"

@@ -4,7 +4,7 @@ where it keeps each tool result with its call, and cut at the same place for man
 from __future__ import annotations
 
 from treadle.activities.store.view import view
-from treadle.workflows.agent.models import ChatMessage, ToolCall
+from treadle.workflows.agent.messages.models import ChatMessage, ToolCall
 
 
 def _conversation(turns: int, chars: int = 400) -> tuple[ChatMessage, ...]:

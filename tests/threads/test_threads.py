@@ -18,14 +18,14 @@ from temporalio.testing import WorkflowEnvironment
 from tests.support.harness import Harness, keep_history, replayer, run_to_end_on_time_skipping
 from tests.support.threads import answered, send, start_thread
 from treadle.scripted_model import ScriptedModelServer
-from treadle.workflows.agent.models import (
+from treadle.workflows.agent.messages.models import (
     AgentResult,
     AgentStatus,
     RunStatus,
     ThreadExport,
 )
-from treadle.workflows.agent.state_machine import State
-from treadle.workflows.agent.threads import ImportRefused, rebuild
+from treadle.workflows.agent.messages.state_machine import State
+from treadle.workflows.agent.parts.threads import ImportRefused, rebuild
 from treadle.workflows.agent.workflow import AgentWorkflow
 
 

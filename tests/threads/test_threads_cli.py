@@ -12,15 +12,15 @@ from pathlib import Path
 from tests.support.harness import Harness
 from tests.support.processes import ROOT, clean_env, refusal, run_cli
 from treadle.cli import shell
-from treadle.workflows.agent.events import approval_commands
-from treadle.workflows.agent.models import (
+from treadle.workflows.agent.messages.events import approval_commands
+from treadle.workflows.agent.messages.models import (
     AgentResult,
     AgentStatus,
     Decision,
     RunStatus,
     ThreadExport,
 )
-from treadle.workflows.agent.state_machine import State
+from treadle.workflows.agent.messages.state_machine import State
 from treadle.workflows.agent.workflow import AgentWorkflow
 
 

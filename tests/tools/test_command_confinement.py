@@ -26,7 +26,7 @@ from tests.support.commands import BWRAP_WORKS, gone_within, marker, pids_with
 from treadle.activities.tools import confinement as confinement_module
 from treadle.activities.tools import processes
 from treadle.activities.tools.builtin import Confinement, ToolActivities, execute_tool
-from treadle.workflows.agent.models import ToolCall, ToolPolicy, ToolRequest, ToolResult
+from treadle.workflows.agent.messages.models import ToolCall, ToolPolicy, ToolRequest, ToolResult
 
 ROOT = Path(__file__).resolve().parents[2]
 POLICY = ToolPolicy(
@@ -445,7 +445,7 @@ STAND_IN_WORKER = """
 import asyncio, json, sys
 from pathlib import Path
 from treadle.activities.tools.builtin import Confinement, execute_tool
-from treadle.workflows.agent.models import ToolPolicy
+from treadle.workflows.agent.messages.models import ToolPolicy
 
 policy = ToolPolicy(allow_run_command=True, command_allowlist=("python3",))
 asyncio.run(execute_tool(

@@ -26,16 +26,17 @@ from tests.support.stream import events
 from treadle.activities.tools import git_diff
 from treadle.activities.tools.custom import Tool, ToolContext
 from treadle.scripted_model import ScriptedModelServer
-from treadle.workflows.agent import catalogue, toolbox
-from treadle.workflows.agent.catalogue import TOOLS, ToolSpec
-from treadle.workflows.agent.models import (
+from treadle.workflows.agent.messages import catalogue
+from treadle.workflows.agent.messages.catalogue import TOOLS, ToolSpec
+from treadle.workflows.agent.messages.models import (
     AgentConfig,
     AgentInput,
     AgentResult,
     ApproveSignal,
     ToolPolicy,
 )
-from treadle.workflows.agent.toolbox import Toolbox
+from treadle.workflows.agent.parts import toolbox
+from treadle.workflows.agent.parts.toolbox import Toolbox
 from treadle.workflows.agent.workflow import AgentWorkflow
 
 

@@ -17,12 +17,12 @@ from temporalio.testing import ActivityEnvironment
 
 import treadle.activities.hooks
 import treadle.activities.hooks.git_commit
-import treadle.workflows.agent.hooks
+import treadle.workflows.agent.messages.hooks
 from tests.support.repos import Repo, make_repo
 from treadle.activities.hooks import HOOKS, GitCommit, HookActivities, HookFailed
 from treadle.activities.hooks.git_commit import MAX_LISTED_FILES, commit_message, step_key
 from treadle.activities.tools.builtin import execute_tool
-from treadle.workflows.agent.hooks import (
+from treadle.workflows.agent.messages.hooks import (
     DEFAULT_COMMIT_AUTHOR,
     KNOWN_HOOKS,
     HookRequest,
@@ -32,7 +32,7 @@ from treadle.workflows.agent.hooks import (
     hook_call,
     parse_author,
 )
-from treadle.workflows.agent.models import ToolPolicy
+from treadle.workflows.agent.messages.models import ToolPolicy
 
 AUTHOR = "Ada Lovelace <ada@example.com>"
 
@@ -552,7 +552,7 @@ def test_public_names_are_exported() -> None:
     for module in (
         treadle.activities.hooks,
         treadle.activities.hooks.git_commit,
-        treadle.workflows.agent.hooks,
+        treadle.workflows.agent.messages.hooks,
     ):
         missing = [name for name in module.__all__ if not hasattr(module, name)]
         assert missing == [], module.__name__

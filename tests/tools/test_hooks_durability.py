@@ -41,8 +41,8 @@ from tests.support.repos import Repo, make_repo
 from treadle.activities.hooks import HookActivities
 from treadle.connection import connect
 from treadle.scripted_model import ScriptedModelServer
-from treadle.workflows.agent.hooks import HookRequest, HookResult, hook_call
-from treadle.workflows.agent.models import AgentConfig, AgentInput, AgentResult, RunStatus
+from treadle.workflows.agent.messages.hooks import HookRequest, HookResult, hook_call
+from treadle.workflows.agent.messages.models import AgentConfig, AgentInput, AgentResult, RunStatus
 from treadle.workflows.agent.workflow import AgentWorkflow
 
 HEARTBEAT_SECONDS = 2

@@ -7,7 +7,7 @@ from __future__ import annotations
 from tests.support.harness import Harness
 from tests.support.repos import committed_repo, git
 from tests.support.stream import events
-from treadle.workflows.agent.models import AgentResult, RunStatus
+from treadle.workflows.agent.messages.models import AgentResult, RunStatus
 from treadle.workflows.agent.workflow import AgentWorkflow
 
 
@@ -68,7 +68,7 @@ def test_unknown_hooks_and_bad_authors_are_config_errors() -> None:
     import pytest
     from pydantic import ValidationError
 
-    from treadle.workflows.agent.models import AgentConfig
+    from treadle.workflows.agent.messages.models import AgentConfig
 
     assert AgentConfig(hooks="git_commit").hooks == ("git_commit",)
     with pytest.raises(ValidationError, match=r"unknown hook\(s\): git_push"):

@@ -14,7 +14,7 @@ from tests.support.harness import Harness
 from tests.support.processes import clean_env, start_worker
 from treadle.activities.model.activity import ProviderSettings, http_client
 from treadle.cli.worker import build_worker
-from treadle.workflows.agent.models import AgentConfig, AgentResult, RunStatus
+from treadle.workflows.agent.messages.models import AgentConfig, AgentResult, RunStatus
 
 
 async def test_tools_run_on_their_own_queue_and_wait_for_its_worker(harness: Harness) -> None:

@@ -27,7 +27,7 @@ from treadle.activities.tools.builtin import (
     execute_tool,
 )
 from treadle.activities.tools.workspace import relative, resolve
-from treadle.workflows.agent.models import ToolCall, ToolPolicy, ToolRequest, ToolResult
+from treadle.workflows.agent.messages.models import ToolCall, ToolPolicy, ToolRequest, ToolResult
 
 POLICY = ToolPolicy()
 COMMANDS = ToolPolicy(

@@ -14,7 +14,7 @@ from temporalio.testing import WorkflowEnvironment
 from tests.support.harness import Harness, run_to_end_on_time_skipping, tool_messages
 from tests.support.threads import start_thread
 from treadle.scripted_model import ScriptedModelServer
-from treadle.workflows.agent.models import (
+from treadle.workflows.agent.messages.models import (
     AgentResult,
     AgentStatus,
     Decision,

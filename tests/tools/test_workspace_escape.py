@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from tests.support.harness import Harness, tool_messages
-from treadle.workflows.agent.models import AgentResult, RunStatus
+from treadle.workflows.agent.messages.models import AgentResult, RunStatus
 
 
 async def test_escape_attempts_are_refused_inside_a_real_run(harness: Harness) -> None:

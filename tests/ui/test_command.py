@@ -12,7 +12,7 @@ import httpx
 from tests.support.harness import Harness
 from tests.support.processes import start_service
 from treadle.cli.ui import is_loopback
-from treadle.workflows.agent.models import AgentInput
+from treadle.workflows.agent.messages.models import AgentInput
 from treadle.workflows.agent.workflow import AgentWorkflow
 
 

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from tests.support.harness import Harness, tool_messages
-from treadle.workflows.agent.models import AgentInput
+from treadle.workflows.agent.messages.models import AgentInput
 from treadle.workflows.agent.workflow import AgentWorkflow
 
 pytest.importorskip("playwright", reason="playwright is not installed (pip install -e '.[test]')")

@@ -7,8 +7,13 @@ from __future__ import annotations
 from tests.support.harness import Harness, keep_history, replayer
 from tests.support.stream import events, stream_items, wait_for_event
 from tests.support.threads import answered, send, start_thread
-from treadle.workflows.agent.events import AgentEvent
-from treadle.workflows.agent.models import AgentResult, AgentStatus, ApproveSignal, RunStatus
+from treadle.workflows.agent.messages.events import AgentEvent
+from treadle.workflows.agent.messages.models import (
+    AgentResult,
+    AgentStatus,
+    ApproveSignal,
+    RunStatus,
+)
 from treadle.workflows.agent.workflow import AgentWorkflow
 
 WRITE = {"name": "write_file", "arguments": {"path": "notes.md", "content": "hello"}}
@@ -153,7 +158,7 @@ def test_events_are_bounded() -> None:
     """A long answer or a big write's arguments are cut in the event, with a note of how much."""
     from datetime import UTC, datetime
 
-    from treadle.workflows.agent.events import MAX_ARGUMENT_CHARS, MAX_EVENT_TEXT, bounded
+    from treadle.workflows.agent.messages.events import MAX_ARGUMENT_CHARS, MAX_EVENT_TEXT, bounded
 
     big = AgentEvent(
         kind="approval_needed",
@@ -180,7 +185,7 @@ async def test_the_tail_carried_across_continue_as_new_is_bounded_in_bytes(
     """Long answers in a thread that continues as new often: what the next run's input carries
     of the stream stays within its byte bound, so the hand-over never nears the 2 MB limit; the
     offsets still run on without a hole in what is kept."""
-    from treadle.workflows.agent.events import CARRIED_BYTES, EVENTS_CARRIED
+    from treadle.workflows.agent.messages.events import CARRIED_BYTES, EVENTS_CARRIED
 
     long = "word " * 1_000  # 5,000 characters: events carry 4,000 of them
     model = harness.script(*({"content": f"{i} {long}"} for i in range(40)))

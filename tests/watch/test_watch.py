@@ -31,8 +31,8 @@ from treadle.cli.shell import runnable
 from treadle.codec import ENV_VAR
 from treadle.connection import connect
 from treadle.stream import StreamItem, StreamNotice, watch_events
-from treadle.workflows.agent.events import EVENTS_TOPIC, AgentEvent, ClientQuery
-from treadle.workflows.agent.models import AgentConfig, AgentInput, AgentResult, RunStatus
+from treadle.workflows.agent.messages.events import EVENTS_TOPIC, AgentEvent, ClientQuery
+from treadle.workflows.agent.messages.models import AgentConfig, AgentInput, AgentResult, RunStatus
 from treadle.workflows.agent.workflow import AgentWorkflow
 
 WRITE = {"name": "write_file", "arguments": {"path": "notes.md", "content": "hello"}}

@@ -37,7 +37,7 @@ from treadle.stream import (
     stream_end,
     watch_events,
 )
-from treadle.workflows.agent.events import EVENTS_TOPIC, AgentEvent
+from treadle.workflows.agent.messages.events import EVENTS_TOPIC, AgentEvent
 
 AT = datetime(2026, 1, 1, tzinfo=UTC)
 

@@ -26,7 +26,7 @@ from treadle.cli.live import (
 from treadle.cli.live.responder import _answer
 from treadle.cli.shell import runnable
 from treadle.stream import StreamItem
-from treadle.workflows.agent.events import (
+from treadle.workflows.agent.messages.events import (
     MAX_DECLINE_CHARS,
     MAX_EVENT_TEXT,
     AgentEvent,
@@ -34,8 +34,8 @@ from treadle.workflows.agent.events import (
     ClientQuery,
     TokenDelta,
 )
-from treadle.workflows.agent.models import AgentStatus, PendingApproval
-from treadle.workflows.agent.state_machine import State
+from treadle.workflows.agent.messages.models import AgentStatus, PendingApproval
+from treadle.workflows.agent.messages.state_machine import State
 
 AT = datetime(2026, 1, 1, tzinfo=UTC)
 

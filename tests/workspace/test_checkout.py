@@ -11,7 +11,7 @@ from typing import Any
 
 from tests.support.harness import Harness
 from tests.support.processes import clean_env, run_cli
-from treadle.workflows.agent.models import RunStatus
+from treadle.workflows.agent.messages.models import RunStatus
 
 Tree = dict[str, tuple[bytes, int]]
 

@@ -16,8 +16,8 @@ from treadle.activities.store.blobs import FileBlobStore
 from treadle.activities.workspace import Manifests, Snapshotter
 from treadle.activities.workspace.follow import Follower, directory_name
 from treadle.cli.worker import build_worker
-from treadle.workflows.agent.models import ToolResult
-from treadle.workflows.agent.snapshots import WorkspaceSync
+from treadle.workflows.agent.messages.models import ToolResult
+from treadle.workflows.agent.messages.snapshots import WorkspaceSync
 
 
 def files(root: Path) -> dict[str, str]:

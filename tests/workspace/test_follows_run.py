@@ -21,7 +21,7 @@ from tests.support.harness import keep_history, replayer, start_agent
 from tests.support.processes import clean_env, run_cli, server_address, start_worker
 from treadle.activities.workspace.follow import directory_name
 from treadle.scripted_model import ScriptedModelServer
-from treadle.workflows.agent.models import AgentConfig, AgentResult, RunStatus
+from treadle.workflows.agent.messages.models import AgentConfig, AgentResult, RunStatus
 
 Tree = dict[str, bytes]
 

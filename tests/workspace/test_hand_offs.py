@@ -20,7 +20,7 @@ from treadle.activities.content import RedactedBlobs, Redactor
 from treadle.activities.errors import StoreUnavailable
 from treadle.activities.store.blobs import BlobCorrupt, FileBlobStore
 from treadle.activities.workspace import Snapshotter, materialise, snapshot
-from treadle.workflows.agent.snapshots import SnapshotRequest
+from treadle.workflows.agent.messages.snapshots import SnapshotRequest
 
 HOUR_AGO = time.time() - 3600
 LOOK_AND_READ = "Snapshotter._snapshot.<locals>.look_and_read"

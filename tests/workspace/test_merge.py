@@ -8,7 +8,7 @@ from pathlib import Path
 
 from treadle.activities.store.blobs import FileBlobStore
 from treadle.activities.workspace import Manifests, Snapshotter
-from treadle.workflows.agent.snapshots import SnapshotRequest
+from treadle.workflows.agent.messages.snapshots import SnapshotRequest
 
 
 async def test_only_calls_that_left_a_path_different_overlap(

@@ -17,8 +17,8 @@ from treadle.activities.store.blobs import FileBlobStore
 from treadle.activities.workspace import Manifests
 from treadle.activities.workspace.follow import directory_name
 from treadle.scripted_model import ScriptedModelServer
-from treadle.workflows.agent.models import AgentConfig, RunStatus
-from treadle.workflows.agent.snapshots import SnapshotConfig
+from treadle.workflows.agent.messages.models import AgentConfig, RunStatus
+from treadle.workflows.agent.messages.snapshots import SnapshotConfig
 from treadle.workflows.agent.workflow import AgentWorkflow
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from treadle.activities.workspace import Snapshotter, materialise
 from treadle.stores import open_blob_store, parse_store
-from treadle.workflows.agent.snapshots import SnapshotRequest
+from treadle.workflows.agent.messages.snapshots import SnapshotRequest
 
 
 def tree(root: Path) -> dict[str, tuple[bytes, int]]:

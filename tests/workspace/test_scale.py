@@ -14,7 +14,7 @@ import pytest
 from treadle.activities.store.blobs import FileBlobStore
 from treadle.activities.workspace import Manifests, Snapshotter, materialise
 from treadle.activities.workspace.watch import Watcher
-from treadle.workflows.agent.snapshots import SnapshotRequest
+from treadle.workflows.agent.messages.snapshots import SnapshotRequest
 
 FILES = 10_000
 HOUR_AGO = time.time() - 3600

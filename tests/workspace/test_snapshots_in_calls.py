@@ -22,7 +22,7 @@ from treadle.activities.model.activity import http_client
 from treadle.activities.store.blobs import FileBlobStore
 from treadle.activities.workspace import Manifests
 from treadle.scripted_model import ScriptedModelServer
-from treadle.workflows.agent.models import AgentConfig, AgentResult, RunStatus
+from treadle.workflows.agent.messages.models import AgentConfig, AgentResult, RunStatus
 from treadle.workflows.agent.workflow import AgentWorkflow
 
 Tree = dict[str, bytes]

@@ -15,7 +15,7 @@ from temporalio.client import WorkflowHandle
 from tests.support.harness import Harness
 from treadle.activities.store.blobs import FileBlobStore
 from treadle.activities.workspace import Manifests
-from treadle.workflows.agent.models import RunStatus
+from treadle.workflows.agent.messages.models import RunStatus
 from treadle.workflows.agent.workflow import AgentWorkflow
 
 

@@ -18,7 +18,7 @@ from treadle.activities.store.blobs import FileBlobStore
 from treadle.activities.workspace import Manifests
 from treadle.activities.workspace.follow import directory_name
 from treadle.scripted_model import ScriptedModelServer
-from treadle.workflows.agent.models import AgentResult, AgentStatus, RunStatus
+from treadle.workflows.agent.messages.models import AgentResult, AgentStatus, RunStatus
 from treadle.workflows.agent.workflow import AgentWorkflow
 
 

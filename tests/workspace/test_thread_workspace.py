@@ -8,9 +8,14 @@ from pathlib import Path
 
 from tests.support.harness import Harness, start_agent
 from tests.support.processes import run_cli
-from treadle.workflows.agent.models import AgentConfig, AgentResult, RunStatus, ThreadExport
-from treadle.workflows.agent.snapshots import SnapshotConfig
-from treadle.workflows.agent.state_machine import State
+from treadle.workflows.agent.messages.models import (
+    AgentConfig,
+    AgentResult,
+    RunStatus,
+    ThreadExport,
+)
+from treadle.workflows.agent.messages.snapshots import SnapshotConfig
+from treadle.workflows.agent.messages.state_machine import State
 from treadle.workflows.agent.workflow import AgentWorkflow
 
 

@@ -26,8 +26,12 @@ from treadle.activities.workspace import Manifests, Snapshotter
 from treadle.activities.workspace import snapshot as snapshot_module
 from treadle.activities.workspace.follow import Follower
 from treadle.activities.workspace.watch import Watcher, WatchUnavailable
-from treadle.workflows.agent.models import RunStatus, ToolResult
-from treadle.workflows.agent.snapshots import SnapshotRequest, SnapshotResult, WorkspaceSync
+from treadle.workflows.agent.messages.models import RunStatus, ToolResult
+from treadle.workflows.agent.messages.snapshots import (
+    SnapshotRequest,
+    SnapshotResult,
+    WorkspaceSync,
+)
 from treadle.workflows.agent.workflow import AgentWorkflow
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="inotify: Linux")

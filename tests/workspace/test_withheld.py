@@ -8,7 +8,7 @@ from pathlib import Path
 
 from treadle.activities.store.blobs import FileBlobStore
 from treadle.activities.workspace import Manifests, Snapshotter, materialise
-from treadle.workflows.agent.snapshots import SnapshotRequest
+from treadle.workflows.agent.messages.snapshots import SnapshotRequest
 
 KEY = b"a-worker-secret-value-for-this-test"
 

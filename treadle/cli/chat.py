@@ -38,9 +38,9 @@ from treadle.cli.workspaces import make_workspace, resolve_workspace
 from treadle.connection import store_location
 from treadle.stores import open_blob_store
 from treadle.stream import StreamUnavailable
-from treadle.workflows.agent.content_refs import holds_refs
-from treadle.workflows.agent.events import AgentEvent, approval_commands
-from treadle.workflows.agent.models import (
+from treadle.workflows.agent.messages.content_refs import holds_refs
+from treadle.workflows.agent.messages.events import AgentEvent, approval_commands
+from treadle.workflows.agent.messages.models import (
     TASK_QUEUE,
     AgentConfig,
     AgentInput,
@@ -49,8 +49,8 @@ from treadle.workflows.agent.models import (
     ThreadExport,
     ThreadSettings,
 )
-from treadle.workflows.agent.state_machine import State
-from treadle.workflows.agent.threads import ImportRefused
+from treadle.workflows.agent.messages.state_machine import State
+from treadle.workflows.agent.parts.threads import ImportRefused
 from treadle.workflows.agent.workflow import AgentWorkflow
 from treadle.workflows.base import describe_errors
 

@@ -42,7 +42,7 @@ from treadle.cli.exits import UsageError
 from treadle.cli.live import outcome
 from treadle.cli.serving import interrupted
 from treadle.connection import connect
-from treadle.workflows.agent.models import (
+from treadle.workflows.agent.messages.models import (
     TASK_QUEUE,
     AgentConfig,
     AgentInput,
@@ -52,7 +52,7 @@ from treadle.workflows.agent.models import (
     RunStatus,
     Trace,
 )
-from treadle.workflows.agent.state_machine import State
+from treadle.workflows.agent.messages.state_machine import State
 from treadle.workflows.agent.workflow import AgentWorkflow
 
 __all__ = ["DEMO_MODEL", "DEMO_TASK", "DEMO_TASK_QUEUE", "cmd_demo", "kept_queue", "register"]
@@ -108,7 +108,7 @@ async def cmd_demo(
     from treadle.connection import ensure_search_attributes
     from treadle.devserver import DevServer, load_config
     from treadle.scripted_model import DEMO_SCRIPT, ScriptedModelServer, load_script
-    from treadle.workflows.agent import search_attributes
+    from treadle.workflows.agent.messages import search_attributes
 
     config = load_config(Path(args.dev_config) if args.dev_config else home.default_dev_config())
     script = load_script(DEMO_SCRIPT)

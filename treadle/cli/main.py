@@ -86,7 +86,7 @@ from treadle.connection import (
 )
 from treadle.devserver import DevServerError
 from treadle.scripted_model import ScriptError
-from treadle.workflows.agent.models import (
+from treadle.workflows.agent.messages.models import (
     TASK_QUEUE,
     AgentConfig,
     AgentInput,

@@ -34,7 +34,7 @@ from treadle.cli.tables import table
 from treadle.connection import STORE_ENV
 from treadle.home import default_store
 from treadle.stores import StoreSettingsError, open_blob_store, parse_store
-from treadle.workflows.agent.snapshots import WorkspaceHead
+from treadle.workflows.agent.messages.snapshots import WorkspaceHead
 from treadle.workflows.agent.workflow import AgentWorkflow
 
 __all__ = ["check_out_imported", "diff_lines", "register"]

@@ -18,10 +18,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from treadle.workflows.agent.models import AgentConfig, AgentInput, ThreadExport, ThreadSettings
-from treadle.workflows.agent.planning import CannotCall, model_request
-from treadle.workflows.agent.state import AgentRun
-from treadle.workflows.agent.threads import ImportRefused, rebuild
+from treadle.workflows.agent.messages.models import (
+    AgentConfig,
+    AgentInput,
+    ThreadExport,
+    ThreadSettings,
+)
+from treadle.workflows.agent.parts.planning import CannotCall, model_request
+from treadle.workflows.agent.parts.state import AgentRun
+from treadle.workflows.agent.parts.threads import ImportRefused, rebuild
 
 __all__ = ["ImportPlan", "plan_import"]
 

@@ -11,9 +11,9 @@ from temporalio.client import Client, WorkflowQueryFailedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from treadle.cli.exits import UsageError
-from treadle.workflows.agent.models import AgentResult, AgentStatus
-from treadle.workflows.agent.state_machine import State
-from treadle.workflows.agent.waiting import WakeSignal
+from treadle.workflows.agent.messages.models import AgentResult, AgentStatus
+from treadle.workflows.agent.messages.state_machine import State
+from treadle.workflows.agent.parts.waiting import WakeSignal
 from treadle.workflows.agent.workflow import AgentWorkflow
 
 __all__ = ["register"]

@@ -75,8 +75,8 @@ from treadle.logs import LOG_FORMATS, configure_logging
 from treadle.observability import TelemetrySettingsError, metrics_runtime, metrics_url
 from treadle.sandbox import LeanSandboxedWorkflowRunner
 from treadle.stores import StoreSettingsError, check_store, open_blob_store, parse_store
-from treadle.workflows.agent import search_attributes
-from treadle.workflows.agent.models import TASK_QUEUE
+from treadle.workflows.agent.messages import search_attributes
+from treadle.workflows.agent.messages.models import TASK_QUEUE
 from treadle.workflows.agent.workflow import AgentWorkflow
 from treadle.workflows.jobs import workflow as job_workflows
 from treadle.workflows.monitors import workflow as monitor_workflows
@@ -142,66 +142,12 @@ WORKFLOWS: list[type[Any]] = [
     *scheduled_workflows.WORKFLOWS,
 ]
 
-# Pure, deterministic modules shared by workflow code and clients. Passing them through the
-# sandbox means one import per worker instead of one per run, and the same pydantic classes
-# for the data converter and the workflow.
-PASSTHROUGH_MODULES = (
-    "treadle.workflows.base",  # the pydantic bases and error wording every feature's messages share
-    "treadle.workflows.cron",  # cron expressions (croniter, zoneinfo), used by jobs and monitors
-    "treadle.workflows.agent.engine",  # the agent loop: a parked run holds its state, not the code
-    "treadle.workflows.agent.models",
-    "treadle.workflows.agent.state",
-    "treadle.workflows.agent.approvals",
-    "treadle.workflows.agent.planning",
-    "treadle.workflows.agent.recovery",
-    "treadle.workflows.agent.status",
-    "treadle.workflows.agent.calls",  # the activity calls: loads the activities' modules once
-    "treadle.workflows.agent.handlers",
-    "treadle.workflows.agent.publishing",
-    "treadle.workflows.agent.toolbox",
-    "treadle.workflows.agent.acting",
-    "treadle.workflows.agent.threads",
-    "treadle.workflows.agent.handover",
-    "treadle.workflows.agent.events",
-    "treadle.workflows.agent.hooks",
-    "treadle.workflows.agent.snapshots",  # workspace snapshot messages, shared with the activity
-    "treadle.workflows.agent.snapshotting",
-    "treadle.workflows.agent.mcp",  # MCP tool names and messages, shared with the MCP activities
-    "treadle.workflows.agent.tool_args",
-    "treadle.workflows.agent.client_queries",
-    "treadle.workflows.agent.progress",
-    "treadle.workflows.agent.providers",
-    "treadle.workflows.agent.reflection",
-    "treadle.workflows.agent.catalogue",
-    "treadle.workflows.agent.state_machine",
-    "treadle.workflows.agent.memory",
-    "treadle.workflows.agent.search_attributes",
-    # The loop's other pure modules, and the agent workflow's own module: each one left out was
-    # imported again, through the sandbox's importer, for every run a worker caches and every
-    # replay after a cache miss (6-7 ms a run; now under 2). The determinism scan of
-    # tests/architecture covers them as it covers the engine.
-    "treadle.workflows.agent.config",  # AgentConfig: the same class models.py re-exports
-    "treadle.workflows.agent.child_ends",
-    "treadle.workflows.agent.child_reports",
-    "treadle.workflows.agent.child_queries",
-    "treadle.workflows.agent.cost_cap",
-    "treadle.workflows.agent.decisions",
-    "treadle.workflows.agent.compressing",
-    "treadle.workflows.agent.content_refs",
-    "treadle.workflows.agent.delegation",
-    "treadle.workflows.agent.family",
-    "treadle.workflows.agent.fallback",
-    "treadle.workflows.agent.json_schema",  # loads jsonschema once per worker
-    "treadle.workflows.agent.outages",
-    "treadle.workflows.agent.post_tools",
-    "treadle.workflows.agent.typed_answers",
-    "treadle.workflows.agent.waiting",
-    "treadle.workflows.agent.workflow",  # AgentWorkflow only declares the engine a workflow
-    "treadle.workflows.monitors.models",  # monitor messages; loads croniter and zoneinfo too
-    "treadle.workflows.jobs.models",  # job messages and ledger arithmetic; loads croniter
-    "treadle.workflows.scheduled.models",  # scheduled agents' messages, shared with the CLI
-    "treadle.workflows.telemetry",  # one table of runs' current steps, shared with the logs
-)
+# Workflow code, passed through the sandbox whole: treadle.workflows is deterministic code only
+# (tests/architecture scans every module of it for clocks, randomness and I/O), so one import per
+# worker serves every run, instead of one per run and per replay after a cache miss (each module
+# left out cost 6-7 ms a run), and the pydantic classes the data converter builds are the ones
+# the workflow sees. A new module or room is covered the day it is written.
+PASSTHROUGH_MODULES = ("treadle.workflows",)
 
 
 def workflow_runner() -> LeanSandboxedWorkflowRunner:

@@ -41,8 +41,8 @@ def anthropic_conversation(messages: list[dict[str, Any]]) -> str:
 
 
 REJECTED = "ERROR: a human rejected this call: "
-"""How a rejected call's result reads (``workflows/agent/approvals.py``): ``on_rejection`` looks
-for it."""
+"""How a rejected call's result reads (``workflows/agent/parts/approvals.py``): ``on_rejection``
+looks for it."""
 
 
 def after_rejection(turns: list[Turn], index: int, messages: list[Any]) -> list[Turn]:

@@ -30,33 +30,31 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError, is_cancelled_exception
 
 from treadle.workflows import telemetry
-from treadle.workflows.agent import (
-    calls,
-    child_ends,
-    child_reports,
-    client_queries,
-    delegation,
-    events,
-    handover,
-    mcp,
-    recovery,
-    snapshotting,
-    waiting,
+from treadle.workflows.agent import calls, snapshotting
+from treadle.workflows.agent.messages import events, mcp
+from treadle.workflows.agent.messages.catalogue import (
+    AskClientArgs,
+    DelegateArgs,
+    StartPhaseArgs,
+    WaitArgs,
 )
-from treadle.workflows.agent.catalogue import AskClientArgs, DelegateArgs, StartPhaseArgs, WaitArgs
-from treadle.workflows.agent.mcp import McpCallRequest, McpListRequest, McpToolList
-from treadle.workflows.agent.models import (
+from treadle.workflows.agent.messages.mcp import McpCallRequest, McpListRequest, McpToolList
+from treadle.workflows.agent.messages.models import (
     ToolCall,
     ToolOutcome,
     ToolPolicy,
     ToolRequest,
     ToolResult,
 )
-from treadle.workflows.agent.publishing import Publisher
-from treadle.workflows.agent.state import AgentRun
-from treadle.workflows.agent.state_machine import Event, State
-from treadle.workflows.agent.status import cut
-from treadle.workflows.agent.toolbox import CheckedCall, OfferedTool, Toolbox
+from treadle.workflows.agent.messages.state_machine import Event, State
+from treadle.workflows.agent.parts import client_queries, handover, recovery, waiting
+from treadle.workflows.agent.parts.publishing import Publisher
+from treadle.workflows.agent.parts.state import AgentRun
+from treadle.workflows.agent.parts.status import cut
+from treadle.workflows.agent.parts.toolbox import CheckedCall, OfferedTool, Toolbox
+from treadle.workflows.agent.subagents import delegation
+from treadle.workflows.agent.subagents import ends as child_ends
+from treadle.workflows.agent.subagents import reports as child_reports
 from treadle.workflows.base import describe_errors, failure_message
 
 CLIENT_QUERIES = "client-queries"

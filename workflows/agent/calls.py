@@ -21,10 +21,10 @@ from temporalio import workflow
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError
 
-from treadle.workflows.agent import hooks
-from treadle.workflows.agent.hooks import HookRequest, HookResult
-from treadle.workflows.agent.mcp import McpCallRequest, McpListRequest, McpToolList
-from treadle.workflows.agent.models import (
+from treadle.workflows.agent.messages import hooks
+from treadle.workflows.agent.messages.hooks import HookRequest, HookResult
+from treadle.workflows.agent.messages.mcp import McpCallRequest, McpListRequest, McpToolList
+from treadle.workflows.agent.messages.models import (
     AgentConfig,
     LoadedTools,
     LoadedToolsRequest,
@@ -33,7 +33,12 @@ from treadle.workflows.agent.models import (
     ToolRequest,
     ToolResult,
 )
-from treadle.workflows.agent.outages import (
+from treadle.workflows.agent.messages.snapshots import (
+    SnapshotRequest,
+    SnapshotResult,
+    snapshot_call,
+)
+from treadle.workflows.agent.parts.outages import (
     FIRST_PROBE,
     LONGEST_PROBE_INTERVAL,
     STORE_OUTAGES,
@@ -42,7 +47,6 @@ from treadle.workflows.agent.outages import (
     pause,
     unreachable_store,
 )
-from treadle.workflows.agent.snapshots import SnapshotRequest, SnapshotResult, snapshot_call
 from treadle.workflows.base import DEAD_WORKER_RETRY, FIRST_RETRY, failure_message
 
 with workflow.unsafe.imports_passed_through():

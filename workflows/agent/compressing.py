@@ -7,10 +7,11 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError, is_cancelled_exception
 
 from treadle.workflows import telemetry
-from treadle.workflows.agent import calls, reflection
-from treadle.workflows.agent.publishing import Publisher
-from treadle.workflows.agent.state import AgentRun
-from treadle.workflows.agent.state_machine import State
+from treadle.workflows.agent import calls
+from treadle.workflows.agent.messages.state_machine import State
+from treadle.workflows.agent.parts import reflection
+from treadle.workflows.agent.parts.publishing import Publisher
+from treadle.workflows.agent.parts.state import AgentRun
 from treadle.workflows.base import failure_message
 
 REFLECTION_KEEPS_RECORD = "reflection-keeps-record"

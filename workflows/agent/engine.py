@@ -28,25 +28,7 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError, is_cancelled_exception
 
 from treadle.workflows import telemetry
-from treadle.workflows.agent import (
-    approvals,
-    child_reports,
-    client_queries,
-    compressing,
-    events,
-    fallback,
-    handover,
-    planning,
-    post_tools,
-    recovery,
-    reflection,
-    snapshotting,
-    status,
-    threads,
-    typed_answers,
-    waiting,
-)
-from treadle.workflows.agent import search_attributes as sa
+from treadle.workflows.agent import compressing, fallback, post_tools, snapshotting
 from treadle.workflows.agent.acting import (
     CARRY_CONTENT_HASHES,
     CLIENT_QUERIES,
@@ -55,19 +37,34 @@ from treadle.workflows.agent.acting import (
 )
 from treadle.workflows.agent.compressing import REFLECTION_KEEPS_RECORD as REFLECTION_KEEPS_RECORD
 from treadle.workflows.agent.handlers import SIGNALS, AgentHandlers
-from treadle.workflows.agent.models import (
+from treadle.workflows.agent.messages import events
+from treadle.workflows.agent.messages import search_attributes as sa
+from treadle.workflows.agent.messages.models import (
     AgentInput,
     AgentResult,
     ModelResponse,
     RunStatus,
     Turn,
 )
-from treadle.workflows.agent.outages import Outage
-from treadle.workflows.agent.publishing import Publisher
-from treadle.workflows.agent.state import AgentRun
-from treadle.workflows.agent.state_machine import Event, State, next_state
-from treadle.workflows.agent.status import cut
-from treadle.workflows.agent.toolbox import CheckedCall
+from treadle.workflows.agent.messages.state_machine import Event, State, next_state
+from treadle.workflows.agent.parts import (
+    approvals,
+    client_queries,
+    handover,
+    planning,
+    recovery,
+    reflection,
+    status,
+    threads,
+    typed_answers,
+    waiting,
+)
+from treadle.workflows.agent.parts.outages import Outage
+from treadle.workflows.agent.parts.publishing import Publisher
+from treadle.workflows.agent.parts.state import AgentRun
+from treadle.workflows.agent.parts.status import cut
+from treadle.workflows.agent.parts.toolbox import CheckedCall
+from treadle.workflows.agent.subagents import reports as child_reports
 from treadle.workflows.base import failure_message
 
 __all__ = [

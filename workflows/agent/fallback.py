@@ -13,11 +13,12 @@ from __future__ import annotations
 from temporalio import workflow
 from temporalio.exceptions import ActivityError, RetryState, is_cancelled_exception
 
-from treadle.workflows.agent import calls, typed_answers
-from treadle.workflows.agent.models import ModelRequest, ModelResponse
-from treadle.workflows.agent.publishing import Publisher
-from treadle.workflows.agent.state import AgentRun
-from treadle.workflows.agent.state_machine import State
+from treadle.workflows.agent import calls
+from treadle.workflows.agent.messages.models import ModelRequest, ModelResponse
+from treadle.workflows.agent.messages.state_machine import State
+from treadle.workflows.agent.parts import typed_answers
+from treadle.workflows.agent.parts.publishing import Publisher
+from treadle.workflows.agent.parts.state import AgentRun
 from treadle.workflows.base import failure_message
 
 __all__ = ["FALLBACK_MODELS", "call_model", "models"]

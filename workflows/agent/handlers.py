@@ -16,21 +16,9 @@ from temporalio import workflow
 from temporalio.common import RawValue
 from temporalio.exceptions import ApplicationError
 
-from treadle.workflows.agent import (
-    approvals,
-    child_queries,
-    child_reports,
-    client_queries,
-    delegation,
-    status,
-    threads,
-    waiting,
-)
 from treadle.workflows.agent.acting import ToolRunner
-from treadle.workflows.agent.approvals import Refused
-from treadle.workflows.agent.client_queries import AnswerRefused
-from treadle.workflows.agent.events import ClientAnswer, ClientQuery
-from treadle.workflows.agent.models import (
+from treadle.workflows.agent.messages.events import ClientAnswer, ClientQuery
+from treadle.workflows.agent.messages.models import (
     AgentStatus,
     Decision,
     GuideSignal,
@@ -40,12 +28,18 @@ from treadle.workflows.agent.models import (
     Trace,
     UserMessage,
 )
-from treadle.workflows.agent.progress import ProgressSummary
-from treadle.workflows.agent.publishing import Publisher
-from treadle.workflows.agent.snapshots import WorkspaceHead
-from treadle.workflows.agent.state import AgentRun
-from treadle.workflows.agent.state_machine import State
-from treadle.workflows.agent.status import cut
+from treadle.workflows.agent.messages.progress import ProgressSummary
+from treadle.workflows.agent.messages.snapshots import WorkspaceHead
+from treadle.workflows.agent.messages.state_machine import State
+from treadle.workflows.agent.parts import approvals, client_queries, status, threads, waiting
+from treadle.workflows.agent.parts.approvals import Refused
+from treadle.workflows.agent.parts.client_queries import AnswerRefused
+from treadle.workflows.agent.parts.publishing import Publisher
+from treadle.workflows.agent.parts.state import AgentRun
+from treadle.workflows.agent.parts.status import cut
+from treadle.workflows.agent.subagents import delegation
+from treadle.workflows.agent.subagents import queries as child_queries
+from treadle.workflows.agent.subagents import reports as child_reports
 from treadle.workflows.base import Frozen, describe_errors
 
 _M = TypeVar("_M", bound=Frozen)

@@ -6,13 +6,14 @@ from __future__ import annotations
 from temporalio import workflow
 from temporalio.exceptions import ActivityError, is_cancelled_exception
 
-from treadle.workflows.agent import calls, hooks, snapshotting
-from treadle.workflows.agent.hooks import HookRequest, HookResult
-from treadle.workflows.agent.models import ToolOutcome
-from treadle.workflows.agent.publishing import Publisher
-from treadle.workflows.agent.state import AgentRun
-from treadle.workflows.agent.state_machine import State
-from treadle.workflows.agent.toolbox import Toolbox
+from treadle.workflows.agent import calls, snapshotting
+from treadle.workflows.agent.messages import hooks
+from treadle.workflows.agent.messages.hooks import HookRequest, HookResult
+from treadle.workflows.agent.messages.models import ToolOutcome
+from treadle.workflows.agent.messages.state_machine import State
+from treadle.workflows.agent.parts.publishing import Publisher
+from treadle.workflows.agent.parts.state import AgentRun
+from treadle.workflows.agent.parts.toolbox import Toolbox
 from treadle.workflows.base import failure_message
 
 

@@ -23,10 +23,9 @@ from collections.abc import Awaitable, Callable, Sequence
 from temporalio import workflow
 from temporalio.exceptions import ActivityError, is_cancelled_exception
 
-from treadle.workflows.agent.catalogue import TOOLS
-from treadle.workflows.agent.models import AgentConfig, ToolOutcome
-from treadle.workflows.agent.publishing import Publisher
-from treadle.workflows.agent.snapshots import (
+from treadle.workflows.agent.messages.catalogue import TOOLS
+from treadle.workflows.agent.messages.models import AgentConfig, ToolOutcome
+from treadle.workflows.agent.messages.snapshots import (
     DEFAULT_IGNORE,
     SNAPSHOTS_IN_CALLS,
     SUBAGENT_WORKSPACE,
@@ -37,9 +36,10 @@ from treadle.workflows.agent.snapshots import (
     WorkspaceSync,
     paths_hint,
 )
-from treadle.workflows.agent.state import AgentRun
-from treadle.workflows.agent.state_machine import State
-from treadle.workflows.agent.toolbox import Toolbox
+from treadle.workflows.agent.messages.state_machine import State
+from treadle.workflows.agent.parts.publishing import Publisher
+from treadle.workflows.agent.parts.state import AgentRun
+from treadle.workflows.agent.parts.toolbox import Toolbox
 from treadle.workflows.base import failure_message
 
 __all__ = ["SnapshotCaller", "after_step", "changed_by_child", "keep", "merge_parallel", "sync"]

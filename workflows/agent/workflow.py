@@ -20,7 +20,7 @@ from treadle.workflows.agent.engine import (
     WAITING_STATES,
     AgentEngine,
 )
-from treadle.workflows.agent.models import AgentInput, AgentResult
+from treadle.workflows.agent.messages.models import AgentInput, AgentResult
 
 __all__ = [
     "CARRY_CONTENT_HASHES",

@@ -21,8 +21,8 @@ from typing import Self
 from pydantic import Field, field_validator, model_validator
 
 from treadle.workflows import cron
-from treadle.workflows.agent.models import MAX_USER_MESSAGE_CHARS, AgentInput, RunStatus
-from treadle.workflows.agent.state_machine import State
+from treadle.workflows.agent.messages.models import MAX_USER_MESSAGE_CHARS, AgentInput, RunStatus
+from treadle.workflows.agent.messages.state_machine import State
 from treadle.workflows.base import Frozen
 from treadle.workflows.monitors.models import CronSchedule, IntervalSchedule, check_slug
 

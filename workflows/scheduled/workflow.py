@@ -34,8 +34,8 @@ from temporalio.exceptions import (
     is_cancelled_exception,
 )
 
-from treadle.workflows.agent.models import AgentResult, RunStatus
-from treadle.workflows.agent.state_machine import State
+from treadle.workflows.agent.messages.models import AgentResult, RunStatus
+from treadle.workflows.agent.messages.state_machine import State
 from treadle.workflows.agent.workflow import AgentWorkflow
 from treadle.workflows.monitors.models import CheckInSignal, CheckInSource, CheckInStatus
 from treadle.workflows.monitors.models import monitor_workflow_id as monitor_id

@@ -24,9 +24,9 @@ from treadle.cli.live.options import add_client_options, responder_for, warn_sec
 from treadle.cli.live.responder import STATUS_TIMEOUT, UPDATE_TIMEOUT, cause_of
 from treadle.cli.live.views import JsonView, TerminalView, View
 from treadle.stream import StreamUnavailable
-from treadle.workflows.agent.events import ClientAnswer, ClientQuery
-from treadle.workflows.agent.models import AgentResult, AgentStatus, RunStatus
-from treadle.workflows.agent.state_machine import State
+from treadle.workflows.agent.messages.events import ClientAnswer, ClientQuery
+from treadle.workflows.agent.messages.models import AgentResult, AgentStatus, RunStatus
+from treadle.workflows.agent.messages.state_machine import State
 from treadle.workflows.agent.workflow import AgentWorkflow
 from treadle.workflows.base import describe_errors
 

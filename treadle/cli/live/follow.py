@@ -14,8 +14,8 @@ from treadle.cli.live.options import responder_for, warn_secret_env
 from treadle.cli.live.responder import Responder
 from treadle.cli.live.views import QuietView, TerminalView, View
 from treadle.stream import StreamUnavailable, watch_events
-from treadle.workflows.agent.events import AgentEvent
-from treadle.workflows.agent.models import AgentResult, AgentStatus, RunStatus
+from treadle.workflows.agent.messages.events import AgentEvent
+from treadle.workflows.agent.messages.models import AgentResult, AgentStatus, RunStatus
 
 __all__ = ["follow", "outcome", "show_run"]
 

@@ -9,7 +9,7 @@ from rich.text import Text
 
 from treadle.cli.shell import runnable
 from treadle.stream import StreamItem
-from treadle.workflows.agent.events import AgentEvent, ClientQuery
+from treadle.workflows.agent.messages.events import AgentEvent, ClientQuery
 from treadle.workflows.base import WHOLE
 
 __all__ = ["SHORT_CHARS", "describe_query", "event_text", "item_json", "short"]

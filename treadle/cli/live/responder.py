@@ -38,15 +38,15 @@ from treadle.cli.client_answers import (
 from treadle.cli.live.lines import describe_query, short
 from treadle.cli.live.views import View
 from treadle.cli.shell import runnable
-from treadle.workflows.agent.events import (
+from treadle.workflows.agent.messages.events import (
     MAX_DECLINE_CHARS,
     AgentEvent,
     ClientAnswer,
     ClientQuery,
     answer_commands,
 )
-from treadle.workflows.agent.models import AgentStatus, Decision, PendingApproval
-from treadle.workflows.agent.state_machine import State
+from treadle.workflows.agent.messages.models import AgentStatus, Decision, PendingApproval
+from treadle.workflows.agent.messages.state_machine import State
 from treadle.workflows.agent.workflow import AgentWorkflow
 
 __all__ = ["STATUS_TIMEOUT", "UPDATE_TIMEOUT", "Prompter", "Responder", "cause_of"]

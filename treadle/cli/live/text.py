@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from treadle.workflows.agent.events import MAX_EVENT_TEXT, TokenDelta
+from treadle.workflows.agent.messages.events import MAX_EVENT_TEXT, TokenDelta
 
 __all__ = ["RETRIED", "NewText", "TextTracker"]
 

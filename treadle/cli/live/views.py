@@ -18,14 +18,14 @@ from rich.text import Text
 from treadle.cli.live.lines import event_text, item_json
 from treadle.cli.live.text import RETRIED, NewText, TextTracker
 from treadle.stream import StreamItem, StreamNotice
-from treadle.workflows.agent.events import (
+from treadle.workflows.agent.messages.events import (
     AgentEvent,
     TokenDelta,
     answer_commands,
     approval_commands,
 )
-from treadle.workflows.agent.models import AgentStatus
-from treadle.workflows.agent.planning import call_target
+from treadle.workflows.agent.messages.models import AgentStatus
+from treadle.workflows.agent.parts.planning import call_target
 
 __all__ = ["JsonView", "QuietView", "StatusLine", "TerminalView", "View", "elapsed"]
 

@@ -52,8 +52,8 @@ from treadle.cli.scheduled_agents.report import (
     policies,
 )
 from treadle.cli.workspaces import make_workspace
-from treadle.workflows.agent.events import approval_commands
-from treadle.workflows.agent.models import TASK_QUEUE, AgentStatus
+from treadle.workflows.agent.messages.events import approval_commands
+from treadle.workflows.agent.messages.models import TASK_QUEUE, AgentStatus
 from treadle.workflows.agent.workflow import AgentWorkflow
 from treadle.workflows.monitors.models import MonitorView, ViewRequest, monitor_workflow_id
 from treadle.workflows.monitors.workflow import MonitorWorkflow

@@ -11,7 +11,7 @@ from pydantic import ValidationError
 
 from treadle.cli.exits import UsageError
 from treadle.workflows import cron
-from treadle.workflows.agent.models import AgentInput
+from treadle.workflows.agent.messages.models import AgentInput
 from treadle.workflows.base import describe_errors
 from treadle.workflows.monitors.models import check_slug
 from treadle.workflows.scheduled.models import (

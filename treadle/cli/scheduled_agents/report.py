@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 from treadle.agent_schedules import DeployedSchedule
 from treadle.cli.monitors import format_view
 from treadle.cli.tables import table
-from treadle.workflows.agent.models import AgentStatus
+from treadle.workflows.agent.messages.models import AgentStatus
 from treadle.workflows.base import Frozen
 from treadle.workflows.monitors.models import Health, MonitorView
 from treadle.workflows.scheduled.models import AgentSchedule, format_duration

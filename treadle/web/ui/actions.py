@@ -29,10 +29,10 @@ from treadle.activities import threads
 from treadle.activities.errors import ThreadUnavailable
 from treadle.cli.live.responder import cause_of
 from treadle.web.http import HttpError
-from treadle.workflows.agent import catalogue
-from treadle.workflows.agent.events import MAX_DECLINE_CHARS, ClientAnswer
-from treadle.workflows.agent.models import AgentStatus, Decision, ThreadExport
-from treadle.workflows.agent.toolbox import parse_with_refs
+from treadle.workflows.agent.messages import catalogue
+from treadle.workflows.agent.messages.events import MAX_DECLINE_CHARS, ClientAnswer
+from treadle.workflows.agent.messages.models import AgentStatus, Decision, ThreadExport
+from treadle.workflows.agent.parts.toolbox import parse_with_refs
 from treadle.workflows.agent.workflow import AgentWorkflow
 from treadle.workflows.base import describe_errors
 

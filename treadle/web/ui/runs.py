@@ -29,8 +29,8 @@ from temporalio.service import RPCError
 from treadle.cli.exits import UsageError
 from treadle.cli.workspaces import make_workspace, resolve_workspace
 from treadle.web.http import HttpError
-from treadle.workflows.agent import search_attributes as sa
-from treadle.workflows.agent.models import AgentConfig, AgentInput, AgentStatus
+from treadle.workflows.agent.messages import search_attributes as sa
+from treadle.workflows.agent.messages.models import AgentConfig, AgentInput, AgentStatus
 from treadle.workflows.agent.workflow import AgentWorkflow
 from treadle.workflows.base import describe_errors
 

@@ -23,7 +23,7 @@ from typing import Any
 from treadle.cli.live.lines import describe_query
 from treadle.cli.live.text import RETRIED, TextTracker
 from treadle.stream import StreamItem
-from treadle.workflows.agent.events import AgentEvent, TokenDelta
+from treadle.workflows.agent.messages.events import AgentEvent, TokenDelta
 
 __all__ = ["Fold", "Op"]
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from treadle.workflows.agent.config import AgentConfig, Price
-from treadle.workflows.agent.state import AgentRun
-from treadle.workflows.agent.status import run_cost
+from treadle.workflows.agent.messages.config import AgentConfig, Price
+from treadle.workflows.agent.parts.state import AgentRun
+from treadle.workflows.agent.parts.status import run_cost
 
 MILLION = 1_000_000
 

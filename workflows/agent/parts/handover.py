@@ -19,9 +19,9 @@ from typing import NoReturn
 from temporalio import workflow
 from temporalio.contrib.workflow_streams import WorkflowStream
 
-from treadle.workflows.agent.events import CARRIED_BYTES, EVENTS_CARRIED
-from treadle.workflows.agent.models import AgentConfig, AgentInput
-from treadle.workflows.agent.state import AgentRun
+from treadle.workflows.agent.messages.events import CARRIED_BYTES, EVENTS_CARRIED
+from treadle.workflows.agent.messages.models import AgentConfig, AgentInput
+from treadle.workflows.agent.parts.state import AgentRun
 from treadle.workflows.base import lean_dump
 
 CARRIED_TRACE_ENTRIES = 500

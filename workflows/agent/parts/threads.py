@@ -11,8 +11,7 @@ from pydantic_core import PydanticSerializationError
 from temporalio import workflow
 from temporalio.exceptions import ApplicationError
 
-from treadle.workflows.agent import status
-from treadle.workflows.agent.models import (
+from treadle.workflows.agent.messages.models import (
     AgentInput,
     LoomAgentState,
     LoomConversation,
@@ -23,8 +22,9 @@ from treadle.workflows.agent.models import (
     Turn,
     UserMessage,
 )
-from treadle.workflows.agent.state import AgentRun
-from treadle.workflows.agent.state_machine import Event, State
+from treadle.workflows.agent.messages.state_machine import Event, State
+from treadle.workflows.agent.parts import status
+from treadle.workflows.agent.parts.state import AgentRun
 
 
 def _refuse(why: str) -> ApplicationError:

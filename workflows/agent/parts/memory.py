@@ -52,7 +52,7 @@ from typing import Any
 from pydantic import Field, PrivateAttr
 from temporalio.exceptions import ApplicationError
 
-from treadle.workflows.agent.models import (
+from treadle.workflows.agent.messages.models import (
     ChatMessage,
     GuideSignal,
     ModelResponse,
@@ -62,7 +62,7 @@ from treadle.workflows.agent.models import (
     ToolOutcome,
     Turn,
 )
-from treadle.workflows.agent.state_machine import State
+from treadle.workflows.agent.messages.state_machine import State
 from treadle.workflows.base import Mutable
 
 S = State

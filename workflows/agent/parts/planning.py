@@ -9,11 +9,9 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from datetime import datetime
 
-from treadle.workflows.agent import cost_cap, typed_answers
-from treadle.workflows.agent.catalogue import TOOLS, estimate_prompt_tokens
-from treadle.workflows.agent.config import context_window
-from treadle.workflows.agent.memory import AgentMemory
-from treadle.workflows.agent.models import (
+from treadle.workflows.agent.messages.catalogue import TOOLS, estimate_prompt_tokens
+from treadle.workflows.agent.messages.config import context_window
+from treadle.workflows.agent.messages.models import (
     ModelRequest,
     ModelResponse,
     TokenUsage,
@@ -21,11 +19,15 @@ from treadle.workflows.agent.models import (
     ToolOutcome,
     Turn,
 )
-from treadle.workflows.agent.progress import ProgressTracker
-from treadle.workflows.agent.state import AgentRun
-from treadle.workflows.agent.state_machine import Event, State
-from treadle.workflows.agent.toolbox import Toolbox
-from treadle.workflows.agent.toolbox import call_target as call_target  # the live CLI's import
+from treadle.workflows.agent.messages.state_machine import Event, State
+from treadle.workflows.agent.parts import cost_cap, typed_answers
+from treadle.workflows.agent.parts.memory import AgentMemory
+from treadle.workflows.agent.parts.state import AgentRun
+from treadle.workflows.agent.parts.toolbox import Toolbox
+from treadle.workflows.agent.parts.toolbox import (
+    call_target as call_target,  # the live CLI's import
+)
+from treadle.workflows.agent.parts.tracker import ProgressTracker
 from treadle.workflows.base import WHOLE
 
 MAX_MODEL_INPUT_BYTES = 1_500_000

@@ -7,10 +7,10 @@ import json
 from collections.abc import Mapping
 from datetime import datetime
 
-from treadle.workflows.agent.models import AgentStatus, Price, TokenUsage
-from treadle.workflows.agent.outages import Outage
-from treadle.workflows.agent.state import AgentRun
-from treadle.workflows.agent.waiting import describe
+from treadle.workflows.agent.messages.models import AgentStatus, Price, TokenUsage
+from treadle.workflows.agent.parts.outages import Outage
+from treadle.workflows.agent.parts.state import AgentRun
+from treadle.workflows.agent.parts.waiting import describe
 
 
 def cut(text: str, limit: int) -> str:

@@ -22,16 +22,16 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-from treadle.workflows.agent import content_refs, mcp
-from treadle.workflows.agent.catalogue import (
+from treadle.workflows.agent.messages import content_refs, mcp
+from treadle.workflows.agent.messages.catalogue import (
     TOOLS,
     ToolArgs,
     ToolArgumentsError,
     ToolSpec,
     parse_arguments,
 )
-from treadle.workflows.agent.mcp import McpToolInfo, McpToolList
-from treadle.workflows.agent.models import AgentConfig, ToolCall, ToolSchema
+from treadle.workflows.agent.messages.mcp import McpToolInfo, McpToolList
+from treadle.workflows.agent.messages.models import AgentConfig, ToolCall, ToolSchema
 
 SUMMARY_TARGET_CHARS = 60
 """An activity summary names its target ("step 4 · read_file src/main.rs") up to this long."""

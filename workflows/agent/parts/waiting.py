@@ -13,8 +13,8 @@ from typing import Any, TypeVar
 
 from pydantic import Field, ValidationError
 
-from treadle.workflows.agent.catalogue import WaitArgs
-from treadle.workflows.agent.models import GuideSignal, ToolCall
+from treadle.workflows.agent.messages.catalogue import WaitArgs
+from treadle.workflows.agent.messages.models import GuideSignal, ToolCall
 from treadle.workflows.base import Frozen, Mutable, describe_errors
 
 WAIT = "wait"

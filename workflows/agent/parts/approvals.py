@@ -21,8 +21,7 @@ from pydantic_core import PydanticSerializationError
 from temporalio.common import RawValue
 from temporalio.exceptions import ApplicationError
 
-from treadle.workflows.agent.memory import AgentMemory
-from treadle.workflows.agent.models import (
+from treadle.workflows.agent.messages.models import (
     MAX_MODIFY_ARGUMENTS_BYTES,
     ApprovalDecision,
     ApproveSignal,
@@ -35,9 +34,10 @@ from treadle.workflows.agent.models import (
     ToolOutcome,
     Turn,
 )
-from treadle.workflows.agent.state import AgentRun
-from treadle.workflows.agent.state_machine import Event, State
-from treadle.workflows.agent.toolbox import CheckedCall, Toolbox
+from treadle.workflows.agent.messages.state_machine import Event, State
+from treadle.workflows.agent.parts.memory import AgentMemory
+from treadle.workflows.agent.parts.state import AgentRun
+from treadle.workflows.agent.parts.toolbox import CheckedCall, Toolbox
 from treadle.workflows.base import Frozen, describe_errors
 
 

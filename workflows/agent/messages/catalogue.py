@@ -23,8 +23,10 @@ from typing import Any, Literal, Protocol
 from pydantic import Field, ValidationError, model_validator
 from pydantic_core import PydanticSerializationError
 
-from treadle.workflows.agent.content_refs import full_chars
-from treadle.workflows.agent.tool_args import ToolArgs as ToolArgs  # re-exported: the tools use it
+from treadle.workflows.agent.messages.content_refs import full_chars
+from treadle.workflows.agent.messages.tool_args import (
+    ToolArgs as ToolArgs,  # re-exported: the tools use it
+)
 from treadle.workflows.base import describe_errors
 
 

@@ -9,10 +9,10 @@ from datetime import datetime
 from temporalio import workflow
 from temporalio.exceptions import ApplicationError
 
-from treadle.workflows.agent.catalogue import StartPhaseArgs
-from treadle.workflows.agent.models import ToolCall, ToolOutcome, Turn
-from treadle.workflows.agent.state import AgentRun
-from treadle.workflows.agent.state_machine import Event, State
+from treadle.workflows.agent.messages.catalogue import StartPhaseArgs
+from treadle.workflows.agent.messages.models import ToolCall, ToolOutcome, Turn
+from treadle.workflows.agent.messages.state_machine import Event, State
+from treadle.workflows.agent.parts.state import AgentRun
 
 
 def recover(run: AgentRun) -> Event:

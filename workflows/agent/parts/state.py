@@ -16,16 +16,22 @@ from typing import Any
 
 from pydantic import Field, model_validator
 
-from treadle.workflows.agent import providers, reflection
-from treadle.workflows.agent.catalogue import StartPhaseArgs
-from treadle.workflows.agent.events import ClientAnswer, ClientQuery
-from treadle.workflows.agent.family import Family
-from treadle.workflows.agent.mcp import McpToolList
-from treadle.workflows.agent.memory import AgentMemory
-from treadle.workflows.agent.models import AgentInput, PendingApproval, TokenUsage, TraceEntry
-from treadle.workflows.agent.progress import ProgressTracker
-from treadle.workflows.agent.state_machine import State
-from treadle.workflows.agent.waiting import WaitState
+from treadle.workflows.agent.messages import providers
+from treadle.workflows.agent.messages.catalogue import StartPhaseArgs
+from treadle.workflows.agent.messages.events import ClientAnswer, ClientQuery
+from treadle.workflows.agent.messages.family import Family
+from treadle.workflows.agent.messages.mcp import McpToolList
+from treadle.workflows.agent.messages.models import (
+    AgentInput,
+    PendingApproval,
+    TokenUsage,
+    TraceEntry,
+)
+from treadle.workflows.agent.messages.state_machine import State
+from treadle.workflows.agent.parts import reflection
+from treadle.workflows.agent.parts.memory import AgentMemory
+from treadle.workflows.agent.parts.tracker import ProgressTracker
+from treadle.workflows.agent.parts.waiting import WaitState
 from treadle.workflows.base import WHOLE, Mutable
 
 

@@ -21,12 +21,13 @@ from temporalio.common import SearchAttributeUpdate
 from temporalio.contrib.workflow_streams import WorkflowStream, WorkflowStreamState
 from temporalio.exceptions import ApplicationError
 
-from treadle.workflows.agent import events, status
-from treadle.workflows.agent import search_attributes as sa
-from treadle.workflows.agent.events import AgentEvent, EventKind
-from treadle.workflows.agent.outages import Outage
-from treadle.workflows.agent.state import AgentRun
-from treadle.workflows.agent.state_machine import State
+from treadle.workflows.agent.messages import events
+from treadle.workflows.agent.messages import search_attributes as sa
+from treadle.workflows.agent.messages.events import AgentEvent, EventKind
+from treadle.workflows.agent.messages.state_machine import State
+from treadle.workflows.agent.parts import status
+from treadle.workflows.agent.parts.outages import Outage
+from treadle.workflows.agent.parts.state import AgentRun
 
 ONE_UPSERT_PER_STEP = "one-upsert-per-step"
 """``workflow.patched`` id: the tool calls of a step send no upsert of their own. ``AgentState``

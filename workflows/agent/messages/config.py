@@ -1,7 +1,7 @@
 """A run's configuration and input: what it is asked to do and the rules it runs under.
 
-Pure data, safe inside the workflow sandbox; ``treadle.workflows.agent.models`` re-exports every
-name.
+Pure data, safe inside the workflow sandbox; ``treadle.workflows.agent.messages.models`` re-exports
+every name.
 """
 
 from __future__ import annotations
@@ -17,15 +17,20 @@ from pydantic import (
 )
 from temporalio.contrib.workflow_streams import WorkflowStreamState
 
-from treadle.workflows.agent import json_schema
-from treadle.workflows.agent.catalogue import TOOLS
-from treadle.workflows.agent.decisions import Name
-from treadle.workflows.agent.hooks import check_hook_names, parse_author
-from treadle.workflows.agent.mcp import ALL_SERVERS, check_server_name, is_tool_name, server_of
-from treadle.workflows.agent.progress import ProgressConfig
-from treadle.workflows.agent.providers import ModelStringError, resolve
-from treadle.workflows.agent.snapshots import SnapshotConfig
-from treadle.workflows.agent.tool_args import DEFAULT_COMMAND_ALLOWLIST
+from treadle.workflows.agent.messages import json_schema
+from treadle.workflows.agent.messages.catalogue import TOOLS
+from treadle.workflows.agent.messages.decisions import Name
+from treadle.workflows.agent.messages.hooks import check_hook_names, parse_author
+from treadle.workflows.agent.messages.mcp import (
+    ALL_SERVERS,
+    check_server_name,
+    is_tool_name,
+    server_of,
+)
+from treadle.workflows.agent.messages.progress import ProgressConfig
+from treadle.workflows.agent.messages.providers import ModelStringError, resolve
+from treadle.workflows.agent.messages.snapshots import SnapshotConfig
+from treadle.workflows.agent.messages.tool_args import DEFAULT_COMMAND_ALLOWLIST
 from treadle.workflows.base import Frozen
 
 

@@ -14,30 +14,32 @@ from typing import Any, Literal
 
 from pydantic import Field, SerializerFunctionWrapHandler, model_serializer, model_validator
 
-from treadle.workflows.agent.config import AgentConfig as AgentConfig
-from treadle.workflows.agent.config import AgentInput as AgentInput
-from treadle.workflows.agent.config import Price as Price
-from treadle.workflows.agent.config import SubagentConfig as SubagentConfig
-from treadle.workflows.agent.decisions import MAX_CALL_ID_CHARS as MAX_CALL_ID_CHARS
-from treadle.workflows.agent.decisions import MAX_HUMAN_TEXT_CHARS as MAX_HUMAN_TEXT_CHARS
-from treadle.workflows.agent.decisions import (
+from treadle.workflows.agent.messages.config import AgentConfig as AgentConfig
+from treadle.workflows.agent.messages.config import AgentInput as AgentInput
+from treadle.workflows.agent.messages.config import Price as Price
+from treadle.workflows.agent.messages.config import SubagentConfig as SubagentConfig
+from treadle.workflows.agent.messages.decisions import MAX_CALL_ID_CHARS as MAX_CALL_ID_CHARS
+from treadle.workflows.agent.messages.decisions import MAX_HUMAN_TEXT_CHARS as MAX_HUMAN_TEXT_CHARS
+from treadle.workflows.agent.messages.decisions import (
     MAX_MODIFY_ARGUMENTS_BYTES as MAX_MODIFY_ARGUMENTS_BYTES,
 )
-from treadle.workflows.agent.decisions import ApprovalDecision as ApprovalDecision
-from treadle.workflows.agent.decisions import ApproveSignal as ApproveSignal
-from treadle.workflows.agent.decisions import Decision as Decision
-from treadle.workflows.agent.decisions import GuideSignal as GuideSignal
-from treadle.workflows.agent.decisions import ModifySignal as ModifySignal
-from treadle.workflows.agent.decisions import PendingApproval as PendingApproval
-from treadle.workflows.agent.decisions import RejectSignal as RejectSignal
-from treadle.workflows.agent.events import ClientQuery
-from treadle.workflows.agent.family import ChildRun
-from treadle.workflows.agent.mcp import TOOL_NAME
-from treadle.workflows.agent.progress import ProgressSummary
-from treadle.workflows.agent.snapshots import WorkspaceSync
-from treadle.workflows.agent.state_machine import State
-from treadle.workflows.agent.tool_args import DEFAULT_COMMAND_ALLOWLIST as DEFAULT_COMMAND_ALLOWLIST
-from treadle.workflows.agent.tool_args import ToolPolicy as ToolPolicy
+from treadle.workflows.agent.messages.decisions import ApprovalDecision as ApprovalDecision
+from treadle.workflows.agent.messages.decisions import ApproveSignal as ApproveSignal
+from treadle.workflows.agent.messages.decisions import Decision as Decision
+from treadle.workflows.agent.messages.decisions import GuideSignal as GuideSignal
+from treadle.workflows.agent.messages.decisions import ModifySignal as ModifySignal
+from treadle.workflows.agent.messages.decisions import PendingApproval as PendingApproval
+from treadle.workflows.agent.messages.decisions import RejectSignal as RejectSignal
+from treadle.workflows.agent.messages.events import ClientQuery
+from treadle.workflows.agent.messages.family import ChildRun
+from treadle.workflows.agent.messages.mcp import TOOL_NAME
+from treadle.workflows.agent.messages.progress import ProgressSummary
+from treadle.workflows.agent.messages.snapshots import WorkspaceSync
+from treadle.workflows.agent.messages.state_machine import State
+from treadle.workflows.agent.messages.tool_args import (
+    DEFAULT_COMMAND_ALLOWLIST as DEFAULT_COMMAND_ALLOWLIST,
+)
+from treadle.workflows.agent.messages.tool_args import ToolPolicy as ToolPolicy
 from treadle.workflows.base import Frozen, Lean
 
 TASK_QUEUE = "treadle-agent"
@@ -455,7 +457,7 @@ class ModelResponse(Lean):
     """The reply's text; a preview when ``content_ref`` is set."""
     tool_calls: tuple[ToolCall, ...] = ()
     """Long string values of their arguments are stored
-    (``treadle.workflows.agent.content_refs``)."""
+    (``treadle.workflows.agent.messages.content_refs``)."""
     usage: TokenUsage = TokenUsage()
     finish_reason: str | None = None
     model: str | None = None

@@ -18,8 +18,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from treadle.workflows.agent import json_schema
-from treadle.workflows.agent.models import (
+from treadle.workflows.agent.messages import json_schema
+from treadle.workflows.agent.messages.models import (
     AgentConfig,
     ModelRequest,
     ModelResponse,
@@ -27,7 +27,7 @@ from treadle.workflows.agent.models import (
     ToolSchema,
     Turn,
 )
-from treadle.workflows.agent.providers import resolve
+from treadle.workflows.agent.messages.providers import resolve
 
 __all__ = [
     "FINAL_ANSWER_TOOL",

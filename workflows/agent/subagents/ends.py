@@ -31,13 +31,19 @@ from temporalio.exceptions import (
     WorkflowAlreadyStartedError,
 )
 
-from treadle.workflows.agent.child_reports import CHILD_WAITING, ChildReport
-from treadle.workflows.agent.family import ChildRun, ChildStatus
-from treadle.workflows.agent.models import AgentResult, RunStatus, TokenUsage, ToolCall, ToolOutcome
-from treadle.workflows.agent.publishing import Publisher
-from treadle.workflows.agent.snapshots import SUBAGENT_WORKSPACE
-from treadle.workflows.agent.state import AgentRun
-from treadle.workflows.agent.status import cost, cut
+from treadle.workflows.agent.messages.family import ChildRun, ChildStatus
+from treadle.workflows.agent.messages.models import (
+    AgentResult,
+    RunStatus,
+    TokenUsage,
+    ToolCall,
+    ToolOutcome,
+)
+from treadle.workflows.agent.messages.snapshots import SUBAGENT_WORKSPACE
+from treadle.workflows.agent.parts.publishing import Publisher
+from treadle.workflows.agent.parts.state import AgentRun
+from treadle.workflows.agent.parts.status import cost, cut
+from treadle.workflows.agent.subagents.reports import CHILD_WAITING, ChildReport
 
 _STATUS: dict[RunStatus, ChildStatus] = {
     RunStatus.DONE: "done",

@@ -22,8 +22,8 @@ import re
 from datetime import datetime, timedelta
 from typing import Literal
 
-from treadle.workflows.agent.events import ClientAnswer, ClientQuery
-from treadle.workflows.agent.models import ToolCall
+from treadle.workflows.agent.messages.events import ClientAnswer, ClientQuery
+from treadle.workflows.agent.messages.models import ToolCall
 
 Kind = Literal["file_read", "environment", "question"]
 

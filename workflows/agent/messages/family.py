@@ -8,8 +8,8 @@ from typing import Any, Literal
 
 from pydantic import Field, PrivateAttr
 
-from treadle.workflows.agent.decisions import PendingApproval
-from treadle.workflows.agent.events import ClientQuery
+from treadle.workflows.agent.messages.decisions import PendingApproval
+from treadle.workflows.agent.messages.events import ClientQuery
 from treadle.workflows.base import Frozen, Mutable
 
 SEPARATOR = "/"

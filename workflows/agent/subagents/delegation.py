@@ -41,12 +41,9 @@ from temporalio.exceptions import (
 )
 from temporalio.workflow import ParentClosePolicy
 
-from treadle.workflows.agent import child_ends, cost_cap
-from treadle.workflows.agent.approvals import Refused, check_approver
-from treadle.workflows.agent.catalogue import DelegateArgs
-from treadle.workflows.agent.child_queries import SUBAGENT_QUERIES
-from treadle.workflows.agent.family import SEPARATOR, ChildRun
-from treadle.workflows.agent.models import (
+from treadle.workflows.agent.messages.catalogue import DelegateArgs
+from treadle.workflows.agent.messages.family import SEPARATOR, ChildRun
+from treadle.workflows.agent.messages.models import (
     AgentInput,
     AgentResult,
     ApprovalDecision,
@@ -56,11 +53,15 @@ from treadle.workflows.agent.models import (
     ToolCall,
     ToolOutcome,
 )
-from treadle.workflows.agent.planning import MIN_COMPLETION_TOKENS
-from treadle.workflows.agent.publishing import Publisher
-from treadle.workflows.agent.snapshots import SUBAGENT_WORKSPACE
-from treadle.workflows.agent.state import AgentRun
-from treadle.workflows.agent.status import cut
+from treadle.workflows.agent.messages.snapshots import SUBAGENT_WORKSPACE
+from treadle.workflows.agent.parts import cost_cap
+from treadle.workflows.agent.parts.approvals import Refused, check_approver
+from treadle.workflows.agent.parts.planning import MIN_COMPLETION_TOKENS
+from treadle.workflows.agent.parts.publishing import Publisher
+from treadle.workflows.agent.parts.state import AgentRun
+from treadle.workflows.agent.parts.status import cut
+from treadle.workflows.agent.subagents import ends as child_ends
+from treadle.workflows.agent.subagents.queries import SUBAGENT_QUERIES
 from treadle.workflows.base import describe_errors
 
 DELEGATE = "delegate"

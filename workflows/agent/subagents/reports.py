@@ -25,7 +25,7 @@ from datetime import timedelta
 from temporalio import workflow
 from temporalio.exceptions import ApplicationError
 
-from treadle.workflows.agent.events import (
+from treadle.workflows.agent.messages.events import (
     AgentEvent,
     ClientQuery,
     EventKind,
@@ -34,10 +34,10 @@ from treadle.workflows.agent.events import (
     guidance_commands,
     reported,
 )
-from treadle.workflows.agent.models import AgentResult, PendingApproval
-from treadle.workflows.agent.publishing import Publisher
-from treadle.workflows.agent.state import AgentRun
-from treadle.workflows.agent.status import run_cost
+from treadle.workflows.agent.messages.models import AgentResult, PendingApproval
+from treadle.workflows.agent.parts.publishing import Publisher
+from treadle.workflows.agent.parts.state import AgentRun
+from treadle.workflows.agent.parts.status import run_cost
 from treadle.workflows.base import Frozen
 
 CHILD_WAITING = "subagent_waiting"

@@ -6,8 +6,8 @@ request it sends and the fallback it uses when that call fails replay identicall
 
 from __future__ import annotations
 
-from treadle.workflows.agent.models import ChatMessage, ModelRequest, ToolCall, Turn
-from treadle.workflows.agent.toolbox import progress_target
+from treadle.workflows.agent.messages.models import ChatMessage, ModelRequest, ToolCall, Turn
+from treadle.workflows.agent.parts.toolbox import progress_target
 
 SUMMARY_MAX_TOKENS = 800
 SUMMARY_SYSTEM_PROMPT = (

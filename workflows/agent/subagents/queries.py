@@ -18,11 +18,11 @@ from pydantic import ValidationError
 from temporalio import workflow
 from temporalio.exceptions import ApplicationError
 
-from treadle.workflows.agent.client_queries import AnswerRefused, check_answer
-from treadle.workflows.agent.events import ClientAnswer, ClientQuery
-from treadle.workflows.agent.family import SEPARATOR, ChildRun
-from treadle.workflows.agent.publishing import Publisher
-from treadle.workflows.agent.state import AgentRun
+from treadle.workflows.agent.messages.events import ClientAnswer, ClientQuery
+from treadle.workflows.agent.messages.family import SEPARATOR, ChildRun
+from treadle.workflows.agent.parts.client_queries import AnswerRefused, check_answer
+from treadle.workflows.agent.parts.publishing import Publisher
+from treadle.workflows.agent.parts.state import AgentRun
 from treadle.workflows.base import describe_errors
 
 SUBAGENT_QUERIES = "subagent-queries"
