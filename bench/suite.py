@@ -261,6 +261,8 @@ class Bench:
     models: ScriptedModelServer
     settings: ProviderSettings
     store: Path
+    metrics_url: str | None = None
+    """The dev server's Prometheus metrics (``bench.actions`` reads its request counters)."""
     workers: list[WorkerProcess] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     shared: dict[str, float] = field(default_factory=dict)
@@ -954,6 +956,7 @@ async def bench_setup(
                 models=models,
                 settings=ProviderSettings.from_env({"OPENAI_BASE_URL": models.base_url}),
                 store=store,
+                metrics_url=server.config.metrics_url,
             )
             try:
                 yield bench

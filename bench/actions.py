@@ -1,0 +1,657 @@
+"""Temporal Cloud billable actions per agent step: Treadle against the bare Temporal floor.
+
+    .venv/bin/python -m bench.actions [--steps 6] [--model-seconds 3,10]
+                                      [--heartbeat-timeout SECONDS ...] [--json FILE]
+
+A step is one model call that asks for a tool (``write_file``, as the suite's steps do) and that
+tool's call; a run is ``--steps`` of them and the model's answer, whose call counts as a step too
+(so a run of 6 tool steps is 7 steps, and what a run pays once, its start, is spread over them as
+a bill spreads it). Each model call takes ``--model-seconds``: a *whole* reply comes after that
+long, a *streamed* one is generated over that long (the scripted model paces its chunks), so a
+Treadle run at defaults publishes live tokens (signals). The floor (``bench/floor.py`` in its own
+process, the SDK's defaults: no heartbeat, no streaming) asks for whole replies, so one floor run
+per duration serves both rows.
+
+What is counted is what Temporal Cloud bills (https://docs.temporal.io/cloud/actions), from two
+sources:
+
+- the run's **history** (every run of its continue-as-new chain, and its children's): a workflow
+  started (the client's start, each continue-as-new; a child's start is two actions, on the
+  parent's ``StartChildWorkflowExecutionInitiated``), each activity scheduled and each retry of it
+  (a retried attempt leaves no event of its own: the activity's one ``ActivityTaskStarted`` is
+  written when it closes and its ``attempt`` says how many there were), each timer started, each
+  signal received, each update accepted, each search-attribute upsert (not the SDK's
+  ``TemporalChangeVersion`` alone, which Cloud exempts), the local activities of one workflow task
+  as one action (their markers) plus each of their retries, workflow-options updates and Nexus
+  operations;
+- the **server's own request counters** (its Prometheus metrics, read before and after each run,
+  one run at a time, so the difference is the run's): ``RecordActivityTaskHeartbeat`` and
+  ``...ById`` requests, the heartbeats that reached the server (no history holds them), and
+  ``QueryWorkflow`` requests (a query is billed too; nothing queries these runs).
+
+The server's own ``action`` counter (which the dev server keeps by its own rules, an estimate of
+Cloud's) is printed beside the count, as a check; it is not what the dollars are worked from.
+Rejected updates are billed and written nowhere: these runs send none. Nothing is asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import dataclasses
+import functools
+import json
+import math
+import os
+import re
+import signal
+import sys
+import tempfile
+import time
+import uuid
+from collections import Counter
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+import httpx
+from pydantic import ValidationError
+from temporalio.api.enums.v1 import EventType
+from temporalio.api.history.v1 import HistoryEvent
+from temporalio.client import Client, WorkflowHandle
+
+from bench.cpu import start_floor_worker
+from bench.floor import FloorInput, FloorResult, FloorWorkflow
+from bench.suite import CPUS, Bench, WorkerProcess, bench_setup, new_id, start_agent
+from treadle.scripted_model.openai_chat import completion, completion_chunks
+from treadle.scripted_model.script import Turn
+from treadle.workflows.agent.messages.models import AgentConfig, RunStatus
+
+PRICE_PER_MILLION_ACTIONS_USD = 50.0
+"""Temporal Cloud's list price: Pay-As-You-Go, the first 5M actions of a month on the Business,
+Enterprise and Mission Critical plans and every action on the Developer plan ($45 to $25 a
+million above that, by volume). https://docs.temporal.io/cloud/pricing#payg-action-pricing,
+read on 2026-12-02."""
+PRICE_SOURCE = "docs.temporal.io/cloud/pricing (Pay-As-You-Go, first 5M a month), read 2026-12-02"
+
+DEFAULT_STEPS = 6
+DEFAULT_SECONDS = (3.0, 10.0)
+
+REPLY = "Here is what I will do next, and why. " + "word " * 290
+"""The text before each tool call (~1,500 characters, a word a chunk when streamed)."""
+
+# ----------------------------------------------------------------------------------------------
+# What Cloud bills, counted
+# ----------------------------------------------------------------------------------------------
+
+
+class Kind(StrEnum):
+    """The kinds of billable action; the table's columns group them."""
+
+    ACTIVITY = "activity attempts"
+    HEARTBEAT = "heartbeats"
+    SIGNAL = "signals"
+    TIMER = "timers"
+    START = "workflow starts"
+    CHILD = "child workflow starts"
+    UPDATE = "updates"
+    UPSERT = "search attribute upserts"
+    MARKERS = "markers (local activities, patches)"
+    QUERY = "queries"
+    OTHER = "other"
+
+
+COLUMNS = (Kind.ACTIVITY, Kind.HEARTBEAT, Kind.SIGNAL, Kind.TIMER)
+"""The kinds the table shows alone; the rest are its ``other`` column."""
+
+CHANGE_VERSION = "TemporalChangeVersion"
+"""The search attribute ``workflow.patched`` upserts; Cloud does not bill an upsert of it alone."""
+
+
+@dataclass
+class Tally:
+    """Billable actions by kind; activity attempts by activity type and signals by name (where
+    those kinds go); upserts of ``TemporalChangeVersion`` alone, which Cloud does not bill."""
+
+    actions: Counter[Kind] = field(default_factory=Counter)
+    attempts: Counter[str] = field(default_factory=Counter)
+    signals: Counter[str] = field(default_factory=Counter)
+    exempt_upserts: int = 0
+
+    def add(self, other: Tally) -> None:
+        self.actions.update(other.actions)
+        self.attempts.update(other.attempts)
+        self.signals.update(other.signals)
+        self.exempt_upserts += other.exempt_upserts
+
+    @property
+    def total(self) -> int:
+        return sum(self.actions.values())
+
+
+def count_history(events: Iterable[HistoryEvent]) -> Tally:
+    """The billable actions one run's history records (heartbeats and queries are in none)."""
+    tally = Tally()
+    activity_types: dict[int, str] = {}
+    marker_tasks: set[int] = set()
+    for event in events:
+        kind = event.event_type
+        if kind == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED:
+            started = event.workflow_execution_started_event_attributes
+            # A child's first run was billed on its parent's initiation (two actions there);
+            # its continue-as-new runs, like anyone's, are starts of their own.
+            child = started.HasField("parent_workflow_execution")
+            if not child or started.continued_execution_run_id:
+                tally.actions[Kind.START] += 1
+        elif kind == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+            name = event.activity_task_scheduled_event_attributes.activity_type.name
+            activity_types[event.event_id] = name
+            tally.actions[Kind.ACTIVITY] += 1
+            tally.attempts[name] += 1
+        elif kind == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED:
+            # Written once, when the activity closes, with the attempt that closed it: the
+            # attempts before it failed or timed out and were retried without an event.
+            attrs = event.activity_task_started_event_attributes
+            retries = max(0, attrs.attempt - 1)
+            tally.actions[Kind.ACTIVITY] += retries
+            tally.attempts[activity_types.get(attrs.scheduled_event_id, "?")] += retries
+        elif kind == EventType.EVENT_TYPE_TIMER_STARTED:
+            tally.actions[Kind.TIMER] += 1
+        elif kind == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED:
+            tally.actions[Kind.SIGNAL] += 1
+            tally.signals[event.workflow_execution_signaled_event_attributes.signal_name] += 1
+        elif kind == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED:
+            tally.actions[Kind.UPDATE] += 1
+        elif kind == EventType.EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES:
+            fields = event.upsert_workflow_search_attributes_event_attributes.search_attributes
+            if set(fields.indexed_fields) - {CHANGE_VERSION}:
+                tally.actions[Kind.UPSERT] += 1
+            else:
+                tally.exempt_upserts += 1
+        elif kind == EventType.EVENT_TYPE_START_CHILD_WORKFLOW_EXECUTION_INITIATED:
+            tally.actions[Kind.CHILD] += 2  # the intent recorded, and the start
+        elif kind == EventType.EVENT_TYPE_MARKER_RECORDED:
+            # All of one workflow task's markers are one action: its local activities' (and
+            # ``workflow.patched``'s, which the server's own counter bills alike).
+            marker_tasks.add(
+                event.marker_recorded_event_attributes.workflow_task_completed_event_id
+            )
+        elif kind == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED:
+            metering = event.workflow_task_completed_event_attributes.metering_metadata
+            tally.actions[Kind.MARKERS] += metering.nonfirst_local_activity_execution_attempts
+        elif kind in (
+            EventType.EVENT_TYPE_WORKFLOW_EXECUTION_OPTIONS_UPDATED,
+            EventType.EVENT_TYPE_NEXUS_OPERATION_SCHEDULED,
+            EventType.EVENT_TYPE_NEXUS_OPERATION_CANCEL_REQUESTED,
+        ):
+            tally.actions[Kind.OTHER] += 1
+    tally.actions[Kind.MARKERS] += len(marker_tasks)
+    return tally
+
+
+async def run_histories(client: Client, workflow_id: str, run_id: str) -> list[list[HistoryEvent]]:
+    """The histories of a run, of the runs it continued as, and of its children's chains."""
+    histories: list[list[HistoryEvent]] = []
+    chains = [(workflow_id, run_id)]
+    while chains:
+        chain_id, next_run = chains.pop()
+        while next_run:
+            handle = client.get_workflow_handle(chain_id, run_id=next_run)
+            events = list((await handle.fetch_history()).events)
+            histories.append(events)
+            next_run = ""
+            for event in events:
+                if event.event_type == EventType.EVENT_TYPE_CHILD_WORKFLOW_EXECUTION_STARTED:
+                    child = event.child_workflow_execution_started_event_attributes
+                    execution = child.workflow_execution
+                    chains.append((execution.workflow_id, execution.run_id))
+                elif event.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW:
+                    attrs = event.workflow_execution_continued_as_new_event_attributes
+                    next_run = attrs.new_execution_run_id
+    return histories
+
+
+# ----------------------------------------------------------------------------------------------
+# The server's own counters
+# ----------------------------------------------------------------------------------------------
+
+HEARTBEAT_OPERATIONS = frozenset({"RecordActivityTaskHeartbeat", "RecordActivityTaskHeartbeatById"})
+QUERY_OPERATION = "QueryWorkflow"
+SETTLE_SECONDS = 0.5
+"""Counters are read until two readings this far apart agree (a request in flight lands)."""
+_SAMPLE = re.compile(r"^(?P<name>[A-Za-z_:][A-Za-z0-9_:]*)(?:\{(?P<labels>.*)\})?\s+(?P<value>\S+)")
+_LABEL = re.compile(r'(?P<key>[A-Za-z_][A-Za-z0-9_]*)="(?P<value>(?:[^"\\]|\\.)*)"')
+
+
+@dataclass(frozen=True)
+class ServerCounters:
+    """What the server counted in one namespace so far: its frontend's heartbeat and query
+    requests, and its own ``action`` counter by action type."""
+
+    heartbeats: float = 0.0
+    queries: float = 0.0
+    actions: tuple[tuple[str, float], ...] = ()
+
+    @property
+    def action_total(self) -> float:
+        return sum(value for _, value in self.actions)
+
+    def since(self, before: ServerCounters) -> ServerCounters:
+        earlier = dict(before.actions)
+        return ServerCounters(
+            self.heartbeats - before.heartbeats,
+            self.queries - before.queries,
+            tuple(
+                (kind, value - earlier.get(kind, 0.0))
+                for kind, value in self.actions
+                if value != earlier.get(kind, 0.0)
+            ),
+        )
+
+
+def samples(text: str) -> Iterable[tuple[str, dict[str, str], float]]:
+    """The samples of a Prometheus text exposition: (name, labels, value)."""
+    for line in text.splitlines():
+        match = _SAMPLE.match(line)
+        if match is None:  # a comment, a blank line
+            continue
+        labels = {m["key"]: m["value"] for m in _LABEL.finditer(match["labels"] or "")}
+        yield match["name"], labels, float(match["value"])
+
+
+def server_counters(text: str, namespace: str) -> ServerCounters:
+    """The counters of ``namespace`` in the server's metrics page."""
+    heartbeats = queries = 0.0
+    actions: dict[str, float] = {}
+    for name, labels, value in samples(text):
+        if labels.get("namespace") != namespace or labels.get("service_name") != "frontend":
+            continue
+        operation = labels.get("operation", "")
+        if name == "service_requests" and operation in HEARTBEAT_OPERATIONS:
+            heartbeats += value
+        elif name == "service_requests" and operation == QUERY_OPERATION:
+            queries += value
+        elif name == "action":
+            kind = labels.get("action_type", operation)
+            actions[kind] = actions.get(kind, 0.0) + value
+    return ServerCounters(heartbeats, queries, tuple(sorted(actions.items())))
+
+
+async def read_counters(http: httpx.AsyncClient, url: str, namespace: str) -> ServerCounters:
+    """The server's counters once they stand still (two readings ``SETTLE_SECONDS`` apart)."""
+    previous: ServerCounters | None = None
+    for _ in range(40):
+        response = await http.get(url)
+        response.raise_for_status()
+        counters = server_counters(response.text, namespace)
+        if counters == previous:
+            return counters
+        previous = counters
+        await asyncio.sleep(SETTLE_SECONDS)
+    raise RuntimeError(f"the server's counters at {url} did not settle")
+
+
+# ----------------------------------------------------------------------------------------------
+# The runs
+# ----------------------------------------------------------------------------------------------
+
+
+def paced(turn: dict[str, Any], seconds: float, streamed: bool) -> dict[str, Any]:
+    """``turn`` answered after ``seconds`` (whole), or streamed over ``seconds``: its chunks
+    (as the scripted server frames them) spread evenly."""
+    if not streamed:
+        return {**turn, "delay": seconds}
+    whole = completion("m", 0, Turn.model_validate(turn), {"messages": []})
+    gaps = len(completion_chunks(whole, Turn.model_validate(turn), include_usage=True)) - 1
+    return {**turn, "chunk_delay": seconds / max(1, gaps)}
+
+
+def step_turns(steps: int, seconds: float, streamed: bool) -> list[dict[str, Any]]:
+    """``steps`` replies that each write a new file, then the answer; each call ``seconds``."""
+    usage = {"prompt_tokens": 2000, "completion_tokens": 400}
+    turns = [
+        {
+            # Each reply its own, or the stuck detector sees the model repeat itself.
+            "content": f"Step {i}: {REPLY}",
+            "tool_calls": [
+                {"name": "write_file", "arguments": {"path": f"f{i}.txt", "content": "x" * 200}}
+            ],
+            "usage": usage,
+        }
+        for i in range(steps)
+    ]
+    turns.append({"content": f"Done. {REPLY}", "usage": usage})
+    return [paced(turn, seconds, streamed) for turn in turns]
+
+
+@dataclass
+class Measured:
+    """One run's billable actions: the count, and the server's own ``action`` counter."""
+
+    case: str
+    side: str
+    steps: int
+    """Model calls: the tool steps and the answer."""
+    tally: Tally
+    server_actions: dict[str, float]
+    wall_seconds: float
+
+    def per_step(self, kind: Kind) -> float:
+        return self.tally.actions[kind] / self.steps
+
+    @property
+    def other(self) -> float:
+        return sum(self.per_step(kind) for kind in Kind if kind not in COLUMNS)
+
+    @property
+    def total(self) -> float:
+        return self.tally.total / self.steps
+
+    @property
+    def dollars_per_1000_steps(self) -> float:
+        return self.total * 1000 * PRICE_PER_MILLION_ACTIONS_USD / 1e6
+
+    @property
+    def server_check(self) -> float:
+        """The server's own ``action`` counter a step, less the ``TemporalChangeVersion``
+        upserts it counts and Cloud does not bill: equal to ``total`` when both agree."""
+        return (sum(self.server_actions.values()) - self.tally.exempt_upserts) / self.steps
+
+
+async def measured(
+    bench: Bench,
+    http: httpx.AsyncClient,
+    case: str,
+    side: str,
+    steps: int,
+    run: Callable[[], Awaitable[WorkflowHandle[Any, Any]]],
+) -> Measured:
+    """Run one workflow alone and count what it is billed."""
+    if bench.metrics_url is None:
+        raise RuntimeError("the dev server has no metrics port")
+    before = await read_counters(http, bench.metrics_url, "default")
+    began = time.perf_counter()
+    handle = await run()
+    wall = time.perf_counter() - began
+    after = await read_counters(http, bench.metrics_url, "default")
+    server = after.since(before)
+    tally = Tally()
+    run_id = handle.first_execution_run_id or handle.run_id or ""
+    for events in await run_histories(bench.client, handle.id, run_id):
+        tally.add(count_history(events))
+    tally.actions[Kind.HEARTBEAT] += round(server.heartbeats)
+    tally.actions[Kind.QUERY] += round(server.queries)
+    measured_run = Measured(case, side, steps, tally, dict(server.actions), wall)
+    print(
+        f"[{case}, {side}: {measured_run.total:.2f} actions a step, {wall:.0f} s]",
+        file=sys.stderr,
+        flush=True,
+    )
+    return measured_run
+
+
+async def floor_run(
+    bench: Bench, task_queue: str, steps: int, seconds: float
+) -> WorkflowHandle[Any, Any]:
+    model = f"floor-{uuid.uuid4().hex[:8]}"
+    # The floor carries no conversation, so its model takes turns in arrival order.
+    bench.models.add_model(model, step_turns(steps, seconds, streamed=False), order="arrival")
+    handle: WorkflowHandle[Any, FloorResult] = await bench.client.start_workflow(
+        FloorWorkflow.run,
+        FloorInput(model=model, task="Write the files.", workspace=bench.workspace("floor")),
+        id=new_id("floor"),
+        task_queue=task_queue,
+    )
+    result = await handle.result()
+    if result.steps != steps + 1:
+        raise RuntimeError(f"the floor run took {result.steps} steps, not {steps + 1}")
+    return handle
+
+
+async def treadle_run(
+    bench: Bench, task_queue: str, steps: int, seconds: float, streamed: bool, config: AgentConfig
+) -> WorkflowHandle[Any, Any]:
+    model = f"actions-{uuid.uuid4().hex[:8]}"
+    bench.models.add_model(model, step_turns(steps, seconds, streamed))
+    handle = await start_agent(bench, task_queue, model, config)
+    result = await handle.result()
+    if result.status is not RunStatus.DONE or result.steps != steps + 1:
+        raise RuntimeError(
+            f"the Treadle run ended {result.status.value} after {result.steps} steps "
+            f"(expected done after {steps + 1}): {result.error}"
+        )
+    return handle
+
+
+@contextlib.asynccontextmanager
+async def floor_worker(bench: Bench, task_queue: str) -> AsyncIterator[None]:
+    process = await start_floor_worker(bench, task_queue)
+    try:
+        yield
+    finally:
+        if process.returncode is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                await asyncio.wait_for(process.wait(), 30)
+            except TimeoutError:
+                process.kill()
+                await process.wait()
+
+
+async def measure_all(bench: Bench, args: argparse.Namespace) -> list[Measured]:
+    """Every case, one run at a time: per duration a floor run (whole replies), then Treadle
+    with whole and with streamed replies, at defaults and with each heartbeat timeout asked."""
+    steps: int = args.steps
+    calls = steps + 1
+    tq, fq = f"bench-actions-{uuid.uuid4().hex[:6]}", f"bench-actions-floor-{uuid.uuid4().hex[:6]}"
+    base = AgentConfig(max_steps=steps + 5)
+    configs = [("treadle (defaults)", base)] + [
+        (
+            f"treadle, heartbeat_timeout {timeout:g} s",
+            base.model_copy(update={"heartbeat_timeout_seconds": timeout}),
+        )
+        for timeout in args.heartbeat_timeout
+    ]
+    results: list[Measured] = []
+    worker = await WorkerProcess.start(bench, tq)
+    try:
+        async with floor_worker(bench, fq), httpx.AsyncClient(timeout=30) as http:
+            for seconds in args.model_seconds:
+                run = functools.partial(floor_run, bench, fq, steps, seconds)
+                floor = await measured(bench, http, f"{seconds:g} s", "floor", calls, run)
+                for streamed in (False, True):
+                    case = f"{seconds:g} s, {'streamed' if streamed else 'whole'}"
+                    side = "floor (asks for whole replies)"
+                    results.append(dataclasses.replace(floor, case=case, side=side))
+                    for side, config in configs:
+                        run = functools.partial(
+                            treadle_run, bench, tq, steps, seconds, streamed, config
+                        )
+                        results.append(await measured(bench, http, case, side, calls, run))
+    finally:
+        await worker.stop()
+    return results
+
+
+# ----------------------------------------------------------------------------------------------
+# The table
+# ----------------------------------------------------------------------------------------------
+
+HEADER = (
+    "case",
+    "side",
+    "activity",
+    "heartbeats",
+    "signals",
+    "timers",
+    "other",
+    "per step",
+    "$/1,000 steps",
+    "server's check",
+)
+
+
+def table_rows(results: Sequence[Measured]) -> list[list[str]]:
+    rows = [list(HEADER)]
+    for m in results:
+        rows.append(
+            [
+                m.case,
+                m.side,
+                *(f"{m.per_step(kind):.2f}" for kind in COLUMNS),
+                f"{m.other:.2f}",
+                f"{m.total:.2f}",
+                f"{m.dollars_per_1000_steps:.2f}",
+                f"{m.server_check:.2f}",
+            ]
+        )
+    return rows
+
+
+def render(rows: Sequence[Sequence[str]]) -> str:
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return "\n".join(
+        "  ".join(
+            cell.ljust(widths[i]) if i < 2 else cell.rjust(widths[i]) for i, cell in enumerate(row)
+        ).rstrip()
+        for row in rows
+    )
+
+
+def breakdown(results: Sequence[Measured]) -> str:
+    """What the ``other`` column and the activity attempts hold, per step, once per side."""
+    lines = []
+    seen: set[tuple[str, str]] = set()
+    for m in results:
+        duration = m.case.split(",")[0]
+        if (duration, m.side) in seen and m.side.startswith("floor"):
+            continue
+        seen.add((duration, m.side))
+        attempts = ", ".join(
+            f"{name} {count / m.steps:.2f}" for name, count in sorted(m.tally.attempts.items())
+        )
+        others = ", ".join(
+            f"{kind.value} {m.per_step(kind):.2f}"
+            for kind in Kind
+            if kind not in COLUMNS and m.tally.actions[kind]
+        )
+        signals = ", ".join(
+            f"{name} {count / m.steps:.2f}" for name, count in sorted(m.tally.signals.items())
+        )
+        lines.append(f"{m.case}, {m.side}: activity attempts a step: {attempts}")
+        if signals:
+            lines.append(f"    signals a step: {signals}")
+        if others:
+            lines.append(f"    other a step: {others}")
+        server = ", ".join(
+            f"{kind} {value / m.steps:.2f}" for kind, value in sorted(m.server_actions.items())
+        )
+        lines.append(f"    the server's action counter a step: {server or 'none'}")
+    return "\n".join(lines)
+
+
+def positive_seconds(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of seconds")
+    return value
+
+
+def seconds_list(text: str) -> tuple[float, ...]:
+    return tuple(positive_seconds(part) for part in text.split(",") if part.strip())
+
+
+def heartbeat_timeout(text: str) -> float:
+    try:
+        return AgentConfig(heartbeat_timeout_seconds=float(text)).heartbeat_timeout_seconds
+    except (ValueError, ValidationError) as exc:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a heartbeat_timeout_seconds AgentConfig takes (1 to 3600)"
+        ) from exc
+
+
+async def main_async(args: argparse.Namespace) -> list[Measured]:
+    started = time.perf_counter()
+    load_before = os.getloadavg()[0]
+    with tempfile.TemporaryDirectory(prefix="treadle-actions-") as tmp_dir:
+        async with bench_setup(False, Path(tmp_dir)) as bench:
+            results = await measure_all(bench, args)
+    print(
+        f"Temporal Cloud billable actions per step: fresh dev server, {CPUS} CPUs, load average "
+        f"{load_before:.1f} at the start and {os.getloadavg()[0]:.1f} at the end, "
+        f"{time.perf_counter() - started:.0f} s"
+    )
+    print(
+        f"a step: one model call asking for write_file and that call; {args.steps} steps and "
+        f"the answer a run ({args.steps + 1} model calls), the run's once-only actions spread "
+        "over them"
+    )
+    print(
+        f"price: ${PRICE_PER_MILLION_ACTIONS_USD:g} per million actions ({PRICE_SOURCE}); "
+        "server's count: the dev server's own action counter, a check"
+    )
+    print(render(table_rows(results)))
+    print(breakdown(results))
+    if args.json:
+        Path(args.json).write_text(
+            json.dumps(
+                {
+                    "price_per_million_usd": PRICE_PER_MILLION_ACTIONS_USD,
+                    "steps": args.steps,
+                    "rows": [
+                        {
+                            "case": m.case,
+                            "side": m.side,
+                            "steps": m.steps,
+                            "actions": {k.value: v for k, v in m.tally.actions.items() if v},
+                            "attempts": dict(m.tally.attempts),
+                            "per_step": m.total,
+                            "dollars_per_1000_steps": m.dollars_per_1000_steps,
+                            "server_actions": m.server_actions,
+                            "server_check": m.server_check,
+                            "signals": dict(m.tally.signals),
+                            "wall_seconds": m.wall_seconds,
+                        }
+                        for m in results
+                    ],
+                },
+                indent=2,
+            )
+        )
+    return results
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--steps", type=int, default=DEFAULT_STEPS, help="tool steps a run, before its answer"
+    )
+    parser.add_argument(
+        "--model-seconds",
+        type=seconds_list,
+        default=DEFAULT_SECONDS,
+        metavar="S[,S...]",
+        help="how long each model call takes (default 3,10)",
+    )
+    parser.add_argument(
+        "--heartbeat-timeout",
+        type=heartbeat_timeout,
+        action="append",
+        default=[],
+        metavar="SECONDS",
+        help="also measure Treadle with this heartbeat_timeout_seconds (repeatable)",
+    )
+    parser.add_argument("--json", metavar="FILE", help="also write the counts as JSON")
+    args = parser.parse_args(argv)
+    if args.steps < 1:
+        parser.error("--steps must be at least 1")
+    if not args.model_seconds:
+        parser.error("--model-seconds needs at least one duration")
+    asyncio.run(main_async(args))
+
+
+if __name__ == "__main__":
+    main()
