@@ -29,9 +29,11 @@ sources:
   ``...ById`` requests, the heartbeats that reached the server (no history holds them), and
   ``QueryWorkflow`` requests (a query is billed too; nothing queries these runs).
 
-The server's own ``action`` counter (which the dev server keeps by its own rules, an estimate of
-Cloud's) is printed beside the count, as a check; it is not what the dollars are worked from.
-Rejected updates are billed and written nowhere: these runs send none. Nothing is asserted.
+The server's own ``action`` counter (the open-source server's estimate of Cloud's actions), less
+the ``TemporalChangeVersion`` upserts it counts and Cloud does not, is printed beside the count as
+a check (``server's check``); the dollars are worked from the count. Rejected updates are billed
+and written nowhere: these runs send none. The suite's ``actions`` rows are the defaults' cases
+(``bench.suite --rows actions``, with issue 39's targets). Nothing is asserted.
 """
 
 from __future__ import annotations
@@ -65,7 +67,16 @@ from temporalio.client import Client, WorkflowHandle
 
 from bench.cpu import start_floor_worker
 from bench.floor import FloorInput, FloorResult, FloorWorkflow
-from bench.suite import CPUS, Bench, WorkerProcess, bench_setup, new_id, start_agent
+from bench.suite import (
+    CPUS,
+    Bench,
+    Row,
+    WorkerProcess,
+    bench_setup,
+    new_id,
+    start_agent,
+    verdict,
+)
 from treadle.scripted_model.openai_chat import completion, completion_chunks
 from treadle.scripted_model.script import Turn
 from treadle.workflows.agent.messages.models import AgentConfig, RunStatus
@@ -79,6 +90,8 @@ PRICE_SOURCE = "docs.temporal.io/cloud/pricing (Pay-As-You-Go, first 5M a month)
 
 DEFAULT_STEPS = 6
 DEFAULT_SECONDS = (3.0, 10.0)
+FLOOR = "floor (asks for whole replies)"
+TREADLE = "treadle (defaults)"
 
 REPLY = "Here is what I will do next, and why. " + "word " * 290
 """The text before each tool call (~1,500 characters, a word a chunk when streamed)."""
@@ -331,13 +344,21 @@ def step_turns(steps: int, seconds: float, streamed: bool) -> list[dict[str, Any
 class Measured:
     """One run's billable actions: the count, and the server's own ``action`` counter."""
 
-    case: str
+    seconds: float
+    """How long each model call took."""
+    streamed: bool | None
+    """Whether the replies were streamed (``None``: a floor run, not yet put in a case)."""
     side: str
     steps: int
     """Model calls: the tool steps and the answer."""
     tally: Tally
     server_actions: dict[str, float]
     wall_seconds: float
+
+    @property
+    def case(self) -> str:
+        reply = {None: "", False: ", whole", True: ", streamed"}[self.streamed]
+        return f"{self.seconds:g} s{reply}"
 
     def per_step(self, kind: Kind) -> float:
         return self.tally.actions[kind] / self.steps
@@ -364,7 +385,8 @@ class Measured:
 async def measured(
     bench: Bench,
     http: httpx.AsyncClient,
-    case: str,
+    seconds: float,
+    streamed: bool | None,
     side: str,
     steps: int,
     run: Callable[[], Awaitable[WorkflowHandle[Any, Any]]],
@@ -384,9 +406,9 @@ async def measured(
         tally.add(count_history(events))
     tally.actions[Kind.HEARTBEAT] += round(server.heartbeats)
     tally.actions[Kind.QUERY] += round(server.queries)
-    measured_run = Measured(case, side, steps, tally, dict(server.actions), wall)
+    measured_run = Measured(seconds, streamed, side, steps, tally, dict(server.actions), wall)
     print(
-        f"[{case}, {side}: {measured_run.total:.2f} actions a step, {wall:.0f} s]",
+        f"[{measured_run.case}, {side}: {measured_run.total:.2f} actions a step, {wall:.0f} s]",
         file=sys.stderr,
         flush=True,
     )
@@ -441,39 +463,80 @@ async def floor_worker(bench: Bench, task_queue: str) -> AsyncIterator[None]:
                 await process.wait()
 
 
-async def measure_all(bench: Bench, args: argparse.Namespace) -> list[Measured]:
+async def measure_all(
+    bench: Bench, steps: int, durations: Sequence[float], heartbeat_timeouts: Sequence[float]
+) -> list[Measured]:
     """Every case, one run at a time: per duration a floor run (whole replies), then Treadle
-    with whole and with streamed replies, at defaults and with each heartbeat timeout asked."""
-    steps: int = args.steps
+    with whole and with streamed replies, at defaults and with each heartbeat timeout given."""
     calls = steps + 1
     tq, fq = f"bench-actions-{uuid.uuid4().hex[:6]}", f"bench-actions-floor-{uuid.uuid4().hex[:6]}"
     base = AgentConfig(max_steps=steps + 5)
-    configs = [("treadle (defaults)", base)] + [
+    configs = [(TREADLE, base)] + [
         (
             f"treadle, heartbeat_timeout {timeout:g} s",
             base.model_copy(update={"heartbeat_timeout_seconds": timeout}),
         )
-        for timeout in args.heartbeat_timeout
+        for timeout in heartbeat_timeouts
     ]
     results: list[Measured] = []
     worker = await WorkerProcess.start(bench, tq)
     try:
         async with floor_worker(bench, fq), httpx.AsyncClient(timeout=30) as http:
-            for seconds in args.model_seconds:
+            for seconds in durations:
                 run = functools.partial(floor_run, bench, fq, steps, seconds)
-                floor = await measured(bench, http, f"{seconds:g} s", "floor", calls, run)
+                floor = await measured(bench, http, seconds, None, FLOOR, calls, run)
                 for streamed in (False, True):
-                    case = f"{seconds:g} s, {'streamed' if streamed else 'whole'}"
-                    side = "floor (asks for whole replies)"
-                    results.append(dataclasses.replace(floor, case=case, side=side))
+                    results.append(dataclasses.replace(floor, streamed=streamed))
                     for side, config in configs:
                         run = functools.partial(
                             treadle_run, bench, tq, steps, seconds, streamed, config
                         )
-                        results.append(await measured(bench, http, case, side, calls, run))
+                        results.append(
+                            await measured(bench, http, seconds, streamed, side, calls, run)
+                        )
     finally:
         await worker.stop()
     return results
+
+
+TARGETS = {(10.0, False): 3.0, (10.0, True): 5.0}
+"""Issue 39's targets at defaults, actions a step: whole replies of 10 s as the peers' (Pydantic
+AI 3.0, the OpenAI Agents SDK 2.0, the floor 2.0), streamed ones at most 5.0."""
+
+
+async def row_actions(bench: Bench) -> list[Row]:
+    """The suite's ``actions`` rows: Treadle at defaults against the floor, a row a case."""
+    steps, durations = (2, (3.0,)) if bench.quick else (DEFAULT_STEPS, DEFAULT_SECONDS)
+    results = await measure_all(bench, steps, durations, ())
+    floors = {m.case: m for m in results if m.side == FLOOR}
+    rows = []
+    for m in results:
+        if m.side == FLOOR:
+            continue
+        floor = floors[m.case]
+        target = TARGETS.get((m.seconds, bool(m.streamed)))
+        kinds = ", ".join(f"{kind.value} {m.per_step(kind):.2f}" for kind in COLUMNS)
+        rows.append(
+            Row(
+                "actions",
+                f"Temporal Cloud actions per step, model calls of {m.case} ({kinds}, other "
+                f"{m.other:.2f}); ${m.dollars_per_1000_steps:.2f} per 1,000 steps (the floor "
+                f"${floor.dollars_per_1000_steps:.2f})",
+                f"{m.total:.2f}",
+                f"{floor.total:.2f}",
+                f"{m.total / floor.total:.2f}x",
+                "" if target is None else f"<= {target:g}",
+                "" if target is None else verdict(m.total <= target),
+                {
+                    "actions_per_step": m.total,
+                    "floor_actions_per_step": floor.total,
+                    "dollars_per_1000_steps": m.dollars_per_1000_steps,
+                    "floor_dollars_per_1000_steps": floor.dollars_per_1000_steps,
+                    **{kind.value: m.per_step(kind) for kind in Kind},
+                },
+            )
+        )
+    return rows
 
 
 # ----------------------------------------------------------------------------------------------
@@ -524,12 +587,11 @@ def render(rows: Sequence[Sequence[str]]) -> str:
 def breakdown(results: Sequence[Measured]) -> str:
     """What the ``other`` column and the activity attempts hold, per step, once per side."""
     lines = []
-    seen: set[tuple[str, str]] = set()
+    seen: set[tuple[float, str]] = set()
     for m in results:
-        duration = m.case.split(",")[0]
-        if (duration, m.side) in seen and m.side.startswith("floor"):
+        if (m.seconds, m.side) in seen and m.side == FLOOR:
             continue
-        seen.add((duration, m.side))
+        seen.add((m.seconds, m.side))
         attempts = ", ".join(
             f"{name} {count / m.steps:.2f}" for name, count in sorted(m.tally.attempts.items())
         )
@@ -541,7 +603,8 @@ def breakdown(results: Sequence[Measured]) -> str:
         signals = ", ".join(
             f"{name} {count / m.steps:.2f}" for name, count in sorted(m.tally.signals.items())
         )
-        lines.append(f"{m.case}, {m.side}: activity attempts a step: {attempts}")
+        case = f"{m.seconds:g} s" if m.side == FLOOR else m.case
+        lines.append(f"{case}, {m.side}: activity attempts a step: {attempts}")
         if signals:
             lines.append(f"    signals a step: {signals}")
         if others:
@@ -578,7 +641,9 @@ async def main_async(args: argparse.Namespace) -> list[Measured]:
     load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="treadle-actions-") as tmp_dir:
         async with bench_setup(False, Path(tmp_dir)) as bench:
-            results = await measure_all(bench, args)
+            results = await measure_all(
+                bench, args.steps, args.model_seconds, args.heartbeat_timeout
+            )
     print(
         f"Temporal Cloud billable actions per step: fresh dev server, {CPUS} CPUs, load average "
         f"{load_before:.1f} at the start and {os.getloadavg()[0]:.1f} at the end, "
@@ -591,7 +656,8 @@ async def main_async(args: argparse.Namespace) -> list[Measured]:
     )
     print(
         f"price: ${PRICE_PER_MILLION_ACTIONS_USD:g} per million actions ({PRICE_SOURCE}); "
-        "server's count: the dev server's own action counter, a check"
+        "server's check: the dev server's own action counter, less the patch upserts "
+        "Cloud exempts"
     )
     print(render(table_rows(results)))
     print(breakdown(results))
