@@ -12,28 +12,15 @@ Treadle run at defaults publishes live tokens (signals). The floor (``bench/floo
 process, the SDK's defaults: no heartbeat, no streaming) asks for whole replies, so one floor run
 per duration serves both rows.
 
-What is counted is what Temporal Cloud bills (https://docs.temporal.io/cloud/actions), from two
-sources:
-
-- the run's **history** (every run of its continue-as-new chain, and its children's): a workflow
-  started (the client's start, each continue-as-new; a child's start is two actions, on the
-  parent's ``StartChildWorkflowExecutionInitiated``), each activity scheduled and each retry of it
-  (a retried attempt leaves no event of its own: the activity's one ``ActivityTaskStarted`` is
-  written when it closes and its ``attempt`` says how many there were), each timer started, each
-  signal received, each update accepted, each search-attribute upsert (not the SDK's
-  ``TemporalChangeVersion`` alone, which Cloud exempts), the local activities of one workflow task
-  as one action (their markers) plus each of their retries, workflow-options updates and Nexus
-  operations;
-- the **server's own request counters** (its Prometheus metrics, read before and after each run,
-  one run at a time, so the difference is the run's): ``RecordActivityTaskHeartbeat`` and
-  ``...ById`` requests, the heartbeats that reached the server (no history holds them), and
-  ``QueryWorkflow`` requests (a query is billed too; nothing queries these runs).
-
-The server's own ``action`` counter (the open-source server's estimate of Cloud's actions), less
-the ``TemporalChangeVersion`` upserts it counts and Cloud does not, is printed beside the count as
-a check (``server's check``); the dollars are worked from the count. Rejected updates are billed
-and written nowhere: these runs send none. The suite's ``actions`` rows are the defaults' cases
-(``bench.suite --rows actions``, with issue 39's targets). Nothing is asserted.
+What is counted is what Temporal Cloud bills (``bench/billing.py``): from the run's **history**
+(starts, activity attempts with their retries, timers, signals, updates, upserts, markers, child
+starts) and from the **server's own request counters**, read before and after each run, one run
+at a time so the difference is the run's: the heartbeats that reached it (no history holds them)
+and queries. The dev server's own ``action`` counter, less the ``TemporalChangeVersion`` upserts
+it counts and Cloud does not, is printed beside the count as a check (``server's check``); the
+dollars are worked from the count, at ``PRICE_PER_MILLION_ACTIONS_USD``. The suite's ``actions``
+rows are the defaults' cases (``bench.suite --rows actions``, with issue 39's targets).
+Nothing is asserted.
 """
 
 from __future__ import annotations
@@ -46,25 +33,29 @@ import functools
 import json
 import math
 import os
-import re
 import signal
 import sys
 import tempfile
 import time
 import uuid
-from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
-from dataclasses import dataclass, field
-from enum import StrEnum
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
 from pydantic import ValidationError
-from temporalio.api.enums.v1 import EventType
-from temporalio.api.history.v1 import HistoryEvent
-from temporalio.client import Client, WorkflowHandle
+from temporalio.client import WorkflowHandle
 
+from bench.billing import (
+    PRICE_PER_MILLION_ACTIONS_USD,
+    PRICE_SOURCE,
+    Kind,
+    Tally,
+    count_history,
+    read_counters,
+    run_histories,
+)
 from bench.cpu import start_floor_worker
 from bench.floor import FloorInput, FloorResult, FloorWorkflow
 from bench.suite import (
@@ -81,231 +72,16 @@ from treadle.scripted_model.openai_chat import completion, completion_chunks
 from treadle.scripted_model.script import Turn
 from treadle.workflows.agent.messages.models import AgentConfig, RunStatus
 
-PRICE_PER_MILLION_ACTIONS_USD = 50.0
-"""Temporal Cloud's list price: Pay-As-You-Go, the first 5M actions of a month on the Business,
-Enterprise and Mission Critical plans and every action on the Developer plan ($45 to $25 a
-million above that, by volume). https://docs.temporal.io/cloud/pricing#payg-action-pricing,
-read on 2026-12-02."""
-PRICE_SOURCE = "docs.temporal.io/cloud/pricing (Pay-As-You-Go, first 5M a month), read 2026-12-02"
-
 DEFAULT_STEPS = 6
 DEFAULT_SECONDS = (3.0, 10.0)
 FLOOR = "floor (asks for whole replies)"
 TREADLE = "treadle (defaults)"
 
-REPLY = "Here is what I will do next, and why. " + "word " * 290
-"""The text before each tool call (~1,500 characters, a word a chunk when streamed)."""
-
-# ----------------------------------------------------------------------------------------------
-# What Cloud bills, counted
-# ----------------------------------------------------------------------------------------------
-
-
-class Kind(StrEnum):
-    """The kinds of billable action; the table's columns group them."""
-
-    ACTIVITY = "activity attempts"
-    HEARTBEAT = "heartbeats"
-    SIGNAL = "signals"
-    TIMER = "timers"
-    START = "workflow starts"
-    CHILD = "child workflow starts"
-    UPDATE = "updates"
-    UPSERT = "search attribute upserts"
-    MARKERS = "markers (local activities, patches)"
-    QUERY = "queries"
-    OTHER = "other"
-
-
 COLUMNS = (Kind.ACTIVITY, Kind.HEARTBEAT, Kind.SIGNAL, Kind.TIMER)
 """The kinds the table shows alone; the rest are its ``other`` column."""
 
-CHANGE_VERSION = "TemporalChangeVersion"
-"""The search attribute ``workflow.patched`` upserts; Cloud does not bill an upsert of it alone."""
-
-
-@dataclass
-class Tally:
-    """Billable actions by kind; activity attempts by activity type and signals by name (where
-    those kinds go); upserts of ``TemporalChangeVersion`` alone, which Cloud does not bill."""
-
-    actions: Counter[Kind] = field(default_factory=Counter)
-    attempts: Counter[str] = field(default_factory=Counter)
-    signals: Counter[str] = field(default_factory=Counter)
-    exempt_upserts: int = 0
-
-    def add(self, other: Tally) -> None:
-        self.actions.update(other.actions)
-        self.attempts.update(other.attempts)
-        self.signals.update(other.signals)
-        self.exempt_upserts += other.exempt_upserts
-
-    @property
-    def total(self) -> int:
-        return sum(self.actions.values())
-
-
-def count_history(events: Iterable[HistoryEvent]) -> Tally:
-    """The billable actions one run's history records (heartbeats and queries are in none)."""
-    tally = Tally()
-    activity_types: dict[int, str] = {}
-    marker_tasks: set[int] = set()
-    for event in events:
-        kind = event.event_type
-        if kind == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED:
-            started = event.workflow_execution_started_event_attributes
-            # A child's first run was billed on its parent's initiation (two actions there);
-            # its continue-as-new runs, like anyone's, are starts of their own.
-            child = started.HasField("parent_workflow_execution")
-            if not child or started.continued_execution_run_id:
-                tally.actions[Kind.START] += 1
-        elif kind == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
-            name = event.activity_task_scheduled_event_attributes.activity_type.name
-            activity_types[event.event_id] = name
-            tally.actions[Kind.ACTIVITY] += 1
-            tally.attempts[name] += 1
-        elif kind == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED:
-            # Written once, when the activity closes, with the attempt that closed it: the
-            # attempts before it failed or timed out and were retried without an event.
-            attrs = event.activity_task_started_event_attributes
-            retries = max(0, attrs.attempt - 1)
-            tally.actions[Kind.ACTIVITY] += retries
-            tally.attempts[activity_types.get(attrs.scheduled_event_id, "?")] += retries
-        elif kind == EventType.EVENT_TYPE_TIMER_STARTED:
-            tally.actions[Kind.TIMER] += 1
-        elif kind == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED:
-            tally.actions[Kind.SIGNAL] += 1
-            tally.signals[event.workflow_execution_signaled_event_attributes.signal_name] += 1
-        elif kind == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED:
-            tally.actions[Kind.UPDATE] += 1
-        elif kind == EventType.EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES:
-            fields = event.upsert_workflow_search_attributes_event_attributes.search_attributes
-            if set(fields.indexed_fields) - {CHANGE_VERSION}:
-                tally.actions[Kind.UPSERT] += 1
-            else:
-                tally.exempt_upserts += 1
-        elif kind == EventType.EVENT_TYPE_START_CHILD_WORKFLOW_EXECUTION_INITIATED:
-            tally.actions[Kind.CHILD] += 2  # the intent recorded, and the start
-        elif kind == EventType.EVENT_TYPE_MARKER_RECORDED:
-            # All of one workflow task's markers are one action: its local activities' (and
-            # ``workflow.patched``'s, which the server's own counter bills alike).
-            marker_tasks.add(
-                event.marker_recorded_event_attributes.workflow_task_completed_event_id
-            )
-        elif kind == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED:
-            metering = event.workflow_task_completed_event_attributes.metering_metadata
-            tally.actions[Kind.MARKERS] += metering.nonfirst_local_activity_execution_attempts
-        elif kind in (
-            EventType.EVENT_TYPE_WORKFLOW_EXECUTION_OPTIONS_UPDATED,
-            EventType.EVENT_TYPE_NEXUS_OPERATION_SCHEDULED,
-            EventType.EVENT_TYPE_NEXUS_OPERATION_CANCEL_REQUESTED,
-        ):
-            tally.actions[Kind.OTHER] += 1
-    tally.actions[Kind.MARKERS] += len(marker_tasks)
-    return tally
-
-
-async def run_histories(client: Client, workflow_id: str, run_id: str) -> list[list[HistoryEvent]]:
-    """The histories of a run, of the runs it continued as, and of its children's chains."""
-    histories: list[list[HistoryEvent]] = []
-    chains = [(workflow_id, run_id)]
-    while chains:
-        chain_id, next_run = chains.pop()
-        while next_run:
-            handle = client.get_workflow_handle(chain_id, run_id=next_run)
-            events = list((await handle.fetch_history()).events)
-            histories.append(events)
-            next_run = ""
-            for event in events:
-                if event.event_type == EventType.EVENT_TYPE_CHILD_WORKFLOW_EXECUTION_STARTED:
-                    child = event.child_workflow_execution_started_event_attributes
-                    execution = child.workflow_execution
-                    chains.append((execution.workflow_id, execution.run_id))
-                elif event.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW:
-                    attrs = event.workflow_execution_continued_as_new_event_attributes
-                    next_run = attrs.new_execution_run_id
-    return histories
-
-
-# ----------------------------------------------------------------------------------------------
-# The server's own counters
-# ----------------------------------------------------------------------------------------------
-
-HEARTBEAT_OPERATIONS = frozenset({"RecordActivityTaskHeartbeat", "RecordActivityTaskHeartbeatById"})
-QUERY_OPERATION = "QueryWorkflow"
-SETTLE_SECONDS = 0.5
-"""Counters are read until two readings this far apart agree (a request in flight lands)."""
-_SAMPLE = re.compile(r"^(?P<name>[A-Za-z_:][A-Za-z0-9_:]*)(?:\{(?P<labels>.*)\})?\s+(?P<value>\S+)")
-_LABEL = re.compile(r'(?P<key>[A-Za-z_][A-Za-z0-9_]*)="(?P<value>(?:[^"\\]|\\.)*)"')
-
-
-@dataclass(frozen=True)
-class ServerCounters:
-    """What the server counted in one namespace so far: its frontend's heartbeat and query
-    requests, and its own ``action`` counter by action type."""
-
-    heartbeats: float = 0.0
-    queries: float = 0.0
-    actions: tuple[tuple[str, float], ...] = ()
-
-    @property
-    def action_total(self) -> float:
-        return sum(value for _, value in self.actions)
-
-    def since(self, before: ServerCounters) -> ServerCounters:
-        earlier = dict(before.actions)
-        return ServerCounters(
-            self.heartbeats - before.heartbeats,
-            self.queries - before.queries,
-            tuple(
-                (kind, value - earlier.get(kind, 0.0))
-                for kind, value in self.actions
-                if value != earlier.get(kind, 0.0)
-            ),
-        )
-
-
-def samples(text: str) -> Iterable[tuple[str, dict[str, str], float]]:
-    """The samples of a Prometheus text exposition: (name, labels, value)."""
-    for line in text.splitlines():
-        match = _SAMPLE.match(line)
-        if match is None:  # a comment, a blank line
-            continue
-        labels = {m["key"]: m["value"] for m in _LABEL.finditer(match["labels"] or "")}
-        yield match["name"], labels, float(match["value"])
-
-
-def server_counters(text: str, namespace: str) -> ServerCounters:
-    """The counters of ``namespace`` in the server's metrics page."""
-    heartbeats = queries = 0.0
-    actions: dict[str, float] = {}
-    for name, labels, value in samples(text):
-        if labels.get("namespace") != namespace or labels.get("service_name") != "frontend":
-            continue
-        operation = labels.get("operation", "")
-        if name == "service_requests" and operation in HEARTBEAT_OPERATIONS:
-            heartbeats += value
-        elif name == "service_requests" and operation == QUERY_OPERATION:
-            queries += value
-        elif name == "action":
-            kind = labels.get("action_type", operation)
-            actions[kind] = actions.get(kind, 0.0) + value
-    return ServerCounters(heartbeats, queries, tuple(sorted(actions.items())))
-
-
-async def read_counters(http: httpx.AsyncClient, url: str, namespace: str) -> ServerCounters:
-    """The server's counters once they stand still (two readings ``SETTLE_SECONDS`` apart)."""
-    previous: ServerCounters | None = None
-    for _ in range(40):
-        response = await http.get(url)
-        response.raise_for_status()
-        counters = server_counters(response.text, namespace)
-        if counters == previous:
-            return counters
-        previous = counters
-        await asyncio.sleep(SETTLE_SECONDS)
-    raise RuntimeError(f"the server's counters at {url} did not settle")
-
+REPLY = "Here is what I will do next, and why. " + "word " * 290
+"""The text before each tool call (~1,500 characters, a word a chunk when streamed)."""
 
 # ----------------------------------------------------------------------------------------------
 # The runs

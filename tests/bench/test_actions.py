@@ -14,7 +14,7 @@ from pathlib import Path
 from temporalio.client import Client
 from temporalio.worker import Worker
 
-from bench.actions import Kind, count_history, run_histories, samples, server_counters
+from bench.billing import Kind, count_history, run_histories, samples, server_counters
 from tests.support.actions_probe import (
     FAILED_ATTEMPTS,
     ActionsProbeChild,
