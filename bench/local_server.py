@@ -1,5 +1,6 @@
-"""The dev server every benchmark starts for itself: free loopback ports, a SQLite file in the
-benchmark's temporary directory, Treadle's search attributes registered."""
+"""The dev server every benchmark starts for itself: free loopback ports (its metrics on one
+too, which ``bench.actions`` reads), a SQLite file in the benchmark's temporary directory,
+Treadle's search attributes registered."""
 
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ def dev_server_config(db_filename: Path, timer_shift: str | None = None) -> DevS
     return DevServerConfig(
         port=free_port(),
         ui_port=free_port(),
+        metrics_port=free_port(),
         db_filename=db_filename,
         log_level="error",
         search_attributes={name: kind.name.title() for name, kind in REQUIRED.items()},

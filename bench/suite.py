@@ -1,7 +1,7 @@
 """Treadle's benchmark suite: one command, a fresh dev server, one table.
 
-    .venv/bin/python -m bench.suite [--quick] [--rows step,recovery,replay,parked,throughput,chain]
-                                    [--json FILE]
+    .venv/bin/python -m bench.suite [--quick] [--json FILE]
+                                    [--rows step,recovery,replay,parked,throughput,chain,actions]
 
 Every figure is a ratio against a baseline measured in the same run, or a count (events, bytes,
 MB of RSS, seconds to recover). The baseline of a step is the bare Temporal floor
@@ -25,6 +25,9 @@ against the same dev server and the same scripted model server, with no other lo
 - ``chain``: history per step through continue-as-new chains of 200 and 2,000 steps, the bytes of
   their first and last hand-over, and the store's growth after 3,000 write steps against the
   content written (``bench/chain.py``).
+- ``actions``: Temporal Cloud's billable actions per step and dollars per 1,000 steps at list
+  price, Treadle at defaults against the floor, model calls of 3 s and 10 s with whole and with
+  streamed replies (``bench/actions.py``, which also measures other heartbeat timeouts).
 
 Nothing is asserted: the machine is shared and noisy, so read the ratios. ``--quick`` runs small
 counts (the smoke test uses it); the full suite takes a few minutes on two cores.
@@ -79,7 +82,7 @@ from treadle.workflows.agent.workflow import AgentWorkflow
 
 ROOT = Path(__file__).resolve().parents[1]
 
-ROWS = ("step", "recovery", "replay", "parked", "throughput", "chain")
+ROWS = ("step", "recovery", "replay", "parked", "throughput", "chain", "actions")
 SUGGESTED_EVENTS = 4096
 """Temporal suggests continue-as-new at this many events: a run's history grows no further."""
 BEFORE_HEARTBEAT_SECONDS = 15.0
@@ -261,6 +264,8 @@ class Bench:
     models: ScriptedModelServer
     settings: ProviderSettings
     store: Path
+    metrics_url: str | None = None
+    """The dev server's Prometheus metrics (``bench.actions`` reads its request counters)."""
     workers: list[WorkerProcess] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     shared: dict[str, float] = field(default_factory=dict)
@@ -926,6 +931,7 @@ RUNNERS: dict[str, Callable[[Bench], Awaitable[list[Row]]]] = {
     "parked": row_parked,
     "throughput": row_throughput,
     "chain": lambda bench: _chain_rows(bench),
+    "actions": lambda bench: _actions_rows(bench),
 }
 
 
@@ -933,6 +939,12 @@ async def _chain_rows(bench: Bench) -> list[Row]:
     from bench.chain import row_chain  # it builds on this module's Bench and Row
 
     return await row_chain(bench)
+
+
+async def _actions_rows(bench: Bench) -> list[Row]:
+    from bench.actions import row_actions  # it builds on this module's Bench and Row
+
+    return await row_actions(bench)
 
 
 @contextlib.asynccontextmanager
@@ -954,6 +966,7 @@ async def bench_setup(
                 models=models,
                 settings=ProviderSettings.from_env({"OPENAI_BASE_URL": models.base_url}),
                 store=store,
+                metrics_url=server.config.metrics_url,
             )
             try:
                 yield bench

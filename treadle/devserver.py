@@ -94,6 +94,9 @@ class DevServerConfig(Frozen):
     ip: IPvAnyAddress = IPv4Address("127.0.0.1")
     port: Port = 7233
     ui_port: Port = 8233
+    metrics_port: Port | None = None
+    """The server's Prometheus metrics (``/metrics``: its requests, per operation, and its
+    ``action`` counter); ``None``: a free port the CLI picks and only its log names."""
     db_filename: Path = Path("dev.sqlite")
     namespace: str = Field(default="default", min_length=1)
     log_level: Literal["debug", "info", "warn", "error", "never"] = "warn"
@@ -116,6 +119,10 @@ class DevServerConfig(Frozen):
     def _distinct_ports(self) -> Self:
         if self.port == self.ui_port:
             raise ValueError(f"port and ui_port are both {self.port}; give the Web UI its own port")
+        if self.metrics_port in (self.port, self.ui_port):
+            raise ValueError(
+                f"metrics_port is {self.metrics_port}, as is another port; give metrics their own"
+            )
         return self
 
     @property
@@ -127,6 +134,14 @@ class DevServerConfig(Frozen):
     def ui_url(self) -> str:
         """The Web UI, e.g. ``http://127.0.0.1:8233``."""
         return f"http://{_host(self)}:{self.ui_port}"
+
+    @property
+    def metrics_url(self) -> str | None:
+        """The server's metrics, e.g. ``http://127.0.0.1:7235/metrics``; ``None`` when the CLI
+        picks the port."""
+        if self.metrics_port is None:
+            return None
+        return f"http://{_host(self)}:{self.metrics_port}/metrics"
 
 
 def _host(config: DevServerConfig) -> str:
@@ -196,6 +211,7 @@ def build_command(config: DevServerConfig, binary: str) -> list[str]:
         str(config.port),
         "--ui-port",
         str(config.ui_port),
+        *(() if config.metrics_port is None else ("--metrics-port", str(config.metrics_port))),
         "--db-filename",
         str(config.db_filename),
     ]

@@ -198,6 +198,23 @@ def test_command_registers_search_attributes_and_dynamic_config() -> None:
     assert "--ui-codec-endpoint" not in command  # empty: the Web UI shows payloads as stored
 
 
+def test_command_serves_the_servers_metrics_on_the_port_given() -> None:
+    """A metrics_port becomes start-dev's --metrics-port and the metrics URL; without one the
+    CLI picks a free port and the config names none."""
+    config = DevServerConfig(metrics_port=7235)
+    assert ("--metrics-port", "7235") in itertools.pairwise(build_command(config, "temporal"))
+    assert config.metrics_url == "http://127.0.0.1:7235/metrics"
+    assert "--metrics-port" not in build_command(DevServerConfig(), "temporal")
+    assert DevServerConfig().metrics_url is None
+
+
+def test_metrics_port_must_be_a_port_of_its_own(tmp_path: Path) -> None:
+    """A metrics_port equal to the frontend's or the Web UI's is one line saying so."""
+    path = write(tmp_path, "port: 7233\nmetrics_port: 7233\n")
+    with pytest.raises(DevServerError, match=r"metrics_port is 7233, as is another port"):
+        load_config(path)
+
+
 def test_command_points_the_web_ui_at_a_codec_server() -> None:
     """A ui_codec_endpoint becomes start-dev's --ui-codec-endpoint."""
     config = DevServerConfig(ui_codec_endpoint="http://127.0.0.1:8888")
