@@ -16,7 +16,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from tests.support.harness import Harness
 from tests.support.threads import answered, start_thread
-from treadle.activities import threads
+from treadle.activities import thread_turns as threads
 from treadle.cli.chat import _across_handover
 from treadle.cli.exits import UsageError
 from treadle.workflows.agent.messages.models import AgentResult, SendReceipt

@@ -28,7 +28,7 @@ from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
 from temporalio.common import WorkflowIDReusePolicy
 from temporalio.service import RPCError, RPCStatusCode
 
-from treadle.activities import threads
+from treadle.activities import thread_turns as threads
 from treadle.activities.errors import ThreadUnavailable, TreadleError
 from treadle.activities.store.conversation import ConversationStore, whole_thread
 from treadle.cli import live, shell, snapshots

@@ -25,7 +25,7 @@ from temporalio.client import (
 from temporalio.service import RPCError, RPCStatusCode
 
 from treadle import closed as closed_runs
-from treadle.activities import threads
+from treadle.activities import thread_turns as threads
 from treadle.activities.errors import ThreadUnavailable
 from treadle.cli.live.responder import cause_of
 from treadle.web.http import HttpError
