@@ -23,13 +23,13 @@ The tree::
     │                                store and calls again, never spending the call's attempts
     └── ThreadUnavailable            a thread cannot take or answer a message from outside:
                                      no such thread, not a thread, closed, ended (one line;
-                                     ``send_to_thread`` raises it non-retryable, the CLI
-                                     prints it)
+                                     ``send_to_thread`` raises it non-retryable;
+                                     ``treadle.client`` translates it into its own)
 
 ``ModelHTTPError`` and ``ModelConnectionError`` are made for every wire protocol by
 ``activities.model.http_errors`` (with ``Retry-After``, keys redacted); ``ModelResponseError``
 by each protocol's ``parse_response`` (and by the model activity for a body that is not JSON);
-``ModelConfigError`` by the model activity. ``ThreadUnavailable`` by ``activities.threads``.
+``ModelConfigError`` by the model activity. ``ThreadUnavailable`` by ``activities.thread_turns``.
 ``StoreUnavailable`` by every store backend (``activities.store``), for whatever the activity
 that used the store was doing.
 ``ModelError.to_application_error()`` is the one place that decides retryability; the

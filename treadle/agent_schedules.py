@@ -36,7 +36,7 @@ from temporalio.common import WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
-from treadle.activities.threads import check_thread
+from treadle.activities.thread_turns import check_thread
 from treadle.workflows.base import Frozen
 from treadle.workflows.monitors.models import (
     DeleteRequest,

@@ -33,7 +33,7 @@ from tests.support.monitors import until
 from tests.support.processes import refusal, run_cli
 from tests.support.threads import start_thread
 from treadle import agent_schedules
-from treadle.activities import threads
+from treadle.activities import thread_turns, threads
 from treadle.activities.model.activity import http_client
 from treadle.workflows.agent.messages.models import (
     AgentResult,
@@ -671,9 +671,9 @@ def test_a_slot_waiting_for_an_answer_asks_the_thread_less_and_less_often() -> N
     """Every second for the first ten seconds (a quick turn is seen at once), then doubling to
     one query in 15 s: a thread left waiting for an approval for hours, evicted from its
     worker's cache, replays its history for each query. A person's `chat` keeps its pace."""
-    delays = threads.poll_delays(threads.ANSWER_POLL_SECONDS, threads.ANSWER_POLL_MAX_SECONDS)
+    delays = thread_turns.poll_delays(threads.ANSWER_POLL_SECONDS, threads.ANSWER_POLL_MAX_SECONDS)
     assert list(itertools.islice(delays, 16)) == [1.0] * 10 + [2.0, 4.0, 8.0] + [15.0] * 3
-    assert set(itertools.islice(threads.poll_delays(threads.POLL_SECONDS), 100)) == {0.2}
+    assert set(itertools.islice(thread_turns.poll_delays(thread_turns.POLL_SECONDS), 100)) == {0.2}
 
 
 async def test_a_not_found_from_a_thread_that_still_runs_is_retried_not_final(
@@ -687,8 +687,10 @@ async def test_a_not_found_from_a_thread_that_still_runs_is_retried_not_final(
     thread = await _thread(harness, model)
     raced = RPCError("workflow execution already completed", RPCStatusCode.NOT_FOUND, b"")
     with pytest.raises(RPCError) as again:
-        await threads.why_not(thread, raced)
+        await thread_turns.why_not(thread, raced)
     assert again.value is raced
     await thread.execute_update(AgentWorkflow.close)
     await thread.result()
-    assert await threads.why_not(thread, raced) == f"the thread {thread.id} has ended (completed)"
+    assert (
+        await thread_turns.why_not(thread, raced) == f"the thread {thread.id} has ended (completed)"
+    )

@@ -16,9 +16,8 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from tests.support.harness import Harness
 from tests.support.threads import answered, start_thread
-from treadle.activities import threads
-from treadle.cli.chat import _across_handover
-from treadle.cli.exits import UsageError
+from treadle.activities import thread_turns
+from treadle.client import AgentClient, ThreadUnavailable
 from treadle.workflows.agent.messages.models import AgentResult, SendReceipt
 from treadle.workflows.agent.workflow import AgentWorkflow
 
@@ -45,8 +44,8 @@ async def test_a_message_that_meets_a_handover_is_sent_again(harness: Harness) -
     model = harness.script({"content": "hi"}, {"content": "got it"})
     handle = await start_thread(harness, model)
     await answered(harness, handle, 1)
-    receipt: SendReceipt = await _across_handover(
-        handle, _race(2, lambda: threads.send_message(handle, "once", update_id="u-1"))
+    receipt: SendReceipt = await AgentClient(harness.client)._across_handover(
+        handle, _race(2, lambda: thread_turns.send_message(handle, "once", update_id="u-1"))
     )
     assert not receipt.queued
     status = await answered(harness, handle, 2)
@@ -67,8 +66,8 @@ async def test_a_thread_that_has_ended_is_reported_at_once(harness: Harness) -> 
 
     async def send() -> SendReceipt:
         attempts.append(1)
-        return await threads.send_message(handle, "too late")
+        return await thread_turns.send_message(handle, "too late")
 
-    with pytest.raises(UsageError, match=f"the thread {handle.id} has ended"):
-        await _across_handover(handle, _race(1, send))
+    with pytest.raises(ThreadUnavailable, match=f"the thread {handle.id} has ended"):
+        await AgentClient(harness.client)._across_handover(handle, _race(1, send))
     assert attempts == []  # the first NOT_FOUND was final: nothing was sent again

@@ -14,7 +14,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from tests.support.harness import Harness
 from tests.support.processes import run_cli
-from treadle.cli.thread_import import plan_import
+from treadle.client.thread_import import plan_import
 from treadle.workflows.agent.messages.models import AgentConfig, ThreadExport, ThreadSettings
 from treadle.workflows.agent.messages.state_machine import State
 from treadle.workflows.agent.parts.memory import DEFAULT_SYSTEM_PROMPT

@@ -14,17 +14,10 @@ from hypothesis import strategies as st
 from rich.console import Console
 
 from treadle.cli.client_answers import Declined
-from treadle.cli.live import (
-    RETRIED,
-    JsonView,
-    NewText,
-    TerminalView,
-    TextTracker,
-    event_text,
-    item_json,
-)
+from treadle.cli.live import JsonView, TerminalView, event_text, item_json
 from treadle.cli.live.responder import _answer
 from treadle.cli.shell import runnable
+from treadle.client.text import RETRIED, NewText, TextTracker
 from treadle.stream import StreamItem
 from treadle.workflows.agent.messages.events import (
     MAX_DECLINE_CHARS,

@@ -13,35 +13,22 @@ for its user between turns.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
-import os
 import sys
 import uuid
-from collections.abc import Awaitable, Callable
-from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from pydantic import ValidationError
-from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
-from temporalio.common import WorkflowIDReusePolicy
-from temporalio.service import RPCError, RPCStatusCode
+from temporalio.client import Client
 
-from treadle.activities import threads
-from treadle.activities.errors import ThreadUnavailable, TreadleError
-from treadle.activities.store.conversation import ConversationStore, whole_thread
-from treadle.cli import live, shell, snapshots
+from treadle.cli import live, shell
 from treadle.cli.exits import UsageError
-from treadle.cli.thread_import import ImportPlan, plan_import
-from treadle.cli.workspaces import make_workspace, resolve_workspace
-from treadle.connection import store_location
-from treadle.stores import open_blob_store
-from treadle.stream import StreamUnavailable
-from treadle.workflows.agent.messages.content_refs import holds_refs
+from treadle.client import AgentClient, NoStream, RunNotFound
+from treadle.client.thread_import import ImportPlan, plan_thread
+from treadle.client.workdirs import resolve_workspace
 from treadle.workflows.agent.messages.events import AgentEvent, approval_commands
 from treadle.workflows.agent.messages.models import (
-    TASK_QUEUE,
     AgentConfig,
     AgentInput,
     AgentStatus,
@@ -50,17 +37,9 @@ from treadle.workflows.agent.messages.models import (
     ThreadSettings,
 )
 from treadle.workflows.agent.messages.state_machine import State
-from treadle.workflows.agent.parts.threads import ImportRefused
-from treadle.workflows.agent.workflow import AgentWorkflow
 from treadle.workflows.base import describe_errors
 
-QUERY_TIMEOUT = threads.QUERY_TIMEOUT
 EXIT_WORDS = {"/exit", "/quit"}
-HANDOVER_ATTEMPTS = 40
-HANDOVER_PAUSE_SECONDS = 0.25
-"""A thread continues as new in milliseconds: a request that met it between two runs is made
-again, every quarter second for ten seconds (``_across_handover``)."""
-T = TypeVar("T")
 
 
 def register(subparsers: Any) -> None:
@@ -115,32 +94,32 @@ def register(subparsers: Any) -> None:
 
 
 async def cmd_chat(client: Client, args: argparse.Namespace) -> int:
+    agents = AgentClient(client, task_queue=args.task_queue)
     thread_id = args.id or f"thread-{uuid.uuid4().hex[:12]}"
-    handle = client.get_workflow_handle(thread_id)
-    existing = await _status_or_none(handle)
+    existing = await _status_or_none(agents, thread_id)
     offset: int | None = 0
     if existing is None:
         first = args.message or _ask()
         if first is None:
             return 0
-        handle = await _start(client, args, thread_id, first)
+        await _start(agents, args, thread_id, first)
         print(f"thread {thread_id} (continue with: {shell.starter('chat', '--id', thread_id)})")
     else:
         if not existing.thread:
             raise UsageError(f"{thread_id!r} is a single-task run, not a thread")
         offset = existing.stream_offset
         if args.message:
-            await _send(handle, args.message)
+            await agents.send(thread_id, args.message)
         # Else a waiting thread's turn is over already: its last answer is shown, then asked.
-    # Each turn waits until the thread waits again with nothing queued (``threads.turn_over``).
+    # Each turn waits until the thread waits again with nothing queued (``AgentClient.turn_over``).
     view = live.TerminalView(speaker="agent> ", show_messages=False, show_started=False)
     live.warn_secret_env(args, view)
     # On a terminal the user is there to ask (approvals, consent, questions); piped lines are
     # the conversation's messages, never answers to a prompt.
-    responder = live.responder_for(handle, view, args, can_ask=sys.stdin.isatty())
+    responder = live.responder_for(agents, thread_id, view, args, can_ask=sys.stdin.isatty())
     responder.interactive = sys.stdin.isatty()
     while True:
-        status, offset, shown = await _follow_turn(client, handle, offset, view, responder)
+        status, offset, shown = await _follow_turn(agents, thread_id, offset, view, responder)
         if status.state is not State.WAITING_FOR_USER_INPUT:
             print(f"[{status.state.value}] {status.error or status.final_answer or ''}".rstrip())
             return 0 if status.state is State.DONE else 1
@@ -151,20 +130,20 @@ async def cmd_chat(client: Client, args: argparse.Namespace) -> int:
             print(f"(the thread waits; continue with: {shell.starter('chat', '--id', thread_id)})")
             return 0
         if text == "/close":
-            await _close(handle)
+            await agents.close(thread_id)
             print("closed")
             return 0
-        await _send(handle, text)
+        await agents.send(thread_id, text)
 
 
 async def cmd_send(client: Client, args: argparse.Namespace) -> int:
-    handle = client.get_workflow_handle(args.workflow_id)
-    receipt = await _send(handle, args.text)
+    agents = AgentClient(client)
+    receipt = await agents.send(args.workflow_id, args.text)
     if not args.wait:
         print(receipt.model_dump_json() if args.json else _describe(receipt))
         return 0
     # The thread took the message: once it waits with nothing queued, it has answered it.
-    status = await _wait_for_answer(handle)
+    status = await _wait_for_answer(agents, args.workflow_id)
     if args.json:
         print(status.model_dump_json(indent=2))
     else:
@@ -173,39 +152,15 @@ async def cmd_send(client: Client, args: argparse.Namespace) -> int:
 
 
 async def cmd_close(client: Client, args: argparse.Namespace) -> int:
-    status = await _close(client.get_workflow_handle(args.workflow_id))
+    status = await AgentClient(client).close(args.workflow_id)
     print(f"closing {args.workflow_id}: {status.queued_messages} message(s) to answer first")
     return 0
 
 
 async def cmd_export(client: Client, args: argparse.Namespace) -> int:
-    handle = client.get_workflow_handle(args.workflow_id)
-    try:
-        exported: ThreadExport = await handle.query(AgentWorkflow.export, rpc_timeout=QUERY_TIMEOUT)
-    except RPCError as exc:
-        raise UsageError(threads.missing(args.workflow_id, exc)) from exc
-    exported = await _filled_in(exported)
+    exported = await AgentClient(client).export(args.workflow_id)
     print(exported.model_dump_json(indent=2, exclude_defaults=True))
     return 0
-
-
-async def _filled_in(exported: ThreadExport) -> ThreadExport:
-    """The export with every stored content read back from the conversation store (the run
-    itself holds previews), so the file is the whole conversation on its own."""
-    stored = [
-        m
-        for m in exported.conversation.messages
-        if m.content_ref is not None or any(holds_refs(c.arguments) for c in m.tool_calls)
-    ]
-    if not stored and exported.record is None:
-        return exported
-    blobs = open_blob_store(store_location(os.environ), os.environ)
-    if blobs is None:
-        raise UsageError("the thread's conversation is in the store, but TREADLE_STORE is 'none'")
-    try:
-        return await whole_thread(ConversationStore(blobs), exported)
-    except TreadleError as exc:
-        raise UsageError(f"cannot read the thread's stored contents: {exc}") from exc
 
 
 def check_import(args: argparse.Namespace) -> None:
@@ -219,25 +174,23 @@ def check_import(args: argparse.Namespace) -> None:
     except ValidationError as exc:
         raise UsageError(f"{path} is not a thread: {describe_errors(exc, limit=3)}") from exc
     args.id = args.id or f"thread-{uuid.uuid4().hex[:12]}"
-    workspace, args.create_workspace = resolve_workspace(
-        args.workspace, args.id, create=args.create_workspace
-    )
+    # A workspace that cannot be used is its own error, not the file's.
+    resolve_workspace(args.workspace, args.id, create=args.create_workspace)
     try:
         importer = ThreadSettings(model=args.model, config=_config(args))
     except ValidationError as exc:
         raise UsageError(f"invalid settings: {describe_errors(exc)}") from exc
     try:
-        args.plan = plan_import(
+        args.plan = plan_thread(
             thread,
-            importer=importer,
-            workspace=str(workspace),
-            now=datetime.now(UTC),
+            settings=importer,
+            thread_id=args.id,
+            workspace=args.workspace,
+            create_workspace=args.create_workspace,
             trust=args.trust_file_config,
         )
-    except ImportRefused as exc:
-        raise UsageError(f"{path} cannot be continued: {exc}") from exc
-    except ValidationError as exc:
-        raise UsageError(f"{path} cannot be continued: {describe_errors(exc)}") from exc
+    except ValueError as exc:  # InvalidRequest: "cannot be continued: ..."
+        raise UsageError(f"{path} {exc}") from exc
 
 
 async def cmd_import(client: Client, args: argparse.Namespace) -> int:
@@ -251,36 +204,16 @@ async def cmd_import(client: Client, args: argparse.Namespace) -> int:
             "(--trust-file-config applies it)",
             file=sys.stderr,
         )
-    if args.create_workspace:
-        make_workspace(Path(plan.input.workspace))
-    snapshot = (plan.input.resume or {}).get("workspace_snapshot")
-    if snapshot:  # the thread's files, from the store, unless the directory has its own
-        note = await snapshots.check_out_imported(args.id, snapshot, Path(plan.input.workspace))
-        print(note, file=sys.stderr)
-    await client.start_workflow(
-        AgentWorkflow.run,
-        plan.input,
-        id=args.id,
-        task_queue=args.task_queue,
-        static_summary=f"thread (imported): {plan.input.task[:180]}",
-        id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
-    )
-    print(args.id)
+    imported = await AgentClient(client, task_queue=args.task_queue).start_import(plan, args.id)
+    if imported.workspace_note is not None:
+        print(imported.workspace_note, file=sys.stderr)
+    print(imported.id)
     return 0
 
 
 # --------------------------------------------------------------------------------------------
 # Helpers
 # --------------------------------------------------------------------------------------------
-
-
-def _workspace(args: argparse.Namespace, thread_id: str) -> Path:
-    workspace, create = resolve_workspace(
-        args.workspace, thread_id, create=getattr(args, "create_workspace", False)
-    )
-    if create:
-        make_workspace(workspace)
-    return workspace
 
 
 def _config(args: argparse.Namespace) -> AgentConfig:
@@ -299,125 +232,71 @@ def _config(args: argparse.Namespace) -> AgentConfig:
     return AgentConfig.model_validate(config)
 
 
-async def _start(
-    client: Client, args: argparse.Namespace, thread_id: str, first: str
-) -> WorkflowHandle[Any, Any]:
+async def _start(agents: AgentClient, args: argparse.Namespace, thread_id: str, first: str) -> None:
+    workspace, create = resolve_workspace(
+        args.workspace, thread_id, create=getattr(args, "create_workspace", False)
+    )
     try:
         agent_input = AgentInput(
             task=first,
             model=args.model,
-            workspace=str(_workspace(args, thread_id)),
+            workspace=str(workspace),
             thread=True,
             config=_config(args),
         )
     except ValidationError as exc:
         raise UsageError(f"invalid thread: {describe_errors(exc)}") from exc
-    return await client.start_workflow(
-        AgentWorkflow.run,
-        agent_input,
-        id=thread_id,
-        task_queue=getattr(args, "task_queue", TASK_QUEUE),
-        static_summary=f"thread: {first[:190]}",
-        id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
-    )
+    await agents.start(agent_input, id=thread_id, create_workspace=create)
 
 
-async def _send(handle: WorkflowHandle[Any, Any], text: str) -> SendReceipt:
-    # One update id for every attempt: a message sent again across a handover is one message.
-    update_id = f"send-{uuid.uuid4().hex}"
+async def _status_or_none(agents: AgentClient, thread_id: str) -> AgentStatus | None:
     try:
-        return await _across_handover(
-            handle, lambda: threads.send_message(handle, text, update_id=update_id)
-        )
-    except ValidationError as exc:
-        raise UsageError(f"invalid message: {describe_errors(exc)}") from exc
-
-
-async def _close(handle: WorkflowHandle[Any, Any]) -> AgentStatus:
-    async def close() -> AgentStatus:
-        status: AgentStatus = await handle.execute_update(AgentWorkflow.close)
-        return status
-
-    return await _across_handover(handle, close)
-
-
-async def _across_handover(
-    handle: WorkflowHandle[Any, Any], request: Callable[[], Awaitable[T]]
-) -> T:
-    """``request`` (an update of the thread), made again while the thread is between two runs
-    of its chain: an update that reaches a run as it continues as new is answered NOT_FOUND,
-    and ``threads.why_not`` tells that race (the thread still runs: it raises the error again)
-    from a thread that is gone (its reason). Any refusal is a ``UsageError``."""
-    for attempt in range(1, HANDOVER_ATTEMPTS + 1):
-        try:
-            return await request()
-        except WorkflowUpdateFailedError as exc:
-            raise UsageError(threads.refusal(exc)) from exc
-        except ThreadUnavailable as exc:
-            raise UsageError(str(exc)) from exc
-        except RPCError as exc:
-            try:
-                reason = await threads.why_not(handle, exc)
-            except RPCError as again:
-                if again is not exc or attempt == HANDOVER_ATTEMPTS:
-                    raise
-                await asyncio.sleep(HANDOVER_PAUSE_SECONDS)
-                continue
-            raise UsageError(reason) from exc
-    raise AssertionError("unreachable: the last attempt returns or raises")
-
-
-async def _status_or_none(handle: WorkflowHandle[Any, Any]) -> AgentStatus | None:
-    try:
-        status: AgentStatus = await handle.query(AgentWorkflow.state, rpc_timeout=QUERY_TIMEOUT)
-    except RPCError as exc:
-        if exc.status is RPCStatusCode.NOT_FOUND:
-            return None
-        raise
-    return status
+        return await agents.status(thread_id)
+    except RunNotFound:
+        return None
 
 
 async def _follow_turn(
-    client: Client,
-    handle: WorkflowHandle[Any, Any],
+    agents: AgentClient,
+    thread_id: str,
     offset: int | None,
     view: live.TerminalView,
     responder: live.Responder,
 ) -> tuple[AgentStatus, int | None, bool]:
     """Show the turn live until the thread waits for its user again (or ended); returns its
     status, the stream offset to go on from, and whether the answer was shown."""
-    status = await threads.turn_over(handle)
+    status = await agents.turn_over(thread_id)
     if status is not None:
         return status, offset, False
 
     async def over(event: AgentEvent) -> bool:
         nonlocal status
         if event.kind in ("answer", "ended"):
-            status = await threads.turn_over(handle)
+            status = await agents.turn_over(thread_id)
         return status is not None
 
     view.answer_shown = False
     try:
         offset = await live.follow(
-            client, handle.id, view, responder, from_offset=offset, until=over
+            agents, thread_id, view, responder, from_offset=offset, until=over
         )
-    except StreamUnavailable:
-        return await _wait_for_answer(handle), None, False
+    except NoStream:
+        return await _wait_for_answer(agents, thread_id), None, False
     if status is None:  # the stream ended without the answer in sight
-        status = await _wait_for_answer(handle)
+        status = await _wait_for_answer(agents, thread_id)
     return status, offset, view.answer_shown
 
 
-async def _wait_for_answer(handle: WorkflowHandle[Any, Any]) -> AgentStatus:
-    """Wait for the turn (see ``threads.turn_over``), showing approvals on stderr (for a
-    thread whose worker publishes no live stream)."""
+async def _wait_for_answer(agents: AgentClient, thread_id: str) -> AgentStatus:
+    """Wait for the turn (see ``AgentClient.wait_for_answer``), showing approvals on stderr
+    (for a thread whose worker publishes no live stream)."""
     shown: set[str] = set()
 
     def show_approvals(status: AgentStatus) -> None:
         for pending in status.pending_approvals:
             if pending.call_id not in shown:
                 shown.add(pending.call_id)
-                commands = approval_commands(handle.id, pending.call_id)
+                commands = approval_commands(thread_id, pending.call_id)
                 print(
                     f"waiting for approval: {pending.tool} {json.dumps(pending.arguments)[:200]}",
                     *(f"  {shell.runnable(command)}" for command in commands),
@@ -425,10 +304,7 @@ async def _wait_for_answer(handle: WorkflowHandle[Any, Any]) -> AgentStatus:
                     file=sys.stderr,
                 )
 
-    try:
-        return await threads.wait_for_answer(handle, seen=show_approvals)
-    except ThreadUnavailable as exc:
-        raise UsageError(str(exc)) from exc
+    return await agents.wait_for_answer(thread_id, seen=show_approvals)
 
 
 def _ask() -> str | None:

@@ -45,22 +45,14 @@ import sys
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
 import yaml
 from pydantic import ValidationError
-from temporalio.client import (
-    Client,
-    WorkflowHandle,
-    WorkflowQueryFailedError,
-    WorkflowUpdateFailedError,
-    WorkflowUpdateRPCTimeoutOrCancelledError,
-)
-from temporalio.common import WorkflowIDReusePolicy
+from temporalio.client import Client
 from temporalio.exceptions import TemporalError, WorkflowAlreadyStartedError
-from temporalio.service import RPCError, RPCStatusCode
+from temporalio.service import RPCError
 
 from treadle.cli import chat as cli_chat
 from treadle.cli import codec_server as cli_codec_server
@@ -75,15 +67,10 @@ from treadle.cli import ui as cli_ui
 from treadle.cli import wake as cli_wake
 from treadle.cli.exits import UsageError, run_and_exit
 from treadle.cli.tables import table
-from treadle.cli.workspaces import make_workspace, resolve_workspace
+from treadle.client import AgentClient, AgentClientError
+from treadle.client.workdirs import resolve_workspace
 from treadle.codec import EncryptionError
-from treadle.connection import (
-    TemporalConnectionError,
-    check_settings,
-    connect,
-    query_failure,
-    workflow_task_failure,
-)
+from treadle.connection import TemporalConnectionError, check_settings, connect
 from treadle.devserver import DevServerError
 from treadle.scripted_model import ScriptError
 from treadle.workflows.agent.messages.models import (
@@ -96,10 +83,8 @@ from treadle.workflows.agent.messages.models import (
     RunStatus,
     Trace,
 )
-from treadle.workflows.agent.workflow import AgentWorkflow
 from treadle.workflows.base import describe_errors
 
-QUERY_TIMEOUT = timedelta(seconds=10)
 M = TypeVar("M")
 
 
@@ -119,30 +104,6 @@ def _show(args: argparse.Namespace, model: M, formatted: Callable[[M], str]) -> 
     else:
         print(formatted(model))
     return 0
-
-
-async def _handle(client: Client, workflow_id: str) -> WorkflowHandle[Any, Any]:
-    handle = client.get_workflow_handle(workflow_id, result_type=AgentResult)
-    try:
-        await handle.describe()
-    except RPCError as exc:
-        if exc.status is RPCStatusCode.NOT_FOUND:
-            raise UsageError(
-                f"no run with id {workflow_id!r} in namespace {client.namespace}"
-            ) from exc
-        raise
-    return handle
-
-
-async def _status(client: Client, workflow_id: str) -> AgentStatus:
-    handle = await _handle(client, workflow_id)
-    try:
-        return await handle.query(AgentWorkflow.state, rpc_timeout=QUERY_TIMEOUT)
-    except RPCError as exc:
-        raise UsageError(
-            f"run {workflow_id!r} did not answer the state query ({exc.message}); "
-            "is a worker running?"
-        ) from exc
 
 
 def _format_status(status: AgentStatus) -> str:
@@ -320,52 +281,37 @@ def build_input(args: argparse.Namespace, workspace_id: str) -> PlannedRun:
 
 
 async def cmd_run(client: Client, args: argparse.Namespace, planned: PlannedRun) -> int:
-    agent_input = planned.input
-    if planned.create_workspace:
-        await asyncio.to_thread(make_workspace, Path(agent_input.workspace))
-    handle = await client.start_workflow(
-        AgentWorkflow.run,
-        agent_input,
-        id=args.id,
-        task_queue=args.task_queue,
-        static_summary=agent_input.task[:200],
-        static_details=f"model {agent_input.model} · workspace {agent_input.workspace}",
-        # An id names one run for approve/status/trace; never silently start a second one.
-        id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+    agents = AgentClient(client, task_queue=args.task_queue)
+    started = await agents.start(
+        planned.input, id=args.id, create_workspace=planned.create_workspace
     )
     if not args.wait:
-        print(json.dumps({"workflow_id": handle.id}) if args.json else handle.id)
+        print(json.dumps({"workflow_id": started.id}) if args.json else started.id)
         return 0
     # The live view (nothing but the answers it sends with --json), then the result.
-    shown = await cli_live.show_run(client, handle, args)
-    result = await cli_live.outcome(handle)
+    shown = await cli_live.show_run(agents, started.id, args)
+    result = await agents.result(started.id)
     if args.json:
         _print_json(result)
     elif shown:  # the answer or the error is on screen already
-        print(f"{handle.id}: {_format_result(result).splitlines()[0]}")
+        print(f"{started.id}: {_format_result(result).splitlines()[0]}")
     else:
-        print(f"{handle.id}: {_format_result(result)}")
+        print(f"{started.id}: {_format_result(result)}")
     return 0 if result.status is RunStatus.DONE else 1
 
 
 async def cmd_status(client: Client, args: argparse.Namespace) -> int:
-    return _show(args, await _status(client, args.workflow_id), _format_status)
+    status = await AgentClient(client).status(args.workflow_id)
+    return _show(args, status, _format_status)
 
 
 async def cmd_trace(client: Client, args: argparse.Namespace) -> int:
-    handle = await _handle(client, args.workflow_id)
-    try:
-        trace = await handle.query(AgentWorkflow.trace, rpc_timeout=QUERY_TIMEOUT)
-    except RPCError as exc:
-        raise UsageError(
-            f"run {args.workflow_id!r} did not answer the trace query ({exc.message})"
-        ) from exc
-    return _show(args, trace, _format_trace)
+    return _show(args, await AgentClient(client).trace(args.workflow_id), _format_trace)
 
 
 async def cmd_decide(client: Client, args: argparse.Namespace) -> int:
-    """approve / reject / modify through the `decide` update, so a refusal comes back here."""
-    handle = await _handle(client, args.workflow_id)
+    """approve / reject / modify / guide through the `decide` update, so a refusal comes back
+    here (``error: run 'ID' refused to approve: ...``)."""
     arguments = None
     if args.command == "modify":
         try:
@@ -377,42 +323,29 @@ async def cmd_decide(client: Client, args: argparse.Namespace) -> int:
     if args.command == "guide":
         if bool(args.halt) == bool(args.guidance):
             raise UsageError("give either --guidance TEXT (to continue) or --halt")
-        decision = Decision(
-            action="guide",
-            guidance=args.guidance,
-            halt=bool(args.halt),
-            reason=args.reason,
-            call_id=args.child,
-            decided_by=identity.decided_by(args),
-        )
+        fields: dict[str, Any] = {
+            "guidance": args.guidance,
+            "halt": bool(args.halt),
+            "reason": args.reason,
+            "call_id": args.child,
+        }
     else:
-        decision = Decision(
-            action=args.command,
-            call_id=args.call,
-            reason=getattr(args, "reason", None),
-            arguments=arguments,
-            decided_by=identity.decided_by(args),
-        )
+        fields = {
+            "call_id": args.call,
+            "reason": getattr(args, "reason", None),
+            "arguments": arguments,
+        }
     try:
-        decided = await handle.execute_update(
-            AgentWorkflow.decide, decision, rpc_timeout=QUERY_TIMEOUT
-        )
-    except WorkflowUpdateFailedError as exc:
-        reason = getattr(exc.cause, "message", str(exc.cause))
-        raise UsageError(f"run {args.workflow_id!r} refused to {args.command}: {reason}") from exc
-    except RPCError as exc:
-        if exc.status is RPCStatusCode.DEADLINE_EXCEEDED:
-            raise UsageError(
-                f"run {args.workflow_id!r} did not answer; is a worker running?"
-            ) from exc
-        raise UsageError(f"run {args.workflow_id!r}: {exc.message}") from exc
-    if decided is None:
-        what = "told to halt" if args.halt else "sent guidance to"
+        decision = Decision(action=args.command, decided_by=identity.decided_by(args), **fields)
+    except ValidationError as exc:
+        raise UsageError(f"invalid decision: {describe_errors(exc)}") from exc
+    decided = await AgentClient(client).decide(args.workflow_id, decision)
+    if decided.action == "guide":
+        what = "told to halt" if decided.halted else "sent guidance to"
         child = f"sub-agent {args.child} of " if args.child else ""
         print(f"{what} {child}run {args.workflow_id}")
         return 0
-    done = {"approve": "approved", "reject": "rejected", "modify": "modified"}[args.command]
-    print(f"{done} {decided.call_id} ({decided.tool}) in run {args.workflow_id}")
+    print(f"{decided.done} {decided.call_id} ({decided.tool}) in run {args.workflow_id}")
     return 0
 
 
@@ -594,29 +527,7 @@ async def run(args: argparse.Namespace) -> int:
         args.id = args.id or f"agent-{uuid.uuid4().hex[:12]}"
         planned = build_input(args, args.id)
     client = await connect(address=args.address, namespace=args.namespace, profile=args.profile)
-    try:
-        return await _dispatch(client, args, planned)
-    except WorkflowQueryFailedError as exc:
-        # "Encoded failure" says nothing: the worker's reason, decoded (a missing key is exit 2).
-        raise await query_failure(client, exc) from exc
-    except (RPCError, UsageError, WorkflowUpdateRPCTimeoutOrCancelledError) as exc:
-        # Nor does "Workflow Task in failed state" (often behind a UsageError): read why.
-        workflow_id = getattr(args, "workflow_id", None)
-        if not (workflow_id and _task_may_fail(exc)):
-            raise
-        reason = await workflow_task_failure(client, workflow_id)
-        if reason is None:
-            raise
-        raise reason from exc
-
-
-def _task_may_fail(exc: Exception) -> bool:
-    """Temporal's answers when a run's worker fails its workflow task: FAILED_PRECONDITION
-    (maybe the cause of a ``UsageError``), or an update that timed out waiting."""
-    if isinstance(exc, WorkflowUpdateRPCTimeoutOrCancelledError):
-        return True
-    rpc = exc if isinstance(exc, RPCError) else exc.__cause__
-    return isinstance(rpc, RPCError) and rpc.status is RPCStatusCode.FAILED_PRECONDITION
+    return await _dispatch(client, args, planned)
 
 
 async def _dispatch(client: Client, args: argparse.Namespace, planned: PlannedRun | None) -> int:
@@ -649,6 +560,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return asyncio.run(run(args))
     except (
         UsageError,
+        AgentClientError,
         TemporalConnectionError,
         DevServerError,
         ScriptError,

@@ -10,34 +10,24 @@ A check-out writes only what differs from what DIR already holds.
 The run names its latest snapshot (the ``workspace`` query); the earlier ones are found in the
 store, each manifest naming its parent. ``--manifest KEY`` starts from a key instead (a trace's
 ``WorkspaceSnapshot`` line, for a run no worker answers for any more). The store is the
-workers': ``--store``, else ``TREADLE_STORE``, else ``.temporal/store``.
+workers': ``--store``, else ``TREADLE_STORE``, else ``store/`` in the data directory.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import stat
-from pathlib import Path
 from typing import Any
 
 from temporalio.client import Client
-from temporalio.service import RPCError, RPCStatusCode
 
-from treadle.activities.store.blobs import BlobMissing, BlobStore
-from treadle.activities.workspace import Manifest, ManifestError, Manifests, materialise
-from treadle.activities.workspace.manifest import SYMLINK, Entry, State
-from treadle.activities.workspace.snapshot import size
-from treadle.cli.exits import UsageError
 from treadle.cli.tables import table
+from treadle.client import AgentClient, SnapshotInfo, WorkspaceChange, WorkspaceFile
+from treadle.client.workspaces import size
 from treadle.connection import STORE_ENV
-from treadle.home import default_store
-from treadle.stores import StoreSettingsError, open_blob_store, parse_store
-from treadle.workflows.agent.messages.snapshots import WorkspaceHead
-from treadle.workflows.agent.workflow import AgentWorkflow
 
-__all__ = ["check_out_imported", "diff_lines", "register"]
+__all__ = ["diff_line", "register"]
 
 
 def register(subparsers: Any) -> None:
@@ -58,166 +48,87 @@ def register(subparsers: Any) -> None:
 
 
 async def cmd_workspace(client: Client, args: argparse.Namespace) -> int:
-    store = _store(args.store)
-    head = args.manifest or await _head(client, args.workflow_id)
-    manifests = Manifests(store)
-    try:
-        if args.diff:
-            old, _ = await _at(manifests, head, args.diff[0])
-            new, _ = await _at(manifests, head, args.diff[1])
-            lines = diff_lines(await manifests.state(old), await manifests.state(new))
-            if args.json:
-                print(json.dumps(lines))
-            else:
-                print("\n".join(lines) if lines else "no difference")
-            return 0
-        if args.into:
-            key, manifest = (
-                await _at(manifests, head, args.step)
-                if args.step is not None
-                else (head, await manifests.get(head))
-            )
-            done = await materialise(store, key, Path(args.into).expanduser())
-            print(
-                f"step {manifest.step} (manifest {key[:12]}) into {args.into}: "
-                f"{len(done.written)} written ({size(done.written_bytes)}), "
-                f"{len(done.removed)} removed, {done.unchanged} unchanged"
-            )
-            return 0
-        if args.step is not None:
-            key, manifest = await _at(manifests, head, args.step)
-            print(_files(await manifests.state(key), args.json))
-            return 0
-        chain = await manifests.chain(head)
-    except (BlobMissing, ManifestError) as exc:
-        raise UsageError(f"run {args.workflow_id!r}: {exc}") from exc
-    print(_listing(chain, args.json))
+    workspace = AgentClient(client, store=args.store).workspace
+    run_id, manifest = args.workflow_id, args.manifest
+    if args.diff:
+        changes = await workspace.diff(run_id, args.diff[0], args.diff[1], manifest=manifest)
+        lines = [diff_line(change) for change in changes]
+        if args.json:
+            print(json.dumps(lines))
+        else:
+            print("\n".join(lines) if lines else "no difference")
+        return 0
+    if args.into:
+        done = await workspace.checkout(run_id, args.into, step=args.step, manifest=manifest)
+        print(
+            f"step {done.step} (manifest {done.manifest[:12]}) into {args.into}: "
+            f"{len(done.written)} written ({size(done.written_bytes)}), "
+            f"{len(done.removed)} removed, {done.unchanged} unchanged"
+        )
+        return 0
+    if args.step is not None:
+        files = await workspace.files(run_id, args.step, manifest=manifest)
+        print(_files(files, args.json))
+        return 0
+    print(_listing(await workspace.snapshots(run_id, manifest=manifest), args.json))
     return 0
 
 
-async def check_out_imported(thread_id: str, key: str, into: Path) -> str:
-    """An imported thread's workspace snapshot, checked out into its ``--workspace`` when that
-    is empty (a directory with files of its own is left alone); one line saying which."""
-    if into.is_dir() and any(into.iterdir()):
-        return (
-            f"workspace: {into} is not empty, left as it is; the thread's snapshot: "
-            f"treadle workspace {thread_id} --into DIR"
-        )
-    try:
-        done = await materialise(_store(None), key, into)
-    except (BlobMissing, ManifestError) as exc:
-        raise UsageError(f"the thread's workspace snapshot is not in the store: {exc}") from exc
-    return (
-        f"workspace: {len(done.written)} files ({size(done.written_bytes)}) from the thread's "
-        f"snapshot {key[:12]} into {into}"
-    )
-
-
-def _store(where: str | None) -> BlobStore:
-    try:
-        store = open_blob_store(
-            parse_store(where or os.environ.get(STORE_ENV) or str(default_store())), os.environ
-        )
-    except StoreSettingsError as exc:
-        raise UsageError(str(exc)) from exc
-    if store is None:
-        raise UsageError("no store (--store none): snapshots live in the workers' store")
-    return store
-
-
-async def _head(client: Client, workflow_id: str) -> str:
-    handle = client.get_workflow_handle(workflow_id)
-    try:
-        head: WorkspaceHead = await handle.query(AgentWorkflow.workspace)
-    except RPCError as exc:
-        if exc.status is RPCStatusCode.NOT_FOUND:
-            raise UsageError(f"no run with id {workflow_id!r}") from exc
-        raise UsageError(
-            f"run {workflow_id!r} did not answer ({exc.message}); is a worker running? "
-            "--manifest KEY (from its trace) reads the store without it"
-        ) from exc
-    if head.manifest is None:
-        raise UsageError(
-            f"run {workflow_id!r} has no workspace snapshot (its config's snapshots.enabled, "
-            "or no step changed files yet)"
-        )
-    return head.manifest
-
-
-async def _at(manifests: Manifests, head: str, step: int) -> tuple[str, Manifest]:
-    """The snapshot of the workspace as it was after ``step``: the latest taken at or before
-    it, found walking back from ``head`` by ``parent`` (no further than that)."""
-    at: str | None = head
-    first = step
-    while at is not None:
-        manifest = await manifests.get(at)
-        if manifest.step <= step:
-            return at, manifest
-        first, at = manifest.step, manifest.parent
-    raise UsageError(f"no snapshot at or before step {step} (the first is after step {first})")
-
-
-def _listing(chain: list[tuple[str, Manifest]], as_json: bool) -> str:
+def _listing(snapshots: list[SnapshotInfo], as_json: bool) -> str:
     if as_json:
         return json.dumps(
             [
                 {
-                    "step": m.step,
-                    "manifest": key,
-                    "changed": m.changed,
-                    "changed_bytes": m.changed_bytes,
-                    "files": m.files,
-                    "bytes": m.total_bytes,
-                    "excluded": dict(m.excluded),
+                    "step": s.step,
+                    "manifest": s.manifest,
+                    "changed": s.changed,
+                    "changed_bytes": s.changed_bytes,
+                    "files": s.files,
+                    "bytes": s.bytes,
+                    "excluded": s.excluded,
                 }
-                for key, m in reversed(chain)
+                for s in snapshots
             ],
             indent=2,
         )
     rows = [["STEP", "CHANGED", "BYTES", "FILES", "SIZE", "LEFT OUT", "MANIFEST"]]
-    for key, m in reversed(chain):
+    for s in snapshots:
         rows.append(
             [
-                str(m.step),
-                str(m.changed),
-                size(m.changed_bytes),
-                str(m.files),
-                size(m.total_bytes),
-                str(m.excluded_count),
-                key[:12],
+                str(s.step),
+                str(s.changed),
+                size(s.changed_bytes),
+                str(s.files),
+                size(s.bytes),
+                str(s.excluded_count),
+                s.manifest[:12],
             ]
         )
     return table(rows)
 
 
-def _files(state: State, as_json: bool) -> str:
+def _files(files: list[WorkspaceFile], as_json: bool) -> str:
     if as_json:
-        return json.dumps({p: {"key": k, "mode": m, "size": s} for p, (k, m, s) in state.items()})
+        return json.dumps({f.path: {"key": f.key, "mode": f.mode, "size": f.size} for f in files})
     rows = [["MODE", "SIZE", "PATH"]]
-    rows += [[_mode(e), str(e[2]), path] for path, e in sorted(state.items())]
+    rows += [[_mode(f), str(f.size), f.path] for f in files]
     return table(rows)
 
 
-def _mode(entry: Entry) -> str:
-    return "link" if entry[1] == SYMLINK else stat.filemode(stat.S_IFREG | entry[1])
+def _mode(file: WorkspaceFile) -> str:
+    return "link" if file.symlink else stat.filemode(stat.S_IFREG | file.mode)
 
 
-def diff_lines(old: State, new: State) -> list[str]:
-    """``A path``, ``M path``, ``D path`` lines from ``old`` to ``new``, by path."""
-    lines = []
-    for path in sorted(set(old) | set(new)):
-        before, after = old.get(path), new.get(path)
-        if before == after:
-            continue
-        if before is None and after is not None:
-            lines.append(f"A {path} ({size(after[2])})")
-        elif after is None:
-            lines.append(f"D {path}")
-        elif before is not None:
-            what = []
-            if before[0] != after[0]:
-                what.append(f"{size(before[2])} -> {size(after[2])}")
-            if before[1] != after[1]:
-                what.append(f"mode {_mode(before)} -> {_mode(after)}")
-            lines.append(f"M {path} ({', '.join(what)})")
-    return lines
+def diff_line(change: WorkspaceChange) -> str:
+    """``A path (size)``, ``M path (what changed)`` or ``D path``."""
+    before, after = change.before, change.after
+    if change.kind == "A" and after is not None:
+        return f"A {change.path} ({size(after.size)})"
+    if change.kind == "D" or before is None or after is None:
+        return f"D {change.path}"
+    what = []
+    if before.key != after.key:
+        what.append(f"{size(before.size)} -> {size(after.size)}")
+    if before.mode != after.mode:
+        what.append(f"mode {_mode(before)} -> {_mode(after)}")
+    return f"M {change.path} ({', '.join(what)})"

@@ -4,21 +4,13 @@
 from __future__ import annotations
 
 import argparse
-from datetime import timedelta
 from typing import Any
 
-from temporalio.client import Client, WorkflowQueryFailedError
-from temporalio.service import RPCError, RPCStatusCode
+from temporalio.client import Client
 
-from treadle.cli.exits import UsageError
-from treadle.workflows.agent.messages.models import AgentResult, AgentStatus
-from treadle.workflows.agent.messages.state_machine import State
-from treadle.workflows.agent.parts.waiting import WakeSignal
-from treadle.workflows.agent.workflow import AgentWorkflow
+from treadle.client import AgentClient
 
 __all__ = ["register"]
-
-QUERY_TIMEOUT = timedelta(seconds=10)
 
 
 def register(subparsers: Any) -> None:
@@ -30,27 +22,8 @@ def register(subparsers: Any) -> None:
 
 
 async def cmd_wake(client: Client, args: argparse.Namespace) -> int:
-    handle = client.get_workflow_handle(args.workflow_id, result_type=AgentResult)
-    try:
-        status: AgentStatus = await handle.query(AgentWorkflow.state, rpc_timeout=QUERY_TIMEOUT)
-    except RPCError as exc:
-        if exc.status is RPCStatusCode.NOT_FOUND:
-            raise UsageError(f"no run with id {args.workflow_id!r}") from exc
-        raise UsageError(
-            f"run {args.workflow_id!r} did not answer ({exc.message}); is a worker running?"
-        ) from exc
-    except WorkflowQueryFailedError as exc:
-        raise UsageError(f"run {args.workflow_id!r} did not answer: {exc.message}") from exc
-    if status.state is not State.WAITING:
-        raise UsageError(
-            f"run {args.workflow_id} is not waiting (it is {status.state.value}); wake ends a "
-            "wait of the wait tool"
-        )
-    await handle.signal(AgentWorkflow.wake, WakeSignal(reason=args.reason))
-    when = (
-        f" (it would have woken at {status.wakes_at:%Y-%m-%d %H:%M:%S} UTC)"
-        if status.wakes_at
-        else ""
-    )
-    print(f"woke run {args.workflow_id}{when}")
+    woken = await AgentClient(client).wake(args.workflow_id, args.reason)
+    when = woken.would_have_woken_at
+    later = f" (it would have woken at {when:%Y-%m-%d %H:%M:%S} UTC)" if when else ""
+    print(f"woke run {args.workflow_id}{later}")
     return 0

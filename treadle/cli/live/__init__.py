@@ -6,11 +6,12 @@ and ``chat`` show while a run works.
     treadle answer ID QUERY_ID TEXT            # TEXT "-" reads standard input
     treadle answer ID QUERY_ID --decline REASON
 
-The run's stream is read with ``treadle.stream.watch_events`` (queries: nothing is added to the
-run's history). On a terminal a status line (state, step, tokens, elapsed) stays at the bottom
-while the model's text and the tool lines scroll above it; piped, or with ``--json``, every item
-is one JSON object per line on standard output (``topic`` and ``offset`` added; a token batch's
-own character offset is ``text_offset``) and nothing else is written there.
+The run's stream is read with ``AgentClient.watch`` (queries: nothing is added to the run's
+history), and everything the view does to the run goes through ``treadle.client``. On a
+terminal a status line (state, step, tokens, elapsed) stays at the bottom while the model's text
+and the tool lines scroll above it; piped, or with ``--json``, every item is one JSON object per
+line on standard output (``topic`` and ``offset`` added; a token batch's own character offset is
+``text_offset``) and nothing else is written there.
 
 The view also answers: ``--interactive`` asks right there about a call waiting for approval
 (approve / reject with a reason / modify) or a stuck run (guide / halt), through the ``decide``
@@ -26,7 +27,8 @@ A retried model call streams its text again: the terminal view shows only what g
 text already shown, or, when the new attempt says something else, ``RETRIED`` and its text from
 the start.
 
-The modules, one concept each: ``text`` (model text already on screen), ``lines`` (an event as
+The modules, one concept each (what every face shares, the model text already shown and a
+client query in words, is ``treadle.client``'s: ``text``, ``describe``): ``lines`` (an event as
 a line, an item as JSON), ``views`` (terminal, JSON lines, quiet), ``responder`` (asking the user
 and answering the run), ``options`` (the flags that say what this client answers), ``follow``
 (following a run), ``commands`` (``watch`` and ``answer``).
@@ -35,22 +37,22 @@ and answering the run), ``options`` (the flags that say what this client answers
 from __future__ import annotations
 
 from treadle.cli.live.commands import register
-from treadle.cli.live.follow import follow, outcome, show_run
+from treadle.cli.live.follow import follow, show_run
 from treadle.cli.live.lines import event_text, item_json
 from treadle.cli.live.options import add_client_options, responder_for, warn_secret_env
 from treadle.cli.live.responder import Prompter, Responder
-from treadle.cli.live.text import RETRIED, NewText, TextTracker
 from treadle.cli.live.views import JsonView, QuietView, TerminalView, View
 
+# ``treadle demo`` waits for its run's result with this (``AgentClient.result`` is the same,
+# by a run's id); one implementation, the client's.
+from treadle.client.runs import outcome
+
 __all__ = [
-    "RETRIED",
     "JsonView",
-    "NewText",
     "Prompter",
     "QuietView",
     "Responder",
     "TerminalView",
-    "TextTracker",
     "View",
     "add_client_options",
     "event_text",

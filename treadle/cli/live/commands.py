@@ -7,28 +7,22 @@ import asyncio
 import sys
 from typing import Any
 
-from pydantic import ValidationError
-from temporalio.client import (
-    Client,
-    WorkflowHandle,
-    WorkflowQueryFailedError,
-    WorkflowUpdateFailedError,
-)
-from temporalio.service import RPCError, RPCStatusCode
+from temporalio.client import Client
 
 from treadle.cli import identity
 from treadle.cli.exits import UsageError
-from treadle.cli.live.follow import follow, outcome
-from treadle.cli.live.lines import short
+from treadle.cli.live.follow import follow
 from treadle.cli.live.options import add_client_options, responder_for, warn_secret_env
-from treadle.cli.live.responder import STATUS_TIMEOUT, UPDATE_TIMEOUT, cause_of
 from treadle.cli.live.views import JsonView, TerminalView, View
-from treadle.stream import StreamUnavailable
-from treadle.workflows.agent.messages.events import ClientAnswer, ClientQuery
-from treadle.workflows.agent.messages.models import AgentResult, AgentStatus, RunStatus
+from treadle.client import (
+    AgentClient,
+    NoStream,
+    NoWorkerAnswered,
+    RunCannotAnswer,
+)
+from treadle.client.describe import short
+from treadle.workflows.agent.messages.models import AgentStatus, RunStatus
 from treadle.workflows.agent.messages.state_machine import State
-from treadle.workflows.agent.workflow import AgentWorkflow
-from treadle.workflows.base import describe_errors
 
 __all__ = ["cmd_answer", "cmd_watch", "register"]
 
@@ -58,8 +52,8 @@ def register(subparsers: Any) -> None:
 async def cmd_watch(client: Client, args: argparse.Namespace) -> int:
     if args.from_offset is not None and args.from_offset < 0:
         raise UsageError("--from must be an offset of 0 or more")
-    handle = client.get_workflow_handle(args.workflow_id, result_type=AgentResult)
-    status = await _attach_status(handle)
+    agents = AgentClient(client)
+    status = await _attach_status(agents, args.workflow_id)
     as_json = args.json or not sys.stdout.isatty()
     view: View = JsonView() if as_json else TerminalView()
     warn_secret_env(args, view)
@@ -72,83 +66,46 @@ async def cmd_watch(client: Client, args: argparse.Namespace) -> int:
         if status is not None and status.state.is_terminal:
             view.say(f"run {args.workflow_id} has ended: {status.state.value}")
             return 0 if status.state is State.DONE else 1
-    responder = responder_for(handle, view, args, can_ask=sys.stdin.isatty())
+    responder = responder_for(agents, args.workflow_id, view, args, can_ask=sys.stdin.isatty())
     try:
         await follow(
-            client,
+            agents,
             args.workflow_id,
             view,
             responder,
             from_offset=from_offset,
             attached=status if not args.from_start else None,
         )
-    except StreamUnavailable as exc:
+    except NoStream as exc:
         raise UsageError(str(exc)) from exc
-    result = await outcome(handle)
+    result = await agents.result(args.workflow_id)
     return 0 if result.status is RunStatus.DONE else 1
 
 
 async def cmd_answer(client: Client, args: argparse.Namespace) -> int:
-    handle = client.get_workflow_handle(args.workflow_id, result_type=AgentResult)
     text = args.text
     if text == "-":
         text = await asyncio.to_thread(sys.stdin.read)
     if (text is None) == (args.decline is None):
         raise UsageError("give the answer as TEXT, or --decline REASON")
-    status = await _attach_status(handle, required=True)
-    assert status is not None
-    waiting = (*((status.client_query,) if status.client_query else ()), *status.child_queries)
-    # The run's own query, or a sub-agent's it takes answers for (``call_1/q1``).
-    query = next((q for q in waiting if q.id == args.query_id), None)
-    if query is None and status.client_query is not None and not status.child_queries:
-        query = status.client_query  # its id is checked by the run, which says what waits
-    if query is None and not waiting:
-        raise UsageError(f"run {args.workflow_id} has no client query waiting")
-    if query is None:
-        named = ", ".join(q.id for q in waiting)
-        raise UsageError(
-            f"run {args.workflow_id} has no client query {args.query_id!r} waiting "
-            f"(waiting: {named})"
-        )
-    try:
-        answer = ClientAnswer(
-            query_id=args.query_id,
-            kind=query.kind,
-            content=text,
-            declined=args.decline,
-            decided_by=identity.decided_by(args),
-        )
-    except ValidationError as exc:
-        raise UsageError(f"invalid answer: {describe_errors(exc)}") from exc
-    try:
-        answered: ClientQuery = await handle.execute_update(
-            AgentWorkflow.answer_query, answer, rpc_timeout=UPDATE_TIMEOUT
-        )
-    except WorkflowUpdateFailedError as exc:
-        raise UsageError(f"run {args.workflow_id} refused the answer: {cause_of(exc)}") from exc
-    except RPCError as exc:
-        raise UsageError(f"run {args.workflow_id} did not take the answer: {exc.message}") from exc
+    answered = await AgentClient(client).answer_query(
+        args.workflow_id,
+        args.query_id,
+        text,
+        declined=args.decline,
+        decided_by=identity.decided_by(args),
+    )
     how = "declined" if args.decline is not None else "answered"
-    print(f"{how} {answered.id} ({answered.kind}: {short(answered.what, 80)}) in run {handle.id}")
+    print(
+        f"{how} {answered.id} ({answered.kind}: {short(answered.what, 80)}) "
+        f"in run {args.workflow_id}"
+    )
     return 0
 
 
-async def _attach_status(
-    handle: WorkflowHandle[Any, Any], *, required: bool = False
-) -> AgentStatus | None:
-    """The run's status, or ``None`` when no worker answers (unless ``required``)."""
+async def _attach_status(client: AgentClient, workflow_id: str) -> AgentStatus | None:
+    """The run's status, or ``None`` when no worker answers (a missing run is an error)."""
     try:
-        status: AgentStatus = await handle.query(AgentWorkflow.state, rpc_timeout=STATUS_TIMEOUT)
-    except RPCError as exc:
-        if exc.status is RPCStatusCode.NOT_FOUND:
-            raise UsageError(f"no run with id {handle.id!r}") from exc
-        if required:
-            raise UsageError(
-                f"run {handle.id!r} did not answer ({exc.message}); is a worker running?"
-            ) from exc
+        return await client.status(workflow_id)
+    except (NoWorkerAnswered, RunCannotAnswer):
         return None
-    except WorkflowQueryFailedError as exc:
-        if required:
-            raise UsageError(f"run {handle.id!r} did not answer: {exc.message}") from exc
-        return None
-    return status

@@ -1,4 +1,5 @@
-"""One event as a line (or a few) on a terminal, and one stream item as a JSON object."""
+"""One event as a line (or a few) on a terminal, and one stream item as a JSON object (the
+phrases every face shares are ``treadle.client.describe``'s)."""
 
 from __future__ import annotations
 
@@ -8,29 +9,12 @@ from typing import Any
 from rich.text import Text
 
 from treadle.cli.shell import runnable
+from treadle.client.describe import describe_query, short
 from treadle.stream import StreamItem
-from treadle.workflows.agent.messages.events import AgentEvent, ClientQuery
+from treadle.workflows.agent.messages.events import AgentEvent
 from treadle.workflows.base import WHOLE
 
-__all__ = ["SHORT_CHARS", "describe_query", "event_text", "item_json", "short"]
-
-SHORT_CHARS = 120
-"""A tool's output or an argument list is cut to this in one line."""
-
-
-def short(text: str, limit: int = SHORT_CHARS) -> str:
-    """The first line of ``text``, cut to ``limit`` characters."""
-    line = text.strip().splitlines()[0] if text.strip() else ""
-    return line if len(line) <= limit else line[: limit - 1] + "…"
-
-
-def describe_query(query: ClientQuery) -> str:
-    what = short(query.what, 200)
-    if query.kind == "file_read":
-        return f"the file {what}"
-    if query.kind == "environment":
-        return "its environment" if what in ("", "*") else f"the environment variable(s) {what}"
-    return f"an answer: {what}"
+__all__ = ["event_text", "item_json"]
 
 
 def event_text(event: AgentEvent, *, show_messages: bool = True) -> Text | None:

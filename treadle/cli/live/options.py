@@ -5,14 +5,12 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
-
-from temporalio.client import WorkflowHandle
 
 from treadle.cli import identity
 from treadle.cli.client_answers import ClientPolicy, looks_secret
 from treadle.cli.live.responder import Prompter, Responder
 from treadle.cli.live.views import View
+from treadle.client import AgentClient
 
 __all__ = ["add_client_options", "policy_from", "responder_for", "warn_secret_env"]
 
@@ -70,12 +68,18 @@ def warn_secret_env(args: argparse.Namespace, view: View) -> None:
 
 
 def responder_for(
-    handle: WorkflowHandle[Any, Any], view: View, args: argparse.Namespace, *, can_ask: bool
+    client: AgentClient,
+    workflow_id: str,
+    view: View,
+    args: argparse.Namespace,
+    *,
+    can_ask: bool,
 ) -> Responder:
     interactive = bool(getattr(args, "interactive", False))
     asking = can_ask or interactive
     return Responder(
-        handle=handle,
+        client=client,
+        run_id=workflow_id,
         view=view,
         prompter=Prompter(view) if asking else None,
         interactive=interactive,

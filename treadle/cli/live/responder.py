@@ -10,15 +10,7 @@ import json
 import os
 import sys
 from dataclasses import dataclass, field
-from datetime import timedelta
 from typing import Any
-
-from temporalio.client import (
-    WorkflowHandle,
-    WorkflowQueryFailedError,
-    WorkflowUpdateFailedError,
-)
-from temporalio.service import RPCError
 
 from treadle.cli import identity
 from treadle.cli.client_answers import (
@@ -35,9 +27,10 @@ from treadle.cli.client_answers import (
     secret_path,
     secret_values,
 )
-from treadle.cli.live.lines import describe_query, short
 from treadle.cli.live.views import View
 from treadle.cli.shell import runnable
+from treadle.client import AgentClient, AgentClientError, Refused
+from treadle.client.describe import describe_query, short
 from treadle.workflows.agent.messages.events import (
     MAX_DECLINE_CHARS,
     AgentEvent,
@@ -47,12 +40,8 @@ from treadle.workflows.agent.messages.events import (
 )
 from treadle.workflows.agent.messages.models import AgentStatus, Decision, PendingApproval
 from treadle.workflows.agent.messages.state_machine import State
-from treadle.workflows.agent.workflow import AgentWorkflow
 
-__all__ = ["STATUS_TIMEOUT", "UPDATE_TIMEOUT", "Prompter", "Responder", "cause_of"]
-
-UPDATE_TIMEOUT = timedelta(seconds=10)
-STATUS_TIMEOUT = timedelta(seconds=5)
+__all__ = ["Prompter", "Responder"]
 
 
 class Prompter:
@@ -93,7 +82,8 @@ class Responder:
     answer (``--allow-reads``, ``--env``) is left to another client or ``treadle answer``,
     saying so, unless ``--decline-queries``."""
 
-    handle: WorkflowHandle[Any, Any]
+    client: AgentClient
+    run_id: str
     view: View
     prompter: Prompter | None = None
     """``None``: no one to ask (not a terminal, no ``--interactive``)."""
@@ -221,14 +211,12 @@ class Responder:
     async def _decide(self, decision: Decision) -> bool:
         """Send one decision; says why when the run refuses it (then the user is asked again)."""
         try:
-            await self.handle.execute_update(
-                AgentWorkflow.decide, decision, rpc_timeout=UPDATE_TIMEOUT
-            )
-        except WorkflowUpdateFailedError as exc:
-            self.view.say(f"the run refused it: {cause_of(exc)}")
+            await self.client.decide(self.run_id, decision)
+        except Refused as exc:
+            self.view.say(f"the run refused it: {exc.reason}")
             return False
-        except RPCError as exc:
-            self.view.say(f"the run did not take it: {exc.message}")
+        except AgentClientError as exc:
+            self.view.say(f"the run did not take it: {exc}")
             return False
         return True
 
@@ -329,7 +317,7 @@ class Responder:
 
     def _left(self, query: ClientQuery) -> str:
         flag = {"file_read": " and no --allow-reads", "environment": " and no --env"}
-        command = runnable(answer_commands(self.handle.id, query)[0])
+        command = runnable(answer_commands(self.run_id, query)[0])
         return (
             f"{query.id} ({describe_query(query)}) is left to another client: no one here to "
             f"ask{flag.get(query.kind, '')} (--decline-queries declines instead). "
@@ -337,24 +325,20 @@ class Responder:
         )
 
     async def _send_answer(self, answer: ClientAnswer) -> str | None:
+        """Why the run did not take the answer, or ``None`` when it did."""
         try:
-            await self.handle.execute_update(
-                AgentWorkflow.answer_query, answer, rpc_timeout=UPDATE_TIMEOUT
-            )
-        except WorkflowUpdateFailedError as exc:
-            return cause_of(exc)
-        except RPCError as exc:
-            return exc.message
+            await self.client.answer(self.run_id, answer)
+        except Refused as exc:
+            return exc.reason
+        except AgentClientError as exc:
+            return str(exc)
         return None
 
     async def _status(self) -> AgentStatus | None:
         try:
-            status: AgentStatus = await self.handle.query(
-                AgentWorkflow.state, rpc_timeout=STATUS_TIMEOUT
-            )
-        except (RPCError, WorkflowQueryFailedError):
+            return await self.client.status(self.run_id)
+        except AgentClientError:
             return None
-        return status
 
 
 def _answer(query: ClientQuery, reply: Reply, decided_by: str | None = None) -> ClientAnswer:
@@ -368,9 +352,3 @@ def _answer(query: ClientQuery, reply: Reply, decided_by: str | None = None) -> 
 
 def _redacted(reply: Reply, secrets: tuple[str, ...]) -> Reply:
     return Shared(redact(reply.content, secrets)) if isinstance(reply, Shared) else reply
-
-
-def cause_of(exc: WorkflowUpdateFailedError) -> str:
-    """Why the run refused an update (its handler's error message)."""
-    cause = exc.cause
-    return str(getattr(cause, "message", None) or cause or exc)

@@ -16,7 +16,7 @@ from rich.live import Live
 from rich.text import Text
 
 from treadle.cli.live.lines import event_text, item_json
-from treadle.cli.live.text import RETRIED, NewText, TextTracker
+from treadle.client.text import RETRIED, NewText, TextTracker
 from treadle.stream import StreamItem, StreamNotice
 from treadle.workflows.agent.messages.events import (
     AgentEvent,

@@ -21,18 +21,12 @@ NAME``) lives too; a worker must poll it.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
-from datetime import UTC, datetime, timedelta
-from pathlib import Path
-from typing import Any
+from collections.abc import Awaitable
+from typing import Any, TypeVar
 
 from temporalio.client import Client
-from temporalio.service import RPCError, RPCStatusCode
 
-from treadle import agent_schedules
-from treadle.activities.errors import ThreadUnavailable
-from treadle.agent_schedules import DeployedSchedule, ScheduleConflict
 from treadle.cli import shell
 from treadle.cli.exits import UsageError
 from treadle.cli.scheduled_agents.plan import (
@@ -47,24 +41,24 @@ from treadle.cli.scheduled_agents.report import (
     format_listings,
     format_schedule,
     format_times,
-    listing_of,
     monitor_settings,
     policies,
 )
-from treadle.cli.workspaces import make_workspace
+from treadle.client import AgentClient, ScheduleClient, ScheduleNotFound
+from treadle.client import RunningSlot as SlotRun
+from treadle.client.schedules import CreateAction
 from treadle.workflows.agent.messages.events import approval_commands
-from treadle.workflows.agent.messages.models import TASK_QUEUE, AgentStatus
-from treadle.workflows.agent.workflow import AgentWorkflow
-from treadle.workflows.monitors.models import MonitorView, ViewRequest, monitor_workflow_id
-from treadle.workflows.monitors.workflow import MonitorWorkflow
+from treadle.workflows.agent.messages.models import TASK_QUEUE
+from treadle.workflows.monitors.models import monitor_workflow_id
 from treadle.workflows.scheduled.models import (
     DEFAULT_CATCHUP_WINDOW,
     DEFAULT_MARGIN_MINUTES,
     AgentSchedule,
     Overlap,
-    agent_run_id,
     format_duration,
 )
+
+T = TypeVar("T")
 
 __all__ = [
     "cmd_create",
@@ -75,9 +69,6 @@ __all__ = [
     "cmd_trigger",
     "register",
 ]
-
-ANSWER_TIMEOUT = timedelta(seconds=10)
-LIST_ANSWER_TIMEOUT = timedelta(seconds=5)
 
 
 def register(subparsers: Any, *, add_run_options: AddRunOptions, build_input: BuildInput) -> None:
@@ -179,20 +170,13 @@ def register(subparsers: Any, *, add_run_options: AddRunOptions, build_input: Bu
 
 async def cmd_create(client: Client, args: argparse.Namespace) -> int:
     plan: AgentSchedule = args.plan
-    if args.make_workspace and plan.agent is not None:
-        await asyncio.to_thread(make_workspace, Path(plan.agent.workspace))
-    try:
-        action = await agent_schedules.create(client, plan, args.task_queue)
-        deployed = await agent_schedules.deployed(client, plan.name)
-    except (ScheduleConflict, ThreadUnavailable) as exc:
-        raise UsageError(str(exc)) from exc
-    if deployed is None:
-        raise UsageError(f"scheduled agent {plan.name!r} was deleted while being created")
+    created = await _schedules(client, args).create(plan, create_workspace=args.make_workspace)
+    deployed = created.deployed
     if args.json:
         _print_json(
             {
                 "name": plan.name,
-                "action": action.value,
+                "action": created.action.value,
                 "schedule_id": plan.schedule_id,
                 "monitor": monitor_workflow_id(plan.name),
                 "task_queue": deployed.task_queue,
@@ -201,7 +185,7 @@ async def cmd_create(client: Client, args: argparse.Namespace) -> int:
             }
         )
         return 0
-    head = "Created" if action is agent_schedules.CreateAction.CREATED else "Unchanged:"
+    head = "Created" if created.action is CreateAction.CREATED else "Unchanged:"
     if plan.message is not None:
         target = f"  thread:    {plan.message.thread_id} (each slot sends it TASK, and waits)\n"
     else:
@@ -218,11 +202,7 @@ async def cmd_create(client: Client, args: argparse.Namespace) -> int:
 
 
 async def cmd_list(client: Client, args: argparse.Namespace) -> int:
-    found = await agent_schedules.list_deployed(client)
-    views = await asyncio.gather(
-        *(_view(client, d.schedule.name, LIST_ANSWER_TIMEOUT, 0) for d in found)
-    )
-    listings = [listing_of(d, v) for d, v in zip(found, views, strict=True)]
+    listings = await _schedules(client, args).list()
     if args.json:
         _print_json([row.model_dump(mode="json") for row in listings])
         return 0
@@ -234,35 +214,29 @@ async def cmd_list(client: Client, args: argparse.Namespace) -> int:
 
 
 async def cmd_show(client: Client, args: argparse.Namespace) -> int:
-    deployed = await _deployed(client, args.name)
-    view, running = await asyncio.gather(
-        _view(client, deployed.schedule.name, ANSWER_TIMEOUT, 10),
-        asyncio.gather(
-            *(
-                _running(client, wid, _run_of(deployed, wid), _connection_options(client, args))
-                for wid in deployed.running
-            )
-        ),
-    )
+    check_name(args.name)
+    shown = await _found(_schedules(client, args).show(args.name))
+    connection = _connection_options(client, args)
+    running = [_with_commands(slot, connection) for slot in shown.running]
     if args.json:
         _print_json(
             {
-                "deployed": deployed.model_dump(mode="json"),
-                "monitor": None if view is None else view.model_dump(mode="json"),
+                "deployed": shown.deployed.model_dump(mode="json"),
+                "monitor": None if shown.monitor is None else shown.monitor.model_dump(mode="json"),
                 "running": [slot.model_dump(mode="json") for slot in running],
             }
         )
         return 0
-    print(format_schedule(deployed, view, list(running)))
+    print(format_schedule(shown.deployed, shown.monitor, running))
     return 0
 
 
 async def cmd_pause(client: Client, args: argparse.Namespace) -> int:
-    deployed = await _deployed(client, args.name)
-    handle = client.get_schedule_handle(deployed.schedule.schedule_id)
+    check_name(args.name)
+    schedules = _schedules(client, args)
     if args.schedule_command == "pause":
         note = args.note or "paused with treadle schedule pause"
-        await handle.pause(note=note)
+        await _found(schedules.pause(args.name, note))
         print(
             f"Paused scheduled agent {args.name} ({note}). Its monitor keeps watching and "
             f"reports missed runs; to silence it too: "
@@ -270,14 +244,14 @@ async def cmd_pause(client: Client, args: argparse.Namespace) -> int:
         )
     else:
         note = args.note or "unpaused with treadle schedule unpause"
-        await handle.unpause(note=note)
+        await _found(schedules.unpause(args.name, note))
         print(f"Unpaused scheduled agent {args.name} ({note}).")
     return 0
 
 
 async def cmd_trigger(client: Client, args: argparse.Namespace) -> int:
-    deployed = await _deployed(client, args.name)
-    await client.get_schedule_handle(deployed.schedule.schedule_id).trigger()
+    check_name(args.name)
+    deployed = await _found(_schedules(client, args).trigger(args.name))
     print(
         f"Triggered scheduled agent {args.name} (overlap {deployed.schedule.overlap.value}"
         + (
@@ -292,78 +266,33 @@ async def cmd_trigger(client: Client, args: argparse.Namespace) -> int:
 
 async def cmd_delete(client: Client, args: argparse.Namespace) -> int:
     check_name(args.name)
-    try:
-        deleted = await agent_schedules.delete(client, args.name)
-    except ScheduleConflict as exc:
-        raise UsageError(str(exc)) from exc
-    if not deleted:
-        raise UsageError(f"no scheduled agent {args.name!r} in namespace {client.namespace}")
+    await _schedules(client, args).delete(args.name)
     print(f"Deleted scheduled agent {args.name} and its monitor.")
     return 0
 
 
-async def _deployed(client: Client, name: str) -> DeployedSchedule:
-    check_name(name)
+def _schedules(client: Client, args: argparse.Namespace) -> ScheduleClient:
+    return AgentClient(client, task_queue=args.task_queue).schedules
+
+
+async def _found(asking: Awaitable[T]) -> T:
+    """What ``asking`` answers; a scheduled agent that is not there says where to look."""
     try:
-        deployed = await agent_schedules.deployed(client, name)
-    except ScheduleConflict as exc:
-        raise UsageError(str(exc)) from exc
-    if deployed is None:
-        raise UsageError(
-            f"no scheduled agent {name!r} in namespace {client.namespace} "
-            "(see: treadle schedule list)"
-        )
-    return deployed
+        return await asking
+    except ScheduleNotFound as exc:
+        raise UsageError(f"{exc} (see: treadle schedule list)") from exc
 
 
-async def _view(client: Client, name: str, timeout: timedelta, recent: int) -> MonitorView | None:
-    """The monitor's view; None when it is gone or no worker answers."""
-    handle = client.get_workflow_handle_for(MonitorWorkflow.run, monitor_workflow_id(name))
-    try:
-        view: MonitorView = await handle.query(
-            MonitorWorkflow.view,
-            ViewRequest(recent=recent, as_of=datetime.now(UTC)),
-            rpc_timeout=timeout,
-        )
-    except RPCError:
-        return None
-    return view
-
-
-def _run_of(deployed: DeployedSchedule, workflow_id: str) -> str:
-    """The agent run a slot works through: its child run, or the schedule's thread."""
-    message = deployed.schedule.message
-    return agent_run_id(workflow_id) if message is None else message.thread_id
-
-
-async def _running(
-    client: Client, workflow_id: str, run_id: str, connection: list[str]
-) -> RunningSlot:
-    """A running slot's agent run (``run_id``): its state, and the commands for its pending
-    approvals (with ``connection``'s options, so they reach the same server)."""
-    handle = client.get_workflow_handle(run_id)
-    try:
-        status: AgentStatus = await handle.query(
-            AgentWorkflow.state, rpc_timeout=LIST_ANSWER_TIMEOUT
-        )
-    except RPCError as exc:
-        state = "?"
-        if exc.status is RPCStatusCode.NOT_FOUND:
-            state = "starting" if run_id == agent_run_id(workflow_id) else "not found"
-        return RunningSlot(workflow_id=workflow_id, agent_run_id=run_id, state=state)
+def _with_commands(slot: SlotRun, connection: list[str]) -> RunningSlot:
+    """A running slot with the commands that decide its pending approvals, spelled with
+    ``connection``'s options so they reach the same server."""
     commands = tuple(
         shell.connected(shell.runnable(command), connection)
-        for pending in status.pending_approvals
+        for pending in (slot.status.pending_approvals if slot.status is not None else ())
         if pending.decision is None
-        for command in approval_commands(run_id, pending.call_id)
+        for command in approval_commands(slot.agent_run_id, pending.call_id)
     )
-    return RunningSlot(
-        workflow_id=workflow_id,
-        agent_run_id=run_id,
-        state=status.state.value,
-        status=status,
-        commands=commands,
-    )
+    return RunningSlot(**dict(slot), commands=commands)
 
 
 def _where(client: Client, args: argparse.Namespace) -> dict[str, str | None]:

@@ -6,12 +6,12 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime
 
-from treadle.agent_schedules import DeployedSchedule
 from treadle.cli.monitors import format_view
 from treadle.cli.tables import table
-from treadle.workflows.agent.messages.models import AgentStatus
-from treadle.workflows.base import Frozen
-from treadle.workflows.monitors.models import Health, MonitorView
+from treadle.client import RunningSlot as SlotRun
+from treadle.client import ScheduleListing
+from treadle.client.schedules import DeployedSchedule
+from treadle.workflows.monitors.models import MonitorView
 from treadle.workflows.scheduled.models import AgentSchedule, format_duration
 
 __all__ = [
@@ -21,59 +21,17 @@ __all__ = [
     "format_schedule",
     "format_time",
     "format_times",
-    "listing_of",
     "monitor_settings",
     "policies",
 ]
 
 
-class ScheduleListing(Frozen):
-    """One row of `schedule list`; health is empty when the monitor did not answer."""
+class RunningSlot(SlotRun):
+    """A slot still running, as `schedule show` reports it: with the commands that decide
+    its agent run's pending approvals."""
 
-    name: str
-    schedule: str
-    state: str
-    task_queue: str
-    next_run: datetime | None = None
-    last_run: datetime | None = None
-    running: int = 0
-    health: Health | None = None
-    consecutive_failures: int | None = None
-    task: str
-    """The run's task, or the message sent to ``thread_id``."""
-    thread_id: str | None = None
-    """The thread each slot sends its message to; None when slots start runs."""
-
-
-class RunningSlot(Frozen):
-    """A slot still running, as `schedule show` reports it."""
-
-    workflow_id: str
-    agent_run_id: str
-    """The slot's child run, or the thread it sent its message to."""
-    state: str
-    """The agent run's state, ``starting`` before it began (``not found``: a thread that is
-    gone), ``?`` when it did not answer."""
-    status: AgentStatus | None = None
     commands: tuple[str, ...] = ()
     """Approve / reject / modify commands for each pending call, spelled for this shell."""
-
-
-def listing_of(deployed: DeployedSchedule, view: MonitorView | None) -> ScheduleListing:
-    plan = deployed.schedule
-    return ScheduleListing(
-        name=plan.name,
-        schedule=plan.describe(),
-        state="paused" if deployed.paused else "active",
-        task_queue=deployed.task_queue,
-        next_run=deployed.next_runs[0] if deployed.next_runs else None,
-        last_run=deployed.recent[0].started_at if deployed.recent else None,
-        running=len(deployed.running),
-        health=None if view is None else view.health,
-        consecutive_failures=None if view is None else view.consecutive_failures,
-        task=plan.task,
-        thread_id=None if plan.message is None else plan.message.thread_id,
-    )
 
 
 def format_listings(listings: list[ScheduleListing]) -> str:

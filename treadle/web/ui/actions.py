@@ -1,72 +1,82 @@
-"""What the page reads of one run and what it asks of it, through the run's own queries and
-updates: ``state`` and ``export`` to read; ``decide`` (approve / reject / modify / guide),
-``answer_query``, ``send`` and ``close`` to act. An update's validator refuses before anything
-reaches the run's history, so a refusal comes back to the page at once (409, its reason).
+"""What the page reads of one run and what it asks of it, through ``AgentClient``: its status
+and conversation to read; ``decide`` (approve / reject / modify / guide), ``answer``, ``send``
+and ``close`` to act. An update's validator refuses before anything reaches the run's history,
+so a refusal comes back to the page at once (409, its reason).
 
-New arguments for a call are checked against the tool's schema here before they are sent (the
-run checks them again); a tool the catalogue does not know (an MCP server's) is checked by the
-run alone.
+New arguments for a call are checked against the tool's schema before they are sent
+(``AgentClient.modify``; the run checks them again); a tool the catalogue does not know (an MCP
+server's) is checked by the run alone. The client's errors become the page's answers in one
+place (``http_error``).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable
-from datetime import timedelta
-from typing import Any
+from collections.abc import Awaitable
+from typing import Any, TypeVar
 
 from pydantic import ValidationError
-from temporalio.client import (
-    Client,
-    WorkflowHandle,
-    WorkflowQueryFailedError,
-    WorkflowUpdateFailedError,
-)
-from temporalio.service import RPCError, RPCStatusCode
 
-from treadle import closed as closed_runs
-from treadle.activities import threads
-from treadle.activities.errors import ThreadUnavailable
-from treadle.cli.live.responder import cause_of
+from treadle.client import (
+    AgentClient,
+    AgentClientError,
+    InvalidRequest,
+    NoStream,
+    NoWorkerAnswered,
+    Refused,
+    RunCannotAnswer,
+    RunNotFound,
+    ThreadUnavailable,
+    check_arguments,
+)
+from treadle.codec import EncryptionError
 from treadle.web.http import HttpError
 from treadle.workflows.agent.messages import catalogue
 from treadle.workflows.agent.messages.events import MAX_DECLINE_CHARS, ClientAnswer
-from treadle.workflows.agent.messages.models import AgentStatus, Decision, ThreadExport
-from treadle.workflows.agent.parts.toolbox import parse_with_refs
-from treadle.workflows.agent.workflow import AgentWorkflow
+from treadle.workflows.agent.messages.models import Decision
 from treadle.workflows.base import describe_errors
 
-__all__ = ["answer", "close", "decide", "run_view", "send"]
+__all__ = ["answer", "asked", "close", "decide", "http_error", "run_view", "send"]
 
-QUERY_TIMEOUT = timedelta(seconds=5)
-UPDATE_TIMEOUT = timedelta(seconds=10)
+T = TypeVar("T")
+
 RESULT_CHARS = 2_000
 """A tool result shown on the page is cut to this (the run's export holds previews anyway)."""
 
 
-async def run_view(client: Client, workflow_id: str, web_ui: str | None) -> dict[str, Any]:
-    """The run as the page shows it: its status, its calls' arguments and results (from the
-    ``export`` query), the schemas of the calls waiting for approval, its Web UI link."""
-    # A finished run is asked once per process (``treadle.closed``): each query of a closed
-    # run is a replay by a worker, and the page refreshes its view as the stream ends.
-    run_id = await closed_runs.closed_run(client, workflow_id)
+def http_error(exc: AgentClientError | EncryptionError) -> HttpError:
+    """The page's answer to one of the client's errors."""
+    if isinstance(exc, InvalidRequest):
+        return HttpError(400, str(exc))
+    if isinstance(exc, RunNotFound | NoStream):
+        return HttpError(404, str(exc))
+    if isinstance(exc, Refused):
+        return HttpError(409, f"the run refused it: {exc.reason}")
+    if isinstance(exc, ThreadUnavailable):
+        return HttpError(409, str(exc))
+    if isinstance(exc, NoWorkerAnswered):
+        return HttpError(503, str(exc))
+    if isinstance(exc, RunCannotAnswer | EncryptionError):
+        return HttpError(503, f"the run could not answer: {exc}")
+    return HttpError(409, f"the run did not take it: {exc}")
 
-    async def ask(what: str, query: Callable[[WorkflowHandle[Any, Any]], Awaitable[Any]]) -> Any:
-        if run_id is None:
-            return await query(client.get_workflow_handle(workflow_id))
-        return await closed_runs.kept(client, workflow_id, run_id, ("ui", what), query)
 
-    status: AgentStatus = await ask("state", lambda h: _query(h, AgentWorkflow.state))
-    calls: dict[str, dict[str, Any]] = {}
-    exported: ThreadExport | None
+async def asked(asking: Awaitable[T]) -> T:
+    """What ``asking`` (a call of the client) answers; its error as the page's."""
     try:
-        exported = await ask(
-            "export", lambda h: h.query(AgentWorkflow.export, rpc_timeout=QUERY_TIMEOUT)
-        )
-    except (RPCError, WorkflowQueryFailedError):
-        exported = None  # the calls are shown from the stream's events alone
-    if exported is not None:
-        for message in exported.conversation.messages:
+        return await asking
+    except (AgentClientError, EncryptionError) as exc:
+        raise http_error(exc) from None
+
+
+async def run_view(client: AgentClient, workflow_id: str, web_ui: str | None) -> dict[str, Any]:
+    """The run as the page shows it: its status, its calls' arguments and results (from its
+    conversation), the schemas of the calls waiting for approval, its Web UI link."""
+    overview = await asked(client.overview(workflow_id))
+    status = overview.status
+    calls: dict[str, dict[str, Any]] = {}
+    if overview.export is not None:  # else the calls are shown from the stream's events alone
+        for message in overview.export.conversation.messages:
             for call in message.tool_calls:
                 calls.setdefault(call.id, {})["arguments"] = _json_or_text(call.arguments)
             if message.role == "tool" and message.tool_call_id:
@@ -88,36 +98,32 @@ async def run_view(client: Client, workflow_id: str, web_ui: str | None) -> dict
     }
 
 
-async def decide(client: Client, workflow_id: str, body: dict[str, Any]) -> dict[str, Any]:
+async def decide(client: AgentClient, workflow_id: str, body: dict[str, Any]) -> dict[str, Any]:
     """Approve, reject, modify (``arguments_text``: JSON checked here first), or guide."""
-    handle = client.get_workflow_handle(workflow_id)
     action = body.get("action")
-    arguments = None
-    if action == "modify":
-        arguments = _new_arguments(str(body.get("tool") or ""), body.get("arguments_text"))
     try:
         decision = Decision(
             action=action,  # checked by the model
             call_id=body.get("call_id") or None,
             reason=(body.get("reason") or "").strip() or None,
-            arguments=arguments,
+            arguments=_new_arguments(body.get("arguments_text")) if action == "modify" else None,
             guidance=(body.get("guidance") or "").strip() or None,
             halt=bool(body.get("halt")) if action == "guide" else None,
         )
     except ValidationError as exc:
         raise HttpError(400, describe_errors(exc)) from None
-    if action == "reject" and not decision.reason:
-        raise HttpError(400, "a rejection needs a reason (the model reads it)")
-    if action == "guide" and not decision.halt and not decision.guidance:
-        raise HttpError(400, "give the model guidance, or halt the run")
-    decided = await _update(handle, AgentWorkflow.decide, decision)
-    if decided is None:
-        return {"done": "halted" if decision.halt else "guided"}
-    done = {"approve": "approved", "reject": "rejected", "modify": "modified"}[decision.action]
-    return {"done": done, "call_id": decided.call_id}
+    if decision.arguments is not None:
+        try:
+            check_arguments(str(body.get("tool") or ""), decision.arguments)
+        except InvalidRequest as exc:
+            raise HttpError(400, str(exc)) from None
+    decided = await asked(client.decide(workflow_id, decision))
+    if decided.action == "guide":
+        return {"done": decided.done}
+    return {"done": decided.done, "call_id": decided.call_id}
 
 
-def _new_arguments(tool: str, text: Any) -> dict[str, Any]:
+def _new_arguments(text: Any) -> dict[str, Any]:
     try:
         arguments = json.loads(str(text or ""))
     except json.JSONDecodeError as exc:
@@ -126,17 +132,11 @@ def _new_arguments(tool: str, text: Any) -> dict[str, Any]:
         ) from None
     if not isinstance(arguments, dict):
         raise HttpError(400, "the arguments must be a JSON object")
-    if tool in catalogue.TOOLS:
-        try:
-            parse_with_refs(tool, arguments)  # a stored value's marker may stay as it is
-        except catalogue.ToolArgumentsError as exc:
-            raise HttpError(400, str(exc)) from None
     return arguments
 
 
-async def answer(client: Client, workflow_id: str, body: dict[str, Any]) -> dict[str, Any]:
+async def answer(client: AgentClient, workflow_id: str, body: dict[str, Any]) -> dict[str, Any]:
     """Answer the run's client query (``content``), or decline it (``declined``: why)."""
-    handle = client.get_workflow_handle(workflow_id)
     declined = body.get("declined")
     try:
         reply = ClientAnswer(
@@ -147,55 +147,18 @@ async def answer(client: Client, workflow_id: str, body: dict[str, Any]) -> dict
         )
     except ValidationError as exc:
         raise HttpError(400, describe_errors(exc)) from None
-    query = await _update(handle, AgentWorkflow.answer_query, reply)
+    query = await asked(client.answer(workflow_id, reply))
     return {"done": "declined" if declined else "answered", "query_id": query.id}
 
 
-async def send(client: Client, workflow_id: str, body: dict[str, Any]) -> dict[str, Any]:
-    handle = client.get_workflow_handle(workflow_id)
-    try:
-        receipt = await threads.send_message(handle, str(body.get("text") or ""))
-    except ValidationError as exc:
-        raise HttpError(400, f"invalid message: {describe_errors(exc)}") from None
-    except ThreadUnavailable as exc:
-        raise HttpError(409, str(exc)) from None
-    except RPCError as exc:
-        raise HttpError(404, threads.missing(workflow_id, exc)) from None
+async def send(client: AgentClient, workflow_id: str, body: dict[str, Any]) -> dict[str, Any]:
+    receipt = await asked(client.send(workflow_id, str(body.get("text") or "")))
     return {"done": "queued" if receipt.queued else "sent", "position": receipt.position}
 
 
-async def close(client: Client, workflow_id: str) -> dict[str, Any]:
-    handle = client.get_workflow_handle(workflow_id)
-    status: AgentStatus = await _update(handle, AgentWorkflow.close, None)
+async def close(client: AgentClient, workflow_id: str) -> dict[str, Any]:
+    status = await asked(client.close(workflow_id))
     return {"done": "closing", "queued": status.queued_messages}
-
-
-async def _query(handle: WorkflowHandle[Any, Any], query: Any) -> Any:
-    try:
-        return await handle.query(query, rpc_timeout=QUERY_TIMEOUT)
-    except RPCError as exc:
-        if exc.status is RPCStatusCode.NOT_FOUND:
-            raise HttpError(404, f"no run with id {handle.id!r}") from None
-        raise HttpError(
-            503, f"the run did not answer ({exc.message}); is a worker running?"
-        ) from None
-    except WorkflowQueryFailedError as exc:
-        raise HttpError(503, f"the run could not answer: {exc}") from None
-
-
-async def _update(handle: WorkflowHandle[Any, Any], update: Any, arg: Any) -> Any:
-    try:
-        if arg is None:
-            return await handle.execute_update(update, rpc_timeout=UPDATE_TIMEOUT)
-        return await handle.execute_update(update, arg, rpc_timeout=UPDATE_TIMEOUT)
-    except WorkflowUpdateFailedError as exc:
-        raise HttpError(409, f"the run refused it: {cause_of(exc)}") from None
-    except RPCError as exc:
-        if exc.status is RPCStatusCode.NOT_FOUND:
-            raise HttpError(404, f"no run with id {handle.id!r}") from None
-        if exc.status is RPCStatusCode.DEADLINE_EXCEEDED:
-            raise HttpError(503, "the run did not answer; is a worker running?") from None
-        raise HttpError(409, f"the run did not take it: {exc.message}") from None
 
 
 def _json_or_text(arguments: str) -> Any:

@@ -10,8 +10,9 @@
     GET  /api/runs/{id}/events      Server-Sent Events: ops from ``?from=N`` (or Last-Event-ID)
     POST /api/runs/{id}/decide | answer | send | close
 
-The live stream is the run's own (``treadle.stream.watch_events``: queries, nothing added to its
-history, followed across continue-as-new). Each SSE message's id is the offset to go on from, so
+Everything the page reads of a run and asks of it goes through ``AgentClient``. The live stream
+is the run's own (``AgentClient.watch``: queries, nothing added to its history, followed across
+continue-as-new). Each SSE message's id is the offset to go on from, so
 a browser that lost its connection resumes where it was (``Last-Event-ID``); a reloaded page
 takes a new transcript and goes on from the offset it reached.
 """
@@ -30,10 +31,17 @@ from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.types import ASGIApp
-from temporalio.client import Client, WorkflowQueryFailedError, WorkflowQueryRejectedError
-from temporalio.service import RPCError
+from temporalio.client import Client
 
-from treadle.stream import StreamNotice, StreamUnavailable, read_items, watch_events
+from treadle.client import (
+    AgentClient,
+    NoStream,
+    NoWorkerAnswered,
+    RunCannotAnswer,
+    RunNotFound,
+    TemporalRefused,
+)
+from treadle.stream import StreamNotice
 from treadle.web.http import HttpError, json_app, read_body, route
 from treadle.web.ui import actions, runs
 from treadle.web.ui.guard import Guard
@@ -41,8 +49,8 @@ from treadle.web.ui.transcript import Fold
 
 __all__ = ["ui_app"]
 
-_UNANSWERED = (RPCError, WorkflowQueryFailedError, WorkflowQueryRejectedError)
-"""What a stream query raises when the run cannot answer now (no worker, a failing one)."""
+_UNANSWERED = (NoWorkerAnswered, RunCannotAnswer, TemporalRefused, RunNotFound)
+"""What reading a stream raises when the run cannot answer now (no worker, a failing one)."""
 
 log = logging.getLogger("treadle.ui")
 
@@ -56,7 +64,7 @@ _TYPES = {".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=
 
 
 def ui_app(
-    client: Client,
+    client: Client | AgentClient,
     *,
     task_queue: str,
     token: str | None = None,
@@ -65,6 +73,7 @@ def ui_app(
 ) -> ASGIApp:
     """The page for ``client``'s namespace; runs it starts go to ``task_queue``. ``token``: the
     access token (``None`` on loopback only); ``web_ui``: the Temporal Web UI's base URL."""
+    agents = client if isinstance(client, AgentClient) else AgentClient(client)
 
     def page(name: str) -> Callable[[Request], Awaitable[Response]]:
         async def serve(request: Request) -> Response:
@@ -79,23 +88,23 @@ def ui_app(
         return _file(name)
 
     async def list_runs(request: Request) -> Response:
-        rows = await runs.list_runs(client, request.query_params.get("state") or None)
+        rows = await runs.list_runs(agents, request.query_params.get("state") or None)
         return JSONResponse({"runs": rows, "filters": list(runs.FILTERS)})
 
     async def start(request: Request) -> Response:
         body = await _json(request)
-        workflow_id = await runs.start_run(client, task_queue, runs.StartRequest.parse(body))
+        workflow_id = await runs.start_run(agents, task_queue, runs.StartRequest.parse(body))
         return JSONResponse({"id": workflow_id}, 201)
 
     async def run_view(request: Request) -> Response:
-        return JSONResponse(await actions.run_view(client, request.path_params["id"], web_ui))
+        return JSONResponse(await actions.run_view(agents, request.path_params["id"], web_ui))
 
     async def transcript(request: Request) -> Response:
         fold = Fold()
         try:
-            for item in await read_items(client, request.path_params["id"]):
+            for item in await agents.read_stream(request.path_params["id"]):
                 fold.apply(item)
-        except StreamUnavailable as exc:  # an older run without a stream: the status alone
+        except NoStream as exc:  # an older run without a stream: the status alone
             return JSONResponse({"blocks": [], "offset": None, "unavailable": str(exc)})
         except _UNANSWERED as exc:
             # No worker answers now: the page starts from the stream's start, which the live
@@ -108,22 +117,22 @@ def ui_app(
         workflow_id = request.path_params["id"]
         start_at = _offset(request.headers.get("last-event-id") or request.query_params.get("from"))
         return StreamingResponse(
-            _ops(client, workflow_id, start_at),
+            _ops(agents, workflow_id, start_at),
             media_type="text/event-stream",
             headers={"X-Accel-Buffering": "no"},
         )
 
     def acting(
-        act: Callable[[Client, str, dict[str, Any]], Awaitable[dict[str, Any]]],
+        act: Callable[[AgentClient, str, dict[str, Any]], Awaitable[dict[str, Any]]],
     ) -> Callable[[Request], Awaitable[Response]]:
         async def handler(request: Request) -> Response:
             body = await _json(request)
-            return JSONResponse(await act(client, request.path_params["id"], body))
+            return JSONResponse(await act(agents, request.path_params["id"], body))
 
         return handler
 
     async def close(request: Request) -> Response:
-        return JSONResponse(await actions.close(client, request.path_params["id"]))
+        return JSONResponse(await actions.close(agents, request.path_params["id"]))
 
     routes = [
         route("/", page("runs.html"), ("GET",)),
@@ -172,7 +181,7 @@ def _offset(text: str | None) -> int:
         raise HttpError(400, f"offset {text!r} is not a number") from None
 
 
-async def _ops(client: Client, workflow_id: str, start_at: int) -> AsyncIterator[str]:
+async def _ops(client: AgentClient, workflow_id: str, start_at: int) -> AsyncIterator[str]:
     """The SSE messages: the fold rebuilt silently up to ``start_at`` (so block ids and the
     text already shown agree with the page's transcript), then every item's ops, with the
     stream's notices (no worker answers, items no longer kept) as they happen, and a comment
@@ -189,19 +198,19 @@ async def _ops(client: Client, workflow_id: str, start_at: int) -> AsyncIterator
         try:
             if start_at > 0:
                 try:
-                    for item in await read_items(client, workflow_id):
+                    for item in await client.read_stream(workflow_id):
                         if item.offset >= start_at:
                             break
                         fold.apply(item)
                 except _UNANSWERED:
                     pass  # no worker now: the blocks after start_at get fresh ids, nothing else
-            stream = watch_events(client, workflow_id, from_offset=start_at, on_notice=notice)
+            stream = client.watch(workflow_id, from_offset=start_at, on_notice=notice)
             async with contextlib.aclosing(stream):
                 async for item in stream:
                     ops = json.dumps(fold.apply(item))
                     messages.put_nowait(f"id: {item.offset + 1}\nevent: ops\ndata: {ops}\n\n")
             messages.put_nowait("event: over\ndata: {}\n\n")
-        except StreamUnavailable as exc:
+        except NoStream as exc:
             messages.put_nowait(f"event: unavailable\ndata: {json.dumps(str(exc))}\n\n")
         finally:
             messages.put_nowait(None)

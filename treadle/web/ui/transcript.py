@@ -11,8 +11,9 @@ folding for the live view, sending each change as an op::
     {"op": "event", "kind": "decided"}                          # the status may have changed
 
 A snapshot up to offset N and the ops from N on make the same page as the ops from 0, so a page
-reloaded mid-reply shows no text twice: the text already shown is tracked per step by the CLI's
-own ``TextTracker`` (a retried model call streams its text again from its start).
+reloaded mid-reply shows no text twice: the text already shown is tracked per step by the
+client's ``TextTracker``, as the terminal's view tracks it (a retried model call streams its text
+again from its start).
 """
 
 from __future__ import annotations
@@ -20,8 +21,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from treadle.cli.live.lines import describe_query
-from treadle.cli.live.text import RETRIED, TextTracker
+from treadle.client.describe import describe_query
+from treadle.client.text import RETRIED, TextTracker
 from treadle.stream import StreamItem
 from treadle.workflows.agent.messages.events import AgentEvent, TokenDelta
 

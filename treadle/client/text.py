@@ -1,5 +1,7 @@
-"""Model text: what is already on screen, so a retried call or the ``model`` event adds only what
-is new (or, when a retried reply says something else, shows it again after ``RETRIED``)."""
+"""Model text as a live view shows it: what is already on screen, so a retried call or the
+``model`` event adds only what is new (or, when a retried reply says something else, shows it
+again after ``RETRIED``). The terminal's views and the browser page's transcript both fold a
+run's stream with it, and so may any Python program that shows a reply as it streams."""
 
 from __future__ import annotations
 

@@ -1,10 +1,12 @@
-"""``treadle import``: a thread file is a conversation, not a config.
+"""Importing a thread (``AgentClient.import_thread``, ``treadle import``): a thread file is a
+conversation, not a config.
 
 The file brings its messages; the settings (model, task type, ``AgentConfig``, system prompt)
-come from the importer's command line and the defaults, as for ``chat``. A file that asks for
-other settings is imported without them, with one line naming what was ignored; the file's own
-settings (over the importer's, for what it leaves out) apply only with ``--trust-file-config``,
-which lists what they grant beyond the importer's (``run_command``, allowlist additions,
+come from the importer (its command line, or its arguments) and the defaults, as for ``chat``.
+A file that asks for other settings is imported without them, with one line naming what was
+ignored; the file's own settings (over the importer's, for what it leaves out) apply only when
+trusted (``--trust-file-config``, ``trust=True``), which lists what they grant beyond the
+importer's (``run_command``, allowlist additions,
 approvals removed, MCP servers, hooks, another tools queue, another model, a system prompt of
 its own...).
 
@@ -15,9 +17,14 @@ workflow enforces, say) is refused here, before anything starts: the check is th
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 
+from pydantic import ValidationError
+
+from treadle.client.errors import InvalidRequest
+from treadle.client.workdirs import resolve_workspace
 from treadle.workflows.agent.messages.models import (
     AgentConfig,
     AgentInput,
@@ -27,8 +34,9 @@ from treadle.workflows.agent.messages.models import (
 from treadle.workflows.agent.parts.planning import CannotCall, model_request
 from treadle.workflows.agent.parts.state import AgentRun
 from treadle.workflows.agent.parts.threads import ImportRefused, rebuild
+from treadle.workflows.base import describe_errors
 
-__all__ = ["ImportPlan", "plan_import"]
+__all__ = ["ImportPlan", "plan_import", "plan_thread"]
 
 MCP_APPROVAL_STRICTNESS = {"listed": 0, "hints": 1, "all": 2}
 """Which ``mcp_approval`` asks for more approvals than which."""
@@ -46,12 +54,39 @@ class ImportPlan:
     widened: tuple[str, ...]
     """With ``trust``: what the file's settings grant beyond the importer's, one phrase each."""
     trusted: bool
+    make_workspace: bool = False
+    """The workspace directory is Treadle's own to create (``workspaces/ID``), or was asked to
+    be created, and does not exist yet."""
 
 
 @dataclass(frozen=True)
 class _Rebuilt:
     input: AgentInput
     run: AgentRun
+
+
+def plan_thread(
+    thread: ThreadExport,
+    *,
+    settings: ThreadSettings,
+    thread_id: str,
+    workspace: str | None,
+    create_workspace: bool,
+    trust: bool,
+) -> ImportPlan:
+    """The thread an import of ``thread`` as ``thread_id`` would start, checked without starting
+    anything: its workspace resolved (``workdirs``), then ``plan_import``. ``InvalidRequest``
+    (``cannot be continued: ...``) for a conversation that cannot continue."""
+    directory, create = resolve_workspace(workspace, thread_id, create=create_workspace)
+    try:
+        plan = plan_import(
+            thread, importer=settings, workspace=str(directory), now=datetime.now(UTC), trust=trust
+        )
+    except ImportRefused as exc:
+        raise InvalidRequest(f"cannot be continued: {exc}") from exc
+    except ValidationError as exc:
+        raise InvalidRequest(f"cannot be continued: {describe_errors(exc)}") from exc
+    return dataclasses.replace(plan, make_workspace=create)
 
 
 def plan_import(
