@@ -224,7 +224,7 @@ async def publishing(request: ModelRequest) -> AsyncIterator[TextCallback | None
         yield None
         return
     batcher = TokenBatcher(
-        step=request.step, attempt=info.attempt, started=time.monotonic(), redact=current()
+        step=request.step, attempt=request.attempt, started=time.monotonic(), redact=current()
     )
     publisher = TokenPublisher(batcher, publish)
     try:

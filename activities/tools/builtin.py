@@ -35,6 +35,7 @@ from temporalio import activity
 from treadle.activities import telemetry
 from treadle.activities.content import door
 from treadle.activities.errors import StoreUnavailable, ToolError
+from treadle.activities.sent_marks import mark_sent, outcome_unknown, sent_before
 from treadle.activities.store.conversation import ConversationStore
 from treadle.activities.tools import registry
 from treadle.activities.tools.commands import command_environment, run_command
@@ -540,11 +541,21 @@ class ToolActivities:
             raise exc.to_application_error() from exc
         except ToolArgumentsError as exc:
             args, refused = None, _failed(str(exc), request.policy)
+        repeatable = args is None or TOOLS[call.name].repeatable
         target = short_target(TOOLS[call.name].target(args)) if args is not None else ""
         with telemetry.tool_call(call.name, call.id, target) as span:
             if args is None:
                 result = refused
+            elif not repeatable and sent_before(call.id):
+                # An earlier attempt started this call and was lost (its worker died or stopped
+                # answering): its effect may be done. Never run it twice; say so.
+                activity.logger.warning(
+                    "tool.outcome_unknown tool=%s call_id=%s", call.name, call.id
+                )
+                result = _failed(outcome_unknown(call.name), request.policy)
             else:
+                if not repeatable:
+                    await mark_sent(call.id)
                 result = await self._in_workspace(request, args)
             span.finished(result.success)
         activity.logger.info(

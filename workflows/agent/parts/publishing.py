@@ -227,14 +227,18 @@ class Publisher:
         workflow.set_current_details(status.details(self._run, workflow.now(), self.outage))
 
     def store_outage(self, outage: Outage | None) -> None:
-        """A call waits for the store (``outage``) or the store answered (``None``): one trace
-        line and one stream event each way, and the Web UI details say it."""
+        """A call waits for the store or a worker (``outage``), or it answered (``None``): one
+        trace line and one stream event each way, and the Web UI details say it."""
         before, self.outage = self.outage, outage
         state = self._run.state
         if outage is not None and before is None:
-            self.record(state, "WaitingForStore", outage.describe())
+            self.record(state, "WaitingForWorker" if outage.worker else "WaitingForStore",
+                        outage.describe())  # fmt: skip
             self.emit("outage", f"waiting: {outage.describe()}", ok=False)
         elif outage is None and before is not None:
-            self.record(state, "StoreAnswered", f"{before.where} answers again")
-            self.emit("outage", f"{before.where} answers again", ok=True)
+            answered = (
+                "a worker took the call" if before.worker else f"{before.where} answers again"
+            )
+            self.record(state, "WorkerAnswered" if before.worker else "StoreAnswered", answered)
+            self.emit("outage", answered, ok=True)
         self.show()
