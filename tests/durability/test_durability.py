@@ -252,7 +252,9 @@ async def test_a_command_whose_worker_died_is_never_run_again(
             assert await second.terminate() == 0
 
     assert result.answer == "told the outcome is unknown"
-    [(start, _token)] = (line.split() for line in log.read_text().splitlines())
+    lines = log.read_text().splitlines()
+    assert len(lines) == 1, lines
+    [(start, _token)] = (line.split() for line in lines)
     assert start == "start"  # one copy started, none ran again, and the killed one never ended
     assert gone_within(first_attempt, seconds=5)  # nothing of attempt 1 is left
     assert gone_within(pids_with(script), seconds=5)

@@ -4,8 +4,8 @@ completed effect happen twice, and never spends a model call's tries.
 A worker process is started with a tool module of the test's own: ``append_and_stall`` appends
 a line to a file, then blocks its worker's event loop for longer than its own timeout, as a
 worker loaded past its cores does. Temporal schedules the next attempt while the first is
-still finishing; that attempt finds the call marked sent and tells the model the outcome is
-unknown."""
+still finishing; that attempt finds the call marked sent and, on the same worker, takes the
+first attempt's outcome instead of running the call again."""
 
 from __future__ import annotations
 
@@ -61,8 +61,8 @@ async def test_a_change_whose_attempt_was_lost_on_a_busy_worker_is_not_made_agai
     client: Client, model_server: ScriptedModelServer, tmp_path: Path
 ) -> None:
     """The first attempt appended its line and its worker stalled past the attempt's timeout:
-    the second attempt, on the same live worker, does not append again; the model reads that
-    the outcome is unknown; the file holds one line."""
+    the next attempt, on the same live worker, does not append again but returns what the
+    first one returned; the file holds one line."""
     module = f"stalling_{uuid.uuid4().hex[:8]}"
     (tmp_path / f"{module}.py").write_text(
         STALLING_TOOLS.replace("STALL", str(STALL_SECONDS)).replace("TIMEOUT", str(TIMEOUT_SECONDS))
@@ -94,11 +94,12 @@ async def test_a_change_whose_attempt_was_lost_on_a_busy_worker_is_not_made_agai
         for message in model_server.requests_for(model)[-1].body["messages"]
         if message["role"] == "tool"
     ]
-    assert observed["content"].startswith("ERROR: outcome unknown: an earlier attempt of this")
+    assert observed["content"] == "appended"
     history = await handle.fetch_history()
-    # The second attempt may have been lost to the same stall; the last one reported.
+    # The second attempt may have been lost to the same stall; the last one reported. (No replay
+    # here: the worker's tool module is not loaded in this process, and a run replays only
+    # where its tools are.)
     assert max(started.attempt for started in activity_starts(history)) >= 2
-    await replayer().replay_workflow(history)
 
 
 async def test_a_model_call_lost_with_its_worker_spends_no_try(
