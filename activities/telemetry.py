@@ -133,13 +133,14 @@ class ModelCall:
 
 @contextmanager
 def model_call(request: ModelRequest) -> Iterator[ModelCall]:
-    """Span and metrics of one attempt of ``call_model``."""
+    """Span and metrics of one try of ``call_model`` (the run makes each try an activity of one
+    attempt: its number is the request's)."""
     provider, _, name = request.model.partition(":")
     attributes: dict[str, Any] = {
         OPERATION: "chat",
         PROVIDER: provider,
         REQUEST_MODEL: name,
-        ATTEMPT: _attempt(),
+        ATTEMPT: request.attempt,
         STEP: request.step,
     }
     if request.temperature is not None:

@@ -35,10 +35,11 @@ from temporalio import activity
 from treadle.activities import telemetry
 from treadle.activities.content import door
 from treadle.activities.errors import StoreUnavailable
-from treadle.activities.heartbeat import FIRST_BEAT_SECONDS, heartbeating, interval_seconds
+from treadle.activities.heartbeat import heartbeating
 from treadle.activities.mcp.config import McpConfig, McpServerConfig
 from treadle.activities.mcp.errors import McpUnavailableError
 from treadle.activities.mcp.schemas import SchemaRefused, SchemaShelf
+from treadle.activities.sent_marks import mark_sent, outcome_unknown, sent_before
 from treadle.activities.store.conversation import ConversationStore
 from treadle.activities.tools.builtin import cap_output
 from treadle.workflows.agent.messages.mcp import (
@@ -59,14 +60,6 @@ if TYPE_CHECKING:
     from mcp.types import Tool
 
     from treadle.activities.mcp.sessions import McpSessions
-
-
-SENT_MARK = "mcp_call_sent"
-"""Key of the heartbeat detail that names a call sent to its server (not safe to repeat)."""
-THROTTLE_SHARE = 0.8
-MAX_THROTTLE_SECONDS = 60.0
-"""Temporal's workers send a heartbeat at most every ``THROTTLE_SHARE`` of the heartbeat
-timeout (and at most ``MAX_THROTTLE_SECONDS`` apart); a later one waits for its turn."""
 
 
 @dataclass(frozen=True)
@@ -281,29 +274,27 @@ class McpActivities:
         timeout = request.timeout_seconds or server.timeout_seconds
         loop = asyncio.get_running_loop()
         started = loop.time()
-        mark: dict[str, str | None] = {SENT_MARK: None}  # every beat carries it as it is
 
         def running_for() -> str:
             return f"{request.server}/{request.tool} running for {loop.time() - started:.0f}s"
 
-        async with heartbeating(mark, progress=running_for):
+        async with heartbeating(progress=running_for):
             await load_sdk()
             from treadle.activities.mcp.protocol import call_tool
             from treadle.activities.mcp.results import result_text
 
             repeatable = await self._repeatable(server, request.tool)
-            if not repeatable and _sent_before(request.call_id):
+            if not repeatable and sent_before(request.call_id):
                 activity.logger.warning(
                     "mcp.call_outcome_unknown server=%s tool=%s call_id=%s",
                     request.server,
                     request.tool,
                     request.call_id,
                 )
-                return _error(outcome_unknown(request.tool), request)
+                return _error(outcome_unknown(f"{request.server}/{request.tool}"), request)
             async with self.sessions.session(server, timeout=server.list_timeout_seconds) as conn:
                 if not repeatable:
-                    mark[SENT_MARK] = request.call_id
-                    await _record_sent(mark, running_for(), since=loop.time() - started)
+                    await mark_sent(request.call_id, running_for())
                 answer = await call_tool(conn, request, timeout)
             if isinstance(answer, str) or answer.is_error:
                 refusal = answer if isinstance(answer, str) else result_text(answer)
@@ -341,14 +332,6 @@ class McpActivities:
         return all(listed.name != tool for listed in listing.tools)
 
 
-def outcome_unknown(tool: str) -> str:
-    """What the model reads when a call of a tool that is not safe to repeat may have run."""
-    return (
-        f"outcome unknown: the worker running {tool} died after sending the call; check "
-        "before calling again"
-    )
-
-
 async def load_sdk() -> None:
     """Import the ``mcp`` SDK (about a second) in a thread: the event loop keeps running, so
     every activity on the worker keeps heartbeating while a first MCP use imports it."""
@@ -359,33 +342,6 @@ def _import_sdk() -> None:
     import treadle.activities.mcp.protocol
     import treadle.activities.mcp.results
     import treadle.activities.mcp.sessions  # noqa: F401
-
-
-def _sent_before(call_id: str) -> bool:
-    """Whether an earlier attempt of this activity recorded that it sent ``call_id``."""
-    if not activity.in_activity():
-        return False
-    return any(
-        isinstance(detail, dict) and detail.get(SENT_MARK) == call_id
-        for detail in activity.info().heartbeat_details
-    )
-
-
-async def _record_sent(*details: object, since: float) -> None:
-    """Heartbeat that the call is about to be sent, and make sure Temporal has it first.
-
-    The worker's SDK sends the first heartbeat of an attempt at once and later ones at most
-    every ``THROTTLE_SHARE`` of the heartbeat timeout: when this attempt may have heartbeated
-    already (it had to open the session), the call waits out that throttle, so a worker killed
-    mid-call has left the mark for the next attempt."""
-    if not activity.in_activity():
-        return
-    activity.heartbeat(*details)
-    timeout = activity.info().heartbeat_timeout
-    if timeout and since >= min(FIRST_BEAT_SECONDS, interval_seconds()):
-        await asyncio.sleep(min(timeout.total_seconds() * THROTTLE_SHARE, MAX_THROTTLE_SECONDS))
-    else:
-        await asyncio.sleep(0)  # the SDK hands the heartbeat on from a task of its own
 
 
 def _error(text: str, request: McpCallRequest) -> ToolResult:

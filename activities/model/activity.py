@@ -73,6 +73,7 @@ from treadle.activities.store.view import view
 from treadle.workflows.agent.messages.content_refs import holds_refs
 from treadle.workflows.agent.messages.models import ModelRequest, ModelResponse
 from treadle.workflows.agent.messages.providers import PROVIDERS, ModelStringError, resolve
+from treadle.workflows.agent.parts.outages import FINGERPRINT_PREFIX
 
 READ_TIMEOUT_GRACE_SECONDS = 2.0
 """The HTTP read timeout outlasts the attempt's start-to-close timeout by this much, so an
@@ -193,8 +194,8 @@ class ModelActivities:
                 result = await door.reply(self._store, result)  # long arguments by reference
         except ModelError as exc:
             cap = http_errors.retry_after_cap(info.retry_policy)
-            backoff = http_errors.provider_backoff(info.attempt, info.retry_policy)
-            raise self._failure(_unless_repeated(exc), cap, backoff) from None
+            backoff = http_errors.provider_backoff(request.attempt, info.retry_policy)
+            raise self._failure(_unless_repeated(exc, request), cap, backoff) from None
         except StoreUnavailable as exc:  # infrastructure: the workflow waits, no attempt spent
             raise exc.to_application_error() from None
         except FailureError:
@@ -270,6 +271,7 @@ class ModelActivities:
             delay = min(delay, cap)
         return ApplicationError(
             self._redact(well_formed(error.message)),
+            *error.details,  # a repeatable error's fingerprint: a hash, no text of the error
             type=error.type,
             non_retryable=error.non_retryable,
             next_retry_delay=delay,
@@ -433,24 +435,26 @@ errors) would otherwise get the same doomed request on every attempt. 502, 503, 
 say the server is down or busy, which the next attempt may find otherwise."""
 
 
-def _unless_repeated(exc: ModelError) -> ApplicationError:
-    """``exc`` as an ``ApplicationError``; non-retryable when it is the same 500 as the attempt
-    before (an attempt's request is its activity's input: the same on every attempt).
+def _unless_repeated(exc: ModelError, request: ModelRequest) -> ApplicationError:
+    """``exc`` as an ``ApplicationError``; non-retryable when it is the same 500 as the try
+    before (a try's request is the same on every try, but for its number).
 
-    The attempt records its error's fingerprint as its last heartbeat, which Temporal hands to
-    the next attempt, whichever worker runs it."""
+    A 500's failure carries its fingerprint as its first detail; the run hands it to the next
+    try (``ModelRequest.repeated``), whichever worker runs it."""
     error = exc.to_application_error()
     if not (isinstance(exc, ModelHTTPError) and exc.status == REPEATED_STATUS):
         return error
-    if not activity.in_activity():
-        return error
-    fingerprint = "model-error:" + hashlib.sha256(str(exc).encode()).hexdigest()[:24]
-    repeated = fingerprint in activity.info().heartbeat_details
-    activity.heartbeat(fingerprint)
-    if not repeated:
-        return error
+    fingerprint = FINGERPRINT_PREFIX + hashlib.sha256(str(exc).encode()).hexdigest()[:24]
+    if request.repeated != fingerprint:
+        return ApplicationError(
+            error.message,
+            fingerprint,
+            type=error.type,
+            non_retryable=error.non_retryable,
+            next_retry_delay=error.next_retry_delay,
+        )
     return ApplicationError(
-        f"{error.message} (the same error as the attempt before, for the same request: "
+        f"{error.message} (the same error as the try before, for the same request: "
         "not retried again)",
         type=error.type,
         non_retryable=True,

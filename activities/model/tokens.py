@@ -1,19 +1,20 @@
 """A streaming model call's text on the run's live stream, in few batches.
 
 While the provider is still generating, the model activity publishes the text so far as
-``TokenDelta``s on the run's ``tokens`` topic (``treadle.workflows.agent.messages.events``), through
-``WorkflowStreamClient``. Each batch is one signal to the run: one ``WorkflowExecutionSignaled``
-event, and a workflow task to take it (three more events at most). A reply's length must not
-decide how much history it adds, so the batches are few, and further apart the longer a call
-runs:
+``TokenDelta``s on the run's ``tokens`` topic (``treadle.workflows.agent.messages.events``),
+through ``WorkflowStreamClient``. Each batch is one signal to the run: a billed Temporal Cloud
+action, one ``WorkflowExecutionSignaled`` event, and a workflow task to take it (three more
+events at most). So the batches are few, about two a call:
 
-- nothing before the attempt has run ``FIRST_BATCH_AFTER`` (0.5 s): a fast call publishes
-  nothing, and its text reaches watchers whole, in the workflow's own ``model`` event;
-- then at most one batch per gap, each gap twice the one before (1 s, 2 s, 4 s ...): batches at
-  0.5 s, 1.5 s, 3.5 s, 7.5 s ... into the attempt at the earliest;
-- at most ``MAX_TOKEN_BATCHES`` (6) batches on a first attempt, half as many on each retry
-  (``batch_limit``: 6, 3, 1, then none), so a model call, whatever its attempts, sends at most
-  ``MAX_TOKEN_BATCHES_PER_CALL`` (10) signals: at most 40 history events;
+- only text the provider is still adding to: a batch goes out once its text has waited
+  ``HOLD_SECONDS`` (0.5 s) with the stream still open. A reply that comes whole (a server that
+  does not stream, or one that sends the reply in one burst at its end) publishes nothing: the
+  workflow's own ``model`` event carries it whole a moment later;
+- nothing before ``FIRST_BATCH_AFTER`` (1 s) into the try, and ``NEXT_BATCH_AFTER`` (4 s)
+  between two batches: a 10 s streamed reply shows at about 1 s and 5 s, then whole;
+- at most ``MAX_TOKEN_BATCHES`` (2) batches on a first try, half as many on the next
+  (``batch_limit``: 2, 1, then none), so a model call sends at most
+  ``MAX_TOKEN_BATCHES_PER_CALL`` (3) signals;
 - never the rest at the end: the ``model`` event carries the whole text anyway.
 
 Each batch is redacted (``treadle.activities.content``: the worker's secrets, any 8 characters of
@@ -56,10 +57,15 @@ __all__ = [
     "publishing",
 ]
 
-MAX_TOKEN_BATCHES = 6
-"""Batches (signals) a first attempt publishes at most."""
-FIRST_BATCH_AFTER = 0.5
-"""Seconds into an attempt before its first batch; each later gap is twice the one before."""
+MAX_TOKEN_BATCHES = 2
+"""Batches (signals) a first try publishes at most."""
+FIRST_BATCH_AFTER = 1.0
+"""Seconds into a try before its first batch ..."""
+NEXT_BATCH_AFTER = 4.0
+"""... and between two batches."""
+HOLD_SECONDS = 0.5
+"""How long text must have waited, the stream still open, before it goes out: a reply that
+arrives in one burst and ends is never published in pieces."""
 CLOSE_WAIT_SECONDS = 2.0
 """How long the end of a call waits for a batch still being sent (so it lands before the
 activity's result); then that signal is abandoned."""
@@ -69,15 +75,15 @@ Publish = Callable[[TokenDelta], Awaitable[None]]
 
 
 def batch_limit(attempt: int) -> int:
-    """Batches attempt ``attempt`` (1, 2, ...) may publish: ``MAX_TOKEN_BATCHES``, halved on
-    each retry."""
+    """Batches try ``attempt`` (1, 2, ...) may publish: ``MAX_TOKEN_BATCHES``, halved on each
+    try after the first."""
     return MAX_TOKEN_BATCHES >> max(0, attempt - 1)
 
 
 MAX_TOKEN_BATCHES_PER_CALL = sum(
     batch_limit(n) for n in range(1, MAX_TOKEN_BATCHES.bit_length() + 1)
 )
-"""Batches a model call publishes at most, over all its attempts (6 + 3 + 1)."""
+"""Batches a model call publishes at most, over all its tries (2 + 1)."""
 
 
 class TokenBatcher:
@@ -98,21 +104,30 @@ class TokenBatcher:
         self.batches = 0
         """Batches taken so far."""
         self._due = started + FIRST_BATCH_AFTER
-        self._gap = FIRST_BATCH_AFTER * 2
         self._offset = 0
         self._pending: list[str] = []
+        self._waiting_since: float | None = None
         self._redact = redact
         """The worker's secrets out of each batch (offsets count the text as published)."""
 
-    def add(self, text: str) -> None:
-        """More of the reply's text."""
+    def add(self, text: str, now: float) -> None:
+        """More of the reply's text, arrived at ``now``."""
         if text and self.batches < self.limit:
+            if not self._pending:
+                self._waiting_since = now
             self._pending.append(text)
 
+    def ready_at(self) -> float | None:
+        """When the text waiting now may go out (``take``), if any waits and batches are left."""
+        if not self._pending or self._waiting_since is None or self.batches >= self.limit:
+            return None
+        return max(self._due, self._waiting_since + HOLD_SECONDS)
+
     def take(self, now: float) -> TokenDelta | None:
-        """The batch to publish at ``now``: the text since the last batch, if a batch is due,
-        there is new text, and the attempt has batches left; else ``None``."""
-        if not self._pending or now < self._due or self.batches >= self.limit:
+        """The batch to publish at ``now``: the text since the last batch, if it has waited its
+        hold, a batch is due and the try has batches left; else ``None``."""
+        ready = self.ready_at()
+        if ready is None or now < ready:
             return None
         text = "".join(self._pending)
         if self._redact is not None:
@@ -121,8 +136,8 @@ class TokenBatcher:
         delta = TokenDelta(step=self.step, attempt=self.attempt, offset=self._offset, text=text)
         self._offset += len(text)
         self.batches += 1
-        self._due = now + self._gap
-        self._gap *= 2
+        self._due = now + NEXT_BATCH_AFTER
+        self._waiting_since = None
         return delta
 
 
@@ -143,6 +158,7 @@ class TokenPublisher:
         self._clock = clock
         self._logger = logger
         self._sending: asyncio.Task[None] | None = None
+        self._wake: asyncio.TimerHandle | None = None
         self._stopped = False
         self.failed = False
         """A batch could not be sent, so nothing more is."""
@@ -150,12 +166,23 @@ class TokenPublisher:
     def __call__(self, text: str) -> None:
         if self._stopped:
             return
-        self._batcher.add(text)
-        if self._sending is not None:
-            return  # the batch being sent is not out yet: this text waits for the next
-        delta = self._batcher.take(self._clock())
+        self._batcher.add(text, self._clock())
+        self._try_send()
+
+    def _try_send(self) -> None:
+        """Send the batch that is ready, or wake up when one will be (the stream may add no
+        more text to call us again)."""
+        self._wake = None
+        if self._stopped or self._sending is not None:
+            return  # stopped, or the batch being sent is not out yet: the text waits
+        now = self._clock()
+        delta = self._batcher.take(now)
         if delta is not None:
             self._sending = asyncio.create_task(self._send(delta))
+            return
+        ready = self._batcher.ready_at()
+        if ready is not None and self._wake is None:
+            self._wake = asyncio.get_running_loop().call_later(ready - now, self._try_send)
 
     async def _send(self, delta: TokenDelta) -> None:
         try:
@@ -173,12 +200,16 @@ class TokenPublisher:
             )
         finally:
             self._sending = None
+        self._try_send()  # text that arrived while this batch was out
 
     async def aclose(self, *, wait: float = CLOSE_WAIT_SECONDS) -> None:
         """Publish nothing more. A batch still being sent gets ``wait`` seconds to land (so it
         is in the history before the activity's result), then is abandoned; the text not
         published stays unpublished (the workflow's own event carries it whole)."""
         self._stopped = True
+        if self._wake is not None:
+            self._wake.cancel()
+            self._wake = None
         sending = self._sending
         if sending is None:
             return
@@ -224,7 +255,7 @@ async def publishing(request: ModelRequest) -> AsyncIterator[TextCallback | None
         yield None
         return
     batcher = TokenBatcher(
-        step=request.step, attempt=info.attempt, started=time.monotonic(), redact=current()
+        step=request.step, attempt=request.attempt, started=time.monotonic(), redact=current()
     )
     publisher = TokenPublisher(batcher, publish)
     try:

@@ -35,9 +35,10 @@ from temporalio import activity
 from treadle.activities import telemetry
 from treadle.activities.content import door
 from treadle.activities.errors import StoreUnavailable, ToolError
+from treadle.activities.sent_marks import outcome_unknown, run_once
 from treadle.activities.store.conversation import ConversationStore
 from treadle.activities.tools import registry
-from treadle.activities.tools.commands import command_environment, run_command
+from treadle.activities.tools.commands import command_environment, run_command, stop_lost_command
 from treadle.activities.tools.confinement import Confinement
 from treadle.activities.tools.custom import Tool, ToolContext
 from treadle.activities.tools.output import ToolOutput, cap_output, content_hash, failed
@@ -540,12 +541,28 @@ class ToolActivities:
             raise exc.to_application_error() from exc
         except ToolArgumentsError as exc:
             args, refused = None, _failed(str(exc), request.policy)
+        repeatable = args is None or TOOLS[call.name].repeatable
         target = short_target(TOOLS[call.name].target(args)) if args is not None else ""
         with telemetry.tool_call(call.name, call.id, target) as span:
             if args is None:
                 result = refused
-            else:
+            elif repeatable:
                 result = await self._in_workspace(request, args)
+            else:
+                # Never run twice: an attempt that finds an earlier one marked sent takes its
+                # outcome if this worker ran it, else says the outcome is unknown.
+                async def unknown() -> ToolResult:
+                    activity.logger.warning(
+                        "tool.outcome_unknown tool=%s call_id=%s", call.name, call.id
+                    )
+                    if call.name == "run_command":  # no process of the lost attempt lives on
+                        await asyncio.to_thread(stop_lost_command)
+                    return _failed(outcome_unknown(call.name), request.policy)
+
+                parsed = args
+                result = await run_once(
+                    call.id, lambda: self._in_workspace(request, parsed), unknown
+                )
             span.finished(result.success)
         activity.logger.info(
             "tool.finished tool=%s call_id=%s success=%s",

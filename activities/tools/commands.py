@@ -203,6 +203,12 @@ async def run_command(
     )
 
 
+def stop_lost_command() -> None:
+    """Kill what a lost attempt of this activity's command left running on this host (its
+    marked processes and its recorded group), when the command is not run again."""
+    processes.kill_marked(processes.mark_this_attempt(), leftovers=True)
+
+
 def _launch_argv(
     root: Path, argv: list[str], env: Mapping[str, str], bwrap: str | None
 ) -> list[str]:

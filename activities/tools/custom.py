@@ -87,6 +87,11 @@ class Tool(Generic[A]):
     run: Callable[[A, ToolContext], Awaitable[ToolOutput | str]]
     mutating: bool = False
     """A successful call may change files: progress tracking counts it, the post-tools hook runs."""
+    idempotent: bool = False
+    """A changing call run twice has the effect of running it once (it sets, never adds). A
+    ``mutating`` tool that is not idempotent is marked sent before it runs, and a retry after a
+    lost attempt tells the model the outcome is unknown instead of running it again
+    (``treadle.activities.sent_marks``; one heartbeat more per call)."""
     needs_approval: bool = False
     """Every call waits for a human, in every run (runs add more with ``require_approval``)."""
     timeout_seconds: float | None = None

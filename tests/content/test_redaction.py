@@ -142,10 +142,10 @@ async def test_text_blobs_are_stored_redacted_and_binary_ones_as_they_are(tmp_pa
 
 def test_streamed_batches_are_redacted_and_offsets_count_what_is_published() -> None:
     batcher = TokenBatcher(step=1, attempt=1, started=0.0, redact=Redactor([KEY]))
-    batcher.add(f"one {KEY} two")
+    batcher.add(f"one {KEY} two", 0.0)
     first = batcher.take(1.0)
     assert first is not None and first.text == f"one {REDACTED} two" and first.offset == 0
-    batcher.add(" three")
+    batcher.add(" three", 1.0)
     second = batcher.take(10.0)
     assert second is not None and second.offset == len(first.text)
 

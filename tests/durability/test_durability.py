@@ -20,6 +20,7 @@ from tests.support.harness import (
     wait_for_requests,
 )
 from tests.support.processes import clean_env, server_address, start_worker
+from tests.support.tries import failed_model_tries
 from treadle.scripted_model import ScriptedModelServer
 from treadle.workflows.agent.messages.models import AgentConfig, AgentResult, Decision, RunStatus
 from treadle.workflows.agent.workflow import AgentWorkflow
@@ -82,8 +83,8 @@ async def test_worker_killed_mid_run_and_restarted(
     assert (workspace / "ran.log").read_text() == "ran\n"
     history = await handle.fetch_history()
     assert _activity_counts(list(history.events), "run_tool") == (1, 1)
-    model_attempts = [started.attempt for started in activity_starts(history)]
-    assert max(model_attempts) >= 2  # the interrupted model call was retried on the new worker
+    # The interrupted model call was made again on the new worker, as a try of its own.
+    assert _activity_counts(list(history.events), "call_model") == (3, 2)
     await replayer().replay_workflow(history)
     keep_history("test_worker_killed_mid_run_and_restarted-0", history)
 
@@ -113,9 +114,16 @@ async def test_sigterm_hands_in_flight_work_to_another_worker(
     assert result.answer == "finished elsewhere"
     assert len(model_server.requests_for(model)) == 2
     history = await handle.fetch_history()
-    (second_attempt,) = [started for started in activity_starts(history) if started.attempt == 2]
-    # Handed back by the shutting-down worker, not found dead after a heartbeat timeout.
-    assert second_attempt.last_failure.application_failure_info.type == "WorkerShutdown"
+    # Handed back by the shutting-down worker (not found dead after a heartbeat timeout), and
+    # made again at once as a new try: no backoff timer, no try spent.
+    [handed_back] = failed_model_tries(history)
+    assert handed_back.waited is None
+    failures = [
+        e.activity_task_failed_event_attributes.failure
+        for e in history.events
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_FAILED
+    ]
+    assert [f.application_failure_info.type for f in failures] == ["WorkerShutdown"]
     await replayer().replay_workflow(history)
 
 
@@ -193,11 +201,12 @@ async def _wait_for_lines(path: Path, count: int) -> list[str]:
     ],
     ids=["bwrap", "argument-checks-only"],
 )
-async def test_a_command_dies_with_its_worker_and_runs_once_after_the_retry(
+async def test_a_command_whose_worker_died_is_never_run_again(
     client: Client, model_server: ScriptedModelServer, tmp_path: Path, confined: bool
 ) -> None:
     """SIGKILL to the worker mid-command kills the command's processes (at once, or when the
-    retry starts); the retried attempt runs the only copy that completes."""
+    retry starts); the retried attempt finds the call marked sent and does not run it again:
+    the model reads that the outcome is unknown, and the command started once."""
     workspace = tmp_path / "ws"
     workspace.mkdir()
     script = f"job-{uuid.uuid4().hex[:8]}.py"
@@ -211,7 +220,7 @@ async def test_a_command_dies_with_its_worker_and_runs_once_after_the_retry(
                     {"name": "run_command", "arguments": {"command": f"python3 {script}"}}
                 ]
             },
-            {"content": "ran once"},
+            {"content": "told the outcome is unknown"},
         ],
     )
     env = clean_env(OPENAI_BASE_URL=model_server.base_url)
@@ -236,23 +245,22 @@ async def test_a_command_dies_with_its_worker_and_runs_once_after_the_retry(
         await first.kill()
 
         second = await start_worker(server_address(client), task_queue, env)
-        await _wait_for_lines(log, 2)  # the retried attempt's copy has started
-        (workspace / "release").touch()
         result: AgentResult = await asyncio.wait_for(handle.result(), 120)
     finally:
         (workspace / "release").touch()
         if second is not None:
             assert await second.terminate() == 0
 
-    assert result.answer == "ran once"
-    (start_1, token_1), (start_2, token_2), *rest = (
-        line.split() for line in log.read_text().splitlines()
-    )
-    assert (start_1, start_2) == ("start", "start")
-    assert token_1 != token_2
-    assert rest == [["end", token_2]]  # only the retried copy completed
+    assert result.answer == "told the outcome is unknown"
+    lines = log.read_text().splitlines()
+    assert len(lines) == 1, lines
+    [(start, _token)] = (line.split() for line in lines)
+    assert start == "start"  # one copy started, none ran again, and the killed one never ended
     assert gone_within(first_attempt, seconds=5)  # nothing of attempt 1 is left
     assert gone_within(pids_with(script), seconds=5)
+    observed = model_server.requests_for(model)[-1].body["messages"][-1]
+    assert observed["role"] == "tool"
+    assert observed["content"].startswith("ERROR: outcome unknown: an earlier attempt of this")
     history = await handle.fetch_history()
     assert 2 in [started.attempt for started in activity_starts(history)]
     await replayer().replay_workflow(history)

@@ -142,8 +142,9 @@ async def test_a_missing_blob_is_a_clear_error_that_names_it(
 async def test_a_step_costs_12_history_events_as_on_the_floor(harness: Harness) -> None:
     """A step (a model call and one tool call) is 12 events on the bare Temporal floor (two
     activities, two workflow tasks), and so is a Treadle step in the steady state: its own
-    moves (AgentState Planning <-> Acting, AgentStep) send no upsert until 10 s of workflow
-    time have passed since the last one (a busy machine's slower run is allowed that many)."""
+    moves (AgentState Planning <-> Acting, AgentStep) send no upsert until STEP_ATTRIBUTES_EVERY
+    of workflow time has passed since the last one (a busy machine's slower run is allowed
+    that many)."""
     writes = [
         {"tool_calls": [{"name": "write_file", "arguments": {"path": "n.md", "content": str(i)}}]}
         for i in range(10)

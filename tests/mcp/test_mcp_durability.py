@@ -26,7 +26,7 @@ from tests.support.processes import (
     start_python,
 )
 from treadle.activities.mcp import McpActivities, parse_mcp_config
-from treadle.activities.mcp.activity import outcome_unknown
+from treadle.activities.sent_marks import outcome_unknown
 from treadle.connection import connect
 from treadle.workflows.agent.messages.mcp import McpCallRequest, McpListRequest, McpToolList
 from treadle.workflows.agent.messages.models import ToolResult
@@ -190,10 +190,8 @@ async def test_a_mutating_call_whose_worker_died_is_not_sent_again(
         if first.process.returncode is None:
             await first.kill()
 
-    assert result == ToolResult(success=False, output=f"ERROR: {outcome_unknown('note_and_wait')}")
-    assert result.output == (
-        "ERROR: outcome unknown: the worker running note_and_wait died after sending the call; "
-        "check before calling again"
-    )
+    unknown = outcome_unknown("test/note_and_wait")
+    assert result == ToolResult(success=False, output=f"ERROR: {unknown}")
+    assert result.output.startswith("ERROR: outcome unknown: an earlier attempt of this ")
     assert notes.read_text() == "S\n"
     assert await attempts(handle) == [2]  # history keeps a retried activity's last start

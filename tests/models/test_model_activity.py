@@ -11,8 +11,9 @@ import pytest
 from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError
 from temporalio.common import RetryPolicy
 
-from tests.support.harness import Harness, activity_starts
+from tests.support.harness import Harness
 from tests.support.processes import free_port
+from tests.support.tries import failed_model_tries
 from treadle.activities.errors import (
     ModelConfigError,
     ModelConnectionError,
@@ -206,18 +207,16 @@ async def test_credentials_in_the_base_url_stay_out_of_errors(http: httpx.AsyncC
 
 
 async def test_retry_after_sets_the_next_attempt_delay_in_a_run(harness: Harness) -> None:
-    """In a real run, a 429's Retry-After is the delay Temporal schedules before attempt 2."""
+    """In a real run, a 429's Retry-After is the wait (a timer) before the call's next try."""
     model = harness.script(
         {"content": "after the wait", "errors": [{"status": 429, "headers": {"Retry-After": "2"}}]}
     )
     handle = await harness.start(model)
     result: AgentResult = await handle.result()
     assert result.status is RunStatus.DONE
-    history = await handle.fetch_history()
-    (retried,) = [started for started in activity_starts(history) if started.attempt == 2]
-    delay = retried.last_failure.application_failure_info.next_retry_delay
-    assert delay.seconds == 2
-    assert "HTTP 429" in retried.last_failure.message
+    [failed] = failed_model_tries(await handle.fetch_history())
+    assert failed.waited == timedelta(seconds=2)
+    assert "HTTP 429" in failed.message
 
 
 def test_retry_after_is_capped_at_the_retry_policys_maximum_interval() -> None:
@@ -246,28 +245,25 @@ def test_a_providers_errors_back_off_from_a_second_up_to_the_policys_maximum() -
 
 
 async def first_retry_delay(harness: Harness, model: str) -> tuple[str, timedelta]:
-    """Start a run on ``model``, wait for its model call's first failed attempt, then cancel
-    the run: that attempt's failure message and the delay it asked Temporal for."""
+    """Start a run on ``model``, wait for its model call's first failed try and the wait the
+    run started after it, then cancel the run: the failure's message and that wait."""
     handle = await harness.start(model)
     async with asyncio.timeout(30):
         while True:
-            described = await handle.describe()
-            pending = described.raw_description.pending_activities
-            if pending and pending[0].last_failure.message:
+            tries = failed_model_tries(await handle.fetch_history())
+            if tries and tries[0].waited is not None:
                 break
-            # A delay Temporal cannot honour (past the run's timeout) would end the run at once.
-            assert described.status is WorkflowExecutionStatus.RUNNING, await handle.result()
+            assert (await handle.describe()).status is WorkflowExecutionStatus.RUNNING
             await asyncio.sleep(0.05)
-    failure = pending[0].last_failure
     await handle.cancel()
     with pytest.raises(WorkflowFailureError):
         await handle.result()
-    return failure.message, failure.application_failure_info.next_retry_delay.ToTimedelta()
+    return tries[0].message, tries[0].waited
 
 
 async def test_a_server_error_waits_a_second_before_the_next_attempt(harness: Harness) -> None:
-    """A 500 without Retry-After: the failed attempt asks Temporal for a one-second backoff
-    (the provider's), not the policy's half second."""
+    """A 500 without Retry-After: the next try follows after a one-second backoff (the
+    provider's)."""
     model = harness.script({"content": "x", "errors": [{"status": 500}] * 3})
     message, delay = await first_retry_delay(harness, model)
     assert "HTTP 500" in message
@@ -277,9 +273,8 @@ async def test_a_server_error_waits_a_second_before_the_next_attempt(harness: Ha
 async def test_a_retry_after_longer_than_the_policy_allows_waits_its_maximum_interval(
     harness: Harness,
 ) -> None:
-    """A 429 asking for an hour: the next attempt is scheduled after the model call policy's
-    maximum interval (60 s), not after an hour (which would outlive the run's 5-minute timeout,
-    so Temporal would not retry at all and the run would end in Error)."""
+    """A 429 asking for an hour: the next try follows after the model call's longest wait
+    (60 s), not after an hour."""
     model = harness.script(
         {"content": "x", "errors": [{"status": 429, "headers": {"Retry-After": "3600"}}]}
     )

@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import dataclasses
-import itertools
 import logging
 import random
 import uuid
@@ -32,8 +31,10 @@ from treadle.activities.errors import ModelConnectionError, ModelHTTPError, Mode
 from treadle.activities.model.activity import ModelActivities, ProviderSettings
 from treadle.activities.model.tokens import (
     FIRST_BATCH_AFTER,
+    HOLD_SECONDS,
     MAX_TOKEN_BATCHES,
     MAX_TOKEN_BATCHES_PER_CALL,
+    NEXT_BATCH_AFTER,
     TokenBatcher,
     TokenPublisher,
     batch_limit,
@@ -697,40 +698,50 @@ async def test_keys_are_redacted_on_the_way_without_streaming(
 # Batches on the run's stream
 
 
-def arrivals(
-    batcher: TokenBatcher, times: list[float], text: str = "ab"
+def simulate(
+    batcher: TokenBatcher, times: list[float], end: float, texts: list[str] | None = None
 ) -> list[tuple[float, TokenDelta]]:
-    """Feed ``text`` at each of ``times``; the batches taken, with when."""
-    taken = []
-    for now in times:
-        batcher.add(text)
-        delta = batcher.take(now)
-        if delta is not None:
+    """Feed text at each of ``times`` (``texts``, else "ab" each time) until the stream ends at
+    ``end``, taking a batch whenever one is ready before it; the batches taken, with when."""
+    texts = texts or ["ab"] * len(times)
+    taken: list[tuple[float, TokenDelta]] = []
+    index = 0
+    while True:
+        arrival = times[index] if index < len(times) else None
+        ready = batcher.ready_at()
+        moments = [m for m in (arrival, ready) if m is not None and m < end]
+        if not moments:
+            return taken
+        now = min(moments)
+        if now == arrival:
+            batcher.add(texts[index], now)
+            index += 1
+        if (delta := batcher.take(now)) is not None:
             taken.append((now, delta))
-    return taken
 
 
-def test_a_call_that_ends_within_half_a_second_publishes_nothing() -> None:
-    """Text arriving only in the first FIRST_BATCH_AFTER (0.5 s) of an attempt: no batch."""
-    batcher = TokenBatcher(step=3, attempt=1, started=100.0)
-    assert FIRST_BATCH_AFTER == 0.5
-    assert arrivals(batcher, [100.0 + t / 100 for t in range(50)]) == []
+def test_a_reply_that_comes_in_one_burst_publishes_nothing() -> None:
+    """A server that answers whole (or sends the reply in one burst at its end) costs no signal:
+    its text never waits HOLD_SECONDS with the stream still open."""
+    batcher = TokenBatcher(step=3, attempt=1, started=0.0)
+    assert simulate(batcher, [10.0] * 20, end=10.01) == []
     assert batcher.batches == 0
 
 
-def test_batches_come_at_growing_intervals_up_to_the_limit_with_contiguous_offsets() -> None:
-    """Text every 50 ms for two minutes: the first batch at 0.5 s, each gap at least twice the
-    one before (1, 2, 4, 8, 16 s), MAX_TOKEN_BATCHES (6) in all; each batch starts where the one
-    before ended and holds everything since."""
+def test_a_call_that_ends_within_its_first_second_publishes_nothing() -> None:
+    """Text streaming only in the first FIRST_BATCH_AFTER (1 s) of a try: no batch."""
+    batcher = TokenBatcher(step=3, attempt=1, started=100.0)
+    assert FIRST_BATCH_AFTER == 1.0
+    assert simulate(batcher, [100.0 + t / 100 for t in range(95)], end=100.97) == []
+
+
+def test_a_long_stream_sends_two_batches_with_contiguous_offsets() -> None:
+    """Text every 50 ms for two minutes: a batch at 1 s and one 4 s later, MAX_TOKEN_BATCHES (2)
+    in all; each starts where the one before ended and holds everything since."""
     batcher = TokenBatcher(step=7, attempt=1, started=0.0)
-    taken = arrivals(batcher, [t * 0.05 for t in range(1, 2400)])
-    assert MAX_TOKEN_BATCHES == 6
-    assert len(taken) == MAX_TOKEN_BATCHES
-    times = [when for when, _ in taken]
-    assert times[0] == pytest.approx(0.5)
-    gaps = [later - earlier for earlier, later in itertools.pairwise(times)]
-    for number, gap in enumerate(gaps):
-        assert gap >= 2.0**number - 1e-9
+    taken = simulate(batcher, [t * 0.05 for t in range(1, 2400)], end=120.0)
+    assert MAX_TOKEN_BATCHES == 2
+    assert [round(when, 6) for when, _ in taken] == [1.0, 5.0]
     offset = 0
     for when, delta in taken:
         assert (delta.step, delta.attempt, delta.offset) == (7, 1, offset)
@@ -738,20 +749,21 @@ def test_batches_come_at_growing_intervals_up_to_the_limit_with_contiguous_offse
         offset += len(delta.text)
 
 
-def test_retries_publish_half_as_many_batches_so_a_call_has_a_bound() -> None:
-    """6 batches on the first attempt, 3, 1, then none: at most 10 signals for a model call,
-    however many attempts it takes."""
-    assert [batch_limit(n) for n in range(1, 7)] == [6, 3, 1, 0, 0, 0]
-    assert MAX_TOKEN_BATCHES_PER_CALL == sum(batch_limit(n) for n in range(1, 101)) == 10
-    for attempt in range(1, 6):
+def test_later_tries_publish_half_as_many_batches_so_a_call_has_a_bound() -> None:
+    """2 batches on the first try, 1 on the second, then none: at most 3 signals for a model
+    call, however many tries it takes."""
+    assert [batch_limit(n) for n in range(1, 7)] == [2, 1, 0, 0, 0, 0]
+    assert MAX_TOKEN_BATCHES_PER_CALL == sum(batch_limit(n) for n in range(1, 101)) == 3
+    for attempt in range(1, 5):
         batcher = TokenBatcher(step=1, attempt=attempt, started=0.0)
-        taken = arrivals(batcher, [t * 0.1 for t in range(1, 3000)])
+        taken = simulate(batcher, [t * 0.1 for t in range(1, 3000)], end=300.0)
         assert len(taken) == batch_limit(attempt)
         assert all(delta.attempt == attempt for _, delta in taken)
 
 
-def arrival_patterns(count: int = 300) -> list[tuple[list[float], list[str], int]]:
-    """Arrival times, texts and attempts, drawn from a seeded generator of the test's own.
+def arrival_patterns(count: int = 300) -> list[tuple[list[float], list[str], float, int]]:
+    """Arrival times, texts, the stream's end and tries, drawn from a seeded generator of the
+    test's own.
 
     Not hypothesis: its check that no strategy uses the ``random`` module fires when another
     thread of the session (a worker, a tracer making span ids) draws from it meanwhile, which
@@ -760,33 +772,33 @@ def arrival_patterns(count: int = 300) -> list[tuple[list[float], list[str], int
     alphabet = "ab c\u00e9\U0001f600\n"
     patterns = []
     for _ in range(count):
-        times = sorted(rng.uniform(0, 200) for _ in range(rng.randint(0, 60)))
+        times = sorted(rng.uniform(0, 60) for _ in range(rng.randint(0, 60)))
         texts = ["".join(rng.choices(alphabet, k=rng.randint(0, 4))) for _ in range(60)]
-        patterns.append((times, texts, rng.randint(1, 4)))
+        end = (times[-1] if times else 0.0) + rng.choice([0.0, 0.01, 0.4, 0.6, 3.0, 30.0])
+        patterns.append((times, texts[: len(times)], end, rng.randint(1, 3)))
     return patterns
 
 
-@pytest.mark.parametrize(("times", "texts", "attempt"), arrival_patterns())
+@pytest.mark.parametrize(("times", "texts", "end", "attempt"), arrival_patterns())
 def test_any_arrival_pattern_keeps_the_policy(
-    times: list[float], texts: list[str], attempt: int
+    times: list[float], texts: list[str], end: float, attempt: int
 ) -> None:
-    """Whenever text arrives: no batch before 0.5 s, gaps that double, at most the attempt's
-    limit, offsets contiguous, and the batches together a prefix of the text."""
+    """Whenever text arrives and the stream ends: no batch before 1 s, 4 s at least between
+    two, none after the end, none holding text that waited less than HOLD_SECONDS, at most the
+    try's limit, offsets contiguous, and the batches together a prefix of the text."""
     batcher = TokenBatcher(step=2, attempt=attempt, started=0.0)
-    taken: list[tuple[float, TokenDelta]] = []
-    for now, text in zip(times, texts, strict=False):
-        batcher.add(text)
-        if (delta := batcher.take(now)) is not None:
-            taken.append((now, delta))
+    taken = simulate(batcher, times, end, texts)
     assert len(taken) <= batch_limit(attempt)
-    earliest, offset = FIRST_BATCH_AFTER, 0
-    for number, (when, delta) in enumerate(taken):
-        assert when >= earliest
-        assert delta.offset == offset
-        assert delta.text
-        earliest = when + FIRST_BATCH_AFTER * 2 ** (number + 1)
+    earliest, offset, published = FIRST_BATCH_AFTER, 0, 0
+    for when, delta in taken:
+        assert earliest <= when < end
+        assert delta.offset == offset and delta.text
+        arrived = [at for at, text in zip(times, texts, strict=True) if at <= when and text]
+        assert when - arrived[published] >= HOLD_SECONDS - 1e-9  # its first piece waited
+        published = len(arrived)
+        earliest = when + NEXT_BATCH_AFTER
         offset += len(delta.text)
-    assert "".join(texts[: len(times)]).startswith("".join(d.text for _, d in taken))
+    assert "".join(texts).startswith("".join(d.text for _, d in taken))
 
 
 class Clock:
@@ -807,18 +819,21 @@ async def test_the_publisher_sends_in_the_background_one_batch_at_a_time() -> No
         sent.append(delta)
 
     publisher = TokenPublisher(TokenBatcher(step=1, attempt=1, started=0.0), publish, clock=clock)
-    clock.now = 0.6
-    publisher("one ")  # due: sending starts in the background
-    clock.now = 5.0
-    publisher("two ")  # due too, but the first is still being sent
+    clock.now = 0.4
+    publisher("one ")  # waits: not yet a second into the try, nor held half a second
+    clock.now = 1.2
+    publisher("two ")  # ready: sending starts in the background
+    clock.now = 6.0
+    publisher("three ")  # due too, but the first is still being sent
     await asyncio.sleep(0)
     assert sent == []
     release.set()
     await asyncio.sleep(0.01)
-    assert [d.text for d in sent] == ["one "]
-    publisher("three")
+    assert [(d.offset, d.text) for d in sent] == [(0, "one two ")]
+    clock.now = 7.0
+    publisher("four")  # "three " has waited its hold, the batch is due: both go out
     await asyncio.sleep(0.01)
-    assert [(d.offset, d.text) for d in sent] == [(0, "one "), (4, "two three")]
+    assert [(d.offset, d.text) for d in sent] == [(0, "one two "), (8, "three four")]
     await publisher.aclose()
 
 
@@ -832,15 +847,17 @@ async def test_the_end_of_a_call_publishes_no_remainder_but_lets_a_batch_land() 
         sent.append(delta)
 
     publisher = TokenPublisher(TokenBatcher(step=1, attempt=1, started=0.0), publish, clock=clock)
-    clock.now = 1.0
+    clock.now = 0.5
     publisher("first")
+    clock.now = 1.0
+    publisher(",")  # "first" has waited its hold: sent
     clock.now = 10.0
-    publisher(" second")
+    publisher(" second")  # a batch is due, but this text has not waited
     await publisher.aclose()
-    assert [d.text for d in sent] == ["first"]
+    assert [d.text for d in sent] == ["first,"]
     publisher(" third")
     await asyncio.sleep(0.1)
-    assert [d.text for d in sent] == ["first"]
+    assert [d.text for d in sent] == ["first,"]
 
 
 async def test_a_failed_call_abandons_the_batch_being_sent() -> None:
@@ -852,8 +869,9 @@ async def test_a_failed_call_abandons_the_batch_being_sent() -> None:
         sent.append(delta)
 
     publisher = TokenPublisher(TokenBatcher(step=1, attempt=1, started=0.0), publish, clock=clock)
-    clock.now = 1.0
     publisher("text")
+    clock.now = 1.0
+    publisher(" more")
     async with asyncio.timeout(1):
         await publisher.aclose(wait=0)
     assert sent == []

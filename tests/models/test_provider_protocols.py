@@ -9,7 +9,8 @@ from __future__ import annotations
 import pytest
 from temporalio.client import WorkflowHistory
 
-from tests.support.harness import Harness, activity_starts
+from tests.support.harness import Harness
+from tests.support.tries import failed_model_tries
 from treadle.workflows.agent.messages.models import AgentResult, RunStatus
 from treadle.workflows.agent.workflow import AgentWorkflow
 
@@ -22,16 +23,12 @@ ONE_FAILURE_ONLY = {"heartbeat_timeout_seconds": 60.0}
 (or take the place of the provider's error) in a test about the provider's error."""
 
 
-def _attempt_failures(history: WorkflowHistory) -> list[tuple[int, str, int]]:
-    """(attempt, last failure message, next retry delay seconds) of each retried attempt."""
+def _attempt_failures(history: WorkflowHistory) -> list[tuple[int, str, float | None]]:
+    """(the try that followed, the failure's message, seconds waited before it) of each
+    failed model call try."""
     return [
-        (
-            s.attempt,
-            s.last_failure.message,
-            s.last_failure.application_failure_info.next_retry_delay.seconds,
-        )
-        for s in activity_starts(history)
-        if s.attempt > 1
+        (index + 2, failed.message, failed.waited.total_seconds() if failed.waited else None)
+        for index, failed in enumerate(failed_model_tries(history))
     ]
 
 
@@ -99,7 +96,7 @@ async def test_usage_including_cached_tokens(harness: Harness, provider: str) ->
 
 @pytest.mark.parametrize("provider", PROTOCOLS)
 async def test_rate_limit_retry_after_is_the_next_delay(harness: Harness, provider: str) -> None:
-    """429 with Retry-After: 2 -> Temporal waits 2 s before the next attempt, which succeeds."""
+    """429 with Retry-After: 2 -> the run waits 2 s before the next try, which succeeds."""
     model = harness.script(
         {"content": "ok", "errors": [{"status": 429, "headers": {"Retry-After": "2"}}]},
         provider=provider,

@@ -625,7 +625,9 @@ async def test_activity_turns_bad_calls_into_errors(
 async def test_run_command_heartbeats_while_waiting(
     workspace: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Inside an activity, a running command heartbeats so a dead worker is noticed early."""
+    """Inside an activity, a command is marked sent before it starts (a command is not safe to
+    repeat), then heartbeats while it runs so a dead worker is noticed early; every beat names
+    the call, so a retried attempt finds the mark whichever beat came last."""
     monkeypatch.setattr(heartbeat, "DEFAULT_INTERVAL_SECONDS", 0.1)
     beats: list[Any] = []
     env = ActivityEnvironment()
@@ -638,8 +640,12 @@ async def test_run_command_heartbeats_while_waiting(
     call = call.model_copy(update={"policy": COMMANDS})
     result = await env.run(ToolActivities().run_tool, call)
     assert result.success
-    assert beats
-    assert str(beats[0][0]).startswith("python3 running for")
+    mark = {"treadle_sent": call.call.id}
+    assert beats[0] == (mark,)
+    assert len(beats) > 1
+    assert all(
+        beat[0] == mark and str(beat[1]).startswith("python3 running for") for beat in beats[1:]
+    )
 
 
 async def test_heartbeat_interval_follows_the_heartbeat_timeout(workspace: Path) -> None:
@@ -656,23 +662,35 @@ async def test_heartbeat_interval_follows_the_heartbeat_timeout(workspace: Path)
 
 
 async def test_a_block_shorter_than_the_first_beat_sends_no_heartbeat() -> None:
-    """Most model calls and every file tool end before the first beat: they send none."""
+    """Most model calls and every file tool end before the first beat (two thirds of the
+    heartbeat timeout into the attempt): they send none; a longer block beats."""
     beats: list[Any] = []
     env = ActivityEnvironment()
+    env.info = dataclasses.replace(env.info, heartbeat_timeout=timedelta(seconds=1.5))
     env.on_heartbeat = lambda *details: beats.append(details)
+    interval = heartbeat.beat_interval(1.5)
 
     async def short_block() -> None:
         async with heartbeat.heartbeating("working"):
-            await asyncio.sleep(0.05)
+            await asyncio.sleep(interval / 10)
 
     async def long_block() -> None:
         async with heartbeat.heartbeating("working"):
-            await asyncio.sleep(heartbeat.FIRST_BEAT_SECONDS + 0.3)
+            await asyncio.sleep(interval * 2.5)
 
     await env.run(short_block)
     assert beats == []
     await env.run(long_block)
-    assert beats == [("working",)]
+    assert beats and set(beats) == {("working",)}
+
+
+def test_beats_leave_room_for_a_late_one() -> None:
+    """Two thirds of the timeout apart, but never closer to it than 3 s (or a third of it):
+    the default 9 s timeout beats every 6 s, a 30 s one every 20 s, a 2 s one every 0.67 s."""
+    assert heartbeat.beat_interval(9) == 6
+    assert heartbeat.beat_interval(30) == 20
+    assert heartbeat.beat_interval(2) == pytest.approx(2 / 3)
+    assert heartbeat.beat_interval(4.5) == 1.5
 
 
 async def test_a_failing_block_wins_over_a_failing_heartbeat(
@@ -680,7 +698,7 @@ async def test_a_failing_block_wins_over_a_failing_heartbeat(
 ) -> None:
     """heartbeating(): the block's own failure is what the activity raises, even when the
     heartbeats failed too; a heartbeat failure after a block that succeeded is raised."""
-    monkeypatch.setattr(heartbeat, "FIRST_BEAT_SECONDS", 0.0)
+    monkeypatch.setattr(heartbeat, "DEFAULT_INTERVAL_SECONDS", 0.01)
 
     def broken() -> str:
         raise RuntimeError("heartbeat failed")

@@ -5,21 +5,29 @@ Each function is one ``workflow.execute_activity_method`` with the options of it
 declared once here. Temporal owns every retry: the activities themselves never loop. A failed
 activity raises ``ActivityError``; what it means for the run is the caller's decision.
 
-One failure is never the caller's to judge: a store that cannot be reached now (type
-``StoreUnavailable``, see ``outages``). Every call waits it out here (``_through_outages``):
-the run shows what it waits for, ``wait_for_store`` is retried by Temporal until the store
-answers, and the same call is made again, with its attempts untouched.
+Two failures are never the caller's to judge, because neither is the call's own:
+
+- a store that cannot be reached now (type ``StoreUnavailable``, see ``outages``). Every call
+  waits it out here (``_through_outages``): the run shows what it waits for,
+  ``wait_for_store`` is retried by Temporal until the store answers, and the same call is made
+  again, with its attempts untouched;
+- a model call's worker that stopped answering (its heartbeat timed out: the worker died, or is
+  too busy to beat). The call is made again at once (``_model_tries``), the run shows that it
+  waits for a worker, and no try is spent: only the provider's own errors spend the call's
+  ``model_max_attempts``. So a model call is a chain of activities of one attempt each, and
+  the provider's backoff (or its ``Retry-After``) is a timer between two of them.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import Protocol, TypeVar, runtime_checkable
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError
+from temporalio.exceptions import ActivityError, is_cancelled_exception
 
 from treadle.workflows.agent.messages import hooks
 from treadle.workflows.agent.messages.hooks import HookRequest, HookResult
@@ -41,13 +49,18 @@ from treadle.workflows.agent.messages.snapshots import (
 from treadle.workflows.agent.parts.outages import (
     FIRST_PROBE,
     LONGEST_PROBE_INTERVAL,
+    MODEL_RETRY_CAP,
     STORE_OUTAGES,
     Outage,
     StoreProbe,
+    lost_worker,
     pause,
+    repeatable_fingerprint,
+    retry_delay,
     unreachable_store,
+    worker_lost,
 )
-from treadle.workflows.base import DEAD_WORKER_RETRY, FIRST_RETRY, failure_message
+from treadle.workflows.base import FIRST_RETRY, failure_message
 
 with workflow.unsafe.imports_passed_through():
     # Activity classes are referenced by method (names by object, not string). Their modules
@@ -59,6 +72,9 @@ with workflow.unsafe.imports_passed_through():
     from treadle.activities.tools.builtin import ToolActivities
     from treadle.activities.tools.loading import list_loaded_tools as list_loaded
     from treadle.activities.workspace import WorkspaceActivities
+
+SUMMARY_TRIES = 2
+"""Reflection's summary call is tried twice (its failure falls back to compaction)."""
 
 COMMAND_TIMEOUT_GRACE_SECONDS = 10
 """A command's attempt may outlive its own timeout by this much: time to kill its process
@@ -82,27 +98,55 @@ class OutageWatcher(Protocol):
 
 
 async def call_model(config: AgentConfig, request: ModelRequest, summary: str) -> ModelResponse:
-    """One planning call (``call_model``)."""
-    response: ModelResponse = await _through_outages(
-        config,
-        None,
-        lambda: workflow.execute_activity_method(
-            ModelActivities.call_model, request, **model_call(config, summary)
-        ),
+    """One planning call (``call_model``), tried up to ``model_max_attempts`` times."""
+    return await _model_tries(
+        config, request, model_call(config, summary), config.model_max_attempts
     )
-    return response
 
 
 async def summarise(config: AgentConfig, request: ModelRequest, summary: str) -> ModelResponse:
-    """Reflection's summary call (``call_model`` with fewer attempts)."""
-    response: ModelResponse = await _through_outages(
-        config,
-        None,
-        lambda: workflow.execute_activity_method(
-            ModelActivities.call_model, request, **summary_call(config, summary)
-        ),
-    )
-    return response
+    """Reflection's summary call (``call_model`` tried twice: a failure has a cheap fallback,
+    compaction without a model)."""
+    return await _model_tries(config, request, model_call(config, summary), SUMMARY_TRIES)
+
+
+async def _model_tries(
+    config: AgentConfig, request: ModelRequest, options: workflow.ActivityConfig, tries: int
+) -> ModelResponse:
+    """The call, tried until it answers: made again at once when its worker stopped answering
+    (no try spent; the run shows it waits for a worker), again after the provider's backoff
+    when the provider failed it retryably, up to ``tries`` such failures. Raises the last
+    ``ActivityError`` (its ``retry_state`` says whether the tries were spent, as fallback
+    models need to know) or a cancellation."""
+    asked, failed, lost = request, 0, None
+    while True:
+        try:
+            response: ModelResponse = await _through_outages(
+                config,
+                None,
+                functools.partial(
+                    workflow.execute_activity_method, ModelActivities.call_model, asked, **options
+                ),
+            )
+        except ActivityError as exc:
+            if is_cancelled_exception(exc):
+                raise
+            if worker_lost(exc):
+                lost = lost_worker(lost, exc, workflow.now())
+                _show(lost)
+                continue
+            failed += 1
+            delay = retry_delay(exc, failed)
+            if delay is None or failed >= tries:
+                raise
+            asked = request.model_copy(
+                update={"attempt": failed + 1, "repeated": repeatable_fingerprint(exc)}
+            )
+            await workflow.sleep(delay, summary=f"retry in {delay.total_seconds():g}s")
+            continue
+        if lost is not None:
+            _show(None)
+        return response
 
 
 async def run_tool(
@@ -250,30 +294,14 @@ def _show(outage: Outage | None) -> None:
 
 
 def model_call(config: AgentConfig, summary: str) -> workflow.ActivityConfig:
-    """One planning call: backs off up to a minute between attempts (rate limits, overload);
-    a 429's ``Retry-After`` replaces the backoff; 4xx other than 408/409/429 fail at once. An
-    attempt lost with its worker is retried ``DEAD_WORKER_RETRY`` after its heartbeat timeout."""
+    """One try of a model call: one attempt (``_model_tries`` decides what follows a failure:
+    the provider's backoff, up to a minute, or its ``Retry-After``; 4xx other than
+    408/409/429 end the call). ``maximum_interval`` caps what a ``Retry-After`` may ask."""
     return workflow.ActivityConfig(
         summary=summary,
         start_to_close_timeout=timedelta(seconds=config.model_timeout_seconds),
         heartbeat_timeout=timedelta(seconds=config.heartbeat_timeout_seconds),
-        retry_policy=RetryPolicy(
-            initial_interval=DEAD_WORKER_RETRY,
-            backoff_coefficient=2.0,
-            maximum_interval=timedelta(seconds=60),
-            maximum_attempts=config.model_max_attempts,
-        ),
-    )
-
-
-def summary_call(config: AgentConfig, summary: str) -> workflow.ActivityConfig:
-    """Reflection's summary call: two attempts, because a failure has a cheap fallback
-    (compaction without a model)."""
-    return workflow.ActivityConfig(
-        summary=summary,
-        start_to_close_timeout=timedelta(seconds=config.model_timeout_seconds),
-        heartbeat_timeout=timedelta(seconds=config.heartbeat_timeout_seconds),
-        retry_policy=RetryPolicy(initial_interval=DEAD_WORKER_RETRY, maximum_attempts=2),
+        retry_policy=RetryPolicy(maximum_interval=MODEL_RETRY_CAP, maximum_attempts=1),
     )
 
 

@@ -126,6 +126,12 @@ class ToolSpec:
     mutating: bool
     """A successful call may have changed files; the post-tools hook runs after it."""
     target: Callable[[Any], str]
+    repeatable: bool = True
+    """Running a call twice has the effect of running it once (reading, listing, writing a
+    whole file). A call that is not (a command, an edit, a custom tool that changes things and
+    is not declared idempotent) is marked sent before it runs, and a retried attempt that finds
+    the mark reports an unknown outcome instead of running it again
+    (``treadle.activities.sent_marks``)."""
     """The file or command a call acts on, for activity summaries and progress tracking."""
     in_workflow: bool = False
     """Changes only the run's own state, so the workflow handles it: no activity, no I/O."""
@@ -178,6 +184,7 @@ _TOOLS: dict[str, ToolSpec] = {
             EditFileArgs,
             mutating=True,
             target=_path,
+            repeatable=False,  # new_text may hold old_text: a second run edits again
         ),
         ToolSpec(
             "list_dir",
@@ -199,6 +206,7 @@ _TOOLS: dict[str, ToolSpec] = {
             RunCommandArgs,
             mutating=True,
             target=lambda args: str(args.command),
+            repeatable=False,
         ),
         ToolSpec(
             "start_phase",
@@ -262,6 +270,8 @@ class DeclaredTool(Protocol):
     @property
     def mutating(self) -> bool: ...
     @property
+    def idempotent(self) -> bool: ...
+    @property
     def needs_approval(self) -> bool: ...
     @property
     def timeout_seconds(self) -> float | None: ...
@@ -288,6 +298,7 @@ def register(tools: Iterable[DeclaredTool], *, loaded: bool = False) -> None:
             tool.args,
             mutating=tool.mutating,
             target=tool.target,
+            repeatable=not tool.mutating or tool.idempotent,
             needs_approval=tool.needs_approval,
             timeout_seconds=tool.timeout_seconds,
             custom=True,

@@ -208,15 +208,17 @@ class AgentConfig(Frozen):
     tool_timeout_seconds: float = Field(120, gt=0, le=86_400)
     """Start-to-close timeout of one tool call attempt."""
     tool_max_attempts: int = Field(3, ge=1, le=100)
-    heartbeat_timeout_seconds: float = Field(1, ge=1, le=3600)
+    heartbeat_timeout_seconds: float = Field(9, ge=1, le=3600)
     """A worker that dies during a model call, command, MCP call or hook is noticed after this
-    long, not after the call's timeout; a model call's retry starts 0.1 s later
-    (``DEAD_WORKER_RETRY``). Beats reach the server every third of it
-    (``worker.HEARTBEAT_THROTTLE``: three heartbeat RPCs a second per running call at the
-    default), so a live attempt is taken for dead only if its worker's event loop stalls for two
-    thirds of it (0.67 s of the default); the call is then made again (the stalled attempt is
-    cancelled at its next beat, which the server no longer accepts).
-    Raise it where workers stall for longer (a machine loaded far past its cores)."""
+    long, not after the call's timeout; a model call is then made again at once, spending none
+    of its ``model_max_attempts`` (``calls``). Beats go every two thirds of it
+    (``treadle.activities.heartbeat``): at the default, every 6 s of a call, so a 10 s model
+    call sends one (each beat that reaches the server is a billed Temporal Cloud action), and a
+    live attempt is taken for lost only if its worker's event loop stalls for 3 s. Lower it for
+    faster recovery at the price of more beats (3 s: a dead worker noticed within 3 s, a beat
+    every 2 s; docs/reliability.md has the figures); raise it where workers stall for longer.
+    A command, an edit or another call that is not safe to repeat is never run twice either way
+    (``treadle.activities.sent_marks``)."""
     thread_idle_timeout_seconds: float = Field(7 * 24 * 3600, gt=0, le=365 * 24 * 3600)
     """A thread with no message for this long ends (Done) — a durable timer, no polling."""
     continue_as_new_after_events: int | None = Field(800, ge=20, le=50_000)

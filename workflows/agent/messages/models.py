@@ -450,6 +450,13 @@ class ModelRequest(Lean):
     context_window_tokens: int | None = None
     """The model's context window: a longer conversation is shown to it as a view (a summary
     of the older messages, then the recent ones; ``treadle.activities.store.view``)."""
+    attempt: int = 1
+    """Which try of the step's call this is: the provider's errors before it, plus one. The run
+    makes each try as an activity of one attempt (``calls.model_call``), so a try lost with its
+    worker is not counted; the activity's backoff and its live tokens go by it."""
+    repeated: str | None = None
+    """The fingerprint of the provider error the try before failed with, when that may be the
+    request's own fault (a 500): the same error again is not tried a third time."""
 
 
 class ModelResponse(Lean):

@@ -1,5 +1,6 @@
 """Infrastructure a call waits out instead of failing: the store (a directory or S3) that cannot
-be reached now. Pure data and functions; ``calls`` does the waiting.
+be reached now, and a model call's worker that stopped answering. Pure data and functions;
+``calls`` does the waiting.
 
 An activity that finds the store unreachable fails at once with a non-retryable
 ``ApplicationError`` of type ``StoreUnavailable`` (``treadle.activities.errors``), so none of the
@@ -7,13 +8,18 @@ call's attempts is spent on it. The run then shows ``waiting: <store> is unreach
 <time>`` (``status``, the stream, the Web UI details), waits in one ``wait_for_store``
 activity that Temporal retries with backoff until the store answers (a retry's failure adds no
 history event, so a days-long outage costs a handful), and makes the same call again.
+
+A model call whose heartbeat timed out (its worker died, or was too busy to beat in time) is
+made again at once, as a new try that spends none of the call's ``model_max_attempts``: the run
+shows ``waiting: a worker stopped answering …`` until one answers. Only the provider's own
+errors spend tries, each after the provider's backoff (``retry_delay``).
 """
 
 from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.exceptions import ActivityError, ApplicationError, TimeoutError, TimeoutType
 
 from treadle.workflows.base import Frozen
 
@@ -43,17 +49,82 @@ class StoreAnswered(Frozen):
 
 
 class Outage(Frozen):
-    """A store a call waits for: where it is, since when, and what the call was told."""
+    """What a call waits for: the store (where it is) or a worker (``lost`` tries made again
+    since), since when, and what the call was told."""
 
     where: str
     since: datetime
     reason: str
+    lost: int = 0
+    """Tries whose worker stopped answering; 0 for a store that cannot be reached."""
+
+    @property
+    def worker(self) -> bool:
+        return self.lost > 0
 
     def describe(self) -> str:
-        """``the store at … is unreachable since …`` (what ``status`` shows after ``waiting:``)."""
-        return (
-            f"{self.where} is unreachable since {self.since:%Y-%m-%d %H:%M:%S} UTC ({self.reason})"
-        )
+        """What ``status`` shows after ``waiting:``."""
+        since = f"{self.since:%Y-%m-%d %H:%M:%S} UTC"
+        if self.worker:
+            again = "made again" if self.lost == 1 else f"made again {self.lost} times"
+            return f"a worker stopped answering {self.where} at {since} ({self.reason}); {again}"
+        return f"{self.where} is unreachable since {since} ({self.reason})"
+
+
+MODEL_RETRY_CAP = timedelta(seconds=60)
+"""The longest wait between two tries of a model call, a provider's ``Retry-After`` included."""
+PROVIDER_FIRST_RETRY = timedelta(seconds=1)
+"""A provider's retryable error with no delay of its own waits this long, then twice as long
+each time (1, 2, 4 ... s), up to ``MODEL_RETRY_CAP``."""
+
+
+WORKER_SHUTDOWN = "WorkerShutdown"
+"""The failure type of an attempt a worker handed back as it shut down (SIGTERM)."""
+
+
+def worker_lost(exc: ActivityError) -> bool:
+    """The try's worker stopped answering (its heartbeat timed out: a dead or starved worker)
+    or handed it back as it shut down: no failure of the call."""
+    cause = exc.cause
+    if isinstance(cause, ApplicationError):
+        return cause.type == WORKER_SHUTDOWN
+    return isinstance(cause, TimeoutError) and cause.type is TimeoutType.HEARTBEAT
+
+
+def lost_worker(before: Outage | None, exc: ActivityError, now: datetime) -> Outage:
+    """The wait for a worker after one more lost try (``before``: the call's, if any)."""
+    if before is None:
+        what = f"during {exc.activity_type or 'the call'}"
+        return Outage(where=what, since=now, reason="no heartbeat in time", lost=1)
+    return before.model_copy(update={"lost": before.lost + 1})
+
+
+def retry_delay(exc: ActivityError, failed: int) -> timedelta | None:
+    """How long after its ``failed``-th provider failure a model call is tried again: the
+    delay the activity set (the provider's ``Retry-After``, else its backoff), else the
+    backoff; ``None`` when the failure is not to be retried (a refusal, a missing key)."""
+    cause = exc.cause
+    if isinstance(cause, ApplicationError):
+        if cause.non_retryable:
+            return None
+        if cause.next_retry_delay is not None:
+            return min(cause.next_retry_delay, MODEL_RETRY_CAP)
+    seconds = PROVIDER_FIRST_RETRY.total_seconds() * 2 ** min(failed - 1, 10)
+    return min(timedelta(seconds=seconds), MODEL_RETRY_CAP)
+
+
+def repeatable_fingerprint(exc: ActivityError) -> str | None:
+    """The fingerprint a provider's failure carries when the same error again would mean the
+    request itself is at fault (``ModelRequest.repeated``)."""
+    cause = exc.cause
+    if not isinstance(cause, ApplicationError) or not cause.details:
+        return None
+    first = cause.details[0]
+    return first if isinstance(first, str) and first.startswith(FINGERPRINT_PREFIX) else None
+
+
+FINGERPRINT_PREFIX = "model-error:"
+"""What a provider failure's fingerprint (its first detail) starts with."""
 
 
 def unreachable_store(exc: ActivityError) -> str | None:

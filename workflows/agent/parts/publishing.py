@@ -52,12 +52,14 @@ the steady state either. Asked where the hook state first decides something (the
 step, after its tools' result). Before it, such a step sent two (``PostToolsHook``, then
 ``Planning``)."""
 
-STEP_ATTRIBUTES_EVERY = timedelta(seconds=10)
-"""At most one upsert of a step's own moves per 10 s of workflow time. A step that waits on a
-real model takes seconds, so ``AgentStep`` in visibility lags by a step or two at most (a search
-such as ``AgentStep > 10`` finds the run within 10 s of it getting there); a fast run (a scripted
-model, ~0.1 s a step) sends about one upsert per 100 steps instead of one a step. A run's state
-a user searches for never waits for it."""
+STEP_ATTRIBUTES_EVERY = timedelta(minutes=5)
+"""At most one upsert of a step's own moves per 5 minutes of workflow time. Each upsert is a
+billed Temporal Cloud action, and a step that waits on a real model takes seconds: at 10 s a
+step, a 10 s pace cost 1.14 actions a step (``bench.actions``), this costs one every 30 steps.
+So ``AgentStep`` in visibility may lag by up to 5 minutes of a run's stepping (a search such as
+``AgentStep > 10`` finds the run at the latest 5 minutes after it got there, at once when it
+waits, hands over or ends). A run's state a user searches for never waits for it, and the
+exact step is always in ``status``, the live view and the Web UI's details."""
 
 _TOOL_STATES = frozenset({State.ACTING.value, State.PARALLEL_ACTING.value})
 _STEP_STATES = _TOOL_STATES | {State.PLANNING.value}
@@ -227,14 +229,18 @@ class Publisher:
         workflow.set_current_details(status.details(self._run, workflow.now(), self.outage))
 
     def store_outage(self, outage: Outage | None) -> None:
-        """A call waits for the store (``outage``) or the store answered (``None``): one trace
-        line and one stream event each way, and the Web UI details say it."""
+        """A call waits for the store or a worker (``outage``), or it answered (``None``): one
+        trace line and one stream event each way, and the Web UI details say it."""
         before, self.outage = self.outage, outage
         state = self._run.state
         if outage is not None and before is None:
-            self.record(state, "WaitingForStore", outage.describe())
+            self.record(state, "WaitingForWorker" if outage.worker else "WaitingForStore",
+                        outage.describe())  # fmt: skip
             self.emit("outage", f"waiting: {outage.describe()}", ok=False)
         elif outage is None and before is not None:
-            self.record(state, "StoreAnswered", f"{before.where} answers again")
-            self.emit("outage", f"{before.where} answers again", ok=True)
+            answered = (
+                "a worker took the call" if before.worker else f"{before.where} answers again"
+            )
+            self.record(state, "WorkerAnswered" if before.worker else "StoreAnswered", answered)
+            self.emit("outage", answered, ok=True)
         self.show()
