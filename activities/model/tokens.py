@@ -15,6 +15,10 @@ events at most). So the batches are few, about two a call:
 - at most ``MAX_TOKEN_BATCHES`` (2) batches on a first try, half as many on the next
   (``batch_limit``: 2, 1, then none), so a model call sends at most
   ``MAX_TOKEN_BATCHES_PER_CALL`` (3) signals;
+- at most ``MAX_BATCH_CHARS`` (2,000) characters a batch: a batch cut there is the try's last,
+  so a reply of any length adds at most a few KB of history a call, whatever the machine's
+  timing (a live view shows the rest from the ``model`` event, itself cut at
+  ``MAX_EVENT_TEXT``; the whole reply is the run's, in ``status`` and the store);
 - never the rest at the end: the ``model`` event carries the whole text anyway.
 
 Each batch is redacted (``treadle.activities.content``: the worker's secrets, any 8 characters of
@@ -48,8 +52,11 @@ from treadle.workflows.agent.messages.models import ModelRequest
 __all__ = [
     "CLOSE_WAIT_SECONDS",
     "FIRST_BATCH_AFTER",
+    "HOLD_SECONDS",
+    "MAX_BATCH_CHARS",
     "MAX_TOKEN_BATCHES",
     "MAX_TOKEN_BATCHES_PER_CALL",
+    "NEXT_BATCH_AFTER",
     "Publish",
     "TokenBatcher",
     "TokenPublisher",
@@ -63,6 +70,8 @@ FIRST_BATCH_AFTER = 1.0
 """Seconds into a try before its first batch ..."""
 NEXT_BATCH_AFTER = 4.0
 """... and between two batches."""
+MAX_BATCH_CHARS = 2_000
+"""The most text one batch carries; a batch cut there ends the try's batches."""
 HOLD_SECONDS = 0.5
 """How long text must have waited, the stream still open, before it goes out: a reply that
 arrives in one burst and ends is never published in pieces."""
@@ -132,6 +141,9 @@ class TokenBatcher:
         text = "".join(self._pending)
         if self._redact is not None:
             text = self._redact(text)
+        if len(text) > MAX_BATCH_CHARS:
+            text = text[:MAX_BATCH_CHARS]
+            self.limit = self.batches + 1  # nothing after a cut: offsets stay contiguous
         self._pending = []
         delta = TokenDelta(step=self.step, attempt=self.attempt, offset=self._offset, text=text)
         self._offset += len(text)

@@ -32,6 +32,7 @@ from treadle.activities.model.activity import ModelActivities, ProviderSettings
 from treadle.activities.model.tokens import (
     FIRST_BATCH_AFTER,
     HOLD_SECONDS,
+    MAX_BATCH_CHARS,
     MAX_TOKEN_BATCHES,
     MAX_TOKEN_BATCHES_PER_CALL,
     NEXT_BATCH_AFTER,
@@ -747,6 +748,19 @@ def test_a_long_stream_sends_two_batches_with_contiguous_offsets() -> None:
         assert (delta.step, delta.attempt, delta.offset) == (7, 1, offset)
         assert len(delta.text) == 2 * round(when / 0.05) - offset
         offset += len(delta.text)
+
+
+def test_a_long_fast_stream_sends_at_most_a_few_kb_whatever_its_length() -> None:
+    """50 KB streamed in a second and a half: the batch is cut at MAX_BATCH_CHARS and is the
+    try's last, so a reply of any length costs at most that much history (offsets stay
+    contiguous: nothing after a cut)."""
+    batcher = TokenBatcher(step=1, attempt=1, started=0.0)
+    taken = simulate(batcher, [t * 0.01 for t in range(1, 150)], end=1.5, texts=["x" * 340] * 149)
+    assert [(delta.offset, len(delta.text)) for _, delta in taken] == [(0, MAX_BATCH_CHARS)]
+    slow = TokenBatcher(step=1, attempt=1, started=0.0)
+    taken = simulate(slow, [t * 0.5 for t in range(1, 40)], end=20.0, texts=["y" * 100] * 39)
+    assert [len(delta.text) for _, delta in taken] == [200, 800]  # at 1 s and 5 s, whole
+    assert MAX_BATCH_CHARS <= 2_000
 
 
 def test_later_tries_publish_half_as_many_batches_so_a_call_has_a_bound() -> None:
