@@ -18,10 +18,12 @@ there does nothing and tells the model the outcome is unknown (``outcome_unknown
 
 A lost attempt on a worker that is alive but busy usually finishes its effect anyway (its
 result just reaches a server that no longer waits for it), and the next attempt is often given
-to the same worker. So an attempt that finds the mark first looks in this worker for the
-earlier attempt of the same activity (``run_once``): while it runs, it waits for it; when it
-has ended, it returns what it returned. Only an earlier attempt this worker does not know
-(another worker's, or one that was cancelled or failed) makes the outcome unknown.
+to the same worker. So the worker keeps its latest attempts of such calls (``run_once``): a
+later attempt of the same activity waits for the earlier one while it runs and takes what it
+returned; an attempt the server gave up while its effect ran is not cut short (the next one
+takes its outcome); an attempt the server gave up before the worker even began it does not
+start. Only an earlier attempt this worker does not know (another worker's, or one that was
+cancelled or failed) makes the outcome unknown.
 
 What it costs: one heartbeat (a billed Temporal Cloud action) per call that is not safe to
 repeat, and about a tenth of a second before its effect (up to the throttle when the attempt
@@ -37,11 +39,13 @@ import asyncio
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
 from temporalio import activity
+from temporalio.exceptions import ApplicationError
 
-from treadle.activities.heartbeat import beat, carry, last_beat
+from treadle.activities.heartbeat import beat, carry, heartbeating, last_beat
 
 __all__ = ["SENT_MARK", "mark_sent", "outcome_unknown", "run_once", "sent_before"]
 
@@ -60,9 +64,9 @@ KEPT_ATTEMPTS = 1024
 """The latest attempts of calls not safe to repeat this worker keeps, for a later attempt of
 the same activity to take their outcome (``run_once``)."""
 
-_attempts: OrderedDict[tuple[str, str, str], asyncio.Future[Any]] = OrderedDict()
+_attempts: OrderedDict[tuple[str, str, str], tuple[int, asyncio.Future[Any]]] = OrderedDict()
 """This worker's attempts of calls not safe to repeat, by activity (workflow id, run id,
-activity id: the same for every attempt), the latest last."""
+activity id: the same for every attempt), each with its attempt number, the latest last."""
 
 
 def _activity_key() -> tuple[str, str, str]:
@@ -73,38 +77,83 @@ def _activity_key() -> tuple[str, str, str]:
 async def run_once(
     call_id: str, run: Callable[[], Awaitable[T]], unknown: Callable[[], Awaitable[T]]
 ) -> T:
-    """``run()`` once for ``call_id``, whatever becomes of this attempt: marked sent first; a
-    later attempt that finds the mark takes the outcome of the earlier one if this worker ran
-    it (waiting for it while it runs), else returns ``unknown()`` without running anything."""
+    """``run()`` once for ``call_id``, whatever becomes of this attempt.
+
+    - An earlier attempt of the same activity that this worker ran (or runs) is waited for,
+      heartbeating, and its outcome is this one's;
+    - else an earlier attempt marked the call sent (another worker's, or one that died):
+      ``unknown()``, nothing run;
+    - else an attempt the server has given up before it even began here (the worker was too
+      busy to start it within its heartbeat timeout) does not start the effect: it fails, and
+      the attempt after it runs the call;
+    - else the call is marked sent and run. An attempt the server gives up while it runs (its
+      heartbeat came too late: the SDK cancels it as no longer found, or timed out) is not
+      cut short: its effect runs to its end, for the next attempt to take. Any other
+      cancellation (the run's, a worker shutting down) stops it."""
     if not activity.in_activity():
         return await run()
     key = _activity_key()
-    if sent_before(call_id):
-        earlier = _attempts.get(key)
-        if earlier is None:
-            return await unknown()
-        await asyncio.wait({earlier})  # this attempt's own cancellation goes through
+    attempt = activity.info().attempt
+    kept = _attempts.get(key)
+    earlier = kept[1] if kept is not None and kept[0] != attempt else None
+    if earlier is not None:
+        async with heartbeating():
+            await asyncio.wait({earlier})  # this attempt's own cancellation goes through
         if earlier.cancelled() or earlier.exception() is not None:
             return await unknown()  # cancelled or failed: whether its effect happened is unknown
         activity.logger.info("tool.outcome_taken_from_earlier_attempt call_id=%s", call_id)
         result: T = earlier.result()
         return result
+    if sent_before(call_id):
+        return await unknown()
+    if _started_too_late():
+        raise ApplicationError(
+            "this attempt began after the server gave it up (the worker was busy): not run",
+            type="AttemptGivenUp",
+        )
     await mark_sent(call_id)
-    outcome: asyncio.Future[T] = asyncio.get_running_loop().create_future()
-    _attempts[key] = outcome
+    effect = asyncio.ensure_future(run())
+    effect.add_done_callback(_retrieved)
+    _attempts[key] = (attempt, effect)
     while len(_attempts) > KEPT_ATTEMPTS:
         _attempts.popitem(last=False)
     try:
-        value = await run()
-    except Exception as exc:
-        outcome.set_exception(exc)
-        outcome.exception()  # retrieved: no "exception never retrieved" warning
+        return await asyncio.shield(effect)
+    except asyncio.CancelledError:
+        if not _given_up():
+            effect.cancel()
         raise
-    except BaseException:
-        outcome.cancel()
-        raise
-    outcome.set_result(value)
-    return value
+
+
+LATE_MARGIN = timedelta(seconds=1)
+"""How far past its heartbeat timeout an attempt that never beat must be before it is taken
+for given up (room for the worker's clock against the server's)."""
+
+
+def _started_too_late() -> bool:
+    """The server started this attempt longer ago than its heartbeat timeout (and a margin),
+    and it has not beaten: the server has given it up and may be running the next."""
+    info = activity.info()
+    timeout = info.heartbeat_timeout
+    if not timeout or last_beat() is not None or info.started_time < KNOWN_SINCE:
+        return False  # no timeout to miss, beaten already, or no start time (a test's info)
+    return datetime.now(UTC) - info.started_time > timeout + LATE_MARGIN
+
+
+KNOWN_SINCE = datetime(2000, 1, 1, tzinfo=UTC)
+"""Start times before this are none at all (``ActivityEnvironment`` gives the epoch)."""
+
+
+def _given_up() -> bool:
+    """Whether this attempt is cancelled because the server no longer waits for it."""
+    details = activity.cancellation_details()
+    return details is not None and (details.not_found or details.timed_out)
+
+
+def _retrieved(effect: asyncio.Future[Any]) -> None:
+    """Mark a finished effect's failure as seen: no later attempt may come to ask for it."""
+    if not effect.cancelled():
+        effect.exception()
 
 
 def sent_before(call_id: str) -> bool:

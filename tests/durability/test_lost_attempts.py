@@ -52,6 +52,23 @@ TOOLS = (
     ),
 )
 """
+STALL_TOOL = """
+import time
+
+from treadle.activities.tools.custom import Tool, ToolArgs, ToolContext
+
+
+class StallArgs(ToolArgs):
+    pass
+
+
+async def stall(args: StallArgs, context: ToolContext) -> str:
+    time.sleep(STALL)  # the worker's event loop is blocked: no heartbeat of any call goes out
+    return "stalled"
+
+
+TOOLS = (Tool(name="stall", description="Keep the worker busy.", args=StallArgs, run=stall),)
+"""
 TIMEOUT_SECONDS = 2
 STALL_SECONDS = 6
 """The tool blocks its worker three times as long as its attempt may take."""
@@ -136,3 +153,57 @@ async def test_a_model_call_lost_with_its_worker_spends_no_try(
         1
     }  # new tries, not retries
     await replayer().replay_workflow(history)
+
+
+START_WAIT_END = (
+    "python3 -c \"import time; open('effects.log', 'a').write('start\\n'); time.sleep(3); "
+    "open('effects.log', 'a').write('end\\n')\""
+)
+
+
+async def test_a_command_whose_attempt_the_server_gave_up_is_not_cut_short(
+    client: Client, model_server: ScriptedModelServer, tmp_path: Path
+) -> None:
+    """A command runs beside a tool that blocks the worker's loop past the command's heartbeat
+    timeout: the server gives the command's attempt up and the SDK cancels it as no longer
+    found, but its command runs to its end (never cut in half) and the next attempt returns its
+    outcome, or, when the worker could not even begin the attempt in time, that attempt runs
+    nothing and the next one runs the command. Either way the command runs once, whole."""
+    module = f"stall_{uuid.uuid4().hex[:8]}"
+    (tmp_path / f"{module}.py").write_text(STALL_TOOL.replace("STALL", str(STALL_SECONDS)))
+    model = f"gave-up-{uuid.uuid4().hex[:8]}"
+    command = {"name": "run_command", "arguments": {"command": START_WAIT_END}}
+    model_server.add_model(
+        model,
+        [
+            {"tool_calls": [command, {"name": "stall", "arguments": {}}]},
+            {"content": "done"},
+        ],
+    )
+    task_queue = f"test-{uuid.uuid4().hex[:12]}"
+    env = clean_env(OPENAI_BASE_URL=model_server.base_url, PYTHONPATH=str(tmp_path))
+    worker = await start_worker(server_address(client), task_queue, env, "--tools", module)
+    workspace = tmp_path / "ws"
+    config = AgentConfig(
+        allow_run_command=True, command_allowlist=("python3",), heartbeat_timeout_seconds=2
+    )
+    try:
+        handle = await start_agent(
+            client, task_queue, f"openai:{model}", workspace, "run it", config=config,
+            id_prefix="gave-up",
+        )  # fmt: skip
+        result: AgentResult = await asyncio.wait_for(handle.result(), 120)
+    finally:
+        assert await worker.terminate() == 0
+
+    assert result.status is RunStatus.DONE
+    assert (workspace / "effects.log").read_text() == "start\nend\n"
+    observed = {
+        message["content"]
+        for message in model_server.requests_for(model)[-1].body["messages"]
+        if message["role"] == "tool"
+    }
+    assert observed == {"exit code 0\n(no output)", "stalled"}
+    history = await handle.fetch_history()
+    # The command's activity was given up at least once: its last attempt is not its first.
+    assert max(started.attempt for started in activity_starts(history)) >= 2
