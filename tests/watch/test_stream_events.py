@@ -4,6 +4,8 @@ watching (by the stream's query) adds nothing to the run's history."""
 
 from __future__ import annotations
 
+import pytest
+
 from tests.support.harness import Harness, keep_history, replayer
 from tests.support.stream import events, stream_items, wait_for_event
 from tests.support.threads import answered, send, start_thread
@@ -140,6 +142,7 @@ async def test_offsets_go_on_across_continue_as_new_and_a_watch_resumes(
     await handle.result()
 
 
+@pytest.mark.replay_corpus
 async def test_watching_adds_nothing_to_history(harness: Harness) -> None:
     """Reading the stream is a query: a run read a hundred times has the same history length."""
     model = harness.script({"content": "done"})
