@@ -41,7 +41,6 @@ from treadle.workflows.agent.messages.snapshots import (
 from treadle.workflows.agent.parts.outages import (
     FIRST_PROBE,
     LONGEST_PROBE_INTERVAL,
-    STORE_OUTAGES,
     Outage,
     StoreProbe,
     pause,
@@ -219,8 +218,7 @@ async def _through_outages(
             return await call()
         except ActivityError as exc:
             where = unreachable_store(exc)
-            # Asked only on this failure, which runs recorded before never met: they replay.
-            if where is None or not workflow.patched(STORE_OUTAGES):
+            if where is None:
                 raise
             if outage is None:
                 outage = Outage(where=where, since=workflow.now(), reason=failure_message(exc))
