@@ -106,7 +106,7 @@ async def test_a_thread_shown_as_a_view_still_exports_and_imports_every_message(
     assert not any(VIEW_NOTE in u for u in users)  # the view's summary is not the record
     answer: ThreadExport = await handle.query(AgentWorkflow.export)
     assert answer.record is not None  # the query's answer names the record, and is no file
-    with pytest.raises(ImportRefused, match=r"starter\.py export"):
+    with pytest.raises(ImportRefused, match=r"treadle export"):
         rebuild(answer, str(harness.workspace), datetime.now(UTC))
 
     path = tmp_path / "thread.json"
