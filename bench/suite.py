@@ -369,8 +369,7 @@ def model_schedules(history: WorkflowHistory) -> list[int]:
 
 def events_per_step(history: WorkflowHistory) -> float:
     """Events from one model call's scheduling to the next's, the median over the run: a step
-    in steady state. What a run pays once (its start and end, and a marker and a
-    ``TemporalChangeVersion`` upsert per ``workflow.patched`` id, in whichever step first asks)
+    in steady state. What a run pays once (its start and end, the listing of its worker's tools)
     is ``events_once``."""
     calls = model_schedules(history)
     if len(calls) < 2:
@@ -464,7 +463,7 @@ async def row_step(bench: Bench) -> list[Row]:
     rows.append(
         Row(
             "step",
-            "events a run pays once, treadle defaults (start, end, patch markers)",
+            "events a run pays once, treadle defaults (start, end, tool listing)",
             f"{once['defaults']:.0f}",
             f"{once['floor']:.0f}",
             values={"treadle_events": once["defaults"], "floor_events": once["floor"]},

@@ -604,7 +604,7 @@ class WorkspaceActivities:
                 return await self.snapshotter.merge(request)
             except StoreUnavailable as exc:
                 raise exc.to_application_error() from exc
-        if request.follows and self.follower is not None:  # this worker's copy of it
+        if self.follower is not None:  # a worker with --workspace-root: its copy of it
             try:
                 async with heartbeating("snapshot", request.step):
                     return await self.follower.snapshot(request)

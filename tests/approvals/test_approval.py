@@ -24,6 +24,7 @@ from treadle.workflows.agent.workflow import AgentWorkflow
 WRITE = {"name": "write_file", "arguments": {"path": "notes.md", "content": "from the model"}}
 
 
+@pytest.mark.replay_corpus
 async def test_approve_runs_the_call_as_asked(harness: Harness) -> None:
     """A call that needs approval waits in WaitingForHuman and runs once approved."""
     model = harness.script({"tool_calls": [WRITE]}, {"content": "written"})
@@ -42,6 +43,7 @@ async def test_approve_runs_the_call_as_asked(harness: Harness) -> None:
     assert "HumanApproved" in events
 
 
+@pytest.mark.replay_corpus
 async def test_reject_feeds_the_reason_back_as_the_observation(harness: Harness) -> None:
     """A rejected call does not run; the model sees the reason as that call's result."""
     model = harness.script({"tool_calls": [WRITE]}, {"content": "understood"})
@@ -55,6 +57,7 @@ async def test_reject_feeds_the_reason_back_as_the_observation(harness: Harness)
     assert message["content"] == "ERROR: a human rejected this call: notes belong in the wiki"
 
 
+@pytest.mark.replay_corpus
 async def test_modify_runs_the_call_with_new_arguments(harness: Harness) -> None:
     """Modified arguments replace the model's; the model sees the call as it actually ran."""
     model = harness.script({"tool_calls": [WRITE]}, {"content": "ok"})
@@ -71,6 +74,7 @@ async def test_modify_runs_the_call_with_new_arguments(harness: Harness) -> None
     assert arguments == {"path": "notes.md", "content": "from the human"}
 
 
+@pytest.mark.replay_corpus
 async def test_invalid_modify_is_refused_and_the_run_keeps_waiting(harness: Harness) -> None:
     """Arguments that fail the schema are refused, recorded, and the call still waits."""
     model = harness.script({"tool_calls": [WRITE]}, {"content": "ok"})
@@ -91,6 +95,7 @@ async def test_invalid_modify_is_refused_and_the_run_keeps_waiting(harness: Harn
     assert (harness.workspace / "notes.md").read_text() == "from the model"
 
 
+@pytest.mark.replay_corpus
 async def test_malformed_signal_bodies_are_refused_without_losing_the_run(
     harness: Harness,
 ) -> None:
@@ -129,6 +134,7 @@ async def test_signal_outside_waiting_is_refused(harness: Harness) -> None:
     ]
 
 
+@pytest.mark.replay_corpus
 async def test_parallel_calls_are_addressed_by_call_id(harness: Harness) -> None:
     """With several pending calls each decision names its call; the rest of the batch waits."""
     model = harness.script(
@@ -199,6 +205,7 @@ async def test_waiting_runs_are_found_by_search_attribute(harness: Harness) -> N
     await handle.result()
 
 
+@pytest.mark.replay_corpus
 async def test_decide_update_answers_the_caller(harness: Harness) -> None:
     """The `decide` update refuses bad decisions to the caller, leaving no history; good ones
     return the decided call."""

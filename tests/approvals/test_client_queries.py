@@ -121,6 +121,7 @@ async def waiting_query(harness: Harness, handle: WorkflowHandle[Any, Any]) -> C
     return status.client_query
 
 
+@pytest.mark.replay_corpus
 async def test_the_ask_client_tool_waits_for_the_answer(harness: Harness) -> None:
     """ask_client: the run waits in WaitingForClient, publishes the query with the commands
     that answer it, and the answer is the call's result in the model's next request."""

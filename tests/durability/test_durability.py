@@ -49,6 +49,7 @@ def _activity_counts(events: list, activity: str) -> tuple[int, int]:
     return len(scheduled), len(completed)
 
 
+@pytest.mark.replay_corpus
 async def test_worker_killed_mid_run_and_restarted(
     client: Client, model_server: ScriptedModelServer, tmp_path: Path
 ) -> None:

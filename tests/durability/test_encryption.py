@@ -72,9 +72,6 @@ UI_ORIGIN = "http://127.0.0.1:8233"
 LACKS_OLD_KEY = "error: the worker cannot read the run: data encrypted with key id 'old'"
 
 
-PATCH_MARKER = "core_patch"
-"""The marker ``workflow.patched`` records. The SDK's core writes it, unencoded, and it holds
-only the patch id (e.g. ``carry-content-hashes``): code, not data."""
 LOCAL_ACTIVITY_MARKER = "core_local_activity"
 """The marker of a local activity (the run's listing of its worker's loaded tools). Its
 ``result`` is the activity's result, encoded like any payload; its ``data`` is the core's own
@@ -83,14 +80,10 @@ record (activity id and type, attempt, time): code, not data, written unencoded.
 
 def _payloads(message: Message) -> Iterator[Payload]:
     """Every payload inside a history event, except search attributes (indexed by the server,
-    so never encoded: they hold the run's state, step and model name), headers (trace context),
-    patch markers and a local activity marker's own ``data``."""
+    so never encoded: they hold the run's state, step and model name), headers (trace context)
+    and a local activity marker's own ``data``."""
     if isinstance(message, Payload):
         yield message
-        return
-    if isinstance(message, HistoryEvent) and (
-        message.marker_recorded_event_attributes.marker_name == PATCH_MARKER
-    ):
         return
     if isinstance(message, HistoryEvent) and (
         message.marker_recorded_event_attributes.marker_name == LOCAL_ACTIVITY_MARKER
@@ -398,8 +391,8 @@ async def test_history_holds_no_plaintext_when_encryption_is_on(
     history = await client.get_workflow_handle(workflow_id).fetch_history()
     assert canary.encode() not in History(events=history.events).SerializeToString()
     markers = [e.marker_recorded_event_attributes.marker_name for e in history.events]
-    # So the exemptions in _payloads are exercised, not hypothetical.
-    assert PATCH_MARKER in markers and LOCAL_ACTIVITY_MARKER in markers
+    # So the exemption in _payloads is exercised, not hypothetical.
+    assert LOCAL_ACTIVITY_MARKER in markers
     payloads = [p for e in history.events for p in _payloads(e)]
     assert len(payloads) > 5
     assert {p.metadata["encoding"] for p in payloads} == {ENCODING}

@@ -9,6 +9,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
 from temporalio.converter import decode_typed_search_attributes
@@ -139,6 +140,7 @@ async def test_a_missing_blob_is_a_clear_error_that_names_it(
     assert str(root) in result.error
 
 
+@pytest.mark.replay_corpus
 async def test_a_step_costs_12_history_events_as_on_the_floor(harness: Harness) -> None:
     """A step (a model call and one tool call) is 12 events on the bare Temporal floor (two
     activities, two workflow tasks), and so is a Treadle step in the steady state: its own
@@ -165,6 +167,7 @@ async def test_a_step_costs_12_history_events_as_on_the_floor(harness: Harness) 
     assert long_events - short_events <= 12 * 9 + paced, (counts, paced)
 
 
+@pytest.mark.replay_corpus
 async def test_an_approved_call_runs_as_acting_never_as_waiting(harness: Harness) -> None:
     """A step's tools send no upsert of their own after its model call, but tools approved
     after a wait do: visibility never shows a run whose approval was given as still waiting."""

@@ -1,7 +1,8 @@
 """A run's first workflow task can end just after its local activity's marker, the code after
 the result running in the next task (a query arriving meanwhile does it). A replay hands the
 result over in the first task and learns of a patch marker only in the task that recorded it,
-so a run must ask no patch between a local activity's result and its next command."""
+so a run must ask no ``workflow.patched`` between a local activity's result and its next
+command: it would replay asked before its marker was known, and fail."""
 
 from __future__ import annotations
 
@@ -14,7 +15,6 @@ from temporalio.client import WorkflowHandle, WorkflowHistory
 
 from tests.support.harness import Harness, replayer
 from treadle.workflows.agent.messages.models import AgentResult, AgentStatus, RunStatus
-from treadle.workflows.agent.parts.planning import CALIBRATED_BUDGET
 from treadle.workflows.agent.workflow import AgentWorkflow
 
 
@@ -46,12 +46,12 @@ async def run_watched(harness: Harness, model: str, **config: Any) -> WorkflowHa
     return handle
 
 
-async def test_a_budgeted_run_asks_its_patches_before_its_local_activity(
+async def test_a_run_queried_as_it_starts_replays_however_its_first_task_was_cut(
     harness: Harness,
 ) -> None:
-    """A run with a budget asks ``calibrated-budget`` before the local activity listing its
-    loaded tools, so its marker sits in the same workflow task in every history; and a run
-    queried while it starts replays, however its first task was cut."""
+    """Runs with a budget or a cost cap (whose checks come right after the local activity
+    listing the worker's tools), queried as they start, replay; no patch marker follows the
+    local activity's in their first task."""
     models = [harness.script({"content": f"Answer {n}."}) for n in range(3)]
     config: list[dict[str, Any]] = [
         {"token_budget": 100_000},
@@ -65,7 +65,6 @@ async def test_a_budgeted_run_asks_its_patches_before_its_local_activity(
         history = await handle.fetch_history()
         markers = first_task_markers(history)
         assert "local activity" in markers
-        assert CALIBRATED_BUDGET in markers[: markers.index("local activity")], markers
         assert markers[-1] == "local activity", markers  # no patch after the result
         # The harness replays every run at teardown; here the check is the test's own.
         await replayer().replay_workflow(history)

@@ -156,6 +156,7 @@ async def current_details(handle: WorkflowHandle[Any, Any]) -> str:
     return metadata.current_details
 
 
+@pytest.mark.replay_corpus
 async def test_a_thread_on_s3_waits_out_the_store_going_away_and_goes_on(
     client: Client, model_server: ScriptedModelServer, s3: S3Server, tmp_path: Path
 ) -> None:
@@ -241,6 +242,7 @@ async def test_a_thread_on_s3_waits_out_the_store_going_away_and_goes_on(
     keep_history("test_a_thread_on_s3_waits_out_the_store_going_away_and_goes_on-0", history)
 
 
+@pytest.mark.replay_corpus
 async def test_a_run_whose_model_call_finds_the_store_directory_gone_waits_for_it(
     client: Client, model_server: ScriptedModelServer, tmp_path: Path
 ) -> None:

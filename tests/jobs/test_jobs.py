@@ -41,6 +41,7 @@ from treadle.workflows.jobs.models import (
 )
 
 
+@pytest.mark.replay_corpus
 async def test_a_job_failing_twice_is_retried_with_backoff_and_succeeds_on_attempt_3(
     env: JobsEnv,
 ) -> None:
@@ -88,6 +89,7 @@ async def test_a_job_failing_twice_is_retried_with_backoff_and_succeeds_on_attem
     keep_history("jobs-retried-then-succeeded", history)
 
 
+@pytest.mark.replay_corpus
 async def test_a_non_retryable_failure_is_not_retried(env: JobsEnv) -> None:
     """ApplicationError(non_retryable=True) from the job: one attempt, a failed run, the
     workflow failed with JobFailed carrying the record."""
@@ -120,6 +122,7 @@ async def test_retries_stop_after_max_retries(env: JobsEnv) -> None:
     assert run.error == "RuntimeError: attempt 3 failed on purpose"
 
 
+@pytest.mark.replay_corpus
 async def test_cancelling_a_run_stops_the_job_and_records_cancelled(
     env: JobsEnv, tmp_path: Path
 ) -> None:
@@ -147,6 +150,7 @@ async def test_cancelling_a_run_stops_the_job_and_records_cancelled(
     [({}, JobRunStatus.SUCCEEDED), ({"fatal": True}, JobRunStatus.FAILED)],
     ids=["succeeded", "failed"],
 )
+@pytest.mark.replay_corpus
 async def test_a_cancellation_while_the_final_record_is_written_waits_for_the_record(
     client: Client, monkeypatch: pytest.MonkeyPatch, params: dict[str, bool], outcome: JobRunStatus
 ) -> None:
@@ -270,6 +274,7 @@ def test_health_thresholds_and_the_worst_of_several() -> None:
     assert worst([]) is Health.HEALTHY
 
 
+@pytest.mark.replay_corpus
 async def test_the_ledger_continues_as_new_and_keeps_its_history(env: JobsEnv) -> None:
     """A ledger that continues-as-new carries its runs and health into the next run, and a
     record delivered twice is kept once."""

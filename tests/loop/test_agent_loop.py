@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.sdk.v1 import WorkflowMetadata
 
@@ -11,6 +12,7 @@ from treadle.workflows.agent.messages.models import AgentResult, RunStatus
 from treadle.workflows.agent.workflow import AgentWorkflow
 
 
+@pytest.mark.replay_corpus
 async def test_happy_path_writes_a_file_and_answers(harness: Harness) -> None:
     """A tool call runs in the workspace, its result reaches the model, the answer ends the run."""
     model = harness.script(
@@ -82,6 +84,7 @@ async def test_read_only_tools_skip_the_post_tools_hook(harness: Harness) -> Non
     assert "HookDone" not in events
 
 
+@pytest.mark.replay_corpus
 async def test_parallel_tool_calls_run_concurrently_and_are_observed_in_call_order(
     harness: Harness,
 ) -> None:
@@ -125,6 +128,7 @@ async def test_parallel_tool_calls_run_concurrently_and_are_observed_in_call_ord
     assert ("Planning", "LlmParallelToolCalls") in [(e.state, e.event) for e in trace.entries]
 
 
+@pytest.mark.replay_corpus
 async def test_max_steps_ends_a_run_that_never_answers(harness: Harness) -> None:
     """A model that keeps calling tools is stopped at max_steps with a clear error."""
     model = harness.script({"tool_calls": [{"name": "list_dir", "arguments": {}}]})

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from temporalio.client import WorkflowHandle
 
 from tests.support.harness import Harness, activity_starts, tool_messages
@@ -33,6 +34,7 @@ async def _answered_after(
     return handle, len(harness.requests(model))
 
 
+@pytest.mark.replay_corpus
 async def test_arguments_that_are_not_json_become_an_error_observation(harness: Harness) -> None:
     """Malformed JSON arguments are reported to the model, which then recovers."""
     output = await _second_request_tool_output(
@@ -60,6 +62,7 @@ async def test_a_json_array_instead_of_an_object_is_refused(harness: Harness) ->
     assert output == "ERROR: arguments for list_dir must be a JSON object, got list"
 
 
+@pytest.mark.replay_corpus
 async def test_unknown_tool_becomes_an_error_observation(harness: Harness) -> None:
     """A tool that does not exist is an observation listing the tools that do."""
     output = await _second_request_tool_output(
@@ -88,6 +91,7 @@ async def test_a_failing_tool_is_data_not_a_crash(harness: Harness) -> None:
     assert (harness.workspace / "main.py").read_text() == "print('hi')\n"
 
 
+@pytest.mark.replay_corpus
 async def test_empty_reply_is_sent_back_as_feedback(harness: Harness) -> None:
     """A reply with neither text nor tool calls asks the model again instead of ending the run."""
     model = harness.script({"content": ""}, {"content": "the answer"})
@@ -108,6 +112,7 @@ async def test_answer_shorter_than_min_answer_length_is_sent_back(harness: Harne
     assert "at least 10" in harness.requests(model)[1]["messages"][-1]["content"]
 
 
+@pytest.mark.replay_corpus
 async def test_blacklisted_tool_is_not_run_and_the_model_is_told(harness: Harness) -> None:
     """A call to a blacklisted tool runs nothing; the model hears why and tries again."""
     model = harness.script(
@@ -142,12 +147,14 @@ async def test_tool_call_without_a_name_is_retried(harness: Harness) -> None:
     assert failures == ["openai response tool call #1 has no name"]
 
 
+@pytest.mark.replay_corpus
 async def test_server_error_then_success_is_retried_by_temporal(harness: Harness) -> None:
     """A 500 is retried by the activity's retry policy; the run never notices."""
     _, requests = await _answered_after(harness, "after retry", {"status": 500})
     assert requests == 2
 
 
+@pytest.mark.replay_corpus
 async def test_unauthorized_fails_fast_with_a_clear_error(harness: Harness) -> None:
     """A 401 is not retried: the run ends in Error naming provider, status and message."""
     model = harness.script(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from tests.support.harness import Harness
 from treadle.workflows.agent.messages.models import (
     AgentConfig,
@@ -16,6 +18,7 @@ LIST = {"name": "list_dir", "arguments": {}}
 USAGE = {"prompt_tokens": 1000, "completion_tokens": 100}
 
 
+@pytest.mark.replay_corpus
 async def test_budget_stops_the_run_before_a_call_that_would_exceed_it(harness: Harness) -> None:
     """With 2,500 tokens and 1,100 per step the third call is never made; the error says why."""
     model = harness.script({"tool_calls": [LIST], "usage": USAGE})
@@ -117,6 +120,7 @@ async def test_model_is_chosen_per_task_type(harness: Harness) -> None:
     assert status.model == chosen
 
 
+@pytest.mark.replay_corpus
 async def test_low_confidence_is_reconsidered_within_the_retry_budget(harness: Harness) -> None:
     """Below the threshold the reply is sent back for reflection; a confident one is accepted."""
     model = harness.script(

@@ -72,6 +72,7 @@ async def test_a_model_call_that_outlives_its_timeout_is_retried_then_fails(
     assert result.error == "model call failed: start-to-close timeout (maximum attempts reached)"
 
 
+@pytest.mark.replay_corpus
 async def test_cancelling_a_waiting_run_ends_it_cancelled(harness: Harness) -> None:
     """`temporal workflow cancel` on a run waiting for approval: Cancelled, visibly."""
     model = harness.script(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from treadle.workflows.agent.messages.models import ToolCall, ToolOutcome, ToolResult, Turn
+from treadle.workflows.agent.messages.models import ToolCall, ToolOutcome, Turn
 from treadle.workflows.agent.messages.state_machine import State
 from treadle.workflows.agent.parts.memory import OWNERSHIP, AgentMemory, OwnershipViolation
 
@@ -98,33 +98,3 @@ def test_messages_pair_each_tool_call_with_its_result() -> None:
     ]
     assert messages[2].tool_calls == (CALL,)
     assert messages[3].tool_call_id == "c1"
-
-
-def test_an_outcome_recorded_flat_parses_into_its_result() -> None:
-    """A ``ToolOutcome`` as histories recorded it before it held a ``ToolResult`` (observation,
-    success, ... beside the call) parses into the same outcome; it is written nested now."""
-    flat = {
-        "call": {"id": "c1", "name": "read_file", "arguments": '{"path":"a.txt"}'},
-        "observation": "head [... stored ...] tail",
-        "success": True,
-        "mutated_paths": ["a.txt"],
-        "content_hashes": {"a.txt": "abc"},
-        "observation_ref": "0" * 64,
-        "observation_chars": 5000,
-    }
-    outcome = ToolOutcome.model_validate(flat)
-    assert outcome.result == ToolResult(
-        success=True,
-        output="head [... stored ...] tail",
-        mutated_paths=("a.txt",),
-        content_hashes={"a.txt": "abc"},
-        output_ref="0" * 64,
-        output_chars=5000,
-    )
-    assert (outcome.observation, outcome.observation_ref, outcome.observation_chars) == (
-        "head [... stored ...] tail",
-        "0" * 64,
-        5000,
-    )
-    assert ToolOutcome.model_validate_json(outcome.model_dump_json()) == outcome
-    assert "observation" not in outcome.model_dump()

@@ -321,12 +321,10 @@ def test_reads_seen_before_a_recovery_are_still_seen_after_it() -> None:
 
 
 def test_without_exploration_reads_are_never_progress() -> None:
-    """``exploration=False`` (runs recorded before exploration counted) keeps the old rule."""
-    tracker = ProgressTracker()
+    """``exploration_is_progress = false``: reads of things never seen are no progress either."""
+    tracker = ProgressTracker(config=ProgressConfig(exploration_is_progress=False))
     for i in range(10):
-        tracker.record_tool_call(
-            "read_file", f"f{i}.go", success=True, mutating=False, exploration=False
-        )
+        read(tracker, f"f{i}.go")
     assert tracker.check() == "No progress in the last 10 actions: 10 read-only"
 
 

@@ -13,7 +13,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 
 from treadle.workflows.agent.messages.models import AgentConfig, AgentInput, TokenUsage, ToolCall
 from treadle.workflows.agent.messages.state_machine import State
-from treadle.workflows.agent.parts import approvals, handover
+from treadle.workflows.agent.parts import approvals
 from treadle.workflows.agent.parts.memory import OwnershipViolation
 from treadle.workflows.agent.parts.state import AgentRun
 from treadle.workflows.agent.parts.toolbox import Toolbox
@@ -107,74 +107,8 @@ def test_the_workflow_class_keeps_nothing_but_the_run() -> None:
     assert assigned == {"_run", "_pub", "_tools"}
 
 
-def test_a_run_recorded_with_flat_fields_parses_into_its_groups() -> None:
-    """An ``AgentRun`` carried before its fields were grouped (flat ``inbox``, ``client_query``,
-    ``stuck_reason``...) parses, each field in its sub-model, and writes the grouped shape."""
-    run = busy_run()
-    grouped = run.model_dump(mode="json")
-    flat = {k: v for k, v in grouped.items() if k not in {"thread", "client", "recovery", "flags"}}
-    flat |= {
-        "inbox": ["next question"],
-        "closing": True,
-        "idle_since": "2026-01-01T00:00:00Z",
-        "client_query": None,
-        "client_answer": None,
-        "client_queries_asked": 2,
-        "client_query_parallel": True,
-        "stuck_reason": "No progress in the last 10 actions",
-        "hints_given": 1,
-        "pending_phase": {"description": "tests", "number": 2, "total_phases": None},
-        "last_step_mutated": True,
-        "reflect_reason": "every 3 steps",
-        "confidence_unavailable_noted": True,
-    }
-    old = AgentRun.model_validate(flat)
-    assert old.thread.inbox == ["next question"] and old.thread.closing
-    assert old.thread.idle_since is not None
-    assert (old.client.asked, old.client.parallel, old.client.query) == (2, True, None)
-    assert (old.recovery.stuck_reason, old.recovery.hints_given) == (
-        "No progress in the last 10 actions",
-        1,
-    )
-    assert old.flags.pending_phase is not None and old.flags.pending_phase.number == 2
-    assert old.flags.last_step_mutated and old.flags.confidence_unavailable_noted
-    assert old.flags.reflect_reason == "every 3 steps"
-    dumped = old.model_dump(mode="json")
-    assert "inbox" not in dumped and dumped["thread"]["inbox"] == ["next question"]
-    assert AgentRun.model_validate(dumped).model_dump() == old.model_dump()
-    # A continue-as-new input recorded with the flat shape resumes a run.
-    resumed = run.input.model_copy(update={"resume": flat})
-    assert AgentRun.model_validate(resumed.resume).recovery.hints_given == 1
-
-
 def test_a_state_outside_the_table_is_refused_by_the_model() -> None:
     """The state field is the transition table's enum: a made-up state does not validate."""
     run = busy_run()
     with pytest.raises(ValueError, match="state"):
         run.state = "Dreaming"  # type: ignore[assignment]
-
-
-def test_an_input_without_the_event_bound_gets_the_default_behind_its_patch() -> None:
-    """``continue_as_new_after_events`` (800 by default) bounds every new run, whether its input
-    names the field or not (plain JSON from another client leaves it out); a run recorded
-    before the ``default-event-bound`` patch, whose input left it out, replays unbounded."""
-
-    def new(_: str) -> bool:
-        return True
-
-    def recorded_before(_: str) -> bool:
-        return False
-
-    fresh = AgentInput(task="t", model="openai:x", workspace="/tmp/ws")
-    payloads = pydantic_data_converter.payload_converter.to_payloads([fresh])
-    [written] = pydantic_data_converter.payload_converter.from_payloads(payloads, [AgentInput])
-    assert handover.event_bound(written.config, recorded_before) == 800
-    old = written.model_dump(mode="json")
-    del old["config"]["continue_as_new_after_events"]
-    silent = AgentInput.model_validate(old).config
-    assert handover.event_bound(silent, recorded_before) is None
-    assert handover.event_bound(silent, new) == 800
-    run = AgentRun.begin(AgentInput.model_validate(old), NOW)
-    assert handover.event_bound(run.input.config, recorded_before) is None
-    unbounded = AgentConfig.model_validate({"continue_as_new_after_events": None})
-    assert handover.event_bound(unbounded, new) is None

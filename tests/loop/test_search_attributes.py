@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowHistory
 from temporalio.converter import decode_typed_search_attributes
@@ -71,6 +72,7 @@ async def test_a_fast_run_sends_its_steps_only_at_the_pace_and_ends_exact(
     assert desc.typed_search_attributes.get(sa.AGENT_STEP) == result.steps == steps + 1
 
 
+@pytest.mark.replay_corpus
 async def test_a_slow_step_sends_its_step_once_the_pace_allows(harness: Harness) -> None:
     """A model call longer than ``STEP_ATTRIBUTES_EVERY`` (a real model's): the next step's
     model call is preceded by one upsert of the step reached, with no state change."""
@@ -80,6 +82,7 @@ async def test_a_slow_step_sends_its_step_once_the_pace_allows(harness: Harness)
     assert _sent(await handle.fetch_history()) == [("Planning", 0), ("Planning", 1), ("Done", 2)]
 
 
+@pytest.mark.replay_corpus
 async def test_a_waiting_run_is_found_by_its_state_at_once_with_its_exact_step(
     harness: Harness,
 ) -> None:
@@ -99,6 +102,7 @@ async def test_a_waiting_run_is_found_by_its_state_at_once_with_its_exact_step(
     assert (await handle.result()).status is RunStatus.DONE
 
 
+@pytest.mark.replay_corpus
 async def test_each_run_of_a_chain_hands_over_with_its_exact_step(harness: Harness) -> None:
     """A fast run that continues as new several times: each run's last values in visibility
     are the step it handed over at (its model calls and those of the runs before it)."""
@@ -139,6 +143,7 @@ async def test_each_run_of_a_chain_hands_over_with_its_exact_step(harness: Harne
     assert runs >= 3
 
 
+@pytest.mark.replay_corpus
 async def test_a_run_with_a_hook_sends_its_steps_only_at_the_pace(harness: Harness) -> None:
     """A run whose every step is committed by ``git_commit``: the hook is one of a step's own
     moves, so a fast run sends neither ``PostToolsHook`` nor the ``Planning`` after it, and

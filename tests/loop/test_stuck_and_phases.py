@@ -28,6 +28,7 @@ def main_go(harness: Harness) -> None:
     (harness.workspace / "main.go").write_text("package main\n")
 
 
+@pytest.mark.replay_corpus
 async def test_repeated_failing_edit_is_hinted_then_recovers(
     harness: Harness, main_go: None
 ) -> None:
@@ -52,6 +53,7 @@ async def test_repeated_failing_edit_is_hinted_then_recovers(
     assert ("Recovering", "Recovered") in moves
 
 
+@pytest.mark.replay_corpus
 async def test_a_model_that_keeps_repeating_is_halted_after_its_hints(
     harness: Harness, main_go: None
 ) -> None:
@@ -79,6 +81,7 @@ async def test_halt_strategy_stops_at_the_first_detection(harness: Harness, main
     assert result.steps == 3
 
 
+@pytest.mark.replay_corpus
 async def test_ask_human_waits_for_guidance_then_continues(harness: Harness, main_go: None) -> None:
     """recovery=ask_human parks the run in WaitingForHuman; guidance reaches the model."""
     model = harness.script(
@@ -126,6 +129,7 @@ async def test_ask_human_can_halt_through_the_cli(harness: Harness, main_go: Non
     assert result.error == "halted by a human: wrong repository"
 
 
+@pytest.mark.replay_corpus
 async def test_a_long_productive_run_is_not_interrupted(harness: Harness) -> None:
     """40 steps writing 40 distinct files, with phases and tests: never stuck, all recorded."""
     turns: list[dict[str, Any]] = []
@@ -191,6 +195,7 @@ async def test_stuck_and_progress_are_logged_with_stable_names(
     assert any(m.startswith("agent.transition") for m in messages)
 
 
+@pytest.mark.replay_corpus
 async def test_reflection_shortens_what_the_next_request_carries(harness: Harness) -> None:
     """Every 3 steps older turns become one summary; the next request is shorter and keeps
     the task, the recent turns and the unresolved error."""
@@ -220,6 +225,7 @@ async def test_reflection_shortens_what_the_next_request_carries(harness: Harnes
     assert "write_file(pkg/f0.go)" in summary_request["messages"][1]["content"]
 
 
+@pytest.mark.replay_corpus
 async def test_reflection_falls_back_to_compaction_when_the_summary_call_fails(
     harness: Harness, main_go: None
 ) -> None:
@@ -249,6 +255,7 @@ async def test_reflection_falls_back_to_compaction_when_the_summary_call_fails(
 SAME_WRITE = {"name": "write_file", "arguments": {"path": "notes.md", "content": "same words\n"}}
 
 
+@pytest.mark.replay_corpus
 async def test_rewriting_one_file_with_identical_content_is_no_progress(harness: Harness) -> None:
     """The write tool's content hash reaches the tracker: identical rewrites halt the run."""
     model = harness.script({"tool_calls": [SAME_WRITE]})

@@ -81,6 +81,7 @@ async def test_a_long_final_answer_stays_whole_through_the_content_door(
     assert result.output == {**GOOD, "title": long_title}
 
 
+@pytest.mark.replay_corpus
 async def test_an_invalid_answer_goes_back_with_the_validation_error(harness: Harness) -> None:
     """A reply that breaks the schema is not the answer: the model is shown what is wrong, and
     its corrected reply is."""
@@ -100,6 +101,7 @@ async def test_an_invalid_answer_goes_back_with_the_validation_error(harness: Ha
     assert "AnswerInvalid" in [e.event for e in trace.entries]
 
 
+@pytest.mark.replay_corpus
 async def test_an_invalid_final_answer_call_gets_the_error_as_its_result(
     harness: Harness,
 ) -> None:

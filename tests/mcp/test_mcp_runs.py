@@ -34,6 +34,7 @@ async def trace_data(handle: Any, event: str) -> list[str]:
     return [e.data for e in trace.entries if e.event == event]
 
 
+@pytest.mark.replay_corpus
 async def test_a_run_offers_and_calls_a_stdio_servers_tools(mcp_harness: McpHarness) -> None:
     async with mcp_harness(stdio_entry("calc")) as h:
         model = h.script(
@@ -194,6 +195,7 @@ async def test_arguments_that_parse_but_cannot_be_sent_are_error_observations(
         assert observations[2].startswith("ERROR: mcp__calc__echo cannot be called: call_id")
 
 
+@pytest.mark.replay_corpus
 async def test_a_tool_that_vanishes_under_a_live_run_is_an_error_and_no_longer_offered(
     mcp_harness: McpHarness, tmp_path: Path
 ) -> None:

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from tests.support.harness import Harness
 from treadle.workflows.agent.messages.models import AgentResult, AgentStatus, RunStatus
 from treadle.workflows.agent.workflow import AgentWorkflow
@@ -13,6 +15,7 @@ from treadle.workflows.agent.workflow import AgentWorkflow
 DOWN: dict[str, Any] = {"content": "never seen", "errors": [{"status": 503}] * 4}
 
 
+@pytest.mark.replay_corpus
 async def test_a_model_whose_endpoint_is_down_hands_the_call_to_the_next(
     harness: Harness,
 ) -> None:

@@ -18,6 +18,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Replayer
 
+from tests.support.harness import keep_history
 from tests.support.monitors import EventReader, Handle, start_monitor, until, view
 from treadle.activities.model.activity import ProviderSettings, http_client
 from treadle.cli.worker import WORKFLOWS, build_worker, workflow_runner
@@ -35,10 +36,13 @@ from treadle.workflows.monitors.workflow import MonitorWorkflow
 
 
 @pytest.fixture
-async def monitors(time_skipping: WorkflowEnvironment) -> AsyncIterator[Monitors]:
-    """A worker on a fresh task queue; every monitor started is replay-checked afterwards, and
-    terminated: the test server only skips time while no workflow task is outstanding, and a
-    monitor left behind without its worker would hold it still for the next test."""
+async def monitors(
+    time_skipping: WorkflowEnvironment, request: pytest.FixtureRequest
+) -> AsyncIterator[Monitors]:
+    """A worker on a fresh task queue; every monitor started is terminated, then replay-checked
+    (and kept for the replay corpus: ``keep_history``): the test server only skips time while no
+    workflow task is outstanding, and a monitor left behind without its worker would hold it
+    still for the next test."""
     task_queue = f"test-{uuid.uuid4().hex[:12]}"
     harness = Monitors(time_skipping.client, task_queue)
     async with (
@@ -53,13 +57,14 @@ async def monitors(time_skipping: WorkflowEnvironment) -> AsyncIterator[Monitors
         yield harness
         for handle in harness.handles:
             await handle.terminate(reason="test over")
-    for handle in harness.handles:
+    for index, handle in enumerate(harness.handles):
         history = await handle.fetch_history()
         await Replayer(
             workflows=WORKFLOWS,
             data_converter=pydantic_data_converter,
             workflow_runner=workflow_runner(),
         ).replay_workflow(history)
+        keep_history(f"{request.node.name}-{index}", history)
 
 
 class Monitors:
@@ -82,6 +87,7 @@ def statuses(v: MonitorView) -> list[CheckInStatus]:
     return [c.status for c in reversed(v.recent)]
 
 
+@pytest.mark.replay_corpus
 async def test_a_silent_monitor_goes_missed_once_and_a_late_ok_heals_it(
     monitors: Monitors, time_skipping: WorkflowEnvironment
 ) -> None:
@@ -126,6 +132,7 @@ async def test_a_silent_monitor_goes_missed_once_and_a_late_ok_heals_it(
     assert again.stats.week.missed == 2 and again.stats.week.success == 1
 
 
+@pytest.mark.replay_corpus
 async def test_an_in_progress_run_past_its_max_runtime_becomes_a_timeout(
     monitors: Monitors, time_skipping: WorkflowEnvironment
 ) -> None:

@@ -8,6 +8,7 @@ import uuid
 from contextlib import aclosing
 from typing import Any
 
+import pytest
 from temporalio.api.enums.v1 import EventType, WorkflowTaskFailedCause
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.common import RawValue
@@ -15,7 +16,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.contrib.workflow_streams import WorkflowStreamClient, WorkflowStreamItem
 from temporalio.worker import Replayer
 
-from tests.support.harness import running_worker
+from tests.support.harness import keep_history, running_worker
 from tests.support.monitors import Handle, start_monitor, until
 from treadle.cli.worker import WORKFLOWS, workflow_runner
 from treadle.workflows.monitors.models import (
@@ -44,6 +45,7 @@ async def waiting_on_a_timer(handle: Handle, timeout: float = 15) -> None:
         await asyncio.sleep(0.1)
 
 
+@pytest.mark.replay_corpus
 async def test_a_burst_of_check_ins_across_continue_as_new_loses_nothing(client: Client) -> None:
     """80 check-ins signalled at once to a monitor that continues as new every ~40 events: all
     80 are recorded in order, the run after the burst waits on its deadline timer, and every
@@ -92,6 +94,7 @@ async def test_a_burst_of_check_ins_across_continue_as_new_loses_nothing(client:
         }
         assert causes <= {WorkflowTaskFailedCause.WORKFLOW_TASK_FAILED_CAUSE_UNHANDLED_COMMAND}
         await replayer.replay_workflow(history)
+        keep_history(f"monitor-burst-across-continue-as-new-{runs}", history)
         last = history.events[-1]
         run_id = (
             last.workflow_execution_continued_as_new_event_attributes.new_execution_run_id

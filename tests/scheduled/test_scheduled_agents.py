@@ -161,6 +161,7 @@ async def _nothing_made(schedules: Schedules, name: str) -> None:
         assert missing.value.status is RPCStatusCode.NOT_FOUND, made
 
 
+@pytest.mark.replay_corpus
 async def test_a_scheduled_agent_runs_and_its_check_ins_reach_its_monitor(
     schedules: Schedules,
 ) -> None:
@@ -229,6 +230,7 @@ async def test_a_scheduled_agent_runs_and_its_check_ins_reach_its_monitor(
     assert (row["state"], row["health"], row["schedule"]) == ("active", "healthy", "every 60 min")
 
 
+@pytest.mark.replay_corpus
 async def test_a_run_waiting_for_approval_is_in_progress_and_the_next_slot_is_skipped(
     schedules: Schedules,
 ) -> None:
@@ -277,6 +279,7 @@ async def test_a_run_waiting_for_approval_is_in_progress_and_the_next_slot_is_sk
     await schedules.replay_and_keep(slot, "scheduled-agent-waited-for-approval")
 
 
+@pytest.mark.replay_corpus
 async def test_a_failing_run_marks_its_monitor_failing(schedules: Schedules) -> None:
     """A run that ends in error checks in error with the reason: the monitor turns failing,
     and the slot's workflow fails (red on the Schedules page) with the run's outcome."""
@@ -451,6 +454,7 @@ class _BadDeploy:
         await workflow.wait_condition(lambda: False)
 
 
+@pytest.mark.replay_corpus
 async def test_a_scheduled_message_reaches_its_thread_and_its_answer_the_monitor(
     schedules: Schedules,
 ) -> None:
@@ -526,6 +530,7 @@ async def test_a_scheduled_message_reaches_its_thread_and_its_answer_the_monitor
     await thread.execute_update(AgentWorkflow.close)
 
 
+@pytest.mark.replay_corpus
 async def test_a_message_whose_turn_fails_or_whose_thread_ended_checks_in_error(
     schedules: Schedules,
 ) -> None:
@@ -625,6 +630,7 @@ async def test_a_scheduled_message_without_a_running_thread_or_with_run_options_
     await _nothing_made(schedules, name)
 
 
+@pytest.mark.replay_corpus
 async def test_a_thread_terminated_while_a_slot_waits_for_its_answer_checks_in_error_at_once(
     schedules: Schedules,
 ) -> None:

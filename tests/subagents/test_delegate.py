@@ -29,6 +29,7 @@ from treadle.workflows.agent.messages.models import AgentResult, AgentStatus, Ru
 from treadle.workflows.agent.workflow import AgentWorkflow
 
 
+@pytest.mark.replay_corpus
 async def test_parallel_children_each_answer_their_own_call(harness: Harness) -> None:
     """Three delegate calls in one reply start three children at once; whichever finishes first,
     each child's answer is the observation of the call that started it, and the parent's usage
@@ -133,6 +134,7 @@ async def test_depth_and_fan_out_are_bounded(harness: Harness) -> None:
     assert [ch.call_id for ch in status.children] == ["call_1", "call_3"]
 
 
+@pytest.mark.replay_corpus
 async def test_one_budget_stops_a_child_midway_and_the_parent_at_its_limit(
     harness: Harness,
 ) -> None:
@@ -162,6 +164,7 @@ async def test_one_budget_stops_a_child_midway_and_the_parent_at_its_limit(
     await child(harness, handle, "call_q").result()
 
 
+@pytest.mark.replay_corpus
 async def test_cancelling_the_parent_ends_its_children(harness: Harness) -> None:
     """A parent cancelled while its children run ends cancelled, and so does every child, a
     grandchild too: one child waits for an approval, the other for its own child (so its
@@ -193,6 +196,7 @@ async def test_cancelling_the_parent_ends_its_children(harness: Harness) -> None
     assert status.state == "Cancelled"
 
 
+@pytest.mark.replay_corpus
 async def test_a_child_that_fails_is_an_error_observation(harness: Harness) -> None:
     """A child terminated mid-run and a child whose model call fails are each their call's
     ERROR: observation; the parent goes on and answers."""
@@ -222,6 +226,7 @@ async def test_a_child_that_fails_is_an_error_observation(harness: Harness) -> N
     ]
 
 
+@pytest.mark.replay_corpus
 async def test_a_childs_approval_is_decided_through_the_parent(harness: Harness) -> None:
     """A child's call waiting for approval shows in its parent's status, named by the parent's
     call and the child's; the stock CLI's signal to the parent, and ``starter.py approve

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
 from temporalio.api.sdk.v1 import WorkflowMetadata
 from temporalio.client import WorkflowHandle
 
@@ -33,6 +34,7 @@ def failing_edit(harness: Harness) -> dict[str, Any]:
     }
 
 
+@pytest.mark.replay_corpus
 async def test_a_stuck_child_is_guided_through_its_parent(harness: Harness) -> None:
     """A stuck child's ``guidance_needed`` reaches its parent's stream naming the child's call,
     with commands that work on the parent; ``treadle guide PARENT_ID --child call_1`` sends
@@ -88,6 +90,7 @@ async def test_a_guide_naming_no_stuck_child_is_refused(harness: Harness) -> Non
     assert (result.status, result.answer) == (RunStatus.DONE, "done")
 
 
+@pytest.mark.replay_corpus
 async def test_a_stuck_grandchild_is_halted_through_the_top_run_with_the_stock_cli(
     harness: Harness,
 ) -> None:
@@ -140,6 +143,7 @@ def ask(what: str, call_id: str) -> dict[str, Any]:
     return {"name": "ask_client", "arguments": {"kind": "question", "what": what}, "id": call_id}
 
 
+@pytest.mark.replay_corpus
 async def test_a_childs_client_queries_are_answered_through_its_parent(harness: Harness) -> None:
     """Two children ask their client: the parent's status and stream show both queries named by
     the parent's call (``call_1/q1``) with commands that work on the parent; ``starter.py

@@ -7,6 +7,7 @@ import asyncio
 import uuid
 from pathlib import Path
 
+import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
@@ -38,6 +39,7 @@ def count(events: list, kind: EventType.ValueType) -> int:
     return sum(1 for e in events if e.event_type == kind)
 
 
+@pytest.mark.replay_corpus
 async def test_children_survive_a_killed_worker(
     client: Client, model_server: ScriptedModelServer, tmp_path: Path
 ) -> None:

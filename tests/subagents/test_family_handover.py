@@ -83,6 +83,7 @@ async def waiting_under_a_parent(
     return one, two, parent, handle, kids
 
 
+@pytest.mark.replay_corpus
 async def test_children_run_on_across_their_parents_hand_over(harness: Harness) -> None:
     """A parent whose history asks for a hand-over while its two children wait continues as new
     without them: they are not restarted (same runs, each child's tool ran once), each child's
@@ -124,6 +125,7 @@ async def test_children_run_on_across_their_parents_hand_over(harness: Harness) 
     ]
 
 
+@pytest.mark.replay_corpus
 async def test_children_ending_around_the_hand_over_are_each_observed_once(
     harness: Harness,
 ) -> None:
@@ -165,6 +167,7 @@ async def test_children_ending_around_the_hand_over_are_each_observed_once(
     ]
 
 
+@pytest.mark.replay_corpus
 async def test_a_lone_childs_call_is_carried_too(harness: Harness) -> None:
     """One ``delegate`` call (Acting, not ParallelActing) is carried the same way: the parent
     hands over while its child waits, and the child's answer is the call's observation."""
@@ -192,6 +195,7 @@ async def test_a_lone_childs_call_is_carried_too(harness: Harness) -> None:
     assert EventType.EVENT_TYPE_CHILD_WORKFLOW_EXECUTION_COMPLETED not in kinds
 
 
+@pytest.mark.replay_corpus
 async def test_a_parent_cancelled_after_its_hand_over_still_ends_its_children(
     harness: Harness,
 ) -> None:
@@ -216,6 +220,7 @@ async def test_a_parent_cancelled_after_its_hand_over_still_ends_its_children(
     ]
 
 
+@pytest.mark.replay_corpus
 async def test_a_child_terminated_after_its_parents_hand_over_is_an_error_observation(
     harness: Harness,
 ) -> None:
@@ -242,6 +247,7 @@ async def test_a_child_terminated_after_its_parents_hand_over_is_an_error_observ
     assert result.usage.total_tokens == 1100 + 2200 + lost.token_budget + 770
 
 
+@pytest.mark.replay_corpus
 async def test_a_child_whose_parent_was_terminated_ends_itself(harness: Harness) -> None:
     """No server cancels a child that may outlive its parent's runs: a child that finds its
     parent terminated when it reports ends itself at its next step, saying why."""

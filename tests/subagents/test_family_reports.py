@@ -19,6 +19,7 @@ from treadle.workflows.agent.workflow import AgentWorkflow
 DOLLAR_A_MILLION = {"prompt": 1.0, "completion": 1.0}
 
 
+@pytest.mark.replay_corpus
 async def test_a_childs_running_spend_shows_in_its_parents_status(harness: Harness) -> None:
     """While a child waits for an approval, its parent's status already shows what the child
     spent (tokens, cost, state): each child's and the family's totals, before the child ends."""
@@ -64,6 +65,7 @@ async def test_a_childs_running_spend_shows_in_its_parents_status(harness: Harne
     assert (final.children[0].status, final.children[0].tokens) == ("done", 1560)
 
 
+@pytest.mark.replay_corpus
 async def test_a_childs_events_appear_in_its_parents_stream_tagged(harness: Harness) -> None:
     """The parent's stream carries its child's events (model replies, tool calls), each tagged
     with the child's workflow id, and none of the child's own end."""
@@ -89,6 +91,7 @@ async def test_a_childs_events_appear_in_its_parents_stream_tagged(harness: Harn
     assert (last.kind, last.subagent) == ("ended", None)
 
 
+@pytest.mark.replay_corpus
 async def test_a_childs_routine_reports_keep_their_pace_and_its_last_events_still_arrive(
     harness: Harness,
 ) -> None:
@@ -122,6 +125,7 @@ async def test_a_childs_routine_reports_keep_their_pace_and_its_last_events_stil
     assert not [e for e in passed if e.kind == "state"]
 
 
+@pytest.mark.replay_corpus
 async def test_a_grandchilds_approval_is_decided_through_the_top_run(harness: Harness) -> None:
     """A grandchild's call waiting for approval bubbles up to the top run, named by each
     level's call (``call_c/call_g/call_t0_0``); ``treadle approve TOP_ID --call`` decides it
@@ -170,6 +174,7 @@ def test_watch_shows_a_childs_event_as_one_line_tagged_with_it() -> None:
     assert line is not None and line.plain == "[run-1.call_1] model: list_dir ."
 
 
+@pytest.mark.replay_corpus
 async def test_a_stuck_child_shows_in_its_parents_status(harness: Harness) -> None:
     """A child stuck on the same failing call and asking for guidance (recovery ask_human)
     shows as stuck in its parent's status; guided by its own id, it goes on and answers."""

@@ -17,6 +17,7 @@ DOLLAR_A_MILLION = {"prompt": 1.0, "completion": 1.0}
 """A price that makes a million tokens cost a dollar: $0.03 is 30,000 tokens."""
 
 
+@pytest.mark.replay_corpus
 async def test_one_cost_cap_stops_a_child_midway_and_the_parent_at_its_limit(
     harness: Harness,
 ) -> None:

@@ -10,6 +10,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
 
@@ -59,6 +60,7 @@ def _for_turn(models: ScriptedModelServer, model: str, turn: int) -> list[dict[s
     return [r.body for r in models.requests_for(model) if len(_texts(r.body, "assistant")) == turn]
 
 
+@pytest.mark.replay_corpus
 async def test_a_thread_survives_its_worker_killed_mid_turn(
     client: Client, model_server: ScriptedModelServer, tmp_path: Path
 ) -> None:

@@ -201,10 +201,8 @@ def _run_at(step: int) -> AgentRun:
         Turn(
             step=i,
             outcomes=(
-                ToolOutcome(
-                    call=ToolCall(id=f"c{i}", name="write_file", arguments="{}"),
-                    observation="ok",
-                    success=True,
+                ToolOutcome.of(
+                    ToolCall(id=f"c{i}", name="write_file", arguments="{}"), "ok", success=True
                 ),
             ),
         )
@@ -246,9 +244,9 @@ def test_every_carried_list_is_bounded() -> None:
     assert abs(sizes[1] - sizes[0]) <= 0.05 * sizes[0], sizes
 
 
-def test_old_carried_shapes_still_resume() -> None:
-    """A resume that carries the whole run (an older hand-over, ``starter.py import``) and one
-    that leaves out the input (a hand-over by reference) both resume."""
+def test_a_whole_and_a_lean_resume_both_resume() -> None:
+    """A resume that carries the whole run (a hand-over without a store, ``treadle import``) and
+    one that leaves out the input (a hand-over by reference) both resume."""
     run = _run_at(3)
     whole = run.input.model_copy(update={"resume": run.model_dump(mode="json")})
     assert handover.resumed(whole).memory.history == run.memory.history

@@ -33,6 +33,7 @@ def user_texts(body: dict[str, Any]) -> list[str]:
     return [m["content"] for m in body["messages"] if m["role"] == "user"]
 
 
+@pytest.mark.replay_corpus
 async def test_every_message_is_a_turn_with_everything_said_before(harness: Harness) -> None:
     """Three turns: the third request carries the first message and both earlier answers."""
     model = harness.script(
@@ -155,6 +156,7 @@ async def test_the_stock_cli_sends_a_message(harness: Harness) -> None:
     await handle.result()
 
 
+@pytest.mark.replay_corpus
 async def test_a_thread_continues_as_new_and_keeps_its_conversation(harness: Harness) -> None:
     """With a low bound, the thread hands itself to new runs mid-conversation; the same id
     keeps answering with everything said before, and status and trace say which run it is."""

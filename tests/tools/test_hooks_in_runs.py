@@ -4,6 +4,8 @@ step that only reads runs no hook; and without hooks in the config nothing chang
 
 from __future__ import annotations
 
+import pytest
+
 from tests.support.harness import Harness
 from tests.support.repos import committed_repo, git
 from tests.support.stream import events
@@ -20,6 +22,7 @@ async def hook_lines(handle: object) -> list[str]:
     return [e.data for e in trace.entries if e.event == "HookRun"]
 
 
+@pytest.mark.replay_corpus
 async def test_a_step_that_writes_is_committed(harness: Harness) -> None:
     repo = harness.workspace
     committed_repo(repo)
@@ -48,6 +51,7 @@ async def test_a_step_that_writes_is_committed(harness: Harness) -> None:
     assert [e.ok for e in hook_events] == [True]
 
 
+@pytest.mark.replay_corpus
 async def test_a_workspace_that_is_no_repository_is_left_alone(harness: Harness) -> None:
     model = harness.script({"tool_calls": [write("notes.md", "x")]}, {"content": "ok"})
     handle = await harness.start(model, hooks=["git_commit"])
@@ -57,6 +61,7 @@ async def test_a_workspace_that_is_no_repository_is_left_alone(harness: Harness)
     assert not (harness.workspace / ".git").exists()
 
 
+@pytest.mark.replay_corpus
 async def test_without_hooks_the_step_only_notes_what_changed(harness: Harness) -> None:
     model = harness.script({"tool_calls": [write("notes.md", "x")]}, {"content": "ok"})
     handle = await harness.start(model)

@@ -17,6 +17,7 @@ from treadle.cli.worker import build_worker
 from treadle.workflows.agent.messages.models import AgentConfig, AgentResult, RunStatus
 
 
+@pytest.mark.replay_corpus
 async def test_tools_run_on_their_own_queue_and_wait_for_its_worker(harness: Harness) -> None:
     tool_queue = f"tools-{uuid.uuid4().hex[:10]}"
     model = harness.script(

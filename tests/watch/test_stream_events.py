@@ -4,6 +4,8 @@ watching (by the stream's query) adds nothing to the run's history."""
 
 from __future__ import annotations
 
+import pytest
+
 from tests.support.harness import Harness, keep_history, replayer
 from tests.support.stream import events, stream_items, wait_for_event
 from tests.support.threads import answered, send, start_thread
@@ -107,32 +109,30 @@ async def test_offsets_go_on_across_continue_as_new_and_a_watch_resumes(
     harness: Harness,
 ) -> None:
     """A thread that hands itself over keeps one stream: offsets keep counting, the tail
-    comes along, a reader resumes from an offset it saw before and misses nothing."""
+    comes along, and a reader that resumes after each turn from the last offset it saw, across
+    the hand-overs, misses nothing."""
     model = harness.script(*({"content": f"answer {i}"} for i in range(5)))
     handle = await start_thread(harness, model, continue_as_new_after_events=20)
     await answered(harness, handle, 1)
-    first = await stream_items(handle)
-    assert first
-    resume_at = first[-1][0] + 1
+    read = await stream_items(handle)
+    assert read
+    resume_at = 0
     for i in range(1, 5):
         await send(handle, f"message {i}")
         status: AgentStatus = await answered(harness, handle, i + 1)
+        resume_at = read[-1][0] + 1
+        read += await stream_items(handle, resume_at)
     assert status.run_in_chain > 1
     assert status.stream_offset > resume_at
-    later = await stream_items(handle, resume_at)
-    offsets = [offset for offset, _ in later]
-    assert offsets == list(range(resume_at, resume_at + len(offsets)))
-    later_events = [e for _, e in later if isinstance(e, AgentEvent)]
-    assert [e.text for e in later_events if e.kind == "answer"] == [
-        f"answer {i}" for i in range(1, 5)
-    ]
-    assert [e.text for e in later_events if e.kind == "message"] == [
-        f"message {i}" for i in range(1, 5)
-    ]
-    assert any(e.kind == "continued" for e in later_events)
-    assert max(e.run for e in later_events) == status.run_in_chain
+    offsets = [offset for offset, _ in read]
+    assert offsets == list(range(len(offsets)))  # from the first item on, no gap
+    events = [e for _, e in read if isinstance(e, AgentEvent)]
+    assert [e.text for e in events if e.kind == "answer"] == [f"answer {i}" for i in range(5)]
+    assert [e.text for e in events if e.kind == "message"] == [f"message {i}" for i in range(1, 5)]
+    assert any(e.kind == "continued" for e in events)
+    assert max(e.run for e in events) == status.run_in_chain
     # What the stream keeps after the hand-overs is one unbroken tail up to now, reaching back
-    # at least to where the reader resumed (the tail is carried, bounded by STREAM_EVENTS).
+    # at least to where the reader last resumed (the tail is carried, bounded by STREAM_EVENTS).
     kept = [o for o, _ in await stream_items(handle)]
     assert kept == list(range(kept[0], kept[0] + len(kept)))
     assert kept[0] <= resume_at
@@ -140,6 +140,7 @@ async def test_offsets_go_on_across_continue_as_new_and_a_watch_resumes(
     await handle.result()
 
 
+@pytest.mark.replay_corpus
 async def test_watching_adds_nothing_to_history(harness: Harness) -> None:
     """Reading the stream is a query: a run read a hundred times has the same history length."""
     model = harness.script({"content": "done"})

@@ -93,6 +93,7 @@ def tool_attempts(events: list[Any]) -> list[tuple[int, int]]:
 
 
 @pytest.mark.parametrize("kind", ["directory", "s3"])
+@pytest.mark.replay_corpus
 async def test_a_run_moves_machines_with_its_workspace(
     client: Client,
     model_server: ScriptedModelServer,

@@ -9,6 +9,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
@@ -26,6 +27,7 @@ def write(path: str, content: str) -> dict[str, Any]:
     return {"name": "write_file", "arguments": {"path": path, "content": content}}
 
 
+@pytest.mark.replay_corpus
 async def test_parallel_calls_on_one_path_resolve_in_call_order(
     client: Client,
     model_server: ScriptedModelServer,
@@ -82,6 +84,7 @@ async def test_parallel_calls_on_one_path_resolve_in_call_order(
     keep_history("workspace-follows-parallel-merge", history)
 
 
+@pytest.mark.replay_corpus
 async def test_a_step_snapshotted_by_its_calls_takes_no_second_snapshot(
     client: Client,
     model_server: ScriptedModelServer,

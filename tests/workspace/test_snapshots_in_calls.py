@@ -12,6 +12,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
 
@@ -146,6 +147,7 @@ AFTER[4] = {**AFTER[3], "partial.txt": b"half", "done4.txt": b"4"}
 AFTER[5] = {**AFTER[4], "c.txt": b"five"}
 
 
+@pytest.mark.replay_corpus
 async def test_a_worker_killed_mid_call_leaves_no_snapshot_of_it(
     client: Client, model_server: ScriptedModelServer, tmp_path: Path
 ) -> None:
@@ -180,7 +182,7 @@ async def test_a_worker_killed_mid_call_leaves_no_snapshot_of_it(
         assert tree(home) == AFTER[5]
         history = await handle.fetch_history()
         await replayer().replay_workflow(history)
-        keep_history("workspace-snapshots-in-calls-killed-mid-call", history)
+        keep_history("workspace-snapshot-in-a-call-killed-midway", history)
         assert await activities_named(handle, "snapshot_workspace") == 0
         # Every call completed once; only step 4's was tried again.
         assert sorted(

@@ -30,6 +30,7 @@ def read(path: str) -> dict[str, Any]:
 SNAPSHOTS = {"enabled": True}
 
 
+@pytest.mark.replay_corpus
 async def test_each_changing_step_is_one_snapshot(harness: Harness, store: FileBlobStore) -> None:
     """Three writing steps and a reading one: three manifests, chained, each holding its
     step's tree; the reading step takes none."""

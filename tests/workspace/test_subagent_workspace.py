@@ -68,6 +68,7 @@ def writes_then_delegates(harness: Harness) -> tuple[str, list[dict[str, Any]]]:
     ]
 
 
+@pytest.mark.replay_corpus
 async def test_a_child_sees_its_parents_files_and_the_parent_sees_the_childs(
     rooted: tuple[Harness, Path], tmp_path: Path
 ) -> None:
@@ -119,6 +120,7 @@ async def test_a_child_sees_its_parents_files_and_the_parent_sees_the_childs(
     assert (into / "kid.txt").read_text() == "from the child"
 
 
+@pytest.mark.replay_corpus
 async def test_parallel_children_are_merged_in_call_order(
     rooted: tuple[Harness, Path],
 ) -> None:
@@ -164,6 +166,7 @@ async def test_parallel_children_are_merged_in_call_order(
     assert seen["call_t1_0"].endswith("second"), seen
 
 
+@pytest.mark.replay_corpus
 async def test_without_a_root_the_child_works_in_the_same_directory(harness: Harness) -> None:
     """A worker without a root, snapshots on: parent and child use the run's ``--workspace``
     (the child reads the parent's file there); the child's snapshots chain on the parent's,

@@ -13,9 +13,9 @@ same run that acts on them (continue-as-new happens between steps, or while only
 run, whose ``delegate`` calls the next run checks again: ``checked``), and a replay checks
 them again on its way, deterministically.
 
-A step's sub-agents may outlive the run (``child_ends.SUBAGENTS_OUTLIVE_RUNS``): when its
-history asks for a hand-over while only they run, the run hands over without waiting
-(``_hand_over_while_children_run``), and the next run waits for their ends.
+A step's sub-agents may outlive the run (``child_ends``): when its history asks for a hand-over
+while only they run, the run hands over without waiting (``_hand_over_while_children_run``),
+and the next run waits for their ends.
 """
 
 from __future__ import annotations
@@ -57,25 +57,9 @@ from treadle.workflows.agent.subagents import ends as child_ends
 from treadle.workflows.agent.subagents import reports as child_reports
 from treadle.workflows.base import describe_errors, failure_message
 
-CLIENT_QUERIES = "client-queries"
-"""``workflow.patched`` id: a final answer asking the client, and the ``ask_client`` tool, wait
-for the client (before, the answer ended the run and the tool was unknown)."""
-
-CARRY_CONTENT_HASHES = "carry-content-hashes"
-"""``workflow.patched`` id: tool results' content hashes reach the progress tracker."""
-
-LOADED_TOOLS = "loaded-tools"
-"""``workflow.patched`` id: a run lists the tools its worker loaded from your own modules
-before its first model call, and offers them (before, no worker loaded any)."""
-
 HAND_OVER_PAUSE = timedelta(seconds=1)
 """A run that continues as new while its sub-agents run decides it after this timer (see
 ``_hand_over_while_children_run``)."""
-
-CALLS_END_TOGETHER = "cancelled-calls-end-together"
-"""``workflow.patched`` id: a run cancelled in ParallelActing ends once every call has ended
-(each sub-agent cancelled, not only the first to answer); before, it ended at the first, and
-the parent close policy cancelled the other children after it had closed."""
 
 
 class ToolRunner:
@@ -96,7 +80,7 @@ class ToolRunner:
     def box(self) -> Toolbox:
         """The run's toolbox as it is now (its MCP list changes when a tool vanishes)."""
         run = self._run
-        return Toolbox(run.input.config, run.mcp, run.loaded_tools, wait=bool(run.wait_offered))
+        return Toolbox(run.input.config, run.mcp, run.loaded_tools)
 
     # ----------------------------------------------------------------------------------------
     # Checked once, carried onward
@@ -136,7 +120,7 @@ class ToolRunner:
         """Once per run (the list is carried across continue-as-new): which tools the worker
         loaded from your own modules. Recorded, so a replay offers what the run offered."""
         run = self._run
-        if run.loaded_tools is not None or not workflow.patched(LOADED_TOOLS):
+        if run.loaded_tools is not None:
             return
         try:
             names = (await calls.list_loaded_tools(run.input.config)).names
@@ -194,24 +178,18 @@ class ToolRunner:
         self._finish_wait()
         done = {o.call.id for o in m.observations}
         todo = [c for c in m.current_tool_calls if c.id not in done]
-        asks = [c for c in todo if c.name == client_queries.ASK_CLIENT]
-        # Runs recorded before client queries existed called no such tool (it was unknown).
-        if asks and workflow.patched(CLIENT_QUERIES):
-            for call in asks:
-                outcome = self._ask_client(self.checked(call))
-                if outcome is None:
-                    return Event.CLIENT_QUERY
-                m.observations = (*m.observations, outcome)
-            todo = [c for c in todo if c.name != client_queries.ASK_CLIENT]
-        waits = [c for c in todo if c.name == waiting.WAIT]
-        # Only runs that call ``wait`` get a timer: no run recorded before the tool reaches it.
-        if waits and workflow.patched(waiting.WAIT_TOOL):
-            for call in waits:
-                outcome = self._open_wait(self.checked(call))
-                if outcome is None:
-                    return Event.WAIT
-                m.observations = (*m.observations, outcome)
-            todo = [c for c in todo if c.name != waiting.WAIT]
+        for call in [c for c in todo if c.name == client_queries.ASK_CLIENT]:
+            outcome = self._ask_client(self.checked(call))
+            if outcome is None:
+                return Event.CLIENT_QUERY
+            m.observations = (*m.observations, outcome)
+        for call in [c for c in todo if c.name == waiting.WAIT]:
+            outcome = self._open_wait(self.checked(call))
+            if outcome is None:
+                return Event.WAIT
+            m.observations = (*m.observations, outcome)
+        opened_here = {client_queries.ASK_CLIENT, waiting.WAIT}
+        todo = [c for c in todo if c.name not in opened_here]
         checked = [self.checked(c) for c in todo]
         if self._run.state is State.PARALLEL_ACTING:
             carried = any(child_ends.carried(self._run, c.id) for c in todo)
@@ -246,11 +224,10 @@ class ToolRunner:
         return Event.TOOL_FAILURE
 
     def _may_outlive(self, checked: list[CheckedCall]) -> bool:
-        """The calls start (or wait for) children that may outlive the run, so the run may
-        hand over while they run (``SUBAGENTS_OUTLIVE_RUNS``)."""
-        return any(c.call.name == delegation.DELEGATE for c in checked) and (
-            self._run.input.config.subagents is not None
-            and workflow.patched(child_ends.SUBAGENTS_OUTLIVE_RUNS)
+        """The calls start (or wait for) children, which may outlive the run: the run may
+        hand over while they run."""
+        return self._run.input.config.subagents is not None and any(
+            c.call.name == delegation.DELEGATE for c in checked
         )
 
     async def _together(
@@ -267,7 +244,7 @@ class ToolRunner:
                 await self._hand_over_while_children_run(checked, tasks)
             return list(await asyncio.gather(*tasks))
         except BaseException:
-            if delegation.run_cancelled() and workflow.patched(CALLS_END_TOGETHER):
+            if delegation.run_cancelled():
                 if outlive:  # the run's task was waiting, not the calls': cancel them
                     self._run.family.hand_over(False)  # a cancelled run hands nothing over
                     for task in tasks:
@@ -285,7 +262,7 @@ class ToolRunner:
         run, hand_over = self._run, self._hand_over
         if hand_over is None:
             return
-        bound = handover.event_bound(run.input.config, workflow.patched)
+        bound = run.input.config.continue_as_new_after_events
 
         def done_or_due() -> bool:
             if all(t.done() for t in tasks):
@@ -334,8 +311,7 @@ class ToolRunner:
                     self._run, self._pub, call, checked.args, offered
                 )
                 return self._finished(outcome, checked.short_target)
-            # Only replaying a run recorded before client queries (``act`` asks the others):
-            # the tool did not exist then, and no activity ran for it.
+            # Cannot happen: ``act`` opens ``ask_client`` and ``wait`` itself.
             return self._failed(call, f"ERROR: unknown tool {call.name!r}")
         if tool.runs == "mcp":
             return await self._run_mcp(checked)
@@ -376,10 +352,7 @@ class ToolRunner:
             if is_cancelled_exception(exc):
                 raise
             return self._failed(call, f"ERROR: {call.name} failed: {failure_message(exc)}")
-        # Progress tracking tells a real change from the same content written again by these
-        # hashes. Runs recorded before they were carried keep replaying without.
-        carried = workflow.patched(CARRY_CONTENT_HASHES)
-        return observed(call, result, config.max_observation_chars, hashes=carried)
+        return observed(call, result, config.max_observation_chars)
 
     async def _run_mcp(self, checked: CheckedCall) -> ToolOutcome:
         """An MCP server's tool: the ``call_mcp_tool`` activity. A tool its server no longer
@@ -422,7 +395,7 @@ class ToolRunner:
             if run.mcp is not None:
                 run.mcp = run.mcp.without(call.name)
             self._pub.record(run.state, "McpToolVanished", f"{call.name}: {result.output}")
-        outcome = observed(call, result, config.max_observation_chars, hashes=True)
+        outcome = observed(call, result, config.max_observation_chars)
         return self._finished(outcome, target)
 
     # ----------------------------------------------------------------------------------------
@@ -599,10 +572,9 @@ def tool_request(run: AgentRun, checked: CheckedCall) -> ToolRequest:
     )
 
 
-def observed(call: ToolCall, result: ToolResult, max_chars: int, *, hashes: bool) -> ToolOutcome:
+def observed(call: ToolCall, result: ToolResult, max_chars: int) -> ToolOutcome:
     """What a tool activity's result becomes in the run: the same result, its output cut to
-    ``max_chars`` (and its content hashes kept only when ``hashes``)."""
-    update: dict[str, object] = {"output": cut(result.output, max_chars)}
-    if not hashes:
-        update["content_hashes"] = {}
+    ``max_chars`` (its content hashes tell progress tracking a real change from the same
+    content written again)."""
+    update = {"output": cut(result.output, max_chars)}
     return ToolOutcome(call=call, result=result.model_copy(update=update))

@@ -50,7 +50,6 @@ from treadle.workflows.agent.parts.outages import (
     FIRST_PROBE,
     LONGEST_PROBE_INTERVAL,
     MODEL_RETRY_CAP,
-    STORE_OUTAGES,
     Outage,
     StoreProbe,
     lost_worker,
@@ -263,8 +262,7 @@ async def _through_outages(
             return await call()
         except ActivityError as exc:
             where = unreachable_store(exc)
-            # Asked only on this failure, which runs recorded before never met: they replay.
-            if where is None or not workflow.patched(STORE_OUTAGES):
+            if where is None:
                 raise
             if outage is None:
                 outage = Outage(where=where, since=workflow.now(), reason=failure_message(exc))

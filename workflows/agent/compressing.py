@@ -3,7 +3,6 @@ thread's record keeps every turn."""
 
 from __future__ import annotations
 
-from temporalio import workflow
 from temporalio.exceptions import ActivityError, is_cancelled_exception
 
 from treadle.workflows import telemetry
@@ -14,22 +13,16 @@ from treadle.workflows.agent.parts.publishing import Publisher
 from treadle.workflows.agent.parts.state import AgentRun
 from treadle.workflows.base import failure_message
 
-REFLECTION_KEEPS_RECORD = "reflection-keeps-record"
-"""``workflow.patched`` id: Reflecting appends its summary to the conversation and the model is
-shown it from there (``memory.view_from``), so the stored record stays whole; before, the
-history was rewritten and the conversation sent again from its start."""
-
 
 async def compress(run: AgentRun, pub: Publisher) -> None:
     """Reflecting's compression: the turns older than ``reflection_keep_recent`` summarised by
     the model (or compacted without one when that call fails), the summary kept beside the
-    record (behind ``REFLECTION_KEEPS_RECORD``) or, for runs from before it, instead of the
-    older turns."""
+    stored record or, in a run without a store, instead of the older turns."""
     m, config = run.memory, run.input.config
     keep = config.reflection_keep_recent
-    # Behind the patch, the record stays whole: the summary is appended beside it and the
-    # model is shown the record from the first turn kept verbatim on.
-    beside = m.conversation_head is not None and workflow.patched(REFLECTION_KEEPS_RECORD)
+    # With a store, the record stays whole: the summary is appended beside it and the model is
+    # shown the record from the first turn kept verbatim on (``memory.view_from``).
+    beside = m.conversation_head is not None
     start = m.summarised_turns if beside else 0
     older, recent = m.history[start:-keep], m.history[-keep:]
     if not older:

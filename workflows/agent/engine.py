@@ -29,13 +29,7 @@ from temporalio.exceptions import ActivityError, ApplicationError, is_cancelled_
 
 from treadle.workflows import telemetry
 from treadle.workflows.agent import compressing, fallback, post_tools, snapshotting
-from treadle.workflows.agent.acting import (
-    CARRY_CONTENT_HASHES,
-    CLIENT_QUERIES,
-    LOADED_TOOLS,
-    ToolRunner,
-)
-from treadle.workflows.agent.compressing import REFLECTION_KEEPS_RECORD as REFLECTION_KEEPS_RECORD
+from treadle.workflows.agent.acting import ToolRunner
 from treadle.workflows.agent.handlers import SIGNALS, AgentHandlers
 from treadle.workflows.agent.messages import events
 from treadle.workflows.agent.messages import search_attributes as sa
@@ -57,7 +51,6 @@ from treadle.workflows.agent.parts import (
     status,
     threads,
     typed_answers,
-    waiting,
 )
 from treadle.workflows.agent.parts.outages import Outage
 from treadle.workflows.agent.parts.publishing import Publisher
@@ -67,30 +60,7 @@ from treadle.workflows.agent.parts.toolbox import CheckedCall
 from treadle.workflows.agent.subagents import reports as child_reports
 from treadle.workflows.base import failure_message
 
-__all__ = [
-    "CARRY_CONTENT_HASHES",
-    "CLIENT_QUERIES",
-    "COALESCED_SEARCH_ATTRIBUTES",
-    "EMPTY_REPLIES_STUCK",
-    "EXPLORATION_IS_PROGRESS",
-    "LOADED_TOOLS",
-    "REFLECTION_KEEPS_RECORD",
-    "SIGNALS",
-    "WAITING_STATES",
-    "AgentEngine",
-]
-
-COALESCED_SEARCH_ATTRIBUTES = "coalesced-search-attributes"
-"""``workflow.patched`` id: search-attribute changes are sent once before the run waits, not
-at every transition (a step costs 2 upsert events instead of 4)."""
-
-EXPLORATION_IS_PROGRESS = "exploration-is-progress"
-"""``workflow.patched`` id: a read or listing of something not seen before counts as progress
-(before, no read did, so a run reading ten files in a row was stuck)."""
-
-EMPTY_REPLIES_STUCK = "empty-replies-stuck"
-"""``workflow.patched`` id: replies with no text and no tool call, ``max_empty_replies`` in a
-row, make the run stuck (Planning -Stuck-> Recovering); before, each was only sent back."""
+__all__ = ["SIGNALS", "WAITING_STATES", "AgentEngine"]
 
 WAITING_STATES = frozenset(
     {
@@ -149,10 +119,6 @@ class AgentEngine(AgentHandlers):
             State.PHASE_TRANSITION: self._phase_transition,
         }
         run = self._run
-        # Runs recorded before coalescing upserted at every transition, and replay so.
-        self._pub.coalesce_attributes = run.input.config.search_attributes and workflow.patched(
-            COALESCED_SEARCH_ATTRIBUTES
-        )
         if input.resume is None:
             self._start()
         else:
@@ -282,24 +248,20 @@ class AgentEngine(AgentHandlers):
                 f"max steps reached: the model gave no final answer within {config.max_steps} steps"
             )
             return Event.MAX_STEPS
-        if run.wait_offered is None:
-            # Decided once: runs recorded before the tool offered a different list. Asked before
-            # the local activity below: a replay learns of a patch marker recorded after a
-            # local activity's result only once that result has been handed over.
-            run.wait_offered = workflow.patched(waiting.WAIT_TOOL)
-        if run.loaded_tools is None:
-            # The same for the patches this step's model request asks (a run with a budget).
-            planning.ask_before_local_activity(run, workflow.patched)
         await self._tools.list_loaded_tools()
         if config.mcp_servers and run.mcp is None:
             await self._tools.list_mcp_tools()
         m.step += 1
         telemetry.step_started(m.step)
-        request = planning.model_request(run, workflow.patched)
-        if isinstance(request, planning.CannotCall):
-            m.error = request.reason
-            return request.event
-        request = request.model_copy(update={"stream": config.stream_tokens, "step": m.step})
+        planned = planning.model_request(run)
+        if isinstance(planned, planning.CannotCall):
+            m.error = planned.reason
+            return planned.event
+        if planned.prompt_estimate is not None:
+            m.prompt_estimate = planned.prompt_estimate  # what ``calibrate`` compares with
+        request = planned.request.model_copy(
+            update={"stream": config.stream_tokens, "step": m.step}
+        )
         try:
             model, response = await fallback.call_model(run, request, self._pub)
         except ActivityError as exc:
@@ -339,7 +301,7 @@ class AgentEngine(AgentHandlers):
             return self._plan_tools(response, checked)
         answer = (response.content or "").strip()
         empty = run.tracker.record_reply(empty=not answer)
-        if empty is not None and workflow.patched(EMPTY_REPLIES_STUCK):
+        if empty is not None:
             return self._stuck(empty)
         asked = self._detect_client_query(answer)
         if asked is not None:
@@ -369,7 +331,6 @@ class AgentEngine(AgentHandlers):
     def _typed_answer(self, typed: typed_answers.Accepted | typed_answers.Invalid) -> Event:
         """A reply judged against ``output_schema``: the answer, or sent back (bounded)."""
         m, config = self._run.memory, self._run.input.config
-        workflow.patched(typed_answers.TYPED_ANSWERS)
         if isinstance(typed, typed_answers.Accepted):
             return self._answer(typed.text)
         used = typed_answers.corrections(m.history, m.turn_start_step)
@@ -383,14 +344,10 @@ class AgentEngine(AgentHandlers):
         return Event.ANSWER_INVALID
 
     def _detect_client_query(self, answer: str) -> tuple[client_queries.Kind, str] | None:
-        """A final answer that asks the client for something, where the run offers ask_client.
-        Histories recorded before client queries existed replay their answers unchanged."""
+        """A final answer that asks the client for something, where the run offers ask_client."""
         if client_queries.ASK_CLIENT not in self._tools.box().offered_names():
             return None
-        asked = client_queries.detect(answer)
-        if asked is None or not workflow.patched(CLIENT_QUERIES):
-            return None
-        return asked
+        return client_queries.detect(answer)
 
     def _plan_tools(self, response: ModelResponse, checked: tuple[CheckedCall, ...]) -> Event:
         m, config = self._run.memory, self._run.input.config
@@ -507,7 +464,6 @@ class AgentEngine(AgentHandlers):
                 run.input.config.test_commands,
                 target=self._tools.checked(o.call).progress_target,
                 mutating=box.mutates(o.call.name),
-                exploration=workflow.patched(EXPLORATION_IS_PROGRESS),
             )
         # A long reply is told apart by its stored whole (the preview may repeat).
         repeated = run.tracker.record_message(m.assistant_ref or m.assistant_text or "")

@@ -21,11 +21,7 @@ from treadle.workflows.agent.parts.publishing import Publisher
 from treadle.workflows.agent.parts.state import AgentRun
 from treadle.workflows.base import failure_message
 
-__all__ = ["FALLBACK_MODELS", "call_model", "models"]
-
-FALLBACK_MODELS = "fallback-models"
-"""``workflow.patched`` id: a model call whose attempts are exhausted is made again by the run's
-next fallback model, instead of ending the run."""
+__all__ = ["call_model", "models"]
 
 EXHAUSTED = frozenset({RetryState.MAXIMUM_ATTEMPTS_REACHED, RetryState.TIMEOUT})
 """How an activity ends when its retryable failures used up its retry policy."""
@@ -56,8 +52,6 @@ async def call_model(
         except ActivityError as exc:
             last = index == len(candidates) - 1
             if is_cancelled_exception(exc) or last or exc.retry_state not in EXHAUSTED:
-                raise
-            if not workflow.patched(FALLBACK_MODELS):
                 raise
             following = candidates[index + 1]
             why = f"{model} failed after its attempts: {failure_message(exc)}"

@@ -1,19 +1,17 @@
 """Taking a run's workspace snapshot after a step (``after_step``), when its config asks:
-the one call the engine makes, behind the ``workspace-snapshots`` patch. The config block, the
-activity's messages and options are in ``snapshots``; the activity in
-``treadle.activities.workspace``.
+the one call the engine makes. The config block, the activity's messages and options are in
+``snapshots``; the activity in ``treadle.activities.workspace``.
 
-The workspace following the run (behind ``workspace-follows-run``): each tool request names the
-run's latest snapshot (``sync``); a worker with ``--workspace-root`` returns the snapshot it took
-after a call that may change files, which the run keeps (``keep``) and names in its next call.
-With snapshots on and no hooks (behind ``workspace-snapshots-in-calls``), a call run in order
-asks a worker without a root to do the same in the run's own workspace (``WorkspaceSync.here``):
-such a step takes no ``snapshot_workspace`` after it either. A step whose hooks ran, or whose
-calls ran in parallel in one directory, is snapshotted after it as before.
+The workspace follows the run: each tool request names the run's latest snapshot (``sync``); a
+worker with ``--workspace-root`` returns the snapshot it took after a call that may change
+files, which the run keeps (``keep``) and names in its next call. With snapshots on and no
+hooks, a call run in order asks a worker without a root to do the same in the run's own
+workspace (``WorkspaceSync.here``): such a step takes no ``snapshot_workspace`` after it. A
+step whose hooks ran, or whose calls ran in parallel in one directory, is snapshotted after it.
 A step's parallel calls each start from the step's snapshot: theirs are merged in call order,
 and a path changed by more than one is reported (``merge_parallel``). A sub-agent's final
-snapshot comes back as its ``delegate`` call's and is merged the same way, even alone (behind
-``subagent-workspace``): the merge names the paths it changed, which become the call's.
+snapshot comes back as its ``delegate`` call's and is merged the same way, even alone: the
+merge names the paths it changed, which become the call's.
 """
 
 from __future__ import annotations
@@ -27,10 +25,6 @@ from treadle.workflows.agent.messages.catalogue import TOOLS
 from treadle.workflows.agent.messages.models import AgentConfig, ToolOutcome
 from treadle.workflows.agent.messages.snapshots import (
     DEFAULT_IGNORE,
-    SNAPSHOTS_IN_CALLS,
-    SUBAGENT_WORKSPACE,
-    WORKSPACE_FOLLOWS,
-    WORKSPACE_SNAPSHOTS,
     SnapshotRequest,
     SnapshotResult,
     WorkspaceSync,
@@ -69,7 +63,7 @@ async def after_step(
             f"step {step}: taken by its calls · manifest {run.workspace_snapshot}",
         )
         return
-    if not config.snapshots.enabled or not workflow.patched(WORKSPACE_SNAPSHOTS):
+    if not config.snapshots.enabled:
         return
     skipped = _skipped(box, outcomes)
     if skipped is not None:
@@ -92,7 +86,6 @@ async def after_step(
         ignore=None if snapshots.ignore == DEFAULT_IGNORE else snapshots.ignore,
         max_file_bytes=snapshots.max_file_bytes,
         full_walk_every=snapshots.full_walk_every,
-        follows=workflow.patched(WORKSPACE_FOLLOWS),
     )
     try:
         result = await call(config, request, f"step {step} · snapshot workspace")
@@ -142,24 +135,17 @@ def _skipped(box: Toolbox, outcomes: Sequence[ToolOutcome]) -> str | None:
     return sorted(w for w in why if w is not None)[0]
 
 
-def sync(run: AgentRun) -> WorkspaceSync | None:
+def sync(run: AgentRun) -> WorkspaceSync:
     """What a tool request tells a worker with ``--workspace-root``: the run's latest snapshot.
     Sent whatever ``snapshots.enabled`` says: such a worker snapshots the calls it runs anyway
     (a run's work must not stay on one machine's disk), with the config's ignore patterns.
     With snapshots on, a call run in order and no hooks to run after the step, a worker
     without a root is asked to snapshot the run's own workspace after it (``here``)."""
-    if not workflow.patched(WORKSPACE_FOLLOWS):
-        return None
     config = run.input.config
     snapshots = config.snapshots
     # A hook may change files after the step's calls (``git_commit``: ``.git``'s index and
     # refs), and parallel calls share one directory: both keep the snapshot after the step.
-    here = (
-        snapshots.enabled
-        and not config.hooks
-        and run.state is not State.PARALLEL_ACTING
-        and workflow.patched(SNAPSHOTS_IN_CALLS)
-    )
+    here = snapshots.enabled and not config.hooks and run.state is not State.PARALLEL_ACTING
     return WorkspaceSync(
         manifest=run.workspace_snapshot,
         step=run.memory.step,
@@ -191,7 +177,7 @@ async def merge_parallel(
     # A sub-agent's snapshot is merged even alone: the merge says which paths it changed, for
     # the run's progress tracking and hooks (its own calls' say so in their results).
     children = any(_delegated(outcomes[n]) for n, _ in taken)
-    if len(taken) <= 1 and not (children and workflow.patched(SUBAGENT_WORKSPACE)):
+    if len(taken) <= 1 and not children:
         for _, key in taken:
             run.workspace_snapshot = key
         return list(outcomes)

@@ -11,26 +11,10 @@ from __future__ import annotations
 from pydantic import ValidationError
 from temporalio import workflow
 
-from treadle.workflows.agent.engine import (
-    CARRY_CONTENT_HASHES,
-    CLIENT_QUERIES,
-    COALESCED_SEARCH_ATTRIBUTES,
-    LOADED_TOOLS,
-    SIGNALS,
-    WAITING_STATES,
-    AgentEngine,
-)
+from treadle.workflows.agent.engine import SIGNALS, WAITING_STATES, AgentEngine
 from treadle.workflows.agent.messages.models import AgentInput, AgentResult
 
-__all__ = [
-    "CARRY_CONTENT_HASHES",
-    "CLIENT_QUERIES",
-    "COALESCED_SEARCH_ATTRIBUTES",
-    "LOADED_TOOLS",
-    "SIGNALS",
-    "WAITING_STATES",
-    "AgentWorkflow",
-]
+__all__ = ["SIGNALS", "WAITING_STATES", "AgentWorkflow"]
 
 
 # A ValidationError in workflow code means bad data (an input another client built without our

@@ -85,10 +85,6 @@ class SubagentConfig(Frozen):
     depth: int = Field(0, ge=0, le=10)
     """Where this run is in its family: 0 for the top run; a child's config carries its
     parent's plus one."""
-    outlives_runs: bool = False
-    """Set by a parent for a child that may outlive the parent's run (``delegation``'s
-    ``SUBAGENTS_OUTLIVE_RUNS``): the child signals its end to its parent's workflow id, and
-    ends itself when it finds its parent gone."""
 
     @field_validator("models", mode="before")
     @classmethod
@@ -227,8 +223,8 @@ class AgentConfig(Frozen):
     a worker replays after a cache miss (a restart, an eviction, another worker taking over) to
     under a second.
     Temporal's own suggestion (4,096 events or 4 MB) applies always; ``None`` leaves only it.
-    Every new run gets it, named or not; a run recorded before that (``handover.event_bound``)
-    whose input left the field out keeps only Temporal's."""
+    Every run gets it, named or not (``temporal workflow start`` with plain JSON, or another
+    SDK, leaves the field out)."""
     stream_tokens: bool = True
     """Ask the provider to stream its reply, so watchers see the text as it is generated. The
     text reaches the run's stream in at most 6 batches per attempt and 10 per call (each one
@@ -389,7 +385,7 @@ class AgentInput(Frozen):
 
     @model_serializer(mode="wrap")
     def _without_snapshot(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        # Inputs recorded before the field keep their shape (and the sizes a run measures).
+        # No empty field in every input a run, a child and each hand-over write to history.
         data: dict[str, Any] = handler(self)
         if data.get("workspace_snapshot", "") is None:
             del data["workspace_snapshot"]

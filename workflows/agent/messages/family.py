@@ -59,10 +59,8 @@ class ChildRun(Frozen):
     """Its client queries waiting for an answer, as it last told its parent (its own by their
     ids, its children's ``call_2/q1``)."""
     run_id: str | None = None
-    """Its first run's id, once started (a child that outlives its parent's run keeps it)."""
-    outlives_runs: bool = False
-    """Started to outlive the parent's run (``ParentClosePolicy.ABANDON``): it signals its end
-    to the parent's workflow id, and a hand-over of the parent carries it."""
+    """Its first run's id, once started (it may outlive its parent's run: it signals its end
+    to the parent's workflow id, and a hand-over of the parent carries it)."""
     delivered: dict[str, Any] | None = None
     """How it ended, as it signalled it, until its call observes it: ``result`` (an
     ``AgentResult``'s JSON) or ``ended`` (why it closed without one)."""

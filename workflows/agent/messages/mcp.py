@@ -205,9 +205,8 @@ class McpToolInfo(Frozen):
         default_factory=lambda: {"type": "object", "properties": {}}
     )
     """The JSON Schema of the arguments, as the server declared it (an object schema), when
-    it travels inline: from a worker that keeps no store, or recorded before schemas were
-    stored. With ``schema_ref`` set it is this placeholder, and the model activity reads the
-    schema from the store."""
+    it travels inline: from a worker that keeps no store. With ``schema_ref`` set it is this
+    placeholder, and the model activity reads the schema from the store."""
     schema_ref: str | None = None
     """The input schema as a blob in the worker's store (compact JSON), stored once per
     distinct schema: the workflow carries this key, never the schema, so neither the listing

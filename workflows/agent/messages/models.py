@@ -88,33 +88,11 @@ class ToolResult(Lean):
         return self
 
 
-_FLAT_OUTCOME = {
-    "observation": "output",
-    "success": "success",
-    "mutated_paths": "mutated_paths",
-    "content_hashes": "content_hashes",
-    "observation_ref": "output_ref",
-    "observation_chars": "output_chars",
-}
-"""A ``ToolOutcome``'s fields before it held a ``ToolResult`` -> the result's fields."""
-
-
 class ToolOutcome(Frozen):
-    """One tool call and what it produced: an observation the model sees on its next turn.
-
-    Recorded histories carry the flat shape of before (``observation``, ``success``, ...
-    beside ``call``): it still parses, into ``result``."""
+    """One tool call and what it produced: an observation the model sees on its next turn."""
 
     call: ToolCall
     result: ToolResult
-
-    @model_validator(mode="before")
-    @classmethod
-    def _from_flat(cls, data: Any) -> Any:
-        if isinstance(data, dict) and "result" not in data and "observation" in data:
-            flat = {_FLAT_OUTCOME.get(k, k): v for k, v in data.items() if k != "call"}
-            return {"call": data.get("call"), "result": flat}
-        return data
 
     @classmethod
     def of(cls, call: ToolCall, observation: str, *, success: bool) -> ToolOutcome:
@@ -394,8 +372,8 @@ class ToolSchema(Frozen):
 
     @model_serializer(mode="wrap")
     def _inline_as_before(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        # A schema carried inline serialises exactly as before the reference existed: the
-        # requests of recorded runs keep their size (which the run's checks measure).
+        # A schema carried inline (a worker without a store) says nothing of a reference: the
+        # request carries no empty fields.
         data: dict[str, Any] = handler(self)
         if self.parameters_ref is None and self.parameters_chars is None:
             data.pop("parameters_ref", None)
@@ -497,5 +475,5 @@ class ToolRequest(Lean):
     workspace: str
     policy: ToolPolicy = ToolPolicy()
     sync: WorkspaceSync | None = None
-    """The run's latest snapshot, for a worker with ``--workspace-root`` (``None``: a run
-    recorded before workspaces followed runs; every worker uses ``workspace``)."""
+    """The run's latest snapshot, for a worker with ``--workspace-root`` (a run always sends
+    it; ``None``: a call made outside a run, which every worker runs in ``workspace``)."""

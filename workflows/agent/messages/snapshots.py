@@ -25,11 +25,7 @@ from treadle.workflows.base import FIRST_RETRY, Frozen
 __all__ = [
     "DEFAULT_IGNORE",
     "MERGED_PATHS_KEPT",
-    "SNAPSHOTS_IN_CALLS",
     "SNAPSHOT_MAX_ATTEMPTS",
-    "SUBAGENT_WORKSPACE",
-    "WORKSPACE_FOLLOWS",
-    "WORKSPACE_SNAPSHOTS",
     "SnapshotConfig",
     "SnapshotRequest",
     "SnapshotResult",
@@ -38,30 +34,6 @@ __all__ = [
     "paths_hint",
     "snapshot_call",
 ]
-
-WORKSPACE_SNAPSHOTS = "workspace-snapshots"
-"""``workflow.patched`` id: after a step whose tools changed files (and its hooks), a run
-whose config enables snapshots calls ``snapshot_workspace`` (before, no such activity ran)."""
-
-WORKSPACE_FOLLOWS = "workspace-follows-run"
-"""``workflow.patched`` id: every ``run_tool`` request carries the run's latest snapshot
-(``ToolRequest.sync``); a worker with ``--workspace-root`` brings its copy of the workspace to it
-before the tool and returns the snapshot it took after (``ToolResult.snapshot``), which the run
-keeps; a step whose mutating calls all came back so is not snapshotted again after its hooks;
-parallel calls' snapshots are merged in call order (``snapshot_workspace`` with ``merge``)."""
-
-SNAPSHOTS_IN_CALLS = "workspace-snapshots-in-calls"
-"""``workflow.patched`` id: a run whose snapshots are on and that has no hooks asks the worker
-of each call it runs in order to snapshot its own ``--workspace`` after a call that may change
-files (``WorkspaceSync.here``), as a worker with ``--workspace-root`` does its copy; a step whose
-changing calls all came back so (or said the worker has no store) takes no ``snapshot_workspace``
-after it. Asked at a run's first tool call in order, with snapshots on and no hooks."""
-
-SUBAGENT_WORKSPACE = "subagent-workspace"
-"""``workflow.patched`` id: a child started by ``delegate`` starts from its parent's latest
-snapshot (``AgentInput.workspace_snapshot``) and ends with its own (``AgentResult``); the
-parent merges the child's into its own (``snapshot_workspace`` with ``merge``) in call order,
-as a step's parallel calls' are, and counts the paths the child changed as the call's."""
 
 MERGED_PATHS_KEPT = 200
 """Paths a merge names per merged snapshot (``SnapshotResult.paths``): what the run's progress
@@ -96,8 +68,8 @@ class SnapshotConfig(Frozen):
     enabled: bool = True
     """Take a snapshot after each step whose tools changed files (``false``: none). On by
     default: on a worker with a store, each call that may change files snapshots the run's
-    workspace before it returns (``workspace-snapshots-in-calls``), costing its step no history
-    event and about 170 bytes; a step whose hooks ran, whose calls ran in parallel, or whose
+    workspace before it returns (``WorkspaceSync.here``), costing its step no history event and
+    about 170 bytes; a step whose hooks ran, whose calls ran in parallel, or whose
     snapshot had to read more than 64 MiB is snapshotted after it by one activity (about 6
     events). A worker without a store takes none."""
     ignore: tuple[str, ...] = DEFAULT_IGNORE
@@ -138,8 +110,8 @@ class WorkspaceSync(Frozen):
     """As ``SnapshotRequest.full_walk_every``."""
     here: bool = False
     """A worker without a root snapshots the run's own ``--workspace`` after the call, when
-    the call may change files, on ``manifest`` (behind ``workspace-snapshots-in-calls``: a
-    run with snapshots on, its calls run in order, no hooks to run after them)."""
+    the call may change files, on ``manifest`` (a run with snapshots on, its calls run in
+    order, no hooks to run after them)."""
 
     @model_serializer(mode="wrap")
     def _compact(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
@@ -169,9 +141,6 @@ class SnapshotRequest(Frozen):
     the defaults at every step)."""
     max_file_bytes: int = Field(50 * 2**20, ge=0)
     full_walk_every: int = Field(20, ge=1)
-    follows: bool = False
-    """The run's workspace follows it: a worker with ``--workspace-root`` snapshots its copy
-    of the run's workspace (brought to ``previous`` first), not ``workspace``."""
     merge: tuple[str, ...] = ()
     """The snapshots a step's parallel calls each took on ``previous`` (a worker with
     ``--workspace-root``), in call order: their changes are applied to ``previous`` in that

@@ -1,41 +1,34 @@
 """Continue-as-new: how a run or thread hands itself to a fresh run of the same workflow id, so
 its history stays bounded however long it lives.
 
-What is handed over is bounded (``CARRIED_BY_REFERENCE``): the conversation goes by reference
-to the record the store already holds (``memory.conversation_head``), every list carried is a
-bounded tail with a count of the rest, and the run's input is not copied into its own resume
-(the next run's input is that input). A hand-over costs the same at step 100 as at step
-100,000. Why not one blob written by an activity: the carried state is the workflow's own, so
-an activity writing it would take it as its input, in history all the same; what keeps the
-hand-over small is carrying nothing that grows (and External Storage takes an input that is
-still large, such as a long inbox of queued messages, as a reference).
+What is handed over is bounded: the conversation goes by reference to the record the store
+already holds (``memory.conversation_head``), every list carried is a bounded tail with a count
+of the rest, and the run's input is not copied into its own resume (the next run's input is
+that input). A hand-over costs the same at step 100 as at step 100,000. Why not one blob
+written by an activity: the carried state is the workflow's own, so an activity writing it
+would take it as its input, in history all the same; what keeps the hand-over small is carrying
+nothing that grows (and External Storage takes an input that is still large, such as a long
+inbox of queued messages, as a reference). A run without a store has no record to refer to: it
+carries its conversation inline (compacted above ``MAX_CARRIED_MEMORY_BYTES``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import NoReturn
 
 from temporalio import workflow
 from temporalio.contrib.workflow_streams import WorkflowStream
 
 from treadle.workflows.agent.messages.events import CARRIED_BYTES, EVENTS_CARRIED
-from treadle.workflows.agent.messages.models import AgentConfig, AgentInput
+from treadle.workflows.agent.messages.models import AgentInput
 from treadle.workflows.agent.parts.state import AgentRun
 from treadle.workflows.base import lean_dump
 
 CARRIED_TRACE_ENTRIES = 500
-"""The trace's tail a run without the patch (or without a store) hands over."""
+"""The trace's tail a run without a store hands over."""
 MAX_CARRIED_MEMORY_BYTES = 1_000_000
-"""Without a store (or the patch), the conversation is carried inline: above this, older turns
-are compacted before the hand-over, so the next run's input stays under Temporal's 2 MB
-payload limit."""
-
-CARRIED_BY_REFERENCE = "carried-by-reference"
-"""Patch id: the hand-over carries the conversation by its store reference and bounded tails
-(``AgentRun.handed_over``), and not the run's input twice; before it, the whole memory was
-carried inline (compacted above ``MAX_CARRIED_MEMORY_BYTES``) with 500 trace entries and a
-stream tail of up to 256 KiB."""
+"""Without a store, the conversation is carried inline: above this, older turns are compacted
+before the hand-over, so the next run's input stays under Temporal's 2 MB payload limit."""
 TRACE_TAIL = 10
 """Trace entries a hand-over by reference carries (the rest are counted in ``trace_earlier``
 and stay readable in the earlier runs' histories)."""
@@ -49,28 +42,10 @@ keeps long replies from making the hand-over large (the hand-over is written twi
 history, so its every KiB costs a chain of 60-step runs 34 bytes a step; what the stream said
 is in the runs' histories, and ``trace`` reads it)."""
 
-DEFAULT_EVENT_BOUND = "default-event-bound"
-"""Patch id: an input that does not name ``continue_as_new_after_events`` gets its default too
-(before it, only an input that named the field was bounded; see ``event_bound``)."""
-
-
-def event_bound(config: AgentConfig, patched: Callable[[str], bool]) -> int | None:
-    """The run's own continue-as-new bound, in events (``None``: Temporal's suggestion only).
-
-    Every new run gets it, whichever client started it: a ``temporal workflow start`` with plain
-    JSON, or another SDK, leaves the field out. Runs recorded before ``DEFAULT_EVENT_BOUND``
-    were bounded only where the input named the field (an input from before the field existed,
-    or from such a client, grew to Temporal's suggestion), so without the patch's marker they
-    replay that way. ``patched`` is ``workflow.patched``, asked only when the input is silent."""
-    named = "continue_as_new_after_events" in config.model_fields_set
-    if not named and not patched(DEFAULT_EVENT_BOUND):
-        return None
-    return config.continue_as_new_after_events
-
 
 def is_due(limit: int | None) -> bool:
-    """Temporal suggests continuing as new, or the history reached ``limit`` events (a
-    predicate a ``wait_condition`` may ask: it asks no patch)."""
+    """Temporal suggests continuing as new, or the history reached ``limit`` events
+    (``continue_as_new_after_events``; ``None``: Temporal's suggestion only)."""
     info = workflow.info()
     if info.is_continue_as_new_suggested():
         return True
@@ -80,7 +55,7 @@ def is_due(limit: int | None) -> bool:
 def due(run: AgentRun) -> str | None:
     """Why the run should continue as new now (Temporal suggests it, or
     ``continue_as_new_after_events`` is reached), or ``None``."""
-    info, limit = workflow.info(), event_bound(run.input.config, workflow.patched)
+    info, limit = workflow.info(), run.input.config.continue_as_new_after_events
     length = info.get_current_history_length()
     if not is_due(limit):
         return None
@@ -94,9 +69,7 @@ async def continue_as_new(run: AgentRun, stream: WorkflowStream) -> NoReturn:
     Call at a safe point: no activity or approval pending (sub-agents that outlive the run may
     run on: ``child_ends``)."""
     # Without a store there is no record to refer to: the conversation is carried inline.
-    by_reference = run.memory.conversation_head is not None and workflow.patched(
-        CARRIED_BY_REFERENCE
-    )
+    by_reference = run.memory.conversation_head is not None
     events, most = (
         (STREAM_EVENTS, STREAM_BYTES) if by_reference else (EVENTS_CARRIED, CARRIED_BYTES)
     )
@@ -121,8 +94,8 @@ async def continue_as_new(run: AgentRun, stream: WorkflowStream) -> NoReturn:
 
 def resumed(input: AgentInput) -> AgentRun:
     """The run ``input.resume`` hands over. A hand-over by reference leaves out the run's
-    input, which is this input itself; an older hand-over, or ``treadle import``, carries it
-    whole (plain JSON of an ``AgentRun``)."""
+    input, which is this input itself; a hand-over without a store, or ``treadle import``,
+    carries it whole (plain JSON of an ``AgentRun``)."""
     carried = dict(input.resume or {})
     if "input" not in carried:
         carried["input"] = input.model_copy(update={"resume": None, "stream": None})

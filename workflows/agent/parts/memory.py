@@ -23,9 +23,8 @@ history                Observing (append tool turns);       never
                        user's next message, in threads);
                        Recovering, WaitingForHuman (append
                        hints and guidance);
-                       Reflecting (compress; or, behind
-                       reflection-keeps-record, append
-                       its summary)
+                       Reflecting (append its summary;
+                       without a store, compress)
 summarised_turns,      Reflecting                           never
 view_from,
 view_summary_at
@@ -185,8 +184,8 @@ class AgentMemory(Mutable):
     """Messages of the stored record before ``history``'s first turn (the system prompt and
     the task, then the turns a hand-over left to the store)."""
     summarised_turns: int = 0
-    """Turns at the start of ``history`` that Reflecting summarised (behind the
-    ``reflection-keeps-record`` patch it summarises beside the record, never instead of it)."""
+    """Turns at the start of ``history`` that Reflecting summarised (with a store it
+    summarises beside the record, never instead of it)."""
     view_from: int = 0
     """The model is shown the record from this message on (after the system prompt and the
     task): what comes before it, Reflecting summarised. 0: from the start."""

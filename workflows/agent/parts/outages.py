@@ -23,10 +23,6 @@ from temporalio.exceptions import ActivityError, ApplicationError, TimeoutError,
 
 from treadle.workflows.base import Frozen
 
-STORE_OUTAGES = "store-outages"
-"""``workflow.patched`` id: a call that finds the store unreachable waits for it and is made
-again (before, the failure ended the run once the call's attempts were spent)."""
-
 STORE_UNAVAILABLE = "StoreUnavailable"
 """The ``ApplicationError`` type an activity raises when the store cannot be reached now."""
 

@@ -5,7 +5,7 @@ tracker. The workflow runs the activity and moves the state; these say what to d
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Collection
+from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -45,34 +45,13 @@ class CannotCall:
     reason: str
 
 
-CALIBRATED_BUDGET = "calibrated-budget"
-"""``workflow.patched`` id: the budget check scales its prompt estimate by what the provider's
-tokenizer reported for earlier requests (``calibrate``); before, the plain estimate (~4
-characters a token) could undercount a real tokenizer, and a run's last call overshoot."""
+@dataclass(frozen=True)
+class Planned:
+    """The next model request, and the budget check's prompt estimate for it (``None``: the
+    run has no budget), which ``calibrate`` compares with what the provider counted."""
 
-
-PATCHES_BEFORE_LOCAL_ACTIVITY = "patches-before-local-activity"
-"""``workflow.patched`` id: a run with a token budget or cost cap asks ``calibrated-budget``
-before the local activity that lists its loaded tools, not after it in ``model_request``.
-
-A replay hands a local activity's result to the workflow in the task whose completion recorded
-its marker, but learns of a patch marker only in the task that recorded it. When the original
-run got that result in the next task (a query arriving while the first task runs can make the
-worker complete it with the marker and send the result on in a new one), the code after the
-result ran one task later than a replay runs it: the replay asked the patch before it knew of its
-marker, was told no, and failed ("TMPRL1100 ... patch marker encountered for change
-calibrated-budget, but there is no corresponding change command"). Asked before the local
-activity, the patch is in the same task in every history; runs recorded before ask it after."""
-
-
-def ask_before_local_activity(run: AgentRun, patched: Callable[[str], bool]) -> None:
-    """Ask, before the run's first local activity, the patches ``model_request`` would ask
-    after it (``patched`` is ``workflow.patched``, which answers a second ask the same)."""
-    config = run.input.config
-    if config.token_budget is None and config.max_cost_usd is None:
-        return
-    if patched(PATCHES_BEFORE_LOCAL_ACTIVITY):
-        patched(CALIBRATED_BUDGET)
+    request: ModelRequest
+    prompt_estimate: int | None = None
 
 
 def calibrate(m: AgentMemory, usage: TokenUsage) -> None:
@@ -83,13 +62,12 @@ def calibrate(m: AgentMemory, usage: TokenUsage) -> None:
         m.prompt_scale = max(m.prompt_scale, min(seen, 1_000))
 
 
-def model_request(
-    run: AgentRun, patched: Callable[[str], bool] = lambda _: False
-) -> ModelRequest | CannotCall:
-    """The next planning request, its completion capped by what is left of the token budget.
-    ``patched`` is ``workflow.patched`` (asked only when the run has a token budget)."""
+def model_request(run: AgentRun) -> Planned | CannotCall:
+    """The next planning request, its completion capped by what is left of the token budget
+    (its prompt estimate scaled by what the provider's tokenizer reported before:
+    ``calibrate``)."""
     m, config = run.memory, run.input.config
-    box = Toolbox(config, run.mcp, run.loaded_tools, wait=bool(run.wait_offered))
+    box = Toolbox(config, run.mcp, run.loaded_tools)
     head, sent, turns = m.conversation_head, m.conversation_sent, m.conversation_turns
     if head is None or turns > len(m.history):
         head, sent = None, 0
@@ -124,13 +102,11 @@ def model_request(
             "the task",
         )
     if config.token_budget is None and config.max_cost_usd is None:
-        return request
-    estimate = estimate_prompt_tokens(m.build_messages(), request.tools) + sum(
+        return Planned(request)
+    plain = estimate_prompt_tokens(m.build_messages(), request.tools) + sum(
         schema.prompt_chars() // 4 + 10 for schema in request.tool_schemas
     )
-    if patched(CALIBRATED_BUDGET):
-        m.prompt_estimate = estimate
-        estimate = -(-estimate * m.prompt_scale // 100)
+    estimate = -(-plain * m.prompt_scale // 100)
     max_tokens = config.max_tokens
     if config.token_budget is not None:
         cap = config.token_budget - m.usage.total_tokens - estimate
@@ -149,7 +125,7 @@ def model_request(
             return CannotCall(Event.BUDGET_EXCEEDED, cost_cap.exhausted(run, estimate))
         max_tokens = min(room, max_tokens or room)
     # The cap keeps one call from overshooting what is left.
-    return request.model_copy(update={"max_tokens": max_tokens})
+    return Planned(request.model_copy(update={"max_tokens": max_tokens}), plain)
 
 
 def describe_response(response: ModelResponse, fallback: str | None = None) -> str:
@@ -252,18 +228,15 @@ def track(
     *,
     target: str,
     mutating: bool,
-    exploration: bool = True,
 ) -> None:
     """Feed one observed call to Nexora's progress tracker: ``target`` and ``mutating`` as the
-    toolbox checked and knows them; ``exploration`` as the run's patch allows it."""
+    toolbox checked and knows them."""
     call, spec = outcome.call, TOOLS.get(outcome.call.name)
     if spec is not None and spec.in_workflow:
         # Phase bookkeeping is not work; what a sub-agent changed in the run's workspace is
         # (its ``delegate`` call names the paths its merged snapshot changed).
         for path in outcome.mutated_paths:
-            tracker.record_tool_call(
-                call.name, path, success=True, mutating=True, exploration=exploration
-            )
+            tracker.record_tool_call(call.name, path, success=True, mutating=True)
         return
     digest = content_hash(outcome, target)
     if digest is None and not mutating and outcome.success:
@@ -275,7 +248,6 @@ def track(
         error=None if outcome.success else outcome.observation,
         mutating=mutating,
         content_hash=digest,
-        exploration=exploration,
     )
     if call.name == "run_command" and any(t in target for t in test_commands):
         tracker.record_test(target, passed=outcome.success, output=outcome.observation)

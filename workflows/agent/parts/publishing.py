@@ -6,9 +6,10 @@ stream adds no history event; search-attribute changes are held back and sent to
 the run waits (``send_attributes``), so the transitions between two waits cost one upsert. A
 step's own moves (``Planning`` <-> ``Acting``, ``PostToolsHook`` for a run with hooks, its
 ``AgentStep``) are sent with the next change a user searches for, before a hand-over and at the
-end, and otherwise at most once per ``STEP_ATTRIBUTES_EVERY`` of workflow time
-(``PACED_STEP_ATTRIBUTES``, ``PACED_HOOK_ATTRIBUTES``): a fast step costs no upsert, and the
-exact step is always in ``status``, the live view and the Web UI's details.
+end, and otherwise at most once per ``STEP_ATTRIBUTES_EVERY`` of workflow time: a fast step
+costs no upsert, and the exact step is always in ``status``, the live view and the Web UI's
+details. (``Acting`` is sent only after a wait a user searches for: an approval's tools run as
+``Acting``, never as ``WaitingForHuman``.)
 """
 
 from __future__ import annotations
@@ -29,29 +30,6 @@ from treadle.workflows.agent.parts import status
 from treadle.workflows.agent.parts.outages import Outage
 from treadle.workflows.agent.parts.state import AgentRun
 
-ONE_UPSERT_PER_STEP = "one-upsert-per-step"
-"""``workflow.patched`` id: the tool calls of a step send no upsert of their own. ``AgentState``
-reads ``Planning`` from the step's model call through its tools, and ``AgentStep`` the steps
-before it (both are sent before the model call, which is most of a step's time). ``Acting`` is
-sent only after a wait a user searches for (an approval's tools run as ``Acting``, never as
-``WaitingForHuman``). Before it, a step cost two upserts."""
-
-PACED_STEP_ATTRIBUTES = "paced-step-attributes"
-"""``workflow.patched`` id: a step sends no upsert in the steady state. Its own moves
-(``Planning`` <-> ``Acting``/``ParallelActing``) and its ``AgentStep`` wait for the next change
-worth sending (a state a user searches for, a hand-over, the run's end: those are sent at once,
-carrying them), or go out before a model call once ``STEP_ATTRIBUTES_EVERY`` of workflow time
-has passed since the last upsert. Asked at the first such move (the first step's tools, after
-its model call's result, never a local activity's). Before it, a step cost one upsert
-(``ONE_UPSERT_PER_STEP``)."""
-
-PACED_HOOK_ATTRIBUTES = "paced-hook-attributes"
-"""``workflow.patched`` id: ``PostToolsHook`` (a run with hooks runs them after every writing
-step) is one of a step's own moves, held like ``Acting``: a step with a hook sends no upsert in
-the steady state either. Asked where the hook state first decides something (the first hook's
-step, after its tools' result). Before it, such a step sent two (``PostToolsHook``, then
-``Planning``)."""
-
 STEP_ATTRIBUTES_EVERY = timedelta(minutes=5)
 """At most one upsert of a step's own moves per 5 minutes of workflow time. Each upsert is a
 billed Temporal Cloud action, and a step that waits on a real model takes seconds: at 10 s a
@@ -61,9 +39,12 @@ So ``AgentStep`` in visibility may lag by up to 5 minutes of a run's stepping (a
 waits, hands over or ends). A run's state a user searches for never waits for it, and the
 exact step is always in ``status``, the live view and the Web UI's details."""
 
-_TOOL_STATES = frozenset({State.ACTING.value, State.PARALLEL_ACTING.value})
-_STEP_STATES = _TOOL_STATES | {State.PLANNING.value}
-_HOOK_STATE = State.POST_TOOLS_HOOK.value
+_HELD_STATES = frozenset(
+    {State.ACTING.value, State.PARALLEL_ACTING.value, State.POST_TOOLS_HOOK.value}
+)
+"""A step's own moves after its model call (its tools, its hooks): always held, for the next
+change worth sending to carry."""
+_STEP_STATES = _HELD_STATES | {State.PLANNING.value}
 _STEP_ATTRIBUTES = frozenset({sa.AGENT_STATE.name, sa.AGENT_STEP.name})
 
 
@@ -77,19 +58,8 @@ class Publisher:
         self.stream = WorkflowStream(prior_state=prior)
         self._events = self.stream.topic(events.EVENTS_TOPIC, type=AgentEvent)
         self._pending_attributes: dict[str, SearchAttributeUpdate[Any]] = {}
-        self._sent_attributes: dict[str, Any] = {}
-        """What visibility holds for this run (sent by this run; a replay rebuilds it)."""
-        self._one_per_step: bool | None = None
-        """``workflow.patched(ONE_UPSERT_PER_STEP)``, asked where it first decides something."""
-        self._paced: bool | None = None
-        """``workflow.patched(PACED_STEP_ATTRIBUTES)``, asked where it first decides something."""
-        self._paced_hooks: bool | None = None
-        """``workflow.patched(PACED_HOOK_ATTRIBUTES)``, asked where it first decides something."""
         self._sent_at = workflow.now()
         """When this run last upserted (its start: a hand-over has just sent exact values)."""
-        self.coalesce_attributes = False
-        """Hold search-attribute changes until the run waits (runs recorded before upserted
-        at every transition, and replay so: the engine sets this behind ``workflow.patched``)."""
         self.outage: Outage | None = None
         """The store a call waits for now (``calls``); not carried: a replay sets it again."""
         self.outbox: list[AgentEvent] = []
@@ -152,9 +122,6 @@ class Publisher:
         of each wins) until the run is about to wait or end (``send_attributes``)."""
         if not self._run.input.config.search_attributes:
             return
-        if not self.coalesce_attributes:
-            workflow.upsert_search_attributes(updates)
-            return
         for update in updates:
             self._pending_attributes[update.key.name] = update
 
@@ -165,7 +132,6 @@ class Publisher:
         if not pending or self._held(pending, exact):
             return
         workflow.upsert_search_attributes(list(pending.values()))
-        self._sent_attributes.update({name: u.value for name, u in pending.items()})
         self._sent_at = workflow.now()
         pending.clear()
 
@@ -178,51 +144,16 @@ class Publisher:
         # What visibility holds: this run's upserts, and what a hand-over carried to it.
         shown = workflow.info().typed_search_attributes.get(sa.AGENT_STATE)
         if (
-            state is None
-            or not self._step_state(state.value)
-            or not self._step_state(shown)
+            exact
+            or state is None
+            or state.value not in _STEP_STATES
+            or shown not in _STEP_STATES
             or set(pending) - _STEP_ATTRIBUTES
         ):
             return False
-        if self._paced is None:
-            # Runs recorded before sent these (``_held_for_step``), and replay so.
-            self._paced = workflow.patched(PACED_STEP_ATTRIBUTES)
-        if not self._paced:
-            return self._held_for_step(pending)
-        if exact:
-            return False
-        if state.value in _TOOL_STATES or state.value == _HOOK_STATE:
+        if state.value in _HELD_STATES:
             return True
         return workflow.now() - self._sent_at < STEP_ATTRIBUTES_EVERY
-
-    def _step_state(self, value: str | None) -> bool:
-        """Whether ``value`` is one of a step's own states: ``PostToolsHook`` too once
-        ``PACED_HOOK_ATTRIBUTES`` holds (asked the first time it decides; runs recorded before
-        sent it at once, and replay so)."""
-        if value in _STEP_STATES:
-            return True
-        if value != _HOOK_STATE:
-            return False
-        if self._paced_hooks is None:
-            self._paced_hooks = workflow.patched(PACED_HOOK_ATTRIBUTES)
-        return self._paced_hooks
-
-    def _held_for_step(self, pending: dict[str, SearchAttributeUpdate[Any]]) -> bool:
-        """Whether these changes are only a step moving from its model call to its tools
-        (``Planning`` -> ``Acting``, the step counted): they wait for the next change worth
-        sending, which carries them."""
-        state = pending.get(sa.AGENT_STATE.name)
-        if (
-            state is None
-            or state.value not in _TOOL_STATES
-            or self._sent_attributes.get(sa.AGENT_STATE.name) != State.PLANNING.value
-            or set(pending) - {sa.AGENT_STATE.name, sa.AGENT_STEP.name}
-        ):
-            return False
-        if self._one_per_step is None:
-            # Runs recorded before upserted here, and replay so (no marker in their history).
-            self._one_per_step = workflow.patched(ONE_UPSERT_PER_STEP)
-        return self._one_per_step
 
     def show(self) -> None:
         """The Web UI's current details: where the run is, in a few lines of markdown."""

@@ -12,9 +12,8 @@ Pure data plus small deterministic methods: the caller passes ``workflow.now()``
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
 
-from pydantic import Field, model_validator
+from pydantic import Field
 
 from treadle.workflows.agent.messages import providers
 from treadle.workflows.agent.messages.catalogue import StartPhaseArgs
@@ -81,26 +80,6 @@ class LoopFlags(Mutable):
     """The endpoint returned no log-probabilities, and the trace already says so."""
 
 
-LIFTED: dict[str, dict[str, str]] = {
-    "thread": {"inbox": "inbox", "closing": "closing", "idle_since": "idle_since"},
-    "client": {
-        "client_query": "query",
-        "client_answer": "answer",
-        "client_queries_asked": "asked",
-        "client_query_parallel": "parallel",
-    },
-    "recovery": {"stuck_reason": "stuck_reason", "hints_given": "hints_given"},
-    "flags": {
-        "pending_phase": "pending_phase",
-        "last_step_mutated": "last_step_mutated",
-        "reflect_reason": "reflect_reason",
-        "confidence_unavailable_noted": "confidence_unavailable_noted",
-    },
-}
-"""Sub-model -> {field of the flat shape recorded before the grouping -> its name there}."""
-_FLAT = frozenset(old for names in LIFTED.values() for old in names)
-
-
 class AgentRun(Mutable):
     """The whole state of one run; the workflow class is the loop that moves it.
 
@@ -113,8 +92,7 @@ class AgentRun(Mutable):
     ``recovery`` (stuck reason, hints given); ``client`` (the client query and its answer);
     ``mcp`` (the listed MCP tools); ``loaded_tools`` (the worker's own tools, listed);
     ``thread`` (inbox, closing, idle since); ``runs`` (which
-    run of the chain this is). Runs recorded before the grouping carried these flat; they
-    still parse (``_lift_flat_fields``).
+    run of the chain this is).
     """
 
     input: AgentInput
@@ -145,14 +123,10 @@ class AgentRun(Mutable):
     carried across continue-as-new; a tool that vanished from its server is dropped."""
     loaded_tools: tuple[str, ...] | None = None
     """The tools the worker loaded from your own modules, as listed before the run's first
-    model call (recorded, carried across continue-as-new); ``None``: never listed (a run from
-    before loading existed offers none)."""
+    model call (recorded, carried across continue-as-new); ``None``: not listed yet."""
     thread: ThreadState = Field(default_factory=ThreadState)
     waiting: WaitState = Field(default_factory=WaitState)
     """A ``wait`` call parking the run on a timer (``Waiting``)."""
-    wait_offered: bool | None = None
-    """The run offers the ``wait`` tool; ``None``: not decided yet (before the first model
-    call, behind the ``wait-tool`` patch, then carried across continue-as-new)."""
     runs: int = 1
     """Which run of its continue-as-new chain this is (the workflow id stays the same)."""
     workspace_snapshot: str | None = None
@@ -160,23 +134,8 @@ class AgentRun(Mutable):
     family: Family = Field(default_factory=Family)
     """The sub-agents this run started (``delegate``), running and ended."""
     parent_gone: str | None = None
-    """A sub-agent that outlives its parent's runs (``subagents.outlives_runs``) found its
-    parent closed when it reported: why; it ends at its next step."""
-
-    @model_validator(mode="before")
-    @classmethod
-    def _lift_flat_fields(cls, data: Any) -> Any:
-        """An ``AgentRun`` recorded before its fields were grouped (a continue-as-new input,
-        an export) carried them flat: move each into its sub-model."""
-        # Also run on every assignment (validate_assignment), with every field: a set test.
-        if not isinstance(data, dict) or _FLAT.isdisjoint(data):
-            return data
-        data = dict(data)
-        for group, names in LIFTED.items():
-            lifted = {new: data.pop(old) for old, new in names.items() if old in data}
-            if lifted:
-                data[group] = {**lifted, **(data.get(group) or {})}
-        return data
+    """A sub-agent that found its parent closed when it reported (no server cancels a child
+    that may outlive its parent's runs): why; it ends at its next step."""
 
     def carried(self, trace_tail: int, max_bytes: int) -> AgentRun:
         """This run as the next run of the chain starts from: the trace's tail (with a count

@@ -180,15 +180,10 @@ class Toolbox:
         config: AgentConfig,
         listed: McpToolList | None = None,
         loaded: Collection[str] | None = None,
-        *,
-        wait: bool = False,
     ) -> None:
         self.config = config
         self.listed = listed
         self.loaded = frozenset(loaded or ())
-        self.wait = wait
-        """The run offers the ``wait`` tool (decided once per run: runs recorded before it
-        existed offered a different tool list, which their token estimates depend on)."""
 
     def knows(self, name: str) -> bool:
         """A catalogue tool this run may call: not one the worker loaded that the run's
@@ -203,8 +198,8 @@ class Toolbox:
     def offered_names(self) -> tuple[str, ...]:
         """The catalogue tools this run offers: its choice (``config.tools``, or all of them)
         less blacklisted ones, less ``run_command`` unless the run allows it, less
-        ``ask_client`` without client queries, less ``wait`` unless the run offers it and
-        ``max_wait_seconds`` is not 0, less ``delegate`` unless the run may start children
+        ``ask_client`` without client queries, less ``wait`` when ``max_wait_seconds`` is 0,
+        less ``delegate`` unless the run may start children
         (``may_delegate``). In the catalogue's order."""
         config = self.config
         chosen = TOOLS if config.tools is None else config.tools
@@ -216,7 +211,7 @@ class Toolbox:
             and name not in config.blacklisted_tools
             and (name != "run_command" or config.allow_run_command)
             and (name != "ask_client" or config.client_queries)
-            and (name != "wait" or (self.wait and config.max_wait_seconds > 0))
+            and (name != "wait" or config.max_wait_seconds > 0)
             and (name != "delegate" or may_delegate(config))
         )
 

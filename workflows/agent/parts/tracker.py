@@ -143,13 +143,11 @@ class ProgressTracker(BaseModel):
         error: str | None = None,
         mutating: bool,
         content_hash: str | None = None,
-        exploration: bool = True,
     ) -> None:
         """Record one tool call; ``target`` is the file path or the command.
 
         ``content_hash`` is the hash of what a file write left on disk, of a command's output, or
-        of what a read saw. ``exploration=False`` keeps the rule runs recorded before
-        exploration counted (reads are never progress), for replaying their histories.
+        of what a read saw.
         """
         self.tool_calls += 1
         if self.phase is not None:
@@ -176,7 +174,7 @@ class ProgressTracker(BaseModel):
             if self.phase is not None and target not in self.phase.files_changed:
                 self.phase.files_changed.append(target)
         elif kind is ActionKind.READ_ONLY:
-            changed = self._explored(target, content_hash) and exploration
+            changed = self._explored(target, content_hash) and self.config.exploration_is_progress
         elif kind is ActionKind.COMMAND:
             changed = content_hash is None or not any(
                 a.kind is ActionKind.COMMAND

@@ -31,7 +31,6 @@ from treadle.workflows.agent.messages.providers import resolve
 
 __all__ = [
     "FINAL_ANSWER_TOOL",
-    "TYPED_ANSWERS",
     "Accepted",
     "Invalid",
     "ask",
@@ -39,10 +38,6 @@ __all__ = [
     "judge",
     "output_of",
 ]
-
-TYPED_ANSWERS = "typed-answers"
-"""``workflow.patched`` id: a final reply judged against ``output_schema`` (sent back when it
-does not validate) instead of taken as it is."""
 
 FINAL_ANSWER_TOOL = "final_answer"
 INVALID = "The final answer does not match the required JSON Schema"

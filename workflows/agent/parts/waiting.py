@@ -20,10 +20,6 @@ from treadle.workflows.base import Frozen, Mutable, describe_errors
 WAIT = "wait"
 """The tool's name."""
 
-WAIT_TOOL = "wait-tool"
-"""``workflow.patched`` id: a ``wait`` call parks the run on a timer (before, the tool did not
-exist, and a call of it was an unknown tool)."""
-
 
 class WakeSignal(Frozen):
     """The ``wake`` signal's body: ``{"reason": "..."}`` (optional)."""

@@ -18,10 +18,9 @@ One family, one set of rules:
   a decision sent to the parent that names a child's call is sent on to it (``forward``).
 - **One lifetime.** A child's workflow id is its parent's plus the call's id. A cancelled parent
   cancels its children and waits for them to end. A child that fails, times out or halts is
-  that call's ``ERROR:`` observation, never a failed parent. Since ``SUBAGENTS_OUTLIVE_RUNS`` a
-  child may outlive its parent's run, so the parent continues as new while children run
-  (``acting``): how its end reaches the newest run is ``child_ends``. Children started before
-  it have ``ParentClosePolicy.REQUEST_CANCEL`` and end within the step that started them.
+  that call's ``ERROR:`` observation, never a failed parent. A child may outlive its parent's
+  run (``ParentClosePolicy.ABANDON``), so the parent continues as new while children run
+  (``acting``): how its end reaches the newest run is ``child_ends``.
 
 Several ``delegate`` calls in one reply run as ParallelActing runs any calls: concurrently.
 """
@@ -53,7 +52,6 @@ from treadle.workflows.agent.messages.models import (
     ToolCall,
     ToolOutcome,
 )
-from treadle.workflows.agent.messages.snapshots import SUBAGENT_WORKSPACE
 from treadle.workflows.agent.parts import cost_cap
 from treadle.workflows.agent.parts.approvals import Refused, check_approver
 from treadle.workflows.agent.parts.planning import MIN_COMPLETION_TOKENS
@@ -61,15 +59,9 @@ from treadle.workflows.agent.parts.publishing import Publisher
 from treadle.workflows.agent.parts.state import AgentRun
 from treadle.workflows.agent.parts.status import cut
 from treadle.workflows.agent.subagents import ends as child_ends
-from treadle.workflows.agent.subagents.queries import SUBAGENT_QUERIES
 from treadle.workflows.base import describe_errors
 
 DELEGATE = "delegate"
-
-SUBAGENTS = "subagents"
-"""``workflow.patched`` id: a ``delegate`` call starts a child workflow. Runs recorded before
-sub-agents existed never offered the tool (their configs have no ``subagents``), so none
-reaches it; the marker is there for a run whose model called a tool of that name anyway."""
 
 
 async def delegate(
@@ -82,14 +74,10 @@ async def delegate(
     refused = refusal(run, call, args, offered)
     if refused is not None:
         return ToolOutcome.of(call, refused, success=False)
-    if not workflow.patched(SUBAGENTS):  # cannot happen: see SUBAGENTS
-        return ToolOutcome.of(call, "ERROR: unknown tool 'delegate'", success=False)
-    outlives = workflow.patched(child_ends.SUBAGENTS_OUTLIVE_RUNS)
-    child = _reserve(run, call, args, outlives=outlives)
+    child = _reserve(run, call, args)
     # The child starts from the parent's workspace as its history says it is, and hands its
     # own back (``snapshotting.merge_parallel`` merges it): wherever their tools run.
-    start = run.workspace_snapshot if workflow.patched(SUBAGENT_WORKSPACE) else None
-    asks = workflow.patched(SUBAGENT_QUERIES)
+    start = run.workspace_snapshot
     pub.record(
         run.state,
         "SubagentStarted",
@@ -99,16 +87,15 @@ async def delegate(
         f"{child.task}",
     )
     pub.emit("tool_started", child.task, tool=DELEGATE, call_id=call.id, target=child.workflow_id)
-    policy = ParentClosePolicy.ABANDON if outlives else ParentClosePolicy.REQUEST_CANCEL
     try:
         handle = await workflow.start_child_workflow(
             workflow.info().workflow_type,
-            child_input(run, args, child, asks=asks).model_copy(
-                update={"workspace_snapshot": start}
-            ),
+            child_input(run, args, child).model_copy(update={"workspace_snapshot": start}),
             id=child.workflow_id,
             result_type=AgentResult,
-            parent_close_policy=policy,
+            # A hand-over closes the parent's run, and REQUEST_CANCEL would cancel the child:
+            # a cancelled parent cancels its children itself (``child_ends.awaited``).
+            parent_close_policy=ParentClosePolicy.ABANDON,
             static_summary=f"sub-agent · {cut(args.task, 180)}",
             static_details=(
                 f"delegated by {workflow.info().workflow_id} (call {call.id}, step {child.step}); "
@@ -116,16 +103,13 @@ async def delegate(
                 f"{child.token_budget if child.token_budget is not None else 'none'}"
             ),
         )
-        if outlives:
-            child = child.model_copy(update={"run_id": handle.first_execution_run_id})
-            run.family.replace(child)
-            return await child_ends.awaited(run, pub, call, child, handle, start)
-        result: AgentResult = await handle
+        child = child.model_copy(update={"run_id": handle.first_execution_run_id})
+        run.family.replace(child)
+        return await child_ends.awaited(run, pub, call, child, handle, start)
     except (ChildWorkflowError, WorkflowAlreadyStartedError) as exc:
         if run_cancelled():
             raise  # the parent itself is cancelled: its children were, and so is it
         return child_ends.ended_without_result(run, pub, call, child, exc)
-    return child_ends.merged(child_ends.ended(run, pub, call, child, result), result, start)
 
 
 def refusal(
@@ -234,13 +218,10 @@ def _later(run: AgentRun, call: ToolCall) -> int:
     return sum(1 for c in calls[position:] if c.name == DELEGATE) or 1
 
 
-def child_input(
-    run: AgentRun, args: DelegateArgs, child: ChildRun, *, asks: bool = True
-) -> AgentInput:
+def child_input(run: AgentRun, args: DelegateArgs, child: ChildRun) -> AgentInput:
     """What the child runs: the sub-task, in the parent's workspace, under the parent's config
     narrowed to what the call asked for, one level deeper, with its share of the budget. It
-    asks the client as the parent does (answered through the parent: ``child_queries``);
-    children started before ``SUBAGENT_QUERIES`` (``asks`` false) asked none."""
+    asks the client as the parent does (answered through the parent: ``child_queries``)."""
     config = run.input.config
     sub = config.subagents
     narrowed = config.model_copy(
@@ -250,12 +231,7 @@ def child_input(
             "token_budget": child.token_budget,
             "max_cost_usd": child.cost_budget_usd,
             "models": {},
-            "client_queries": config.client_queries and asks,
-            "subagents": sub.model_copy(
-                update={"depth": sub.depth + 1, "outlives_runs": child.outlives_runs}
-            )
-            if sub
-            else None,
+            "subagents": sub.model_copy(update={"depth": sub.depth + 1}) if sub else None,
         }
     )
     return AgentInput(
@@ -272,7 +248,7 @@ def _depth(run: AgentRun) -> int:
     return sub.depth if sub else 0
 
 
-def _reserve(run: AgentRun, call: ToolCall, args: DelegateArgs, *, outlives: bool) -> ChildRun:
+def _reserve(run: AgentRun, call: ToolCall, args: DelegateArgs) -> ChildRun:
     """Record the child before anything is awaited: siblings started in the same step see its
     share held, in the step's order."""
     child = ChildRun(
@@ -283,7 +259,6 @@ def _reserve(run: AgentRun, call: ToolCall, args: DelegateArgs, *, outlives: boo
         step=run.memory.step,
         token_budget=share(run, call),
         cost_budget_usd=cost_share(run, call),
-        outlives_runs=outlives,
     )
     run.family.children = [*run.family.children, child]
     return child
@@ -338,12 +313,6 @@ def forward(run: AgentRun, pub: Publisher, decision: Decision) -> PendingApprova
     )
 
 
-SUBAGENT_GUIDANCE = "subagent-guidance"
-"""``workflow.patched`` id: a ``guide`` naming a child's call (``call_id``) is sent on to that
-child (``forward_guidance``). Before it, no run took one: a ``guide`` body with a ``call_id``
-did not parse, so no recorded run reaches it."""
-
-
 def guidance_for_child(bodies: tuple[Any, ...]) -> GuideSignal | None:
     """A ``guide`` signal's body that names a child's call, or ``None`` (the run's own
     guidance, whose checks say why a body is wrong)."""
@@ -374,8 +343,6 @@ def forward_guidance(run: AgentRun, pub: Publisher, signal: GuideSignal) -> None
     """A parent: send guidance (or a halt) on to the stuck child it names (``call_id``); the
     child takes it as its own, or sends it on to its child. ``Refused`` as ``guided_child``."""
     child, inner = guided_child(run, signal)
-    if not workflow.patched(SUBAGENT_GUIDANCE):  # cannot happen: see SUBAGENT_GUIDANCE
-        raise Refused("this run does not send guidance on to its sub-agents")
     body = signal.model_dump(exclude_none=True, exclude={"call_id"})
     if inner is not None:
         body["call_id"] = inner

@@ -1,12 +1,10 @@
 """A sub-agent's end: awaited, counted in its parent's usage, and turned into the observation
 of the ``delegate`` call that started it (``delegation`` starts it).
 
-A child started before ``SUBAGENTS_OUTLIVE_RUNS`` is awaited through its handle, in the run
-that started it, which therefore never continues as new while it runs. Since, a child may
-outlive its parent's run: it is started with ``ParentClosePolicy.ABANDON`` (a hand-over closes
-the run, and ``REQUEST_CANCEL`` would cancel it) and signals its end to its parent's workflow
-id, which reaches the newest run of the chain (``child_reports.last_report``, kept in
-``ChildRun.delivered`` and carried across the hand-over). The run that started it takes
+A child may outlive its parent's run: it is started with ``ParentClosePolicy.ABANDON`` (a
+hand-over closes the run, and ``REQUEST_CANCEL`` would cancel it) and signals its end to its
+parent's workflow id, which reaches the newest run of the chain (``child_reports.last_report``,
+kept in ``ChildRun.delivered`` and carried across the hand-over). The run that started it takes
 whichever comes first, its handle's result or that signal; a later run, which holds no handle,
 waits for the signal (``carried``), checking now and then (``CHECK_EVERY``) that the child is
 still there (a terminated child signals nothing). A cancelled parent cancels such a child itself
@@ -39,7 +37,6 @@ from treadle.workflows.agent.messages.models import (
     ToolCall,
     ToolOutcome,
 )
-from treadle.workflows.agent.messages.snapshots import SUBAGENT_WORKSPACE
 from treadle.workflows.agent.parts.publishing import Publisher
 from treadle.workflows.agent.parts.state import AgentRun
 from treadle.workflows.agent.parts.status import cost, cut
@@ -51,12 +48,6 @@ _STATUS: dict[RunStatus, ChildStatus] = {
     RunStatus.HALTED: "halted",
     RunStatus.RUNNING: "running",
 }
-
-SUBAGENTS_OUTLIVE_RUNS = "subagents-outlive-runs"
-"""``workflow.patched`` id: a child is started with ``ParentClosePolicy.ABANDON`` and signals
-its end to its parent's workflow id (``child_reports.last_report``), so the parent may continue
-as new while it runs (``acting``): the next run waits for the signal. Before it, children were
-started with ``REQUEST_CANCEL`` and awaited in the run that started them."""
 
 _SILENT = "closed without telling its parent how it ended (terminated or timed out)"
 """A child that closed while a later run of its parent waited for it, and signalled nothing."""
@@ -70,10 +61,10 @@ history events and the child 4."""
 
 
 def carried(run: AgentRun, call_id: str) -> ChildRun | None:
-    """The running child ``call_id`` started, if a hand-over may carry it (started, to outlive
-    the run): the next run waits for its end instead of starting it again."""
+    """The running child ``call_id`` started, if a hand-over may carry it (started): the next
+    run waits for its end instead of starting it again."""
     child = run.family.started(call_id)
-    if child is None or child.status != "running" or not child.outlives_runs:
+    if child is None or child.status != "running":
         return None
     return child if child.run_id is not None else None
 
@@ -81,7 +72,7 @@ def carried(run: AgentRun, call_id: str) -> ChildRun | None:
 def merged(outcome: ToolOutcome, result: AgentResult, start: str | None) -> ToolOutcome:
     """The call's outcome carrying the child's last workspace snapshot, for the parent to
     merge (``snapshotting.merge_parallel``), when it changed from the one it started from."""
-    if workflow.patched(SUBAGENT_WORKSPACE) and result.workspace_snapshot not in (None, start):
+    if result.workspace_snapshot not in (None, start):
         # What the child's tools left, whether it answered or not: merged after the call.
         update = {"snapshot": result.workspace_snapshot}
         outcome = outcome.model_copy(update={"result": outcome.result.model_copy(update=update)})

@@ -25,10 +25,6 @@ from treadle.workflows.agent.parts.publishing import Publisher
 from treadle.workflows.agent.parts.state import AgentRun
 from treadle.workflows.base import describe_errors
 
-SUBAGENT_QUERIES = "subagent-queries"
-"""``workflow.patched`` id: a child is started with its parent's ``client_queries`` (before,
-children asked no client), and reports its queries, which its parent answers through itself."""
-
 CLIENT_ANSWER = "client_answer"
 """The signal a parent sends an answer on to its child with (``{"query_id": "q1", ...}``, a
 ``ClientAnswer``)."""

@@ -4,9 +4,10 @@ A child signals its parent's workflow id (``CHILD_WAITING``, the signal's name s
 reports, which were only about approvals) with one bounded ``ChildReport``: its state and step,
 what it and its running children spent so far, its calls waiting for a human and its children's
 (named ``<its call>/<their call>``, so a grandchild's approval bubbles up to the top run), and its
-newest stream events. It reports when its calls wait for a human and when they were decided;
-since ``SUBAGENT_PROGRESS``, also at the start of each step and whenever one of its own children
-reported (so a grandchild's report reaches the top without waiting for the child's next step).
+newest stream events. It reports when its calls wait for a human and when they were decided,
+when it is stuck, at the start of each step and whenever one of its own children reported (so a
+grandchild's report reaches the top without waiting for the child's next step); the routine
+ones keep a pace (``pace``), and a last report goes with its end.
 
 The parent keeps the numbers in the child's ``ChildRun`` (``status``, the Web UI details),
 publishes each new pending call as its own ``approval_needed`` event (decided through it:
@@ -44,26 +45,14 @@ CHILD_WAITING = "subagent_waiting"
 """The signal a child reports to its parent with (a name, not a method: this module cannot
 import the workflow class it is part of)."""
 
-SUBAGENT_APPROVALS = "subagent-approvals"
-"""``workflow.patched`` id: a child tells its parent what waits for a human. Only children of
-runs with ``subagents`` reach it, which no run recorded before sub-agents is."""
-
-SUBAGENT_PROGRESS = "subagent-progress"
-"""``workflow.patched`` id: a child also reports at the start of each step, and whenever one
-of its own children reported. Only sub-agents ask it (a run at depth 0 never does)."""
-
-REPORT_PACE = "subagent-report-pace"
-"""``workflow.patched`` id: a child's routine reports (a step began, a child of its own reported)
-come at most every ``REPORT_EVERY`` of workflow time, and a last one when it ends; what waits
-for a human, and a stuck child, are reported at once. Before it, every step reported: two more
-events a step in the child and four in the parent, which cannot continue as new while its
-children run (eight children of a thousand steps each would have taken it to 32,000 events)."""
 REPORT_EVERY = timedelta(seconds=15)
-"""Routine reports of one child, at most, for its first ``SLOWER_AFTER`` reports; the pace
-then halves for each ``SLOWER_AFTER`` more, down to one each ``SLOWEST``. Each report costs its
-parent about 4 history events: eight children add about 10,300 over their first day and 4,600 a
-day after, so a family of days stays below Temporal's limit (51,200); status and stream lag a
-child by at most its pace."""
+"""A child's routine reports (a step began, a child of its own reported) come at most this
+often for its first ``SLOWER_AFTER`` reports, then half as often for each ``SLOWER_AFTER``
+more, down to one each ``SLOWEST``; what waits for a human, and a stuck run, are reported at
+once. Each report costs its parent about 4 history events (a report every step would cost the
+child two events a step and its parent four): eight children add about 10,300 over their first
+day and 4,600 a day after, so a family of days stays below Temporal's limit (51,200); status and
+stream lag a child by at most its pace."""
 SLOWER_AFTER = 40
 SLOWEST = timedelta(minutes=10)
 
@@ -85,15 +74,14 @@ is, and a report's room is kept for its replies and tool calls)."""
 
 
 class ChildReport(Frozen):
-    """What a child tells its parent (``CHILD_WAITING``). Only ``workflow_id`` and ``pending``
-    were sent before ``SUBAGENT_PROGRESS``: the rest is ``None`` or empty in those reports."""
+    """What a child tells its parent (``CHILD_WAITING``)."""
 
     workflow_id: str
     pending: tuple[PendingApproval, ...] = ()
     """Its calls waiting for a human, and its children's (``<its call>/<their call>``)."""
     state: str | None = None
-    step: int | None = None
-    tokens: int | None = None
+    step: int = 0
+    tokens: int = 0
     """What it spent so far: its own usage, its ended children's, and what its running
     children reported."""
     cost_usd: float | None = None
@@ -110,15 +98,10 @@ class ChildReport(Frozen):
     """Its client query waiting for an answer, and its children's (``<their call>/q1``):
     answered through the parent (``child_queries``)."""
     result: AgentResult | None = None
-    """A child that outlives its parent's runs (``subagents.outlives_runs``): its result, in
-    its last report (the parent's newest run reads it: the workflow's own result goes to the
-    run that started it)."""
+    """Its result, in its last report (the parent's newest run reads it: the workflow's own
+    result goes to the run that started it, which a hand-over may have closed)."""
     ended: str | None = None
-    """Such a child that closes without a result: why (``was cancelled``, ``failed: ...``)."""
-
-
-ChildWaiting = ChildReport
-"""The report's name when it said only what waits for a human."""
+    """A child that closes without a result: why (``was cancelled``, ``failed: ...``)."""
 
 
 def is_child(run: AgentRun) -> bool:
@@ -161,24 +144,19 @@ async def tell_parent(run: AgentRun, pub: Publisher) -> None:
     info = workflow.info()
     if not is_child(run) or info.parent is None:
         return
-    if not workflow.patched(SUBAGENT_APPROVALS):
-        return
     await _signal(run, info.parent.workflow_id, report(run, pub))
 
 
 def report_soon(run: AgentRun, pub: Publisher, *, urgent: bool = False) -> None:
     """A child: report to the parent without waiting for the signal to be delivered (at the
     start of a step, and from a handler when one of its own children reported). Routine
-    reports keep their pace (``REPORT_PACE``); an ``urgent`` one (stuck, what waits for a human
+    reports keep their pace (``pace``); an ``urgent`` one (stuck, what waits for a human
     changed) goes at once."""
     info = workflow.info()
     if not is_child(run) or info.parent is None:
         return
-    if not workflow.patched(SUBAGENT_PROGRESS):
-        return
     last = pub.reported_at
-    paced = not urgent and last is not None and workflow.patched(REPORT_PACE)
-    if paced and last is not None and workflow.now() - last < pace(pub.reports_sent):
+    if not urgent and last is not None and workflow.now() - last < pace(pub.reports_sent):
         return
     # Scheduled in this workflow task as any command is: deterministic. Handlers are not
     # coroutines, and the loop need not wait a round trip for its parent to hear.
@@ -186,33 +164,20 @@ def report_soon(run: AgentRun, pub: Publisher, *, urgent: bool = False) -> None:
     asyncio.get_running_loop().create_task(_signal(run, info.parent.workflow_id, body))
 
 
-def outlives_runs(run: AgentRun) -> bool:
-    """A child its parent started to outlive the parent's runs: it tells its end by signal."""
-    sub = run.input.config.subagents
-    return is_child(run) and sub is not None and sub.outlives_runs
-
-
 async def last_report(run: AgentRun, pub: Publisher, result: AgentResult) -> None:
-    """A child that ends: what its paced reports have not passed on yet. Its end itself is the
-    child workflow's result, which the run that started it reads; a child that outlives its
-    parent's runs also sends it (the parent's newest run reads that)."""
+    """A child that ends: its result, with what its paced reports have not passed on yet (its
+    workflow's result goes to the parent's run that started it; the newest run reads this)."""
     info = workflow.info()
     if not is_child(run) or info.parent is None:
         return
-    if outlives_runs(run):
-        await _signal(run, info.parent.workflow_id, _with(report(run, pub), result=result))
-        return
-    if not (pub.outbox or pub.outbox_dropped):
-        return
-    if workflow.patched(SUBAGENT_PROGRESS) and workflow.patched(REPORT_PACE):
-        await _signal(run, info.parent.workflow_id, report(run, pub))
+    await _signal(run, info.parent.workflow_id, _with(report(run, pub), result=result))
 
 
 async def ended_report(run: AgentRun, pub: Publisher, why: str) -> None:
-    """A child that outlives its parent's runs and closes without a result (cancelled, failed):
-    why, so the parent's newest run is not left waiting for it."""
+    """A child that closes without a result (cancelled, failed): why, so the parent's newest
+    run is not left waiting for it."""
     info = workflow.info()
-    if info.parent is None or not outlives_runs(run):
+    if info.parent is None or not is_child(run):
         return
     await _signal(run, info.parent.workflow_id, _with(report(run, pub), ended=why))
 
@@ -227,7 +192,7 @@ async def _signal(run: AgentRun, parent_id: str, body: ChildReport) -> None:
         await parent.signal(CHILD_WAITING, body)
     except ApplicationError as exc:
         workflow.logger.warning("agent.subagent.parent_gone", extra={"why": exc.message})
-        if outlives_runs(run) and run.parent_gone is None:
+        if run.parent_gone is None:
             # No server cancels such a child when its parent closes: it ends itself.
             run.parent_gone = f"its parent {parent_id} is gone ({exc.message})"
 
@@ -239,24 +204,24 @@ def child_reported(run: AgentRun, pub: Publisher, body: ChildReport) -> None:
     child = next((c for c in run.family.children if c.workflow_id == body.workflow_id), None)
     if child is None or child.status != "running":
         return
-    if child.outlives_runs and (body.result is not None or body.ended is not None):
+    if body.result is not None or body.ended is not None:
         # Its end, for whichever run of this workflow id waits for it (``child_ends``).
         ended = {"result": body.result.model_dump(mode="json")} if body.result else {}
         child = child.model_copy(update={"delivered": {**ended, "ended": body.ended}})
     known = {p.call_id for p in child.pending_approvals}
     asked = {q.id for q in child.client_queries}
-    update: dict[str, object] = {"pending_approvals": body.pending, "client_queries": body.queries}
-    if body.tokens is not None:
-        update.update(
-            tokens=body.tokens,
-            cost_usd=body.cost_usd,
-            state=body.state,
-            stuck=body.stuck,
-            stuck_at=body.stuck_at,
-        )
-        update["steps"] = body.step or 0
+    update: dict[str, object] = {
+        "pending_approvals": body.pending,
+        "client_queries": body.queries,
+        "tokens": body.tokens,
+        "cost_usd": body.cost_usd,
+        "state": body.state,
+        "stuck": body.stuck,
+        "stuck_at": body.stuck_at,
+        "steps": body.step,
+    }
     run.family.replace(child.model_copy(update=update))
-    if body.tokens is None or known != {p.call_id for p in body.pending}:
+    if known != {p.call_id for p in body.pending}:
         waiting = ", ".join(f"{child.call_id}/{p.call_id} ({p.tool})" for p in body.pending)
         pub.record(run.state, "SubagentWaiting", f"{child.workflow_id}: {waiting or 'decided'}")
     parent_id = workflow.info().workflow_id
@@ -264,7 +229,7 @@ def child_reported(run: AgentRun, pub: Publisher, body: ChildReport) -> None:
         pub.publish(
             AgentEvent(
                 kind="progress",
-                step=body.step or 0,
+                step=body.step,
                 state=body.state or "",
                 at=workflow.now(),
                 text=f"{body.events_left_out} earlier event(s) of this sub-agent not passed on",
@@ -301,7 +266,7 @@ def child_reported(run: AgentRun, pub: Publisher, body: ChildReport) -> None:
     pub.show()
     changed = known != {p.call_id for p in body.pending}
     changed = changed or asked != {q.id for q in body.queries}
-    # A run stuck further down is passed on at the pace (as runs recorded before it were).
+    # A run stuck further down is passed on at the pace.
     report_soon(run, pub, urgent=changed or (body.stuck is not None and body.stuck_at is None))
 
 
