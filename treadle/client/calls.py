@@ -19,9 +19,11 @@ import asyncio
 from datetime import timedelta
 from typing import Any
 
+from pydantic import ValidationError
 from temporalio.client import (
     Client,
     WorkflowExecutionStatus,
+    WorkflowFailureError,
     WorkflowHandle,
     WorkflowQueryFailedError,
     WorkflowUpdateFailedError,
@@ -29,6 +31,7 @@ from temporalio.client import (
 )
 from temporalio.service import RPCError, RPCStatusCode
 
+from treadle import closed as closed_runs
 from treadle.client.errors import (
     NoWorkerAnswered,
     Refused,
@@ -193,3 +196,28 @@ class Calls:
         if description.status is None or description.status in _OPEN:
             return None
         return description.status.name.lower()
+
+    async def closed_result(self, run_id: str) -> AgentResult | None:
+        """The result of a run that has completed, read from its history's last event (no
+        worker replays anything; asked once per process, ``treadle.closed``); ``None`` while
+        it runs, or when it ended without a result (failed, cancelled, terminated: then only
+        a worker's replay can say where it stood)."""
+        closed = await closed_runs.closed_run(self.client, run_id)
+        if closed is None:
+            return None
+
+        async def read(handle: WorkflowHandle[Any, Any]) -> AgentResult | None:
+            description = await handle.describe()
+            if description.status is not WorkflowExecutionStatus.COMPLETED:
+                return None
+            pinned = self.client.get_workflow_handle(run_id, run_id=closed, result_type=AgentResult)
+            result: AgentResult = await pinned.result(follow_runs=False)
+            return result
+
+        try:
+            ended: AgentResult | None = await closed_runs.kept(
+                self.client, run_id, closed, ("client", "result"), read
+            )
+        except (RPCError, WorkflowFailureError, ValidationError):
+            return None  # asked of a worker instead, as before
+        return ended

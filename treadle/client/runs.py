@@ -155,16 +155,29 @@ class Runs(ClientBase):
     # -- reading -------------------------------------------------------------------------------
 
     async def status(self, run_id: str) -> AgentStatus:
-        """The run's status (its ``state`` query): state, step, usage, what it waits for."""
+        """The run's status (its ``state`` query): state, step, usage, what it waits for. A
+        run that completed is read from its result (``closed_result``): no worker needed."""
+        ended = await self.closed_result(run_id)
+        if ended is not None and ended.final is not None:
+            return ended.final
         status: AgentStatus = await self._calls.query(
             run_id, AgentWorkflow.state, what="the state query"
         )
         return status
 
     async def trace(self, run_id: str) -> Trace:
-        """The run's trace: the append-only log of what each state did."""
+        """The run's trace: the append-only log of what each state did (a completed run's:
+        the tail its result carries, read with no worker)."""
+        ended = await self.closed_result(run_id)
+        if ended is not None and ended.trace is not None:
+            return ended.trace
         trace: Trace = await self._calls.query(run_id, AgentWorkflow.trace, what="the trace query")
         return trace
+
+    async def closed_result(self, run_id: str) -> AgentResult | None:
+        """The result of a run that has completed, read from its history (no worker asked);
+        ``None`` while it runs or when it ended without one (see ``Calls.closed_result``)."""
+        return await self._calls.closed_result(run_id)
 
     async def result(self, run_id: str) -> AgentResult:
         """The run's result, once it is over (waits for it); a failed, terminated, cancelled or
@@ -190,6 +203,9 @@ class Runs(ClientBase):
 
             return await closed_runs.kept(self.temporal, run_id, closed, ("client", what), asked)
 
+        ended = await self.closed_result(run_id) if closed is not None else None
+        if ended is not None and ended.final is not None:
+            return RunOverview(status=ended.final, export=ended.export)
         status: AgentStatus = await ask("the state query", AgentWorkflow.state)
         exported: ThreadExport | None
         try:

@@ -121,9 +121,13 @@ class Threads(Runs):
         """The run or thread as Loom's JSON (``ThreadExport``). ``whole``: every stored content
         read back from the store (the run itself holds previews), so the export is the whole
         conversation on its own."""
-        exported: ThreadExport = await self._calls.query(
-            run_id, AgentWorkflow.export, what="the export query"
-        )
+        ended = await self.closed_result(run_id)
+        if ended is not None and ended.export is not None:
+            exported = ended.export  # a completed run's, from its history: no worker needed
+        else:
+            exported = await self._calls.query(
+                run_id, AgentWorkflow.export, what="the export query"
+            )
         return await self._filled_in(exported) if whole else exported
 
     async def import_thread(

@@ -158,7 +158,11 @@ class WorkspaceClient:
         return changes(before, after)
 
     async def head(self, run_id: str) -> str:
-        """The key of the run's latest snapshot (its ``workspace`` query)."""
+        """The key of the run's latest snapshot (its ``workspace`` query; a completed run's
+        from its result, with no worker)."""
+        ended = await self._calls.closed_result(run_id)
+        if ended is not None and ended.workspace_snapshot is not None:
+            return ended.workspace_snapshot
         try:
             head: WorkspaceHead = await self._calls.query(
                 run_id, AgentWorkflow.workspace, what="the workspace query"

@@ -256,6 +256,20 @@ class AgentResult(Frozen):
     workspace_snapshot: str | None = None
     """The key of the run's latest workspace snapshot when it ended (a sub-agent's parent
     merges it into its own); ``None``: none was taken."""
+    final: AgentStatus | None = None
+    """What the ``state`` query answered as the run ended: a closed run's ``status`` is read
+    from here, from its history, with no worker to replay it (a top run's; a sub-agent's
+    parent keeps what it needs of its child in its own status)."""
+    trace: Trace | None = None
+    """The trace's tail as the run ended (``RESULT_TRACE_ENTRIES``, the rest counted), read by
+    ``trace`` of a closed run."""
+    export: ThreadExport | None = None
+    """The ``export`` query's answer as the run ended, when its conversation is in the store
+    (named by reference, small): ``treadle export`` of a closed run reads it from here."""
+
+
+RESULT_TRACE_ENTRIES = 200
+"""Trace entries a run's result carries (``AgentResult.trace``): the newest."""
 
 
 # --------------------------------------------------------------------------------------------
