@@ -36,6 +36,7 @@ from temporalio import activity
 
 from treadle.activities.heartbeat import heartbeating
 from treadle.activities.workspace.materialise import Checkout, bring
+from treadle.activities.workspace.scan import EXAMPLES, NOT_UTF8
 from treadle.activities.workspace.snapshot import Snapshotter
 from treadle.workflows.agent.messages.catalogue import TOOLS
 from treadle.workflows.agent.messages.models import ToolResult
@@ -107,7 +108,13 @@ async def snapshot_after(
         "workspace.snapshot",
         extra={"step": sync.step, "manifest": taken.manifest, "detail": taken.detail},
     )
-    return result.model_copy(update={"snapshot": taken.manifest})
+    left_out = None
+    if taken.unrecordable:
+        left_out = (
+            f"left out {len(taken.unrecordable)} ({NOT_UTF8}: "
+            f"{', '.join(taken.unrecordable[:EXAMPLES])})"
+        )
+    return result.model_copy(update={"snapshot": taken.manifest, "snapshot_left_out": left_out})
 
 
 class Follower:

@@ -20,12 +20,15 @@ from pathlib import Path
 from treadle.activities.workspace.manifest import SYMLINK, Entry, State
 
 __all__ = [
+    "NOT_UTF8",
     "RACY_SECONDS",
     "Exclusions",
     "Index",
     "Rules",
     "Seen",
     "look_at",
+    "recordable",
+    "shown",
     "walk",
 ]
 
@@ -36,6 +39,10 @@ and it is read again next time (git's "racily clean" entries)."""
 
 EXAMPLES = 5
 """Paths left out that a snapshot names, beyond the counts."""
+
+NOT_UTF8 = "name not UTF-8"
+"""The exclusion of a file (or directory) whose name is not UTF-8 (``b'bad\\xff.txt'`` from an
+archive): a manifest, a trace and a check-out all carry names as text, so it cannot be recorded."""
 
 Signature = tuple[int, int, int, int, int]
 """What tells a file changed without reading it: size, mtime_ns, ctime_ns, inode, mode."""
@@ -103,7 +110,7 @@ class Exclusions:
     def add(self, reason: str, rel: str) -> None:
         self.counts[reason] = self.counts.get(reason, 0) + 1
         if len(self.examples) < EXAMPLES:
-            self.examples.append(rel)
+            self.examples.append(shown(rel))
 
     def describe(self) -> str:
         if not self.counts:
@@ -143,6 +150,8 @@ class Seen:
     stats: int = 0
     """Files and directories looked at (one ``stat`` each)."""
     started_ns: int = field(default_factory=time.time_ns)
+    unrecordable: list[str] = field(default_factory=list)
+    """Paths left out for a name that is not UTF-8 (``NOT_UTF8``)."""
     linked: str | None = None
     """A file looked at alone that has other hard links (``look_at``): a change made through
     another of its names is not reported there, so only a whole walk can be trusted."""
@@ -150,6 +159,26 @@ class Seen:
 
 Watch = Callable[[str], None]
 """Called with each directory a walk is about to read (``watch.Watcher.add``)."""
+
+
+def recordable(rel: str) -> bool:
+    """Whether ``rel`` is text (UTF-8): a name read from the disk that is not holds the
+    surrogates Python decodes its bytes to, which no JSON or protobuf can carry."""
+    try:
+        rel.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def shown(rel: str) -> str:
+    """``rel`` as text for people: a byte that is not UTF-8 is written ``\\xff``."""
+    if recordable(rel):
+        return rel
+    try:
+        return rel.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    except UnicodeEncodeError:  # a surrogate no disk decoding makes: show its code point
+        return rel.encode("utf-8", "backslashreplace").decode("ascii")
 
 
 def _signature(st: os.stat_result) -> Signature:
@@ -198,6 +227,10 @@ def walk(
             continue
         for entry in entries:
             rel = prefix + entry.name
+            if not recordable(entry.name):
+                seen.exclusions.add(NOT_UTF8, rel)  # a directory: what is below it too
+                seen.unrecordable.append(rel)
+                continue
             pattern = rules.ignored(rel)
             if pattern is not None:
                 seen.exclusions.add(pattern, rel)
@@ -233,6 +266,10 @@ def look_at(
         rel = given.strip("/")
         if not rel or rel.startswith("../") or rel == ".." or "/../" in rel:
             continue
+        if not recordable(rel):
+            seen.exclusions.add(NOT_UTF8, rel)
+            seen.unrecordable.append(rel)
+            continue
         covered.update(p for p in previous if p == rel or p.startswith(rel + "/"))
         if rules.ignored(rel) is not None or any(
             rules.ignored("/".join(rel.split("/")[:n])) for n in range(1, rel.count("/") + 1)
@@ -250,6 +287,7 @@ def look_at(
             inside = walk(root, rules, index, rel, seen.started_ns, watch)
             seen.entries.update(inside.entries)
             seen.to_hash.update(inside.to_hash)
+            seen.unrecordable += inside.unrecordable
             seen.stats += inside.stats
         else:
             if stat.S_ISREG(st.st_mode) and st.st_nlink > 1:

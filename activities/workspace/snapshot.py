@@ -41,6 +41,7 @@ from treadle.activities.workspace.manifest import (
     encode,
 )
 from treadle.activities.workspace.scan import (
+    NOT_UTF8,
     Exclusions,
     Index,
     Rules,
@@ -49,6 +50,7 @@ from treadle.activities.workspace.scan import (
     entry_of,
     look_at,
     read,
+    shown,
     walk,
 )
 from treadle.activities.workspace.watch import Watcher, WatchUnavailable, say_once
@@ -246,6 +248,8 @@ class Snapshotter:
         if not whole:  # a whole walk's exclusions already name them
             for rel in sorted(withheld - set(kept)):
                 record.exclusions.add(WITHHELD, rel)
+            for rel in seen.unrecordable:  # seen once, when made: said then
+                record.exclusions.add(NOT_UTF8, rel)
         self.last = Counts(seen.stats, len(seen.to_hash), hashed_bytes, whole, how)
         read = len(seen.to_hash)
 
@@ -269,6 +273,9 @@ class Snapshotter:
             held=held,
         )
         record.last, record.pending = result.manifest, set()
+        if seen.unrecordable:
+            unrecordable = tuple(shown(rel) for rel in seen.unrecordable)
+            result = result.model_copy(update={"unrecordable": unrecordable})
         return result
 
     async def merge(self, request: SnapshotRequest) -> SnapshotResult:

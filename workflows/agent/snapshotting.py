@@ -57,10 +57,13 @@ async def after_step(
     config = run.input.config
     if _followed(box, outcomes):
         # The worker that ran the step's tools took their snapshots (``--workspace-root``).
+        left_out = "".join(
+            f" · {o.result.snapshot_left_out}" for o in outcomes if o.result.snapshot_left_out
+        )
         pub.record(
             State.POST_TOOLS_HOOK,
             "WorkspaceSnapshot",
-            f"step {step}: taken by its calls · manifest {run.workspace_snapshot}",
+            f"step {step}: taken by its calls · manifest {run.workspace_snapshot}{left_out}",
         )
         return
     if not config.snapshots.enabled:

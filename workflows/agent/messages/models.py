@@ -80,6 +80,9 @@ class ToolResult(Lean):
     snapshot_skipped: str | None = None
     """Why a worker asked to snapshot the run's own workspace after the call took none (it
     has no store): the run takes no ``snapshot_workspace`` for it either."""
+    snapshot_left_out: str | None = None
+    """What the call's snapshot could not record and the run's trace must say (a file whose
+    name is not UTF-8), when there is any."""
 
     @model_validator(mode="after")
     def _error_prefix(self) -> ToolResult:

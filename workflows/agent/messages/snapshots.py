@@ -175,6 +175,8 @@ class SnapshotResult(Frozen):
     at most ``MERGED_PATHS_KEPT`` each."""
     detail: str = ""
     """One line for the trace: what changed, what was left out and why."""
+    unrecordable: tuple[str, ...] = ()
+    """Paths this snapshot found and could not record (names not UTF-8), as shown to people."""
 
 
 def paths_hint(outcomes: Sequence[tuple[str, bool, tuple[str, ...]]]) -> tuple[str, ...] | None:
