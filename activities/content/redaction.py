@@ -9,7 +9,8 @@ it); a shorter secret is redacted only whole (in any case, across the same separ
 shape: text that can only be a credential (``KEY_SHAPES``: ``sk-...``, ``sk-ant-...``,
 ``AKIA...``, GitHub and Slack tokens), configured here or not. Error text is also cut at the
 looser shapes providers quote (``redact_error``: ``key-...``, ``token-...``, ``sk-****abcd``),
-which in ordinary content (``key-value-store``) would be words.
+which in ordinary content (``key-value-store``) would be words. An encoded form of a secret
+(base64, hex, URL-quoted, compressed) is not matched: the docs say so where redaction is promised.
 
 The worker builds one ``Redactor`` at start (``worker.build_worker``) and the activity
 interceptor (``treadle.activities.content.interceptor``) makes it the ``current()`` one while an
@@ -125,6 +126,16 @@ class Redactor:
         return KEY_SHAPES.search(text) is not None or (
             bool(self._grams) and self._may_hold_secret(text)
         )
+
+    def holds(self, text: str) -> bool:
+        """Whether ``text`` holds something to redact: exactly when ``self(text)`` changes it
+        (a workspace file that does is withheld from snapshots)."""
+        return self.finds(text) and self(text) != text
+
+    def holds_in(self, data: bytes) -> bool:
+        """``holds`` for a file's bytes, read as UTF-8 (a byte that is not stands alone).
+        Encoded forms of a secret (base64, hex, compressed) are not matched."""
+        return self.holds(data.decode("utf-8", "replace"))
 
     def _may_hold_secret(self, text: str) -> bool:
         """A quick, C-speed look for any fragment; ``False`` means none is there."""

@@ -20,7 +20,8 @@ from treadle.scripted_model import ScriptedModelServer
 from treadle.workflows.agent.messages.models import AgentConfig, AgentResult, RunStatus
 from treadle.workflows.agent.workflow import AgentWorkflow
 
-KEY = "sk-test-Withheld0123456789abcdefABCDEF"
+SECRET = "Withheld0123456789abcdefGHIJKL"
+"""A secret of the worker (a secret-named variable's value), no key shape of its own."""
 
 
 def call(name: str, **arguments: Any) -> dict[str, Any]:
@@ -78,3 +79,49 @@ async def test_a_file_name_that_is_not_utf8_is_left_out_and_said(
         "good.txt",
         "after.txt",
     }
+
+
+def stored(root: Path) -> bytes:
+    return b"".join(p.read_bytes() for p in root.rglob("*") if p.is_file()).lower()
+
+
+async def test_a_key_in_another_case_or_in_pieces_is_withheld(
+    client: Client, model_server: ScriptedModelServer, tmp_path: Path
+) -> None:
+    """Through ``worker.py`` given a secret: workspace files holding it lower-cased,
+    upper-cased, split by a newline and quoted in two pieces are all withheld (as the
+    redactor redacts them everywhere else); none of its fragments reaches the store."""
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    variants = {
+        "lower.txt": SECRET.lower(),
+        "upper.txt": SECRET.upper(),
+        "wrapped.txt": f"{SECRET[:14]}\n{SECRET[14:]}",
+        "quoted.py": f'key = "{SECRET[:14]}" "{SECRET[14:]}"',
+    }
+    for name, text in variants.items():
+        (workspace / name).write_text(f"config\n{text}\n")
+    (workspace / "plain.txt").write_text("nothing secret\n")
+    store = tmp_path / "store"
+    model = f"withheld-{uuid.uuid4().hex[:8]}"
+    model_server.add_model(
+        model, [call("write_file", path="notes.md", content="hello"), {"content": "done"}]
+    )
+    task_queue = f"withheld-{uuid.uuid4().hex[:10]}"
+    env = clean_env(OPENAI_BASE_URL=model_server.base_url, DEPLOY_TOKEN=SECRET)
+    worker = await start_worker(server_address(client), task_queue, env, "--store", str(store))
+    try:
+        handle = await start_agent(
+            client, task_queue, f"openai:{model}", workspace, "note", id_prefix="withheld"
+        )
+        result: AgentResult = await handle.result()
+        assert result.status is RunStatus.DONE, result
+        head = await handle.query(AgentWorkflow.workspace)
+    finally:
+        assert await worker.terminate() == 0
+    assert head.manifest is not None
+    manifests = Manifests(FileBlobStore(store))
+    assert (await manifests.get(head.manifest)).withheld == tuple(sorted(variants))
+    assert set(await manifests.state(head.manifest)) == {"plain.txt", "notes.md"}
+    assert SECRET.lower()[:10].encode() not in stored(store)
+    assert SECRET.lower()[14:24].encode() not in stored(store)

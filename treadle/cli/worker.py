@@ -195,15 +195,15 @@ def build_worker(
     snapshotted after (``treadle.activities.workspace.follow``); it needs ``store``.
     """
     # Workspace files go to the store as they are (a check-out must give the same bytes back),
-    # except a file holding one of the worker's secrets: withheld, named, never stored.
-    known = [k.encode() for k in dict.fromkeys([*settings.api_keys(), *secrets]) if k]
-    workspaces = WorkspaceActivities(store, lambda data: any(k in data for k in known))
+    # except a file holding one of the worker's secrets: withheld, named, never stored. What
+    # "holding" means is the redactor's matching (any case, in pieces): the content door's.
+    redactor = Redactor([*settings.api_keys(), *secrets])
+    workspaces = WorkspaceActivities(store, redactor.holds_in)
     follower = None
     if workspace_root is not None:
         if workspaces.snapshotter is None:
             raise ValueError("a workspace root needs a store: the runs' snapshots live there")
         follower = workspaces.follower = Follower(workspace_root, workspaces.snapshotter)
-    redactor = Redactor([*settings.api_keys(), *secrets])
     interceptors = [RedactingInterceptor(redactor)]
     log_redaction.install()  # what activities log while they run, with the same redactor
     if store is not None:
