@@ -96,15 +96,18 @@ def parse_store(where: str | Path) -> StoreLocation | None:
     return S3Url(parts.netloc, prefix + "/" if prefix else "")
 
 
-def open_blob_store(location: StoreLocation | None, environ: Mapping[str, str]) -> BlobStore | None:
+def open_blob_store(
+    location: StoreLocation | None, environ: Mapping[str, str], *, create: bool = False
+) -> BlobStore | None:
     """The conversation store at ``location``; encrypted at rest when
-    ``TREADLE_ENCRYPTION_KEYS`` is set in ``environ``."""
+    ``TREADLE_ENCRYPTION_KEYS`` is set in ``environ``. ``create``: a directory store's
+    directory is made if missing (a worker starting; a reader never makes one)."""
     if location is None:
         return None
     keyring = Keyring.from_env(environ)
     sealer = KeyringSealer(keyring) if keyring else None
     if isinstance(location, Path):
-        return FileBlobStore(location, sealer)
+        return FileBlobStore(location, sealer, create=create)
     from treadle.activities.store.s3 import S3BlobStore
 
     return S3BlobStore(_s3_objects(location, environ), sealer)

@@ -15,6 +15,7 @@ or corrupt blob.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import os
 import re
@@ -88,11 +89,19 @@ class FileBlobStore:
 
     Writes go to a temporary file in the same directory and are renamed into place, so a
     reader never sees half a blob and a worker killed mid-write leaves no corrupt one.
+
+    The directory itself is made once, when the store is opened with ``create`` (a worker
+    starting on a new store); never by a write: a directory that goes away (its volume
+    unmounted) is an outage the runs wait out, not a new empty store that takes their blobs
+    until the real one comes back.
     """
 
-    def __init__(self, root: Path, sealer: Sealer | None = None) -> None:
+    def __init__(self, root: Path, sealer: Sealer | None = None, *, create: bool = True) -> None:
         self.root = root
         self.sealer = sealer
+        if create:
+            with contextlib.suppress(OSError):  # the store's calls say why it cannot be used
+                root.mkdir(parents=True, exist_ok=True)
 
     def describe(self) -> str:
         return f"the store at {self.root}"
@@ -127,7 +136,10 @@ class FileBlobStore:
         path = self._path(key)
         if path.exists() and self._readable(key):
             return  # content-addressed: the same bytes are already here
-        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            path.parent.mkdir(exist_ok=True)  # the fan-out directory, never the store's own
+        except FileNotFoundError:
+            raise FileNotFoundError(f"its directory {self.root} does not exist") from None
         sealed = self.sealer.seal(data) if self.sealer else data
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
         try:

@@ -22,7 +22,7 @@ from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
 from tests.support.harness import keep_history, replayer, scripted_worker, start_agent
-from tests.support.processes import clean_env, free_port, run_cli, start_worker
+from tests.support.processes import clean_env, free_port, run_cli, server_address, start_worker
 from tests.support.stream import events
 from treadle.activities.content.door import STORE_OVER_CHARS, tool_output
 from treadle.activities.errors import StoreUnavailable
@@ -366,3 +366,53 @@ async def test_a_write_whose_stored_content_cannot_be_read_is_waited_for_not_run
     assert failed.value.non_retryable
     assert failed.value.details == (f"the store at {root}",)
     assert not (workspace / "out.txt").exists()
+
+
+async def test_a_store_directory_that_goes_away_is_waited_for_never_made_again(
+    client: Client, model_server: ScriptedModelServer, tmp_path: Path
+) -> None:
+    """Through ``worker.py`` and the CLI: the store's directory goes away while a run waits
+    for its approval of a write; the write's snapshot and the next model call find it gone:
+    no empty store is made in its place, ``status`` says the run waits for the store, and once
+    it is back the run finishes and ``export`` reads every blob the run wrote."""
+    model = f"unmounted-{uuid.uuid4().hex[:8]}"
+    model_server.add_model(
+        model,
+        [
+            {"tool_calls": [{"name": "write_file", "arguments": {"path": "a", "content": "A"}}]},
+            {"content": "Written."},
+        ],
+    )
+    root, away = tmp_path / "store", tmp_path / "store-unmounted"
+    task_queue = f"unmounted-{uuid.uuid4().hex[:12]}"
+    address = server_address(client)
+    env = clean_env(OPENAI_BASE_URL=model_server.base_url)
+    worker = await start_worker(address, task_queue, env, "--store", str(root))
+    try:
+        handle = await start_agent(
+            client, task_queue, f"openai:{model}", tmp_path / "ws", "Write a.",
+            config=AgentConfig(model_max_attempts=1, require_approval=("write_file",)),
+            id_prefix="unmounted",
+        )  # fmt: skip
+        for _ in range(1200):
+            status: AgentStatus = await handle.query(AgentWorkflow.state)
+            if status.pending_approvals:
+                break
+            await asyncio.sleep(0.05)
+        root.rename(away)
+        await handle.signal(AgentWorkflow.approve, {"call_id": status.pending_approvals[0].call_id})
+        await waiting_status(handle)
+        await probe_attempts(handle, 2)
+        assert not root.exists()  # never made again while it was away
+        cli = ("--address", address)
+        shown = await run_cli(*cli, "status", handle.id, env=clean_env())
+        assert shown.returncode == 0, shown.stderr
+        assert f"the store at {root} is unreachable since" in shown.stdout, shown.stdout
+        away.rename(root)
+        result: AgentResult = await asyncio.wait_for(handle.result(), 120)
+        assert (result.status, result.answer) == (RunStatus.DONE, "Written."), result
+        exported = await run_cli(*cli, "export", handle.id, env=clean_env(TREADLE_STORE=str(root)))
+        assert exported.returncode == 0, exported.stderr
+        assert "Written." in exported.stdout
+    finally:
+        assert await worker.terminate() == 0

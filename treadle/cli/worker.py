@@ -474,8 +474,8 @@ def parse_args(argv: Sequence[str] | None = None, prog: str | None = None) -> ar
 
 def blob_store(where: str, environ: Mapping[str, str]) -> BlobStore | None:
     """The worker's conversation store (a directory, or S3 with the AWS_* environment);
-    encrypted at rest when TREADLE_ENCRYPTION_KEYS is set."""
-    return open_blob_store(parse_store(where), environ)
+    encrypted at rest when TREADLE_ENCRYPTION_KEYS is set. A directory is made once, here."""
+    return open_blob_store(parse_store(where), environ, create=True)
 
 
 def workspace_root(where: str | None) -> Path | None:
