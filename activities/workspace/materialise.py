@@ -4,8 +4,14 @@ Only what differs is written: a file already there with the recorded size and co
 hash) is left alone, a file the snapshot does not have is removed, unless an ignore pattern of
 the snapshot covers it (a ``node_modules`` the snapshot left out is not the snapshot's to
 delete) or the snapshot withheld it for holding a secret. Files are written beside their place
-and renamed over it, with the recorded mode.
+and renamed over it, with the recorded permission bits within 0755 (never setuid, never
+writable by others, whatever a manifest says); symbolic links as links.
 Empty directories are not recorded (as in git); directories emptied by the check-out stay.
+
+A check-out never writes outside its directory, whatever a manifest says (a shared bucket may
+be written by others): no path with ``..``, none below a path the manifest makes a link (such
+a manifest is refused whole), no write through a link already there (it is removed first), and
+links are made last, after every file, so no write can race one.
 """
 
 from __future__ import annotations
@@ -18,10 +24,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from treadle.activities.store.blobs import BlobStore
-from treadle.activities.workspace.manifest import SYMLINK, Entry, Manifests, State, check_path
+from treadle.activities.workspace.manifest import (
+    SYMLINK,
+    Entry,
+    ManifestError,
+    Manifests,
+    State,
+    check_path,
+)
 from treadle.activities.workspace.scan import Index, Rules, walk
 
-__all__ = ["Checkout", "bring", "materialise"]
+__all__ = ["Checkout", "bring", "materialise", "restored_mode"]
 
 PARALLEL_READS = 16
 """Blobs read from the store at once (S3 answers each in tens of milliseconds)."""
@@ -58,6 +71,7 @@ async def bring(
     snapshotter last hashed there, so a file whose size and times it trusts is not read again
     (a worker bringing its own copy up to date reads only what changed). A ``withheld`` file
     (it held a secret: the snapshot has no copy) is left as it is, where it is."""
+    _check_links(wanted)
     into.mkdir(parents=True, exist_ok=True)
     rules = Rules(ignore, max_file_bytes=2**63)
     have, known = await asyncio.to_thread(_present, into, rules, index or Index())
@@ -84,9 +98,36 @@ async def bring(
         await asyncio.to_thread(_write, into, check_path(rel), entry, data)
         done.written_bytes += len(data)
 
-    await asyncio.gather(*(fetch(rel, entry) for rel, entry in todo))
+    await asyncio.gather(*(fetch(rel, entry) for rel, entry in todo if entry[1] != SYMLINK))
+    for rel, entry in todo:  # links last, one at a time: no file is written after one is made
+        if entry[1] == SYMLINK:
+            await fetch(rel, entry)
     done.written = [rel for rel, _ in todo]
     return done
+
+
+def restored_mode(mode: int) -> int:
+    """The mode a check-out gives a file recorded with ``mode``: a link stays a link; a file
+    keeps its permission bits within 0755 (never setuid, setgid or sticky, never writable by
+    others than its owner: 0777 comes back 0755, 0666 as 0644, a private 0600 stays 0600)."""
+    if mode == SYMLINK:
+        return SYMLINK
+    return stat.S_IMODE(mode) & 0o755
+
+
+def _check_links(wanted: State) -> None:
+    """``ManifestError`` for a path outside the directory or below one of the manifest's
+    links (``d`` a link, ``d/f`` a file: writing it would write where the link points)."""
+    links = {check_path(rel) for rel, entry in wanted.items() if entry[1] == SYMLINK}
+    for rel in wanted:
+        check_path(rel)
+        parts = rel.split("/")
+        for n in range(1, len(parts)):
+            if "/".join(parts[:n]) in links:
+                raise ManifestError(
+                    f"a manifest path below one of its symbolic links: {rel!r} (refused whole: "
+                    "writing it would write where the link points)"
+                )
 
 
 def _present(into: Path, rules: Rules, index: Index) -> tuple[dict[str, tuple[int, int]], State]:
@@ -109,7 +150,11 @@ def _same(into: Path, rel: str, entry: Entry, present: tuple[int, int] | None) -
         if not stat.S_ISLNK(mode):
             return False
         return hashlib.sha256(os.fsencode(os.readlink(path))).hexdigest() == key
-    if not stat.S_ISREG(mode) or size != want_size or stat.S_IMODE(mode) != want_mode:
+    if (
+        not stat.S_ISREG(mode)
+        or size != want_size
+        or stat.S_IMODE(mode) != restored_mode(want_mode)
+    ):
         return False
     digest = hashlib.sha256()
     with path.open("rb") as f:
@@ -129,7 +174,7 @@ def _write(into: Path, rel: str, entry: Entry, data: bytes) -> None:
         os.symlink(os.fsdecode(data), temporary)
     else:
         temporary.write_bytes(data)
-        os.chmod(temporary, entry[1])
+        os.chmod(temporary, restored_mode(entry[1]))
     if path.is_dir() and not path.is_symlink():
         _remove(path)
     os.replace(temporary, path)
@@ -141,7 +186,7 @@ def _clear_the_way(into: Path, rel: str) -> None:
     for part in rel.split("/")[:-1]:
         at = at / part
         if at.is_symlink() or (at.exists() and not at.is_dir()):
-            at.unlink()
+            at.unlink(missing_ok=True)
 
 
 def _remove(path: Path) -> None:

@@ -39,7 +39,18 @@ def register(subparsers: Any) -> None:
     p.add_argument(
         "--step", type=int, metavar="N", help="the workspace after step N (default: latest)"
     )
-    p.add_argument("--into", metavar="DIR", help="check the snapshot out into DIR")
+    p.add_argument(
+        "--into",
+        metavar="DIR",
+        help="check the snapshot out into DIR: a new or empty directory, or an earlier "
+        "check-out of the same run",
+    )
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="check out into a directory that holds other files, removing those the "
+        "snapshot does not have",
+    )
     p.add_argument("--diff", type=int, nargs=2, metavar=("N", "M"), help="changes from N to M")
     p.add_argument("--manifest", metavar="KEY", help="start from this manifest, not the run's")
     p.add_argument("--store", help=f"the workers' store (default: {STORE_ENV} or .temporal/store)")
@@ -59,7 +70,9 @@ async def cmd_workspace(client: Client, args: argparse.Namespace) -> int:
             print("\n".join(lines) if lines else "no difference")
         return 0
     if args.into:
-        done = await workspace.checkout(run_id, args.into, step=args.step, manifest=manifest)
+        done = await workspace.checkout(
+            run_id, args.into, step=args.step, manifest=manifest, force=args.force
+        )
         print(
             f"step {done.step} (manifest {done.manifest[:12]}) into {args.into}: "
             f"{len(done.written)} written ({size(done.written_bytes)}), "

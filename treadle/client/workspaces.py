@@ -6,23 +6,28 @@ store, each manifest naming its parent. ``manifest=KEY`` starts from a key inste
 ``WorkspaceSnapshot`` line), for a run no worker answers for any more. The store is the
 workers': the client's ``store`` setting, else ``TREADLE_STORE``, else ``store/`` in the data
 directory (``treadle.home``). A check-out writes only what differs from what the directory
-already holds.
+already holds, and removes what the snapshot does not have: so it goes only into a new or empty
+directory, or one that is an earlier check-out of the same run (``CHECKOUT_MARK`` says which),
+unless ``force``. The check-outs made are remembered in the data directory (``checkouts/``),
+so the directory holds the snapshot's files and nothing else.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections.abc import Awaitable, Mapping
 from pathlib import Path
 from typing import Literal, TypeVar
 
-from treadle.activities.store.blobs import BlobMissing, BlobStore
+from treadle.activities.store.blobs import KEY_PATTERN, BlobCorrupt, BlobMissing, BlobStore
 from treadle.activities.workspace import Manifest, ManifestError, Manifests, materialise
 from treadle.activities.workspace.manifest import SYMLINK, Entry, State
 from treadle.activities.workspace.snapshot import size
 from treadle.client.calls import Calls
 from treadle.client.errors import InvalidRequest, NoWorkerAnswered, WorkspaceUnavailable
 from treadle.connection import store_location
+from treadle.home import home
 from treadle.stores import StoreSettingsError, open_blob_store
 from treadle.workflows.agent.messages.snapshots import WorkspaceHead
 from treadle.workflows.agent.workflow import AgentWorkflow
@@ -40,6 +45,12 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+
+CHECKOUTS = "checkouts"
+"""The data directory's folder that remembers check-outs: one file per directory checked out
+(named by its path's hash), holding the run's id. A later check-out of the same run may go there
+again (and remove what it wrote); of another run, or into a directory of other files, only
+with ``force``."""
 
 
 class SnapshotInfo(Frozen):
@@ -107,7 +118,7 @@ class WorkspaceClient:
     async def snapshots(self, run_id: str, *, manifest: str | None = None) -> list[SnapshotInfo]:
         """The run's snapshots, oldest first."""
         manifests = Manifests(self.store())
-        head = manifest or await self.head(run_id)
+        head = _given(manifest) or await self.head(run_id)
         chain = await _read(run_id, manifests.chain(head))
         return [_info(key, m) for key, m in reversed(chain)]
 
@@ -127,14 +138,25 @@ class WorkspaceClient:
         *,
         step: int | None = None,
         manifest: str | None = None,
+        force: bool = False,
     ) -> CheckedOut:
-        """The workspace after ``step`` (default: the latest) checked out into ``into``."""
+        """The workspace after ``step`` (default: the latest) checked out into ``into``: a
+        new or empty directory, or an earlier check-out of the same run; any other only with
+        ``force`` (the check-out removes what the snapshot does not have)."""
+        directory = Path(into).expanduser()
+        record = _checkout_record(home(self._environ), directory)
+        if not force:
+            _refuse_unless_ours(directory, run_id, record)
         store = self.store()
         manifests = Manifests(store)
         key = await self._key(run_id, manifests, step, manifest)
         found = await _read(run_id, manifests.get(key))
-        directory = Path(into).expanduser()
         done = await _read(run_id, materialise(store, key, directory))
+        try:
+            record.parent.mkdir(parents=True, exist_ok=True)
+            record.write_text(f"{run_id}\n")
+        except OSError as exc:
+            raise InvalidRequest(f"cannot remember the check-out in {record}: {exc}") from exc
         return CheckedOut(
             step=found.step,
             manifest=key,
@@ -150,7 +172,7 @@ class WorkspaceClient:
     ) -> list[WorkspaceChange]:
         """What changed from the workspace after ``old_step`` to the one after ``new_step``."""
         manifests = Manifests(self.store())
-        head = manifest or await self.head(run_id)
+        head = _given(manifest) or await self.head(run_id)
         old, _ = await self._at(run_id, manifests, head, old_step)
         new, _ = await self._at(run_id, manifests, head, new_step)
         before = await _read(run_id, manifests.state(old))
@@ -210,7 +232,7 @@ class WorkspaceClient:
     async def _key(
         self, run_id: str, manifests: Manifests, step: int | None, manifest: str | None
     ) -> str:
-        head = manifest or await self.head(run_id)
+        head = _given(manifest) or await self.head(run_id)
         if step is None:
             return head
         key, _ = await self._at(run_id, manifests, head, step)
@@ -243,11 +265,48 @@ def open_store(setting: str | None, environ: Mapping[str, str] | None = None) ->
         raise InvalidRequest(str(exc)) from exc
 
 
+def _given(manifest: str | None) -> str | None:
+    """A manifest's key as given (``--manifest KEY``), checked: 64 hex digits, never a path."""
+    if manifest is not None and not KEY_PATTERN.match(manifest):
+        raise InvalidRequest(
+            f"--manifest {manifest[:80]!r} is not a manifest's key (64 hex digits, from a "
+            "WorkspaceSnapshot line of the run's trace)"
+        )
+    return manifest
+
+
+def _checkout_record(data: Path, directory: Path) -> Path:
+    """Where the data directory remembers which run was checked out into ``directory``."""
+    name = hashlib.sha256(os.fsencode(directory.resolve())).hexdigest()[:32]
+    return data / CHECKOUTS / name
+
+
+def _refuse_unless_ours(directory: Path, run_id: str, record: Path) -> None:
+    """``InvalidRequest`` unless ``directory`` is missing, empty, or an earlier check-out of
+    ``run_id`` (``record`` says so): a check-out never deletes what it did not write."""
+    if not directory.exists():
+        return
+    if not directory.is_dir():
+        raise InvalidRequest(f"{directory} is not a directory")
+    if not any(directory.iterdir()):
+        return
+    try:
+        ours = record.read_text().strip() == run_id
+    except (OSError, UnicodeDecodeError):
+        ours = False
+    if not ours:
+        raise InvalidRequest(
+            f"{directory} is not empty and not an earlier check-out of run {run_id!r}: a "
+            "check-out removes the files its snapshot does not have; choose a new or empty "
+            "directory, or pass --force to make this one the snapshot"
+        )
+
+
 async def _read(run_id: str, reading: Awaitable[T]) -> T:
     """Await a read of the store, its failures as ``WorkspaceUnavailable``."""
     try:
         return await reading
-    except (BlobMissing, ManifestError) as exc:
+    except (BlobMissing, BlobCorrupt, ManifestError) as exc:
         raise WorkspaceUnavailable(f"run {run_id!r}: {exc}") from exc
 
 
