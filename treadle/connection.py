@@ -6,8 +6,8 @@ explicit arguments win over them. Every client uses the pydantic data converter,
 workflow and activity exchanges pydantic models; when ``TREADLE_ENCRYPTION_KEYS`` is set (see
 ``treadle.codec``) it also encrypts every payload, and failure messages with them. Every payload
 of :data:`PAYLOAD_SIZE_THRESHOLD` bytes or more goes through Temporal's External Storage into the
-blob store (``TREADLE_STORE``, default ``store/`` in the data directory, ``TREADLE_HOME``, ``none`` turns
-it off), so the history holds a reference and no payload meets Temporal's 2 MB limit.
+blob store (``TREADLE_STORE``, default ``store/`` in the data directory ``TREADLE_HOME``,
+``none`` turns it off), so the history holds a reference and no payload meets Temporal's 2 MB limit.
 
 The address must be ``HOST:PORT`` with a port from 1 to 65535 (``[::1]:7233`` for IPv6); it is
 checked before anything connects. :func:`check_settings` checks what a process was given before it

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 import shutil
 import sys
@@ -192,3 +193,39 @@ async def test_worker_refuses_a_malformed_address_before_starting_anything(
     assert (code, out) == (2, "")
     assert err.strip().startswith(f"error: --address '127.0.0.1:99999' {HOST_PORT}")
     assert not (tmp_path / "dev.sqlite").exists()
+
+
+# Run inputs' sizes
+
+
+async def test_run_inputs_over_their_limits_are_refused_at_start(
+    harness: Harness, tmp_path: Path
+) -> None:
+    """A 5.5 MB output schema, a 700 KB one and a 2 MB config file: each one line, exit 2,
+    and no run (a large schema would hold every workflow task past the deadlock detector)."""
+
+    def schema(properties: int) -> str:
+        described = {"type": "string", "description": "x" * 100}
+        body = {"type": "object", "properties": {f"p{n}": described for n in range(properties)}}
+        return json.dumps(body)
+
+    files = {"huge.json": schema(40_000), "large.json": schema(5_000)}
+    files["config.yaml"] = "prices: {}\n" + "# padding\n" * 200_000
+    refusals = {
+        "huge.json": "is over 1,000,000 bytes; refused",
+        "large.json": "characters of JSON; at most 100,000",
+        "config.yaml": "is over 1,000,000 bytes; refused",
+    }
+    model = harness.script({"content": "never"})
+    for name, text in files.items():
+        path = tmp_path / name
+        path.write_text(text)
+        option = "--config" if name.endswith(".yaml") else "--output-schema"
+        workflow_id = f"big-{uuid.uuid4().hex[:12]}"
+        done = await run_cli(
+            *harness.cli_args(), "run", "x", "--model", model, option, str(path),
+            "--id", workflow_id,
+        )  # fmt: skip
+        line = refusal(done)
+        assert line.startswith("error: ") and refusals[name] in line, line
+        await _never_started(harness, workflow_id)

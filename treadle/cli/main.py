@@ -48,7 +48,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-import yaml
 from pydantic import ValidationError
 from temporalio.client import Client
 from temporalio.exceptions import TemporalError, WorkflowAlreadyStartedError
@@ -216,16 +215,7 @@ def _config_file(path: str | None) -> dict[str, Any]:
     """An AgentConfig as JSON or YAML (prices, per-task-type models, limits...)."""
     if path is None:
         return {}
-    try:
-        text = Path(path).read_text()
-    except OSError as exc:
-        raise UsageError(f"--config {path}: {exc.strerror}") from exc
-    try:
-        loaded = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise UsageError(
-            f"--config {path} is not valid JSON or YAML: {exc}".splitlines()[0]
-        ) from exc
+    loaded = output_schema.read_document(Path(path), "--config")
     if not isinstance(loaded, dict):
         raise UsageError(f"--config {path} must hold a mapping of AgentConfig fields")
     return loaded

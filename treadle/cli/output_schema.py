@@ -10,6 +10,7 @@ config file's ``output_schema`` may be an import path too; it is resolved the sa
 from __future__ import annotations
 
 import importlib
+import json
 import re
 import sys
 from pathlib import Path
@@ -21,7 +22,7 @@ from pydantic.errors import PydanticUserError
 
 from treadle.cli.exits import UsageError
 
-__all__ = ["resolve"]
+__all__ = ["MAX_DOCUMENT_BYTES", "read_document", "resolve"]
 
 IMPORT_PATH = re.compile(r"^[A-Za-z_][\w.]*[:.][A-Za-z_]\w*$")
 """``module:Name`` or ``module.Name``."""
@@ -39,14 +40,39 @@ def resolve(value: str, *, option: str = "--output-schema") -> dict[str, Any]:
     )
 
 
-def _from_file(path: Path, option: str) -> dict[str, Any]:
+MAX_DOCUMENT_BYTES = 1_000_000
+"""A run input file (``--output-schema``, ``--config``) at most: refused before it is read, so
+a file of many megabytes cannot hold the command (YAML parses a few hundred KB a second), nor a
+run (a schema is checked at every workflow task; its own limit is tighter)."""
+
+
+def read_document(path: Path, option: str) -> Any:
+    """A JSON or YAML file's content; ``UsageError`` in one line for a file that cannot be
+    read, is over ``MAX_DOCUMENT_BYTES``, or is neither."""
     try:
-        loaded = yaml.safe_load(path.read_text())
+        with path.open("rb") as f:
+            raw = f.read(MAX_DOCUMENT_BYTES + 1)
     except OSError as exc:
         raise UsageError(f"{option} {path}: {exc.strerror}") from exc
+    if len(raw) > MAX_DOCUMENT_BYTES:
+        raise UsageError(f"{option} {path} is over {MAX_DOCUMENT_BYTES:,} bytes; refused")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"{option} {path} is not UTF-8 text") from exc
+    try:
+        return json.loads(text)  # the fast path: most are JSON
+    except json.JSONDecodeError:
+        pass
+    try:
+        return yaml.safe_load(text)
     except yaml.YAMLError as exc:
         first = str(exc).splitlines()[0]
         raise UsageError(f"{option} {path} is not valid JSON or YAML: {first}") from exc
+
+
+def _from_file(path: Path, option: str) -> dict[str, Any]:
+    loaded = read_document(path, option)
     if not isinstance(loaded, dict):
         raise UsageError(f"{option} {path} must hold a JSON Schema object")
     return loaded

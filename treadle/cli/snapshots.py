@@ -53,7 +53,10 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument("--diff", type=int, nargs=2, metavar=("N", "M"), help="changes from N to M")
     p.add_argument("--manifest", metavar="KEY", help="start from this manifest, not the run's")
-    p.add_argument("--store", help=f"the workers' store (default: {STORE_ENV} or .treadle/store in TREADLE_HOME)")
+    p.add_argument(
+        "--store",
+        help=f"the workers' store (default: {STORE_ENV} or .treadle/store in TREADLE_HOME)",
+    )
     p.add_argument("--json", action="store_true")
     p.set_defaults(handler=cmd_workspace)
 

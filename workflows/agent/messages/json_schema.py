@@ -10,6 +10,7 @@ and the value alone, so a replay sends the model the same words.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from temporalio import workflow
@@ -35,11 +36,22 @@ def _validator_class(schema: dict[str, Any]) -> Any:
     return jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
 
 
+MAX_SCHEMA_CHARS = 100_000
+"""An output schema's size at most, as compact JSON: it is checked at every workflow task that
+reads the run's config and sent with every model call; a larger one (5 MB) would hold each
+task past Temporal's deadlock detector, and no model answers to it well."""
+
+
 def check(schema: Any) -> dict[str, Any]:
-    """``schema`` if it is a JSON Schema object (by its ``$schema``'s draft, else 2020-12);
-    ``ValueError`` saying what is wrong otherwise."""
+    """``schema`` if it is a JSON Schema object (by its ``$schema``'s draft, else 2020-12) of
+    at most ``MAX_SCHEMA_CHARS``; ``ValueError`` saying what is wrong otherwise."""
     if not isinstance(schema, dict):
         raise ValueError("output_schema must be a JSON Schema object")
+    chars = len(json.dumps(schema, separators=(",", ":"), default=str))
+    if chars > MAX_SCHEMA_CHARS:
+        raise ValueError(
+            f"output_schema is {chars:,} characters of JSON; at most {MAX_SCHEMA_CHARS:,}"
+        )
     try:
         _validator_class(schema).check_schema(schema)
     except jsonschema.exceptions.SchemaError as exc:
