@@ -298,12 +298,28 @@ async def test_codec_app_encodes_and_decodes_for_the_web_ui_only() -> None:
             "not a Payloads JSON body: Failed to parse payloads field: Failed to parse data",
             id="bad base64",
         ),
+        pytest.param(
+            b'{"payloads": [{"metadata": {"encoding": "\\ud800"}}]}',
+            "not a Payloads JSON body: ",
+            id="a lone surrogate",
+        ),
+        pytest.param(
+            b'{"payloads": [{"metadata": {"\\udfff": "eA=="}}]}',
+            "not a Payloads JSON body: ",
+            id="a lone surrogate as a key",
+        ),
+        pytest.param(
+            b'{"payloads": [], "\\ud800": 1}',
+            "not a Payloads JSON body: a lone surrogate",
+            id="a lone surrogate as a field",
+        ),
     ],
 )
 async def test_codec_app_refuses_a_body_that_is_not_a_payloads_object(
     body: bytes, problem: str
 ) -> None:
-    """Any JSON that is not a Payloads object, or no JSON at all, is a 400 saying so."""
+    """Any JSON that is not a Payloads object (a lone surrogate anywhere), or no JSON at all,
+    is a 400 saying so in one line, never a 500."""
     async with _codec_app() as http:
         for path in ("/decode", "/encode"):
             response = await http.post(path, content=body)

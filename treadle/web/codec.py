@@ -67,6 +67,10 @@ async def _payloads(request: Request) -> list[Payload]:
         raise HttpError(400, f"not a Payloads JSON body: {_one_line(str(exc))}") from None
     if not isinstance(data, dict):
         raise HttpError(400, f"not a Payloads JSON body: a JSON {type(data).__name__}")
+    try:  # protobuf's parser fails inside (SystemError) on a lone surrogate in a field's name
+        json.dumps(data, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        raise HttpError(400, "not a Payloads JSON body: a lone surrogate (\\ud800...)") from None
     try:
         return list(json_format.ParseDict(data, Payloads()).payloads)
     except json_format.ParseError as exc:
