@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+import os
+import subprocess
+import sys
 import uuid
 from pathlib import Path
 
 from tests.support.harness import Harness
-from tests.support.processes import clean_env, free_port, refusal, run_cli
+from tests.support.processes import ROOT, clean_env, free_port, refusal, run_cli
 from treadle.workflows.agent.messages.models import AgentResult, AgentStatus, RunStatus, Trace
 from treadle.workflows.agent.workflow import AgentWorkflow
 
@@ -182,3 +186,23 @@ async def test_budget_and_price_table_through_the_cli(harness: Harness, tmp_path
     bad.write_text("prices: {x: [}\n")
     broken = await run_cli(*harness.cli_args(), "run", "x", "--config", str(bad))
     assert "is not valid JSON or YAML" in refusal(broken)
+
+
+async def test_a_reader_that_stops_reading_gets_no_traceback(harness: Harness) -> None:
+    """``treadle status ID | head`` and ``trace ID | head``: standard output's reader gone
+    before the command writes; no traceback, no "Exception ignored", exit 141 (SIGPIPE's)."""
+    handle = await harness.start(harness.script({"content": "done"}))
+    assert (await handle.result()).status is RunStatus.DONE
+    for command in ("status", "trace"):
+        read, write = os.pipe()
+        os.close(read)  # the reader has gone
+        try:
+            done = await asyncio.to_thread(
+                subprocess.run,
+                [sys.executable, str(ROOT / "starter.py"), *harness.cli_args(), command,
+                 handle.id],
+                stdout=write, stderr=subprocess.PIPE, text=True, env=clean_env(), cwd=ROOT,
+            )  # fmt: skip
+        finally:
+            os.close(write)
+        assert (done.returncode, done.stderr) == (141, ""), (command, done.stderr)

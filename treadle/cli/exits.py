@@ -29,13 +29,32 @@ def run_and_exit(main: Callable[[], int]) -> NoReturn:
             print(exc.code, file=sys.stderr)
     except KeyboardInterrupt:
         code = 130
+    except BrokenPipeError:
+        code = _reader_gone()
     except BaseException:
         traceback.print_exc()
         code = 1
     finally:
-        sys.stdout.flush()
+        try:
+            sys.stdout.flush()
+        except BrokenPipeError:  # what was still buffered when the reader left
+            code = _reader_gone()
         sys.stderr.flush()
     os._exit(code)
+
+
+PIPE_CLOSED = 141
+"""The exit code of a command whose reader stopped reading (``| head``): 128 + SIGPIPE, what
+a shell reports for a program the signal ended."""
+
+
+def _reader_gone() -> int:
+    """Standard output's reader has gone (``treadle status ID | head``): nothing more can be
+    said there, and that is no error to report; what is still buffered goes nowhere."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return PIPE_CLOSED
 
 
 def console() -> NoReturn:
