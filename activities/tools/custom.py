@@ -85,8 +85,10 @@ class Tool(Generic[A]):
     description: str
     args: type[A]
     run: Callable[[A, ToolContext], Awaitable[ToolOutput | str]]
-    mutating: bool = False
-    """A successful call may change files: progress tracking counts it, the post-tools hook runs."""
+    mutating: bool = True
+    """A call may change files: its workspace is snapshotted after it, progress tracking counts
+    it, the post-tools hook runs. A tool may change files unless declared read-only:
+    ``mutating=False``."""
     idempotent: bool = False
     """A changing call run twice has the effect of running it once (it sets, never adds). A
     ``mutating`` tool that is not idempotent is marked sent before it runs, and a retry after a

@@ -81,5 +81,6 @@ TOOL = Tool(
     description="Show the uncommitted changes in the workspace's git repository (read-only).",
     args=GitDiffArgs,
     run=git_diff,
+    mutating=False,  # read-only: no snapshot after it, no post-tools hook
     target=lambda args: args.path,
 )

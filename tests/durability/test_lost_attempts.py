@@ -67,7 +67,12 @@ async def stall(args: StallArgs, context: ToolContext) -> str:
     return "stalled"
 
 
-TOOLS = (Tool(name="stall", description="Keep the worker busy.", args=StallArgs, run=stall),)
+TOOLS = (
+    Tool(
+        name="stall", description="Keep the worker busy.", args=StallArgs, run=stall,
+        mutating=False,
+    ),
+)
 """
 TIMEOUT_SECONDS = 2
 STALL_SECONDS = 6

@@ -23,8 +23,10 @@ from tests.support.harness import Harness, tool_messages
 from tests.support.processes import ROOT, clean_env, start_worker
 from tests.support.repos import git
 from tests.support.stream import events
+from treadle.activities.store.blobs import FileBlobStore
 from treadle.activities.tools import git_diff
 from treadle.activities.tools.custom import Tool, ToolContext
+from treadle.activities.workspace import Manifests
 from treadle.scripted_model import ScriptedModelServer
 from treadle.workflows.agent.messages import catalogue
 from treadle.workflows.agent.messages.catalogue import TOOLS, ToolSpec
@@ -313,3 +315,72 @@ def test_a_module_without_tools_stops_the_worker(tmp_path: Path) -> None:
         )
         assert done.returncode == 2, done.stderr
         assert problem in done.stderr and module in done.stderr
+
+
+NOTE_MODULE = """\
+from treadle.activities.tools.custom import Tool, ToolArgs, ToolContext
+
+
+class NoArgs(ToolArgs):
+    pass
+
+
+async def note(args: NoArgs, context: ToolContext) -> str:
+    context.path("note.txt").write_text("noted")
+    return "noted"
+
+
+async def peek(args: NoArgs, context: ToolContext) -> str:
+    return "nothing changed"
+
+
+TOOLS = (
+    Tool(name="note_it", description="Write a note.", args=NoArgs, run=note),
+    Tool(name="peek", description="Look.", args=NoArgs, run=peek, mutating=False),
+)
+"""
+
+
+async def test_your_tool_is_snapshotted_unless_declared_read_only(
+    client: Client, model_server: ScriptedModelServer, tmp_path: Path
+) -> None:
+    """Through ``worker.py --tools``: a tool that declares nothing may change files, so the
+    workspace is snapshotted after its call (the file it wrote is in the snapshot); one
+    declared read-only (``mutating=False``) takes no snapshot."""
+    (tmp_path / "note_tools.py").write_text(NOTE_MODULE)
+    model = f"note-{uuid.uuid4().hex[:8]}"
+    model_server.add_model(
+        model,
+        [
+            {"tool_calls": [{"name": "peek", "arguments": {}}]},
+            {"tool_calls": [{"name": "note_it", "arguments": {}}]},
+            {"content": "done"},
+        ],
+    )
+    path = os.pathsep.join(p for p in (str(tmp_path), os.environ.get("PYTHONPATH")) if p)
+    env = clean_env(OPENAI_BASE_URL=model_server.base_url, PYTHONPATH=path)
+    store = tmp_path / "store"
+    task_queue = f"test-{uuid.uuid4().hex[:12]}"
+    worker = await start_worker(
+        client.service_client.config.target_host, task_queue, env,
+        "--tools", "note_tools", "--store", str(store),
+    )  # fmt: skip
+    try:
+        handle = await client.start_workflow(
+            AgentWorkflow.run,
+            AgentInput(task="note", model=f"openai:{model}", workspace=str(tmp_path / "ws")),
+            id=f"note-{uuid.uuid4().hex[:8]}",
+            task_queue=task_queue,
+            execution_timeout=timedelta(minutes=3),
+        )
+        result: AgentResult = await asyncio.wait_for(handle.result(), 120)
+        trace = await handle.query(AgentWorkflow.trace)
+        head = await handle.query(AgentWorkflow.workspace)
+    finally:
+        assert await worker.terminate() == 0
+    assert result.answer == "done"
+    snapshots = [e.data for e in trace.entries if e.event == "WorkspaceSnapshot"]
+    assert [line.split(":")[0] for line in snapshots] == ["step 2"], snapshots
+    assert head.manifest is not None
+    state = await Manifests(FileBlobStore(store)).state(head.manifest)
+    assert set(state) == {"note.txt"}
