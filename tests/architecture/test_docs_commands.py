@@ -12,7 +12,7 @@ from pathlib import Path
 from treadle.cli.main import build_parser
 
 ROOT = Path(__file__).resolve().parents[2]
-DOCS = sorted((ROOT / "docs").glob("*.md")) + [ROOT / "README.md"]
+DOCS = [*sorted((ROOT / "docs").glob("*.md")), ROOT / "README.md"]
 JOURNAL = ROOT / "docs" / "benchmarks-journal.md"
 """A record of what was measured, each entry as it was run then: not instructions."""
 
