@@ -50,7 +50,7 @@ class KeptDemo:
     lines: list[str]
     suffix: str
     commands: list[str]
-    """Step 8's commands, in order: cd, run, watch, status, approve, reject, chat."""
+    """Step 8's commands, in order: cd, run, watch, status, approve, workspace, reject, chat."""
     approval: list[str]
     """Step 5's commands: approve, reject, and the stock CLI's signal."""
 
@@ -181,6 +181,7 @@ def test_demo_keep_prints_commands_for_a_fresh_shell(kept_demo: KeptDemo) -> Non
         "watch",
         "status",
         "approve",
+        "workspace",
         "reject",
         "chat",
         "ui",
@@ -238,6 +239,11 @@ def test_run_watch_status_approve_from_a_fresh_shell(kept_demo: KeptDemo) -> Non
     done = _wait_for(kept_demo, workflow_id, "state:    Done")
     assert "answer:   I listed the workspace" in done
     assert (FRESH_WORKSPACES / workflow_id / "notes.md").is_file()
+    # The demo's worker has a store: the printed workspace command lists the write's snapshot.
+    listed = fresh_shell(cd, kept_demo.command("workspace"))
+    assert listed.returncode == 0, listed.stderr
+    assert listed.stdout.splitlines()[0].split()[:2] == ["STEP", "CHANGED"], listed.stdout
+    assert len(listed.stdout.splitlines()) >= 2, listed.stdout
 
 
 def test_a_rejection_from_a_fresh_shell_is_answered(kept_demo: KeptDemo) -> None:
