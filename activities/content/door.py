@@ -152,10 +152,30 @@ def _whole_in_workflow(call: ToolCall) -> bool:
     return call.name == FINAL_ANSWER_TOOL or (spec is not None and spec.in_workflow)
 
 
+def recordable(text: str) -> str:
+    """``text`` as JSON and protobuf can carry it: a byte that is not UTF-8 (a file name
+    ``list_dir`` or ``search_files`` read, which Python decodes to a lone surrogate) is written
+    ``\\xff``, any other lone surrogate ``\\ud800``. Without this the result cannot be
+    serialised: the activity fails, and Temporal runs the call again and again."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return "".join(_escaped(c) if "\ud800" <= c <= "\udfff" else c for c in text)
+    return text
+
+
+def _escaped(surrogate: str) -> str:
+    code = ord(surrogate)
+    return f"\\x{code - 0xDC00:02x}" if 0xDC80 <= code <= 0xDCFF else f"\\u{code:04x}"
+
+
 async def tool_output(store: TextStore | None, result: ToolResult) -> ToolResult:
-    """A tool's result as it may enter the history: an output over ``STORE_OVER_CHARS`` is
-    stored whole, and the history carries its preview and key, so a 50 KB output costs a step
-    no more than a 2 KB one."""
+    """A tool's result as it may enter the history: its text ``recordable``, and an output
+    over ``STORE_OVER_CHARS`` stored whole, the history carrying its preview and key, so a
+    50 KB output costs a step no more than a 2 KB one."""
+    text = recordable(result.output)
+    if text is not result.output:
+        result = result.model_copy(update={"output": text})
     if store is None or len(result.output) <= STORE_OVER_CHARS:
         return result
     # Redacted whole before the preview cuts it: a cut key-shaped string would no longer look

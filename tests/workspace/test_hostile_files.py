@@ -12,7 +12,7 @@ from typing import Any
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
-from tests.support.harness import start_agent
+from tests.support.harness import start_agent, tool_messages
 from tests.support.processes import clean_env, server_address, start_worker
 from treadle.activities.store.blobs import FileBlobStore
 from treadle.activities.workspace import Manifests
@@ -35,15 +35,17 @@ BAD_NAME = "python3 -c \"open(b'bad\\xff.txt', 'w').write('x'); open('good.txt',
 async def test_a_file_name_that_is_not_utf8_is_left_out_and_said(
     client: Client, model_server: ScriptedModelServer, tmp_path: Path
 ) -> None:
-    """Through ``worker.py``: a command leaves ``b'bad\\xff.txt'``; the command and the later
-    write each run once, the run ends DONE, the snapshots hold the other files, and the trace
-    names the file left out (escaped) with why."""
+    """Through ``worker.py``: a command leaves ``b'bad\\xff.txt'``; the command, the listing
+    and search that name it (escaped) and the later write each run once, the run ends DONE,
+    the snapshots hold the other files, and the trace names the file left out with why."""
     store = tmp_path / "store"
     model = f"badname-{uuid.uuid4().hex[:8]}"
     model_server.add_model(
         model,
         [
             call("run_command", command=BAD_NAME),
+            call("list_dir", path="."),
+            call("search_files", pattern="x"),
             call("write_file", path="after.txt", content="later"),
             {"content": "done"},
         ],
@@ -70,6 +72,9 @@ async def test_a_file_name_that_is_not_utf8_is_left_out_and_said(
         head = await handle.query(AgentWorkflow.workspace)
     finally:
         assert await worker.terminate() == 0
+    [*_, last] = [r.body for r in model_server.requests_for(model)]
+    listed, found = [m["content"] for m in tool_messages(last)][1:3]
+    assert "bad\\xff.txt" in listed and "bad\\xff.txt:1: x" in found, (listed, found)
     snapshots = [e.data for e in trace.entries if e.event == "WorkspaceSnapshot"]
     assert len(snapshots) == 2, snapshots
     assert snapshots[0].endswith(" · left out 1 (name not UTF-8: bad\\xff.txt)"), snapshots
