@@ -32,6 +32,8 @@ import asyncio
 import dataclasses
 import os
 import re
+import shlex
+import sys
 from collections.abc import Callable, Mapping
 from datetime import timedelta
 from pathlib import Path
@@ -460,9 +462,21 @@ def _rejected(
     )
 
 
+def _treadle() -> str:
+    """This interpreter's ``treadle`` as a command a fresh shell runs (nothing is on ``PATH``
+    until the virtualenv is activated): ``.venv/bin/treadle`` from the checkout."""
+    script = Path(os.path.abspath(Path(sys.executable).parent / "treadle"))
+    if not script.is_file():
+        return f"{shlex.quote(sys.executable)} -m treadle"
+    try:
+        return shlex.quote(script.relative_to(Path.cwd()).as_posix())
+    except ValueError:
+        return shlex.quote(str(script))
+
+
 def _cannot_reach(target: str, reason: str) -> str:
     if target.startswith(_LOCAL_HOSTS):
-        hint = "start one with: treadle worker --dev-server"
+        hint = f"start one with: {_treadle()} worker --dev-server"
     else:
         hint = "check TEMPORAL_ADDRESS, TLS and API key settings"
     return f"cannot reach Temporal at {target}: {reason}; {hint}"

@@ -18,6 +18,7 @@ from temporalio.client import Client
 from temporalio.common import SearchAttributeIndexedValueType
 
 from treadle import connection
+from treadle.cli import shell
 from treadle.devserver import (
     DevServer,
     DevServerConfig,
@@ -376,8 +377,9 @@ async def test_connect_failure_names_the_address() -> None:
         await connection.connect(address=address)
     assert str(caught.value) == (
         f"cannot reach Temporal at {address}: connection refused; "
-        "start one with: treadle worker --dev-server"
+        f"start one with: {shell.treadle()} worker --dev-server"
     )
+    assert shell.treadle().endswith("/treadle")  # by path: runs in a fresh shell as printed
 
 
 async def test_connect_reads_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
