@@ -97,11 +97,11 @@ def parse_store(where: str | Path) -> StoreLocation | None:
 
 
 def open_blob_store(
-    location: StoreLocation | None, environ: Mapping[str, str], *, create: bool = False
+    location: StoreLocation | None, environ: Mapping[str, str], *, create: bool = True
 ) -> BlobStore | None:
     """The conversation store at ``location``; encrypted at rest when
     ``TREADLE_ENCRYPTION_KEYS`` is set in ``environ``. ``create``: a directory store's
-    directory is made if missing (a worker starting; a reader never makes one)."""
+    directory is made now if missing (a worker starting); a reader passes ``False``."""
     if location is None:
         return None
     keyring = Keyring.from_env(environ)

@@ -260,7 +260,8 @@ def open_store(setting: str | None, environ: Mapping[str, str] | None = None) ->
     ``None`` for ``none``. ``InvalidRequest`` for a setting that cannot be used."""
     env = os.environ if environ is None else environ
     try:
-        return open_blob_store(store_location(env, setting), env)
+        # A reader never makes a store's directory: one that is gone stays an outage.
+        return open_blob_store(store_location(env, setting), env, create=False)
     except StoreSettingsError as exc:
         raise InvalidRequest(str(exc)) from exc
 
