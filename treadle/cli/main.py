@@ -414,7 +414,7 @@ FAMILIES: dict[str, tuple[str, ...]] = {
     ),
     "threads": ("chat", "send", "close", "export", "import"),
     "jobs, monitors and schedules": ("jobs", "monitors", "schedule"),
-    "servers": ("serve", "ui", "codec-server", "scripted-model"),
+    "servers": ("serve", "ui", "api", "codec-server", "scripted-model"),
     "worker": ("worker",),
     "demo": ("demo",),
 }  # fmt: skip
