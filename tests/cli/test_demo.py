@@ -292,7 +292,7 @@ def test_the_printed_ui_serves_the_browser_page_from_a_fresh_shell(kept_demo: Ke
             page.stderr.read() if page.poll() is not None and page.stderr else ""
         )
         assert httpx.get(url.group(1), timeout=30).status_code == 200
-        run = httpx.get(f"{url.group(1)}api/runs/demo-{kept_demo.suffix}", timeout=30)
+        run = httpx.get(f"{url.group(1)}v1/runs/demo-{kept_demo.suffix}/view", timeout=30)
         assert run.status_code == 200, run.text
         assert f"demo-{kept_demo.suffix}" in run.text
     finally:
