@@ -62,6 +62,7 @@ from treadle.cli import jobs as cli_jobs
 from treadle.cli import live as cli_live
 from treadle.cli import monitors as cli_monitors
 from treadle.cli import scheduled_agents as cli_scheduled_agents
+from treadle.cli import schemas as cli_schemas
 from treadle.cli import snapshots as cli_snapshots
 from treadle.cli import ui as cli_ui
 from treadle.cli import wake as cli_wake
@@ -415,6 +416,7 @@ FAMILIES: dict[str, tuple[str, ...]] = {
     "threads": ("chat", "send", "close", "export", "import"),
     "jobs, monitors and schedules": ("jobs", "monitors", "schedule"),
     "servers": ("serve", "ui", "api", "codec-server", "scripted-model"),
+    "other languages": ("schemas",),
     "worker": ("worker",),
     "demo": ("demo",),
 }  # fmt: skip
@@ -497,6 +499,7 @@ def build_parser() -> argparse.ArgumentParser:
     cli_live.register(sub)
     cli_codec_server.register(sub)
     cli_ui.register(sub)
+    cli_schemas.register(sub)
     cli_wake.register(sub)
     cli_snapshots.register(sub)
 
