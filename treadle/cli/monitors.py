@@ -35,6 +35,7 @@ from temporalio.common import WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
+from treadle.cli.a2a_server import cmd_serve_a2a
 from treadle.cli.exits import UsageError
 from treadle.cli.mcp_server import cmd_serve_mcp
 from treadle.cli.serving import listening, serve_until_interrupted
@@ -137,19 +138,26 @@ def register(subparsers: Any) -> None:
     serve.add_argument(
         "service",
         nargs="?",
-        choices=("monitors", "mcp"),
+        choices=("monitors", "mcp", "a2a"),
         default="monitors",
-        help="monitors: pings and the live event stream; mcp: an MCP server (stdio, or --http)",
+        help="monitors: pings and the live event stream; mcp: an MCP server (stdio, or --http); "
+        "a2a: an A2A agent",
     )
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on")
     serve.add_argument(
-        "--port", type=int, default=None, help=f"default {DEFAULT_PORT} (mcp --http: 8767)"
+        "--port",
+        type=int,
+        default=None,
+        help=f"default {DEFAULT_PORT} (mcp --http: 8767, a2a: 8768)",
     )
     serve.add_argument("--http", action="store_true", help="mcp: streamable HTTP, not stdio")
-    serve.add_argument("--token", help="mcp --http: access token (required beyond loopback)")
+    serve.add_argument("--token", help="mcp --http, a2a: access token (required beyond loopback)")
+    serve.add_argument(
+        "--model", default="openai:gpt-4o", help="a2a: the model its runs use (provider:model)"
+    )
     serve.add_argument(
         "--cors-origin", action="append", default=[], metavar="URL",
-        help="mcp --http: an origin allowed cross-origin access; repeatable",
+        help="mcp --http, a2a: an origin allowed cross-origin access; repeatable",
     )  # fmt: skip
     serve.set_defaults(handler=cmd_serve)
 
@@ -306,6 +314,8 @@ async def cmd_delete(client: Client, args: argparse.Namespace) -> int:
 async def cmd_serve(client: Client, args: argparse.Namespace) -> int:
     if args.service == "mcp":
         return await cmd_serve_mcp(client, args)
+    if args.service == "a2a":
+        return await cmd_serve_a2a(client, args)
     port = DEFAULT_PORT if args.port is None else args.port
     service = MonitorService(client, task_queue=args.task_queue)
     await listening(service.start(args.host, port), args.host, port)
