@@ -6,11 +6,14 @@ from __future__ import annotations
 
 from typing import Any
 
+import httpx
 import pytest
+from temporalio.client import Client
 
 from tests.support.harness import TEST_STORE, Harness
 from treadle.client import AgentClient
 from treadle.web import serve
+from treadle.web.api import MAX_BODY_BYTES
 
 a2a = pytest.importorskip("a2a", reason="the a2a extra is not installed (pip install treadle[a2a])")
 
@@ -71,3 +74,24 @@ async def test_a_task_waits_as_input_required_and_is_approved_through_a2a(
         await client.close()
     finally:
         await served.stop()
+
+
+async def test_the_agent_keeps_the_apis_access_rules_and_limits(client: Client) -> None:
+    """Behind the API's guard: off loopback it will not start without a token and refuses a
+    request without it; a body over the limit is a 413 with a reason, before the SDK reads it;
+    the card is served to whoever may ask."""
+    agents = AgentClient(client)
+    with pytest.raises(ValueError, match="token"):
+        a2a_app(agents, url="http://192.0.2.1/", task_queue="q", model="openai:x", loopback=False)
+    guarded, _ = a2a_app(agents, url="http://192.0.2.1/", task_queue="q", model="openai:x",
+                         loopback=False, token="t" * 24)  # fmt: skip
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=guarded), base_url="http://192.0.2.1:8768"
+    ) as http:
+        refused = await http.get("/.well-known/agent-card.json")
+        assert refused.status_code == 401 and refused.json()["error"]
+        bearer = {"Authorization": "Bearer " + "t" * 24}
+        card = await http.get("/.well-known/agent-card.json", headers=bearer)
+        assert card.status_code == 200 and card.json()["name"] == "Treadle"
+        big = await http.post("/", json={"x": "y" * (MAX_BODY_BYTES + 1)}, headers=bearer)
+        assert big.status_code == 413 and "larger" in big.json()["error"]

@@ -8,7 +8,7 @@ task is ``input-required`` with what waits in words; the next message on the tas
 ``approve``, anything else rejects the call with that text as the reason, or it is the question's
 answer. The run's end completes the task, its answer as the artifact (or fails it with the
 error). Cancelling the task cancels the run. It sits behind the API's guard (token off loopback,
-loopback host names, no other origin unless named).
+loopback host names, no other origin unless named, the body limit).
 
 A2A contexts onto Treadle threads (one context, one conversation) is the next step; today a
 context's tasks are separate runs.
@@ -32,7 +32,7 @@ from starlette.types import ASGIApp
 
 from treadle.client import AgentClient
 from treadle.client.describe import describe_query
-from treadle.web.api import actions
+from treadle.web.api import MAX_BODY_BYTES, actions
 from treadle.web.api.bodies import StartRun
 from treadle.web.guard import Guard, check_access, cors
 from treadle.web.http import HttpError
@@ -199,5 +199,11 @@ def a2a_app(
         agent_executor=executor, task_store=InMemoryTaskStore(), agent_card=card
     )
     routes: list[Any] = [*create_agent_card_routes(card), *create_jsonrpc_routes(handler, "/")]
-    app = Guard(Starlette(routes=routes), token=token, loopback=loopback, origins=origins)
+    app = Guard(
+        Starlette(routes=routes),
+        token=token,
+        loopback=loopback,
+        origins=origins,
+        max_body=MAX_BODY_BYTES,
+    )
     return cors(app, origins), card

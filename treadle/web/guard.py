@@ -69,7 +69,8 @@ class Guard:
 
     ``token`` ``None``: no token (loopback only: a ``ValueError`` otherwise). ``loopback``: the
     server listens on loopback, so the ``Host`` header must be a loopback name. ``origins``:
-    other origins allowed to make changes (``https://app.example``)."""
+    other origins allowed to make changes (``https://app.example``). ``max_body``: the largest
+    ``Content-Length`` taken (413 beyond), for every service behind it alike."""
 
     def __init__(
         self,
@@ -78,8 +79,10 @@ class Guard:
         token: str | None,
         loopback: bool,
         origins: Sequence[str] = (),
+        max_body: int | None = None,
     ) -> None:
         check_access(token, loopback)
+        self.max_body = max_body
         self.app = app
         self.token = token
         self.loopback = loopback
@@ -138,6 +141,9 @@ class Guard:
             and origin.rstrip("/") not in self.origins
         ):
             return _error(403, f"a request from {origin} is not this service's own")
+        length = headers.get("content-length", "")
+        if self.max_body is not None and length.isdigit() and int(length) > self.max_body:
+            return _error(413, f"body larger than {self.max_body} bytes")
         if method in _BODIED and not headers.get("content-type", "").startswith("application/json"):
             return _error(415, "send JSON (Content-Type: application/json)")
         if self.token is not None and _same(_bearer(headers), self.token):

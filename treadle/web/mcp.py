@@ -204,5 +204,5 @@ def mcp_http_app(
     Its session manager must run around it (``server.session_manager.run()``)."""
     check_access(token, loopback)
     app = server.streamable_http_app(max_request_body_size=max_body)
-    guarded = Guard(app, token=token, loopback=loopback, origins=origins)
+    guarded = Guard(app, token=token, loopback=loopback, origins=origins, max_body=max_body)
     return cors(guarded, origins)

@@ -398,7 +398,11 @@ def api_app(client: Client | AgentClient, settings: ApiSettings) -> ASGIApp:
         not_found=lambda path: f"no {path} here; the API is described at {PREFIX}/openapi.json",
         middleware=[
             Middleware(
-                Guard, token=settings.token, loopback=settings.loopback, origins=settings.origins
+                Guard,
+                token=settings.token,
+                loopback=settings.loopback,
+                origins=settings.origins,
+                max_body=settings.max_body,
             )
         ],
     )

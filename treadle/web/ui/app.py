@@ -77,7 +77,11 @@ def ui_app(
         log=log,
         event_prefix="ui",
         not_found=lambda path: f"no {path} here; the runs are at /",
-        middleware=[Middleware(Guard, token=token, loopback=loopback, origins=origins)],
+        middleware=[
+            Middleware(
+                Guard, token=token, loopback=loopback, origins=origins, max_body=settings.max_body
+            )
+        ],
     )
     return cors(app, origins)
 
