@@ -297,9 +297,10 @@ def parse_args(argv: Sequence[str] | None = None, prog: str | None = None) -> ar
         action="append",
         default=[],
         metavar="MODULE",
-        help="a module of your own tools (its TOOLS: Tool objects) that runs on this worker may "
-        "call, beside the built-in ones and those of installed packages' treadle.tools entry "
-        "points (repeatable; give the same to the runs' workflow and tools-only workers)",
+        help="a module of your own tools (its TOOLS: Tool objects; found from the current "
+        "directory too) that runs on this worker may call, beside the built-in ones and those "
+        "of installed packages' treadle.tools entry points (repeatable; give the same to the "
+        "runs' workflow and tools-only workers)",
     )
     parser.add_argument(
         "--workspace-root",
@@ -361,6 +362,10 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
             )
         Deployment(args.deployment_name, args.build_id)  # a bad name is refused now
         mcp_config = load_mcp_config(Path(args.mcp_config), os.environ) if args.mcp_config else None
+        if args.tools and os.getcwd() not in sys.path:
+            # --tools names a module as `python -m` finds one: in the folder you run it from too
+            # (a console script's path holds only the virtualenv's bin and site-packages).
+            sys.path.insert(0, os.getcwd())
         load_tool_modules(args.tools)  # before any run is checked: runs list what is loaded
         # Every line this process logs passes the door, whichever logger wrote it.
         redact_every_line(

@@ -43,7 +43,7 @@ from treadle.activities.store.blobs import BlobStore
 from treadle.activities.tools.confinement import Confinement
 from treadle.activities.tools.custom import Tool
 from treadle.activities.tools.loading import load as load_tools
-from treadle.connection import data_converter, store_location
+from treadle.connection import data_converter, ensure_search_attributes, store_location
 from treadle.observability import configure_tracing
 from treadle.payloads import TolerantPayloadConverter
 from treadle.plugin.parts import WORKFLOWS, assemble
@@ -52,6 +52,7 @@ from treadle.sandbox import with_treadle
 from treadle.stores import open_blob_store
 from treadle.workflows.agent.messages import hooks as hook_names
 from treadle.workflows.agent.messages import providers as provider_names
+from treadle.workflows.agent.messages import search_attributes
 from treadle.workflows.agent.messages.providers import ProviderSpec
 
 __all__ = [
@@ -254,7 +255,12 @@ class TreadlePlugin(SimplePlugin):
         return super().configure_worker(config)
 
     async def run_worker(self, worker: Worker, next: Callable[[Worker], Awaitable[None]]) -> None:
-        """Run the worker; the MCP servers and HTTP client the plugin made for it stop after."""
+        """Run the worker, once the namespace has the search attributes runs upsert (added
+        where missing: Temporal Cloud wants them made in its UI, and says so); the MCP servers
+        and HTTP client the plugin made for it stop after it."""
+        if not self._tools_only:
+            client = worker.client
+            await ensure_search_attributes(client, client.namespace, search_attributes.REQUIRED)
         mine = [
             o
             for o in self._running
