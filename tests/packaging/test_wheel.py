@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import queue
-import re
 import signal
 import subprocess
 import threading
@@ -18,7 +17,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
-from tests.packaging.conftest import Installed
+from tests.support.installed import Installed
 from tests.support.processes import free_port
 
 
@@ -121,7 +120,7 @@ def test_the_demo_runs_to_its_answer_from_the_app_folder(
 ) -> None:
     """``treadle demo`` from the app's folder (against the session's server, as its dev config
     names it) ends with the scripted model's answer; its workspace and store are in the app's
-    ``.treadle/``, and the printed ``workspace`` command lists the run's snapshots."""
+    ``.treadle/``, and nothing is written into the installed package."""
     host, _, port = temporal_address.rpartition(":")
     config = tmp_path / "temporal-dev.yaml"
     config.write_text(
@@ -134,11 +133,7 @@ def test_the_demo_runs_to_its_answer_from_the_app_folder(
     assert "7. Result: done" in demo.stdout
     [workspace] = (installed.app / ".treadle" / "workspaces").glob("demo-*")
     assert (workspace / "notes.md").is_file()
-    [line] = [s for s in demo.stdout.splitlines() if "Its workspace after each step" in s]
-    listed = run(installed, "/bin/bash", "-c", line.split(": ", 1)[1])
-    assert listed.returncode == 0, listed.stderr
-    assert re.search(r"^\d+\s+\d+", listed.stdout, re.MULTILINE), listed.stdout  # a snapshot row
-    assert any((installed.app / ".treadle" / "store").rglob("*"))
+    assert any((installed.app / ".treadle" / "store").rglob("*"))  # its worker's store
     assert files_of(installed.package) == before
 
 

@@ -132,6 +132,10 @@ async def cmd_demo(
                 demo = _Demo(client, server.address, server.namespace, server.ui_url, task_queue)
                 result = await demo.run(f"demo-{suffix}", args.manual, format_trace, format_result)
                 if args.keep:
+                    # The run's snapshots are in the worker's store; the run answers while the
+                    # worker is up.
+                    snapshots = demo.starter("workspace", f"demo-{suffix}")
+                    print(f"   Its workspace after each step that changed it: {snapshots}")
                     print(demo.try_it_yourself(f"try-{suffix}"), flush=True)
                     with interrupted() as stopping:
                         await stopping.wait()
@@ -258,8 +262,6 @@ class _Demo:
         notes = workspace / "notes.md"
         if notes.exists():
             print(f"   {_shown(notes)}:\n" + notes.read_text().rstrip())
-        snapshots = self.starter("workspace", workflow_id)
-        print(f"   Its workspace after each step that changed it: {snapshots}")
         print(
             f"   Web UI: {link}\n"
             "   (state, step and the calls waiting for approval: its User Metadata tab, "
