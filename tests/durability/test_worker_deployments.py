@@ -17,6 +17,7 @@ from temporalio.common import VersioningBehavior
 from temporalio.worker import Worker
 
 from tests.support.harness import TEST_STORE, Harness, start_agent
+from tests.support.processes import clean_env, run_cli, server_address, start_worker
 from tests.support.threads import answered_turns, send
 from treadle.activities.model.activity import ProviderSettings
 from treadle.plugin import TreadlePlugin
@@ -164,3 +165,22 @@ async def test_a_thread_moves_to_the_current_build_at_its_next_continue_as_new(
             assert set(await builds_of(after)) == {"b"}
             assert await pinned_to(thread) == ("b", VersioningBehavior.PINNED.value)
             await thread.terminate("the test is over")
+
+
+async def test_treadle_worker_runs_as_a_version_of_its_deployment(harness: Harness) -> None:
+    """``treadle worker --deployment-name --build-id`` polls as that version (the server lists
+    it under the deployment); a name Temporal would refuse is one line and exit 2."""
+    deployment = f"treadle-{uuid.uuid4().hex[:8]}"
+    address = server_address(harness.client)
+    queue = f"deploy-{uuid.uuid4().hex[:8]}"
+    options = ("--deployment-name", deployment, "--build-id", "v1")
+    worker = await start_worker(address, queue, clean_env(), *options)
+    try:
+        polling = next(line for line in worker.output if "polling task queue" in line)
+        assert f"as {deployment}.v1 of its Worker Deployment" in polling
+        await make_current(harness, deployment, "v1")  # the server knows the version
+    finally:
+        assert await worker.terminate() == 0
+    refused = await run_cli("--deployment-name", "my.agents", program="worker.py")
+    assert refused.returncode == 2
+    assert refused.stderr.startswith("error: deployment name 'my.agents'"), refused.stderr
