@@ -62,14 +62,11 @@ from bench.local_server import dev_server_config
 from bench.scripts import write_script
 from treadle.activities.model.activity import ProviderSettings, http_client
 from treadle.activities.store.blobs import FileBlobStore
-from treadle.cli.worker import (
-    STICKY_QUEUE_TIMEOUT_SECONDS,
-    WORKFLOWS,
-    build_worker,
-    workflow_runner,
-)
+from treadle.cli.worker import STICKY_QUEUE_TIMEOUT_SECONDS, build_worker
 from treadle.connection import connect
 from treadle.devserver import DevServer
+from treadle.plugin.parts import WORKFLOWS
+from treadle.sandbox import workflow_runner
 from treadle.scripted_model import ScriptedModelServer
 from treadle.workflows.agent.messages.models import (
     AgentConfig,

@@ -72,7 +72,7 @@ from treadle.activities.store.conversation import ConversationStore
 from treadle.activities.store.view import view
 from treadle.workflows.agent.messages.content_refs import holds_refs
 from treadle.workflows.agent.messages.models import ModelRequest, ModelResponse
-from treadle.workflows.agent.messages.providers import PROVIDERS, ModelStringError, resolve
+from treadle.workflows.agent.messages.providers import ModelStringError, known, resolve
 from treadle.workflows.agent.parts.outages import FINGERPRINT_PREFIX
 
 READ_TIMEOUT_GRACE_SECONDS = 2.0
@@ -117,7 +117,7 @@ class ProviderSettings:
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> ProviderSettings:
         endpoints = {}
-        for spec in PROVIDERS.values():
+        for spec in known().values():  # the built-in providers and those this process named
             base_url = env.get(spec.base_url_env) or spec.default_base_url
             endpoints[spec.name] = Endpoint(
                 base_url=base_url,

@@ -29,7 +29,6 @@ from treadle.activities.model.activity import http_client
 from treadle.activities.store.blobs import BlobMissing, key_of
 from treadle.activities.store.conversation import ConversationStore
 from treadle.activities.store.s3 import S3BlobStore, S3Objects, S3Settings, S3StoreUnavailable
-from treadle.cli.worker import WORKFLOWS, workflow_runner
 from treadle.codec import ENV_VAR as KEYS_ENV
 from treadle.connection import (
     PAYLOAD_SIZE_THRESHOLD,
@@ -38,6 +37,8 @@ from treadle.connection import (
     connect,
     data_converter,
 )
+from treadle.plugin.parts import WORKFLOWS
+from treadle.sandbox import workflow_runner
 from treadle.scripted_model import ScriptedModelServer
 from treadle.stores import StoreSettingsError, check_store, open_blob_store, parse_store
 from treadle.workflows.agent.messages.models import (
