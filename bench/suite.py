@@ -1,7 +1,7 @@
 """Treadle's benchmark suite: one command, a fresh dev server, one table.
 
-    .venv/bin/python -m bench.suite [--quick] [--rows step,recovery,replay,parked,throughput,chain]
-                                    [--json FILE]
+    .venv/bin/python -m bench.suite [--quick] [--json FILE]
+        [--rows step,recovery,replay,parked,throughput,chain,growth]
 
 Every figure is a ratio against a baseline measured in the same run, or a count (events, bytes,
 MB of RSS, seconds to recover). The baseline of a step is the bare Temporal floor
@@ -25,6 +25,8 @@ against the same dev server and the same scripted model server, with no other lo
 - ``chain``: history per step through continue-as-new chains of 200 and 2,000 steps, the bytes of
   their first and last hand-over, and the store's growth after 3,000 write steps against the
   content written (``bench/chain.py``).
+- ``growth``: a ``worker.py`` process's CPU per step over windows of a 1,000-step run whose
+  every step reads a new 20 KB file, the last window against the first (``bench/chain.py``).
 
 Nothing is asserted: the machine is shared and noisy, so read the ratios. ``--quick`` runs small
 counts (the smoke test uses it); the full suite takes a few minutes on two cores.
@@ -79,7 +81,7 @@ from treadle.workflows.agent.workflow import AgentWorkflow
 
 ROOT = Path(__file__).resolve().parents[1]
 
-ROWS = ("step", "recovery", "replay", "parked", "throughput", "chain")
+ROWS = ("step", "recovery", "replay", "parked", "throughput", "chain", "growth")
 SUGGESTED_EVENTS = 4096
 """Temporal suggests continue-as-new at this many events: a run's history grows no further."""
 BEFORE_HEARTBEAT_SECONDS = 15.0
@@ -926,6 +928,7 @@ RUNNERS: dict[str, Callable[[Bench], Awaitable[list[Row]]]] = {
     "parked": row_parked,
     "throughput": row_throughput,
     "chain": lambda bench: _chain_rows(bench),
+    "growth": lambda bench: _growth_rows(bench),
 }
 
 
@@ -933,6 +936,12 @@ async def _chain_rows(bench: Bench) -> list[Row]:
     from bench.chain import row_chain  # it builds on this module's Bench and Row
 
     return await row_chain(bench)
+
+
+async def _growth_rows(bench: Bench) -> list[Row]:
+    from bench.chain import row_growth
+
+    return await row_growth(bench)
 
 
 @contextlib.asynccontextmanager
