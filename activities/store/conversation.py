@@ -15,9 +15,12 @@ it shows (``treadle.activities.store.tail``): its work does not grow with the co
 Segments written before they had an index are read as before: their entries are made from
 their messages, and a chain that ends in one is read whole once, to index the next.
 
-A worker keeps the segments and the texts it read or wrote last in memory (each bounded by
-bytes): a call reads the segments and the outputs the call before it read or wrote, and both
-are written once under their hash, so a copy never goes stale.
+A worker keeps the segments and the texts it read last in memory (each bounded by bytes): a
+call reads from the store what was written since the call before it (that call's segment, the
+step's tool outputs), not what that call read. Both are written once under their hash, so a
+copy never goes stale. What a worker writes it does not keep: its next call reads it back, so
+a store that has gone away (an unmounted volume) is met before the model is called, and the
+run waits for it.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from treadle.activities.content.door import resolve_message
-from treadle.activities.store.blobs import BlobCorrupt, BlobStore, check_key, key_of
+from treadle.activities.store.blobs import BlobCorrupt, BlobStore, check_key
 from treadle.activities.store.view import Entry, entry
 from treadle.workflows.agent.messages.content_refs import holds_refs
 from treadle.workflows.agent.messages.models import ChatMessage, ThreadExport
@@ -127,13 +130,7 @@ class ConversationStore:
         self._texts: _Bounded[str] = _Bounded(text_chars)
 
     async def put_text(self, text: str) -> str:
-        data = text.encode("utf-8", "surrogatepass")
-        key = await self.blobs.put(data)
-        # Kept for the next call, which reads it back (a tool's output: the model is shown it),
-        # unless the store did not keep it as written (a redacting store took a secret out).
-        if len(text) <= self._texts.limit // 16 and key == key_of(data):
-            self._texts.put(key, text, len(text))
-        return key
+        return await self.blobs.put(text.encode("utf-8", "surrogatepass"))
 
     async def get_text(self, key: str) -> str:
         cached = self._texts.get(key)
@@ -226,12 +223,7 @@ class ConversationStore:
                 "lines": [e.line for e in entries],
             },
         }
-        raw = json.dumps(body, sort_keys=True).encode()
-        key = await self.blobs.put(raw)
-        if key == key_of(raw):  # the next call reads it: kept, unless the store redacted it
-            segment = Segment(key, head, added, position, tuple(entries), len(raw))
-            self._segments.put(key, segment, len(raw))
-        return key
+        return await self.blobs.put(json.dumps(body, sort_keys=True).encode())
 
 
 def refers(message: ChatMessage) -> bool:

@@ -199,16 +199,30 @@ def _unindexed(parent: str | None, messages: tuple[ChatMessage, ...]) -> bytes:
     return json.dumps(body, sort_keys=True).encode()
 
 
-async def test_a_worker_reads_back_no_text_or_segment_it_wrote_itself(tmp_path: Path) -> None:
-    """What a worker wrote (a tool's output, a model call's segment) its next call reads from
-    memory; another worker reads it from the store."""
+async def test_a_worker_reads_once_what_it_read_and_again_what_it_wrote(tmp_path: Path) -> None:
+    """A worker keeps what it read (segments, texts) and reads the conversation's next turn
+    only; what it wrote itself it reads back from the store (a store gone away is met there,
+    before the model is called)."""
+    writer = ConversationStore(FileBlobStore(tmp_path))
+    first = await writer.put_text("an output " * 100)
+    head = await writer.extend(None, (message("user", "task"),))
+    head = await writer.extend(head, (_output("c", first),))
     counted = CountingBlobs(FileBlobStore(tmp_path))
-    store = ConversationStore(counted)
-    key = await store.put_text("an output " * 100)
-    head = await store.extend(None, (message("user", "task"),))
-    head = await store.extend(head, (ChatMessage(role="tool", tool_call_id="c", content_ref=key),))
-    assert len(await store.messages(head)) == 2
+    reader = ConversationStore(counted)
+    assert (await reader.messages(head))[1].content == "an output " * 100
+    assert len(counted.reads) == 3
+    counted.reset()
+    assert len(await reader.messages(head)) == 2
     assert counted.reads == []
-    other = ConversationStore(counted)
-    assert (await other.messages(head))[1].content == "an output " * 100
-    assert set(counted.reads) == {head, key} | {(await other.segment(head)).parent}
+    second = await writer.put_text("another output " * 100)
+    later = await writer.extend(head, (_output("d", second),))
+    assert len(await reader.messages(later)) == 3
+    assert sorted(counted.reads) == sorted([later, second])
+    counted.reset()
+    mine = await reader.extend(later, (message("assistant", "done"),))
+    assert len(await reader.messages(mine)) == 4
+    assert counted.reads == [mine]
+
+
+def _output(call: str, ref: str) -> ChatMessage:
+    return ChatMessage(role="tool", tool_call_id=call, content_ref=ref)
