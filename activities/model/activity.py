@@ -36,7 +36,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -58,7 +57,7 @@ from treadle.activities.errors import (
     StoreUnavailable,
 )
 from treadle.activities.heartbeat import heartbeating
-from treadle.activities.model import anthropic_messages, http_errors, openai_chat, usage
+from treadle.activities.model import anthropic_messages, body, http_errors, openai_chat, usage
 from treadle.activities.model.payload import DEFAULT_MAX_TOKENS, well_formed
 from treadle.activities.model.streaming import (
     ErrorEvent,
@@ -68,7 +67,6 @@ from treadle.activities.model.streaming import (
 )
 from treadle.activities.model.tokens import publishing
 from treadle.activities.model.tool_schemas import ToolSchemas
-from treadle.activities.offload import ENCODE_OVER_CHARS, off_loop
 from treadle.activities.store.conversation import ConversationStore, refers
 from treadle.activities.store.tail import view_of
 from treadle.activities.store.view import view
@@ -316,7 +314,7 @@ class ModelActivities:
                 async with self._client.stream(
                     "POST",
                     url,
-                    content=await _encoded(protocol.build_body(request, name), request),
+                    content=await body.encoded(protocol.build_body(request, name), request),
                     headers=headers,
                     timeout=timeout,
                 ) as response:
@@ -332,10 +330,10 @@ class ModelActivities:
                         )
             if not streams or refusal is not None:
                 plain = request.model_copy(update={"stream": False}) if request.stream else request
-                body = await _encoded(protocol.build_body(plain, name), request)
+                sent = await body.encoded(protocol.build_body(plain, name), plain)
                 try:
                     response = await self._client.post(
-                        url, content=body, headers=headers, timeout=timeout
+                        url, content=sent, headers=headers, timeout=timeout
                     )
                 except httpx.RemoteProtocolError:
                     if refusal is None:
@@ -343,7 +341,7 @@ class ModelActivities:
                     # The pooled connection the refused stream came on may be one its server
                     # is closing (llama.cpp's, after the stream it could not finish).
                     response = await self._client.post(
-                        url, content=body, headers=headers, timeout=timeout
+                        url, content=sent, headers=headers, timeout=timeout
                     )
         except httpx.TransportError as exc:  # timeouts included
             raise http_errors.connection_error(exc, spec.name, url, self._redact) from exc
@@ -413,28 +411,6 @@ class ModelActivities:
                     async for _ in events:
                         pass
         return assembler.result()
-
-
-async def _encoded(body: dict[str, Any], request: ModelRequest) -> bytes:
-    """``body`` as httpx's ``json=`` sends it. A long request's (a view of a long conversation
-    is hundreds of KB) is encoded in a thread, off the loop other calls' heartbeats share, and
-    a value of the body at a time: one ``json.dumps`` holds the GIL, and so the loop, to its
-    end, even from a thread (400 KB took 9 ms, 4 MB ~90)."""
-    chars = sum(len(m.content or "") for m in request.messages)
-    return await off_loop(ENCODE_OVER_CHARS, chars, json_body, body)
-
-
-def json_body(body: dict[str, Any]) -> bytes:
-    """``json.dumps(body)`` in httpx's form, byte for byte, each of its lists' items (the
-    messages) encoded apart."""
-
-    def encoded(value: Any) -> str:
-        if isinstance(value, list):
-            return "[" + ",".join(map(encoded, value)) + "]"
-        return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-
-    items = (f"{encoded(key)}:{encoded(value)}" for key, value in body.items())
-    return ("{" + ",".join(items) + "}").encode()
 
 
 CUT_REASONS = frozenset({"length", "max_tokens"})

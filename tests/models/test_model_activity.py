@@ -22,7 +22,8 @@ from treadle.activities.errors import (
     ModelResponseError,
 )
 from treadle.activities.model import anthropic_messages, openai_chat
-from treadle.activities.model.activity import ModelActivities, ProviderSettings, json_body
+from treadle.activities.model.activity import ModelActivities, ProviderSettings
+from treadle.activities.model.body import json_bytes
 from treadle.activities.model.http_errors import (
     MAX_RETRY_AFTER,
     provider_backoff,
@@ -342,6 +343,6 @@ def test_a_request_body_is_the_json_httpx_would_send_byte_for_byte(protocol: Any
     )
     body = protocol.build_body(request, "m")
     whole = json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-    assert json_body(body) == whole.encode()
+    assert json_bytes(body) == whole.encode()
     with pytest.raises(ValueError):
-        json_body({**body, "temperature": float("nan")})
+        json_bytes({**body, "temperature": float("nan")})
