@@ -50,7 +50,7 @@ class KeptDemo:
     lines: list[str]
     suffix: str
     commands: list[str]
-    """Step 8's commands, in order: cd, run, watch, status, approve, workspace, reject, chat."""
+    """Step 8's commands, in order: cd, run, watch, status, approve, reject, chat."""
     approval: list[str]
     """Step 5's commands: approve, reject, and the stock CLI's signal."""
 
@@ -181,7 +181,6 @@ def test_demo_keep_prints_commands_for_a_fresh_shell(kept_demo: KeptDemo) -> Non
         "watch",
         "status",
         "approve",
-        "workspace",
         "reject",
         "chat",
         "ui",
@@ -239,11 +238,6 @@ def test_run_watch_status_approve_from_a_fresh_shell(kept_demo: KeptDemo) -> Non
     done = _wait_for(kept_demo, workflow_id, "state:    Done")
     assert "answer:   I listed the workspace" in done
     assert (FRESH_WORKSPACES / workflow_id / "notes.md").is_file()
-    # The demo's worker has a store: the printed workspace command lists the write's snapshot.
-    listed = fresh_shell(cd, kept_demo.command("workspace"))
-    assert listed.returncode == 0, listed.stderr
-    assert listed.stdout.splitlines()[0].split()[:2] == ["STEP", "CHANGED"], listed.stdout
-    assert len(listed.stdout.splitlines()) >= 2, listed.stdout
 
 
 def test_a_rejection_from_a_fresh_shell_is_answered(kept_demo: KeptDemo) -> None:
@@ -298,7 +292,7 @@ def test_the_printed_ui_serves_the_browser_page_from_a_fresh_shell(kept_demo: Ke
             page.stderr.read() if page.poll() is not None and page.stderr else ""
         )
         assert httpx.get(url.group(1), timeout=30).status_code == 200
-        run = httpx.get(f"{url.group(1)}api/runs/demo-{kept_demo.suffix}", timeout=30)
+        run = httpx.get(f"{url.group(1)}v1/runs/demo-{kept_demo.suffix}/view", timeout=30)
         assert run.status_code == 200, run.text
         assert f"demo-{kept_demo.suffix}" in run.text
     finally:
@@ -394,3 +388,22 @@ def test_commands_a_run_publishes_work_in_a_fresh_shell(
     signal = runnable(stock[3].replace("approve", "reject"))
     assert signal.split()[0].endswith("temporal")
     assert runnable("echo as it is") == "echo as it is"
+
+
+def test_the_demo_runs_snapshots_are_listed_by_the_printed_command(kept_demo: KeptDemo) -> None:
+    """The demo's worker has a store: the ``workspace`` command printed at step 7, run with
+    the demo's environment, lists the snapshot of the step that wrote notes.md."""
+    [line] = [s for s in kept_demo.lines if s.startswith("   Its workspace after each step")]
+    command = line.split(": ", 1)[1]
+    listed = subprocess.run(
+        ["/bin/bash", "-c", f"cd {ROOT} && {command} --json"],
+        env=clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert listed.returncode == 0, listed.stderr
+    snapshots = json.loads(listed.stdout)
+    assert snapshots, listed.stdout
+    assert any(s["changed"] >= 1 and s["files"] >= 1 for s in snapshots), snapshots

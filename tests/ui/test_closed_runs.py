@@ -10,7 +10,7 @@ from bench.watchers import Counting, counting_client
 from tests.support.harness import Harness
 from treadle.client import AgentClient
 from treadle.stream import read_items
-from treadle.web.ui import actions
+from treadle.web.api import actions
 
 WRITE = {"name": "write_file", "arguments": {"path": "notes.md", "content": "hello"}}
 
@@ -35,7 +35,7 @@ async def test_a_finished_runs_view_and_stream_are_asked_of_its_worker_once(
     asked = counted.counts - before
     del asked["describe"]  # the server's alone: how a closed run is told from an open one
 
-    assert all(v["status"]["state"] == "WaitingForHuman" for v in views)
+    assert all(v.status["state"] == "WaitingForHuman" for v in views)
     assert all(v == views[0] for v in views)
     assert reads[0] == reads[1] and any(
         getattr(i.value, "kind", "") == "approval_needed" for i in reads[0]

@@ -41,7 +41,7 @@ async def test_ui_prints_its_loopback_url_serves_the_page_and_stops_on_ctrl_c(
             assert page.status_code == 200
             assert "runs and threads" in page.text
             for _ in range(100):  # visibility may lag the start a little; a watchdog
-                listed = await http.get(url.rstrip("/") + "/api/runs")
+                listed = await http.get(url.rstrip("/") + "/v1/runs")
                 assert listed.status_code == 200
                 rows = {row["id"]: row for row in listed.json()["runs"]}
                 if orphan.id in rows:

@@ -7,8 +7,8 @@ from __future__ import annotations
 import httpx
 from temporalio.client import Client
 
+from treadle.web.guard import CSRF_COOKIE, TOKEN_COOKIE
 from treadle.web.ui import ui_app
-from treadle.web.ui.guard import CSRF_COOKIE, TOKEN_COOKIE
 
 TOKEN = "tok-" + "x" * 20
 
@@ -36,19 +36,19 @@ async def test_a_change_needs_the_csrf_header_and_the_pages_own_origin(client: C
         first = await http.get("/")
         csrf = first.cookies[CSRF_COOKIE]
         assert csrf and csrf not in first.text
-        refused = await http.post("/api/start", json={"task": ""})
+        refused = await http.post("/v1/runs", json={"task": ""})
         assert refused.status_code == 403
         assert "CSRF" in refused.json()["error"]
         headers = {"X-Treadle-CSRF": csrf}
         other = await http.post(
-            "/api/start", json={"task": ""}, headers={**headers, "Origin": "http://evil.example"}
+            "/v1/runs", json={"task": ""}, headers={**headers, "Origin": "http://evil.example"}
         )
         assert other.status_code == 403
         own = await http.post(
-            "/api/start", json={"task": ""}, headers={**headers, "Origin": "http://127.0.0.1:8765"}
+            "/v1/runs", json={"task": ""}, headers={**headers, "Origin": "http://127.0.0.1:8765"}
         )
         assert own.status_code == 400
-        assert "needs a task" in own.json()["error"]
+        assert "task" in own.json()["error"]
 
 
 async def test_the_access_token_opens_the_page_once_and_never_shows_in_it(client: Client) -> None:
@@ -58,7 +58,7 @@ async def test_the_access_token_opens_the_page_once_and_never_shows_in_it(client
     async with browser(client, token=TOKEN, host="192.0.2.1:8765") as http:
         assert (await http.get("/")).status_code == 401
         assert (await http.get("/?token=wrong")).status_code == 401
-        assert (await http.get("/api/runs")).status_code == 401
+        assert (await http.get("/v1/runs")).status_code == 401
         entered = await http.get(f"/runs/r1?token={TOKEN}")
         assert entered.status_code == 303
         assert entered.headers["location"] == "/runs/r1"

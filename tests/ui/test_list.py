@@ -71,7 +71,7 @@ async def paused_page_holding_the_first_list(page: Page, ui: str) -> tuple[list[
         await route.fulfill(json=listing("fresh-row"))
 
     await page.clock.install(time=START)
-    await page.route("**/api/runs*", answer)
+    await page.route("**/v1/runs*", answer)
     await page.goto(ui)
     await until(lambda: held, "the page asked for the list")
     await page.clock.pause_at(START + datetime.timedelta(seconds=1))
@@ -96,7 +96,7 @@ async def test_one_list_at_a_time_and_a_change_of_filter_cancels_the_one_it_supe
         await page.select_option("#filter", "done")
     runs = page.locator("#runs")
     await expect(runs).to_contain_text("fresh-row")
-    assert asked[1].endswith("/api/runs?state=done"), asked
+    assert asked[1].endswith("/v1/runs?state=done"), asked
 
     # Should its answer come anyway, it is not drawn.
     with contextlib.suppress(Exception):  # the page has cancelled it: the route may refuse
@@ -108,7 +108,7 @@ async def test_one_list_at_a_time_and_a_change_of_filter_cancels_the_one_it_supe
     # One period after the answer, the next refresh, for the chosen filter.
     await page.clock.run_for(EVERY_MS)
     await until(lambda: len(asked) >= 3, "the list refreshed again")
-    assert asked[2].endswith("/api/runs?state=done"), asked
+    assert asked[2].endswith("/v1/runs?state=done"), asked
 
 
 async def test_a_list_that_never_answers_is_given_up_said_and_asked_again(

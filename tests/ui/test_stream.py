@@ -12,7 +12,7 @@ import httpx
 
 from tests.support.harness import Harness
 from treadle.stream import read_items
-from treadle.web.ui.transcript import Fold
+from treadle.web.api.transcript import Fold
 
 WRITE = {"name": "write_file", "arguments": {"path": "notes.md", "content": "hello"}}
 
@@ -37,7 +37,10 @@ def page_after(blocks: list[dict[str, Any]], ops: list[dict[str, Any]]) -> list[
 async def finished_run(harness: Harness) -> str:
     text = " ".join(f"word{i}" for i in range(60))
     model = harness.script(
-        {"content": text, "chunk_delay": 0.01, "tool_calls": [WRITE]}, {"content": "Written."}
+        # Streamed for about 3 s: a reply is published in batches once it has streamed for a
+        # second (a quicker one arrives whole, with its result).
+        {"content": text, "chunk_delay": 0.05, "tool_calls": [WRITE]},
+        {"content": "Written."},
     )
     handle = await harness.start(model, "Write notes.md.")
     await handle.result()
@@ -76,7 +79,7 @@ async def test_the_event_stream_resumes_after_the_last_event_id(harness: Harness
 
     async def messages(headers: dict[str, str]) -> list[tuple[int, Any]]:
         read: list[tuple[int, Any]] = []
-        url = f"{ui}/api/runs/{workflow_id}/events"
+        url = f"{ui}/v1/runs/{workflow_id}/transcript/events"
         async with (
             httpx.AsyncClient(timeout=30) as http,
             http.stream("GET", url, headers=headers) as response,
@@ -89,7 +92,7 @@ async def test_the_event_stream_resumes_after_the_last_event_id(harness: Harness
                 elif line.startswith("data: ") and event_id is not None:
                     read.append((event_id, json.loads(line[6:])))
                     event_id = None
-                elif line == "event: over":
+                elif line == "event: end":
                     break
         return read
 

@@ -24,7 +24,6 @@ import argparse
 import asyncio
 import contextlib
 import json
-import os
 import shlex
 import socket
 import sys
@@ -42,7 +41,7 @@ from treadle.cli import ui as cli_ui
 from treadle.cli.exits import UsageError
 from treadle.cli.live import outcome
 from treadle.cli.serving import interrupted
-from treadle.connection import STORE_ENV, connect, store_location
+from treadle.connection import connect
 from treadle.workflows.agent.messages.models import (
     TASK_QUEUE,
     AgentConfig,
@@ -95,21 +94,21 @@ def register(subparsers: Any) -> None:
 async def cmd_demo(
     args: argparse.Namespace,
     *,
-    build_worker: Callable[..., Worker],
     format_trace: Callable[[Trace], str],
     format_result: Callable[[AgentResult], str],
 ) -> int:
     """Dev server, worker, scripted model and one run with an approval, in one process.
 
-    ``treadle`` passes what lives in the entry points (which ``treadle`` never imports):
-    ``worker.build_worker`` and its own trace and result formats.
+    The worker is a ``TreadlePlugin``'s, as yours would be, with the store every other command
+    of this directory reads (``TREADLE_STORE``, else ``.treadle/store``): ``treadle workspace``
+    shows the demo run's snapshots. ``treadle`` passes its own trace and result formats.
     """
     # Imported here: only the demo needs the server and model machinery.
-    from treadle.activities.model.activity import ProviderSettings, http_client
+    from treadle.activities.model.activity import ProviderSettings
     from treadle.connection import ensure_search_attributes
     from treadle.devserver import DevServer, load_config
+    from treadle.plugin import TreadlePlugin
     from treadle.scripted_model import DEMO_SCRIPT, ScriptedModelServer, load_script
-    from treadle.stores import open_blob_store
     from treadle.workflows.agent.messages import search_attributes
 
     config = load_config(Path(args.dev_config) if args.dev_config else home.default_dev_config())
@@ -125,22 +124,18 @@ async def cmd_demo(
             # A queue of the demo's own, never the shared one: a real worker there would take
             # the scripted runs, and this worker would answer real runs with the script.
             task_queue = kept_queue(args.task_queue) if args.keep else f"treadle-demo-{suffix}"
+            # The scripted model answers openai:*; a real key in this environment reaches nothing.
             settings = ProviderSettings.from_env({"OPENAI_BASE_URL": model_server.base_url})
-            # The store the CLI reads by default (``TREADLE_STORE``, else the data directory's),
-            # so the runs' workspace snapshots are there for ``treadle workspace ID``.
-            store_setting = os.environ.get(STORE_ENV, "").strip() or None
-            store = open_blob_store(store_location(os.environ), os.environ, create=True)
-            async with (
-                http_client() as http,
-                build_worker(
-                    client, task_queue=task_queue, settings=settings, http=http, store=store
-                ),
-            ):
+            plugin = TreadlePlugin(model_settings=settings)
+            async with Worker(client, task_queue=task_queue, plugins=[plugin]):
                 print(f"3. Worker polling task queue {task_queue}")
                 demo = _Demo(client, server.address, server.namespace, server.ui_url, task_queue)
-                demo.store_setting = store_setting
                 result = await demo.run(f"demo-{suffix}", args.manual, format_trace, format_result)
                 if args.keep:
+                    # The run's snapshots are in the worker's store; the run answers while the
+                    # worker is up.
+                    snapshots = demo.starter("workspace", f"demo-{suffix}")
+                    print(f"   Its workspace after each step that changed it: {snapshots}")
                     print(demo.try_it_yourself(f"try-{suffix}"), flush=True)
                     with interrupted() as stopping:
                         await stopping.wait()
@@ -186,9 +181,6 @@ class _Demo:
         self.task_queue = task_queue
         self.ui_port = _free_or_other(cli_ui.DEFAULT_PORT)
         """Where the printed ``treadle ui`` serves the browser page."""
-        self.store_setting: str | None = None
-        """The worker's store when ``TREADLE_STORE`` named it (a fresh shell has no such
-        variable: the printed ``workspace`` command names it), else the default one."""
 
     def starter(self, *arguments: str, task_queue: bool = False) -> str:
         """A ``treadle`` command reaching this server (and, with ``task_queue``, for new
@@ -314,14 +306,6 @@ class _Demo:
             (self.starter("watch", workflow_id), "live: tool calls, the approval, the answer"),
             (self.starter("status", workflow_id), "state, step, the call waiting for you"),
             (self.starter("approve", workflow_id), "run the write"),
-            (
-                self.starter(
-                    "workspace",
-                    workflow_id,
-                    *(("--store", self.store_setting) if self.store_setting else ()),
-                ),
-                "its workspace after each step (--into DIR checks one out)",
-            ),
             (self.starter("reject", workflow_id, "--reason", "not now"), "or refuse it"),
             (
                 self.starter("chat", "--model", DEMO_MODEL, task_queue=True),

@@ -61,6 +61,7 @@ from treadle.cli import jobs as cli_jobs
 from treadle.cli import live as cli_live
 from treadle.cli import monitors as cli_monitors
 from treadle.cli import scheduled_agents as cli_scheduled_agents
+from treadle.cli import schemas as cli_schemas
 from treadle.cli import snapshots as cli_snapshots
 from treadle.cli import ui as cli_ui
 from treadle.cli import wake as cli_wake
@@ -340,12 +341,8 @@ async def cmd_decide(client: Client, args: argparse.Namespace) -> int:
 
 
 async def cmd_demo(args: argparse.Namespace) -> int:
-    """The demo lives in treadle/cli/demo.py; it gets what only the entry points have."""
-    from treadle.cli.worker import build_worker  # only the demo runs a worker in the CLI
-
-    return await cli_demo.cmd_demo(
-        args, build_worker=build_worker, format_trace=_format_trace, format_result=_format_result
-    )
+    """The demo lives in treadle/cli/demo.py; it prints runs as the other commands do."""
+    return await cli_demo.cmd_demo(args, format_trace=_format_trace, format_result=_format_result)
 
 
 # --------------------------------------------------------------------------------------------
@@ -404,7 +401,8 @@ FAMILIES: dict[str, tuple[str, ...]] = {
     ),
     "threads": ("chat", "send", "close", "export", "import"),
     "jobs, monitors and schedules": ("jobs", "monitors", "schedule"),
-    "servers": ("serve", "ui", "codec-server", "scripted-model"),
+    "servers": ("serve", "ui", "api", "codec-server", "scripted-model"),
+    "other languages": ("schemas",),
     "worker": ("worker",),
     "demo": ("demo",),
 }  # fmt: skip
@@ -487,6 +485,7 @@ def build_parser() -> argparse.ArgumentParser:
     cli_live.register(sub)
     cli_codec_server.register(sub)
     cli_ui.register(sub)
+    cli_schemas.register(sub)
     cli_wake.register(sub)
     cli_snapshots.register(sub)
 

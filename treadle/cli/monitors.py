@@ -35,7 +35,9 @@ from temporalio.common import WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
+from treadle.cli.a2a_server import cmd_serve_a2a
 from treadle.cli.exits import UsageError
+from treadle.cli.mcp_server import cmd_serve_mcp
 from treadle.cli.serving import listening, serve_until_interrupted
 from treadle.cli.tables import table
 from treadle.web.events import running_monitors_query
@@ -130,10 +132,33 @@ def register(subparsers: Any) -> None:
         p.set_defaults(handler=cmd_delete if name == "delete" else cmd_set_status)
 
     serve = subparsers.add_parser(
-        "serve", help="the HTTP ping service and live event stream for cron monitors"
+        "serve",
+        help="a service: the monitors' HTTP ping service (default), or Treadle as an MCP server",
+    )
+    serve.add_argument(
+        "service",
+        nargs="?",
+        choices=("monitors", "mcp", "a2a"),
+        default="monitors",
+        help="monitors: pings and the live event stream; mcp: an MCP server (stdio, or --http); "
+        "a2a: an A2A agent",
     )
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on")
-    serve.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"default {DEFAULT_PORT}")
+    serve.add_argument(
+        "--port",
+        type=int,
+        default=None,
+        help=f"default {DEFAULT_PORT} (mcp --http: 8767, a2a: 8768)",
+    )
+    serve.add_argument("--http", action="store_true", help="mcp: streamable HTTP, not stdio")
+    serve.add_argument("--token", help="mcp --http, a2a: access token (required beyond loopback)")
+    serve.add_argument(
+        "--model", default="openai:gpt-4o", help="a2a: the model its runs use (provider:model)"
+    )
+    serve.add_argument(
+        "--cors-origin", action="append", default=[], metavar="URL",
+        help="mcp --http, a2a: an origin allowed cross-origin access; repeatable",
+    )  # fmt: skip
     serve.set_defaults(handler=cmd_serve)
 
 
@@ -287,8 +312,13 @@ async def cmd_delete(client: Client, args: argparse.Namespace) -> int:
 
 
 async def cmd_serve(client: Client, args: argparse.Namespace) -> int:
+    if args.service == "mcp":
+        return await cmd_serve_mcp(client, args)
+    if args.service == "a2a":
+        return await cmd_serve_a2a(client, args)
+    port = DEFAULT_PORT if args.port is None else args.port
     service = MonitorService(client, task_queue=args.task_queue)
-    await listening(service.start(args.host, args.port), args.host, args.port)
+    await listening(service.start(args.host, port), args.host, port)
     return await serve_until_interrupted(
         f"Monitor HTTP service on {service.url} (namespace {client.namespace}): "
         f"pings at {service.url}/ping/KEY, events at {service.url}/monitors/events; Ctrl-C to stop",

@@ -26,7 +26,7 @@ from temporalio.client import (
 )
 from temporalio.common import WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
-from temporalio.service import RPCError
+from temporalio.service import RPCError, RPCStatusCode
 
 from treadle import closed as closed_runs
 from treadle.client.base import ClientBase
@@ -36,7 +36,9 @@ from treadle.client.errors import (
     NoStream,
     Refused,
     RunCannotAnswer,
+    RunEnded,
     RunExists,
+    RunNotFound,
     TemporalRefused,
 )
 from treadle.client.results import Decided, RunOverview, RunSummary, StartedRun, Woken
@@ -399,6 +401,27 @@ class Runs(ClientBase):
             )
         await self._calls.signal(run_id, AgentWorkflow.wake, WakeSignal(reason=reason))
         return Woken(run_id=run_id, would_have_woken_at=status.wakes_at)
+
+    # -- cancelling ----------------------------------------------------------------------------
+
+    async def cancel(self, run_id: str) -> str:
+        """Ask Temporal to cancel the run (a thread too): the request is recorded in its
+        history and the workflow ends as cancelled (a second request changes nothing). Returns
+        ``cancelling``; ``RunEnded`` when it is over, ``RunNotFound`` when there is none."""
+        closed = await self._calls.closed_as(run_id)
+        if closed == "missing":
+            raise RunNotFound(self._calls.not_found(run_id), run_id=run_id)
+        if closed is not None:
+            raise RunEnded(f"run {run_id!r} is over ({closed}); nothing to cancel")
+        try:
+            await self._calls.handle(run_id).cancel()
+        except RPCError as exc:
+            if exc.status is RPCStatusCode.NOT_FOUND:
+                ended = await self._calls.closed_as(run_id)
+                if ended not in (None, "missing"):
+                    raise RunEnded(f"run {run_id!r} is over ({ended}); nothing to cancel") from exc
+            raise await self._calls.rpc_failed(run_id, exc, what="the cancellation") from exc
+        return "cancelling"
 
     # -- watching ------------------------------------------------------------------------------
 

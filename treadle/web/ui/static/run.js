@@ -2,7 +2,7 @@
 "use strict";
 
 const runId = decodeURIComponent(location.pathname.split("/").pop());
-const base = `/api/runs/${encodeURIComponent(runId)}`;
+const base = `/v1/runs/${encodeURIComponent(runId)}`;
 const transcript = document.getElementById("transcript");
 const cards = document.getElementById("cards");
 const decidedHere = new Map();  // call id or query id -> what this page did
@@ -66,8 +66,6 @@ function apply(op) {
     refreshSoon();
   } else if (op.op === "event") {
     refreshSoon();
-  } else if (op.op === "notice") {
-    document.getElementById("stream-note").textContent = op.text;
   }
 }
 
@@ -85,7 +83,7 @@ async function follow() {
     document.getElementById("stream-note").textContent = `Could not read the conversation: ${e.message}`;
     return;
   }
-  const source = new EventSource(`${base}/events?from=${offset}`);
+  const source = new EventSource(`${base}/transcript/events?from=${offset}`);
   // The status read at load may predate the transcript: read it again once the stream is
   // open (and after every reconnection), so what waits matches what the transcript shows.
   source.addEventListener("open", refreshSoon);
@@ -93,10 +91,13 @@ async function follow() {
     document.getElementById("stream-note").textContent = "";
     for (const op of JSON.parse(event.data)) apply(op);
   });
-  source.addEventListener("over", () => { source.close(); refreshSoon(); });
+  source.addEventListener("notice", (event) => {
+    document.getElementById("stream-note").textContent = JSON.parse(event.data).text;
+  });
+  source.addEventListener("end", () => { source.close(); refreshSoon(); });
   source.addEventListener("unavailable", (event) => {
     source.close();
-    document.getElementById("stream-note").textContent = JSON.parse(event.data);
+    document.getElementById("stream-note").textContent = JSON.parse(event.data).error;
   });
   source.addEventListener("error", () => {
     if (source.readyState !== EventSource.CLOSED) {
@@ -130,7 +131,7 @@ async function refresh() {
 async function refreshOnce() {
   let view;
   try {
-    view = await api(base);
+    view = await api(`${base}/view`);
   } catch (e) {
     document.getElementById("status").replaceChildren(el("p", { class: "error", text: e.message }));
     return;
@@ -242,18 +243,18 @@ function approvalCard(p, schema) {
     el("button", { type: "button", onclick: () => {
       const problem = checkArguments(editor.value, schema);
       if (problem) { card.querySelector(".error").textContent = problem; return; }
-      act(card, "decide", { action: "modify", call_id: p.call_id, tool: p.tool, arguments_text: editor.value }, `Modified by you; ${p.tool} runs with the new arguments.`);
+      act(card, "modify", { call_id: p.call_id, tool: p.tool, arguments: JSON.parse(editor.value) }, `Modified by you; ${p.tool} runs with the new arguments.`);
     } }, "Send the new arguments"));
   card.append(
     el("p", { class: "meta", text: `call ${p.call_id} · step ${p.step}` }),
     el("pre", { class: "arguments", text: argsText }),
     el("div", { class: "row" },
-      el("button", { type: "button", onclick: () => act(card, "decide", { action: "approve", call_id: p.call_id }, `Approved by you; ${p.tool} runs.`) }, "Approve"),
+      el("button", { type: "button", onclick: () => act(card, "approve", { call_id: p.call_id }, `Approved by you; ${p.tool} runs.`) }, "Approve"),
       el("button", { type: "button", class: "secondary", onclick: () => { editing.hidden = !editing.hidden; if (!editing.hidden) editor.focus(); } }, "Modify…")),
     el("div", { class: "row" }, reason,
       el("button", { type: "button", class: "danger", onclick: () => {
         if (!reason.value.trim()) { card.querySelector(".error").textContent = "A rejection needs a reason (the model reads it)."; reason.focus(); return; }
-        act(card, "decide", { action: "reject", call_id: p.call_id, reason: reason.value }, "Rejected by you; the model reads your reason.");
+        act(card, "reject", { call_id: p.call_id, reason: reason.value }, "Rejected by you; the model reads your reason.");
       } }, "Reject")),
     editing,
     el("p", { class: "error", role: "alert" }));
@@ -286,9 +287,9 @@ function queryCard(q) {
     el("p", { class: "meta", text: `query ${q.id} · ${q.kind}` }),
     answer,
     el("div", { class: "row" },
-      el("button", { type: "button", onclick: () => act(card, "answer", { query_id: q.id, kind: q.kind, content: answer.value }, "Answered by you.") }, "Answer"),
+      el("button", { type: "button", onclick: () => act(card, "answer", { query_id: q.id, content: answer.value }, "Answered by you.") }, "Answer"),
       why,
-      el("button", { type: "button", class: "secondary", onclick: () => act(card, "answer", { query_id: q.id, kind: q.kind, declined: why.value || "declined by the user" }, "Declined by you.") }, "Decline")),
+      el("button", { type: "button", class: "secondary", onclick: () => act(card, "answer", { query_id: q.id, declined: why.value || "declined by the user" }, "Declined by you.") }, "Decline")),
     el("p", { class: "error", role: "alert" }));
   return card;
 }
@@ -301,9 +302,9 @@ function guidanceCard(s, child) {
     el("p", { class: "question", text: s.stuck || "" }),
     guidance,
     el("div", { class: "row" },
-      el("button", { type: "button", onclick: () => act(card, "decide", { action: "guide", guidance: guidance.value, call_id: child }, "Guidance sent by you.") }, "Guide"),
+      el("button", { type: "button", onclick: () => act(card, "guide", { guidance: guidance.value.trim() || undefined, child: child || undefined }, "Guidance sent by you.") }, "Guide"),
       why,
-      el("button", { type: "button", class: "danger", onclick: () => act(card, "decide", { action: "guide", halt: true, reason: why.value, call_id: child }, "Halted by you.") }, "Halt")),
+      el("button", { type: "button", class: "danger", onclick: () => act(card, "guide", { halt: true, reason: why.value.trim() || undefined, child: child || undefined }, "Halted by you.") }, "Halt")),
     el("p", { class: "error", role: "alert" }));
   return card;
 }
@@ -316,7 +317,7 @@ document.getElementById("send").addEventListener("submit", async (event) => {
   const error = document.getElementById("send-error");
   error.textContent = "";
   try {
-    await api(`${base}/send`, { text: box.value });
+    await api(`${base}/messages`, { text: box.value });
     box.value = "";
     refreshSoon();
   } catch (e) { error.textContent = e.message; }

@@ -28,7 +28,7 @@ async function refresh() {
   const error = document.getElementById("list-error");
   try {
     const state = filter.value;
-    const path = `/api/runs${state ? `?state=${encodeURIComponent(state)}` : ""}`;
+    const path = `/v1/runs${state ? `?state=${encodeURIComponent(state)}` : ""}`;
     const data = await api(path, undefined, cancel.signal);
     if (cancel !== pending) return;
     error.textContent = "";
@@ -66,10 +66,18 @@ document.getElementById("start").addEventListener("submit", async (event) => {
   event.preventDefault();
   const form = event.target;
   const error = document.getElementById("start-error");
-  const data = Object.fromEntries(new FormData(form));
-  data.thread = form.thread.checked;
+  const fields = Object.fromEntries(new FormData(form));
+  // The API's StartRun body: the form's limits go into the run's config, empty ones left out.
+  const config = {};
+  if (fields.require_approval.trim()) config.require_approval = fields.require_approval.trim();
+  for (const key of ["token_budget", "max_steps"]) {
+    const text = fields[key].trim();
+    if (text) config[key] = /^\d+$/.test(text) ? Number(text) : text;
+  }
+  const data = { task: fields.task.trim(), model: fields.model.trim() || undefined,
+    thread: form.thread.checked, workspace: fields.workspace.trim() || undefined, config };
   try {
-    const started = await api("/api/start", data);
+    const started = await api("/v1/runs", data);
     location.assign(`/runs/${encodeURIComponent(started.id)}`);
   } catch (e) {
     error.textContent = `Not started: ${e.message}`;

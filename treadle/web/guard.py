@@ -1,15 +1,21 @@
-"""Who may use the page: the access token, the host it is asked for by, and CSRF.
+"""Who may use Treadle's HTTP services (the API, the page that uses it, and the servers that
+speak other protocols over the same runs): the access token, the host it is asked for by, the
+origins allowed, and CSRF.
 
-- **Access token** (required as soon as the page listens beyond loopback): the URL printed at
-  start carries it once (``/?token=...``); the page answers that with an ``HttpOnly`` cookie and
-  a redirect to the same path without it, so the token stays out of the page, its links and the
-  browser's history. A script may send ``Authorization: Bearer TOKEN`` instead.
+- **Access token** (required as soon as a service listens beyond loopback: ``Guard`` refuses to
+  be made without one): ``Authorization: Bearer TOKEN`` from a program. The page's printed URL
+  carries it once (``/?token=...``); the page answers that with an ``HttpOnly`` cookie and a
+  redirect to the same path without it, so the token stays out of the page, its links and the
+  browser's history.
 - **Host**: on loopback a request must name a loopback host (``127.0.0.1``, ``localhost``,
   ``[::1]``), so a web page whose domain is re-pointed at 127.0.0.1 (DNS rebinding) is refused.
-- **CSRF**: every request that changes something is a ``POST`` with a JSON body and the header
-  ``X-Treadle-CSRF`` equal to the ``treadle_csrf`` cookie (double submit: a page on another
-  origin can neither read the cookie nor set the header without a preflight), and an ``Origin``,
-  when the browser sends one, that is the page's own.
+- **Origins**: a request that changes something and names an ``Origin`` must come from the
+  service's own, or from one configured (``origins``, which are then also answered CORS
+  headers by ``cors``); no cross-origin access otherwise.
+- **Changes** are ``POST``s with a JSON body (``Content-Type: application/json``: a page on
+  another origin cannot send that without a preflight it would fail). A request carrying the
+  page's cookies also needs the header ``X-Treadle-CSRF`` equal to the ``treadle_csrf`` cookie
+  (double submit); a program with a bearer token, or with no cookie at all, does not.
 
 Nothing secret is ever written into a page: the CSRF cookie is random per browser, and the token
 lives in a cookie the page's scripts cannot read.
@@ -19,19 +25,30 @@ from __future__ import annotations
 
 import hmac
 import secrets
+from collections.abc import Sequence
 from urllib.parse import urlencode
 
 from starlette.datastructures import Headers, QueryParams
+from starlette.middleware.cors import CORSMiddleware
 from starlette.responses import JSONResponse, RedirectResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-__all__ = ["CSRF_COOKIE", "CSRF_HEADER", "TOKEN_COOKIE", "Guard", "new_token"]
+__all__ = [
+    "CSRF_COOKIE",
+    "CSRF_HEADER",
+    "TOKEN_COOKIE",
+    "Guard",
+    "check_access",
+    "cors",
+    "new_token",
+]
 
 TOKEN_COOKIE = "treadle_ui_token"
 CSRF_COOKIE = "treadle_csrf"
 CSRF_HEADER = "x-treadle-csrf"
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]", "::1")
 _SAFE = ("GET", "HEAD")
+_BODIED = ("POST", "PUT", "PATCH")
 HEADERS = {
     # Nothing is cached (a run's status changes under the same URL); the page loads nothing
     # from anywhere else, runs no inline script, and is never framed.
@@ -47,15 +64,29 @@ def new_token() -> str:
 
 
 class Guard:
-    """ASGI middleware: the token, the host and CSRF checks above, before the app sees a request.
+    """ASGI middleware: the token, host, origin and CSRF checks above, before the app sees a
+    request.
 
-    ``token`` ``None``: no token (loopback only). ``loopback``: the server listens on loopback,
-    so the ``Host`` header must be a loopback name."""
+    ``token`` ``None``: no token (loopback only: a ``ValueError`` otherwise). ``loopback``: the
+    server listens on loopback, so the ``Host`` header must be a loopback name. ``origins``:
+    other origins allowed to make changes (``https://app.example``). ``max_body``: the largest
+    ``Content-Length`` taken (413 beyond), for every service behind it alike."""
 
-    def __init__(self, app: ASGIApp, *, token: str | None, loopback: bool) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        token: str | None,
+        loopback: bool,
+        origins: Sequence[str] = (),
+        max_body: int | None = None,
+    ) -> None:
+        check_access(token, loopback)
+        self.max_body = max_body
         self.app = app
         self.token = token
         self.loopback = loopback
+        self.origins = frozenset(o.rstrip("/") for o in origins)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -67,8 +98,9 @@ class Guard:
         async def send_guarded(message: Message) -> None:
             if message["type"] == "http.response.start":
                 extra = [(k.encode(), v.encode()) for k, v in HEADERS.items()]
-                if csrf_new is not None:
-                    # The first visit gets its own random CSRF cookie; the scripts send it back.
+                if csrf_new is not None and _html(message):
+                    # The first page a browser opens gives it its own random CSRF cookie; the
+                    # page's scripts send it back. A program's JSON answers set no cookie.
                     cookie = Response()
                     cookie.set_cookie(CSRF_COOKIE, csrf_new, httponly=False, samesite="strict")
                     extra += [(k, v) for k, v in cookie.raw_headers if k == b"set-cookie"]
@@ -95,20 +127,62 @@ class Guard:
                 _same(_cookie(headers, TOKEN_COOKIE) or "", self.token)
                 or _same(_bearer(headers), self.token)
             ):
-                return _error(401, "this page needs its access token: open the URL it printed")
+                return _error(
+                    401,
+                    "an access token is needed: send Authorization: Bearer TOKEN "
+                    "(the page: open the URL it printed)",
+                )
         if method in _SAFE:
             return None
         origin = headers.get("origin")
-        if origin is not None and origin.split("://", 1)[-1] != host:
-            return _error(403, f"a request from {origin} is not this page's own")
+        if (
+            origin is not None
+            and origin.split("://", 1)[-1] != host
+            and origin.rstrip("/") not in self.origins
+        ):
+            return _error(403, f"a request from {origin} is not this service's own")
+        length = headers.get("content-length", "")
+        if self.max_body is not None and length.isdigit() and int(length) > self.max_body:
+            return _error(413, f"body larger than {self.max_body} bytes")
+        if method in _BODIED and not headers.get("content-type", "").startswith("application/json"):
+            return _error(415, "send JSON (Content-Type: application/json)")
         if self.token is not None and _same(_bearer(headers), self.token):
-            return None  # a script with the token, not a browser carrying cookies
+            return None  # a program with the token, not a browser carrying cookies
+        if _cookie(headers, TOKEN_COOKIE) is None and _cookie(headers, CSRF_COOKIE) is None:
+            return None  # a program on loopback: no cookie of ours a foreign page could ride
         csrf = _cookie(headers, CSRF_COOKIE)
         if not csrf or not _same(headers.get(CSRF_HEADER, ""), csrf):
             return _error(403, "missing or wrong CSRF header; reload the page")
-        if not headers.get("content-type", "").startswith("application/json"):
-            return _error(415, "send JSON")
         return None
+
+
+def check_access(token: str | None, loopback: bool) -> None:
+    """A service beyond loopback needs a token: ``ValueError`` when it has none (called when
+    an app is made, before anything listens)."""
+    if token is None and not loopback:
+        raise ValueError("a service listening beyond loopback needs an access token")
+
+
+def cors(app: ASGIApp, origins: Sequence[str]) -> ASGIApp:
+    """``app`` answering the CORS headers ``origins`` need (none when there are none): reads
+    and changes with a bearer token, streams resumed with ``Last-Event-ID``; never cookies."""
+    if not origins:
+        return app
+    return CORSMiddleware(
+        app,
+        allow_origins=[o.rstrip("/") for o in origins],
+        allow_methods=["GET", "POST"],
+        allow_headers=["Authorization", "Content-Type", "Last-Event-ID"],
+        allow_credentials=False,
+        max_age=600,
+    )
+
+
+def _html(start: Message) -> bool:
+    return any(
+        k.lower() == b"content-type" and v.startswith(b"text/html")
+        for k, v in start.get("headers", [])
+    )
 
 
 def _enter(path: str, query: QueryParams, token: str) -> Response:

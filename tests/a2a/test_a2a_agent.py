@@ -1,0 +1,97 @@
+"""An A2A client reads Treadle's agent card, sends a task, sees it wait as input-required for
+a person's approval, answers through A2A, and gets the run's answer as the task's artifact;
+streaming gives the same states as they happen."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import pytest
+from temporalio.client import Client
+
+from tests.support.harness import TEST_STORE, Harness
+from treadle.client import AgentClient
+from treadle.web import serve
+from treadle.web.api import MAX_BODY_BYTES
+
+a2a = pytest.importorskip("a2a", reason="the a2a extra is not installed (pip install treadle[a2a])")
+
+from a2a.client import ClientConfig, create_client  # noqa: E402
+from a2a.helpers.proto_helpers import get_artifact_text, new_text_message  # noqa: E402
+from a2a.types import GetTaskRequest, SendMessageRequest, TaskState  # noqa: E402
+
+from treadle.web.a2a import a2a_app  # noqa: E402
+
+WRITE = {"name": "write_file", "arguments": {"path": "notes.md", "content": "from a2a"}}
+
+
+async def final_task(client: Any, message: Any) -> Any:
+    """The task as the responses of ``send_message`` leave it: the task itself (without
+    streaming), or the task and the updates that follow it (with)."""
+    task = None
+    async for response in client.send_message(SendMessageRequest(message=message)):
+        if response.HasField("task"):
+            task = response.task
+            continue
+        if task is None:  # a reply's stream starts with updates: the task as it is now
+            task = await client.get_task(GetTaskRequest(id=message.task_id))
+        if response.HasField("status_update"):  # the states as they happen
+            task.status.CopyFrom(response.status_update.status)
+        elif response.HasField("artifact_update"):
+            task.artifacts.append(response.artifact_update.artifact)
+    assert task is not None
+    return task
+
+
+@pytest.mark.parametrize("streaming", [False, True])
+async def test_a_task_waits_as_input_required_and_is_approved_through_a2a(
+    harness: Harness, streaming: bool
+) -> None:
+    """The card names the agent; a task starts a run that waits for approval (input-required,
+    saying which call); 'approve' sent on the task runs it, and the task completes with the
+    run's answer as its artifact."""
+    agents = AgentClient(harness.client, task_queue=harness.task_queue, store=str(TEST_STORE))
+    model = harness.script({"tool_calls": [WRITE]}, {"content": "Written over A2A."})
+    app, card = a2a_app(agents, url="http://127.0.0.1/", task_queue=harness.task_queue,
+                        model=model, workspace=str(harness.workspace))  # fmt: skip
+    served = await serve.start(app)
+    card.supported_interfaces[0].url = served.url + "/"
+    try:
+        client = await create_client(served.url, client_config=ClientConfig(streaming=streaming))
+        first = new_text_message("Write the notes.")
+        task = await final_task(client, first)
+        harness.handles.append(harness.client.get_workflow_handle(f"a2a-{task.id}"))
+        assert task.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
+        asking = "".join(p.text for p in task.status.message.parts)
+        assert "write_file" in asking and "approve" in asking
+
+        reply = new_text_message("approve", task_id=task.id, context_id=task.context_id)
+        done = await final_task(client, reply)
+        assert done.status.state == TaskState.TASK_STATE_COMPLETED
+        assert get_artifact_text(done.artifacts[0]) == "Written over A2A."
+        assert (harness.workspace / "notes.md").read_text() == "from a2a"
+        await client.close()
+    finally:
+        await served.stop()
+
+
+async def test_the_agent_keeps_the_apis_access_rules_and_limits(client: Client) -> None:
+    """Behind the API's guard: off loopback it will not start without a token and refuses a
+    request without it; a body over the limit is a 413 with a reason, before the SDK reads it;
+    the card is served to whoever may ask."""
+    agents = AgentClient(client)
+    with pytest.raises(ValueError, match="token"):
+        a2a_app(agents, url="http://192.0.2.1/", task_queue="q", model="openai:x", loopback=False)
+    guarded, _ = a2a_app(agents, url="http://192.0.2.1/", task_queue="q", model="openai:x",
+                         loopback=False, token="t" * 24)  # fmt: skip
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=guarded), base_url="http://192.0.2.1:8768"
+    ) as http:
+        refused = await http.get("/.well-known/agent-card.json")
+        assert refused.status_code == 401 and refused.json()["error"]
+        bearer = {"Authorization": "Bearer " + "t" * 24}
+        card = await http.get("/.well-known/agent-card.json", headers=bearer)
+        assert card.status_code == 200 and card.json()["name"] == "Treadle"
+        big = await http.post("/", json={"x": "y" * (MAX_BODY_BYTES + 1)}, headers=bearer)
+        assert big.status_code == 413 and "larger" in big.json()["error"]
