@@ -271,8 +271,10 @@ class AgentResult(Frozen):
     (named by reference, small): ``treadle export`` of a closed run reads it from here."""
 
 
-RESULT_TRACE_ENTRIES = 200
-"""Trace entries a run's result carries (``AgentResult.trace``): the newest."""
+RESULT_TRACE_ENTRIES = 50
+"""Trace entries a run's result carries (``AgentResult.trace``): the newest. The result is
+written into history once, at the end: 50 entries are about 8 KB a run, what a closed run's
+``trace`` shows (with a count of the earlier ones, which its live ``trace`` showed)."""
 
 
 # --------------------------------------------------------------------------------------------
