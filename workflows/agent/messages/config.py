@@ -6,6 +6,7 @@ every name.
 
 from __future__ import annotations
 
+import enum
 from typing import Any, Literal
 
 from pydantic import (
@@ -90,6 +91,21 @@ class SubagentConfig(Frozen):
     @classmethod
     def _models(cls, value: Any) -> Any:
         return _model_list(value)
+
+
+class MidTurn(enum.StrEnum):
+    """What a thread does with a message that arrives while a turn runs (``docs/threads.md``)."""
+
+    QUEUE = "queue"
+    """Answered after the running turn, in order, as a turn of its own."""
+    STEER = "steer"
+    """Joins the running turn: the model reads it before its next call; tools that run finish."""
+    INTERRUPT = "interrupt"
+    """Cuts the model call in flight (its partial reply is kept, marked interrupted) and the
+    turn goes on from the new message; tools that run finish, calls waiting for approval are
+    not run."""
+    REJECT = "reject"
+    """Refused, with the reason, while a turn runs."""
 
 
 class AgentConfig(Frozen):
@@ -215,6 +231,9 @@ class AgentConfig(Frozen):
     every 2 s; docs/reliability.md has the figures); raise it where workers stall for longer.
     A command, an edit or another call that is not safe to repeat is never run twice either way
     (``treadle.activities.sent_marks``)."""
+    mid_turn: MidTurn = MidTurn.QUEUE
+    """A thread's policy for a message that arrives while a turn runs; a message may name its
+    own (``UserMessage.mode``)."""
     thread_idle_timeout_seconds: float = Field(7 * 24 * 3600, gt=0, le=365 * 24 * 3600)
     """A thread with no message for this long ends (Done) — a durable timer, no polling."""
     continue_as_new_after_events: int | None = Field(800, ge=20, le=50_000)
