@@ -24,6 +24,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import os
 import shlex
 import socket
 import sys
@@ -105,9 +106,10 @@ async def cmd_demo(
     """
     # Imported here: only the demo needs the server and model machinery.
     from treadle.activities.model.activity import ProviderSettings, http_client
-    from treadle.connection import ensure_search_attributes
+    from treadle.connection import STORE_ENV, ensure_search_attributes
     from treadle.devserver import DevServer, load_config
     from treadle.scripted_model import DEMO_SCRIPT, ScriptedModelServer, load_script
+    from treadle.stores import open_blob_store, parse_store
     from treadle.workflows.agent.messages import search_attributes
 
     config = load_config(Path(args.dev_config) if args.dev_config else home.default_dev_config())
@@ -124,9 +126,16 @@ async def cmd_demo(
             # the scripted runs, and this worker would answer real runs with the script.
             task_queue = kept_queue(args.task_queue) if args.keep else f"treadle-demo-{suffix}"
             settings = ProviderSettings.from_env({"OPENAI_BASE_URL": model_server.base_url})
+            # The store `treadle worker` keeps by default: the demo's runs have their record
+            # and workspace snapshots, so export, workspace and fork work on them as on any.
+            store = open_blob_store(
+                parse_store(os.environ.get(STORE_ENV) or str(home.default_store())), os.environ
+            )
             async with (
                 http_client() as http,
-                build_worker(client, task_queue=task_queue, settings=settings, http=http),
+                build_worker(
+                    client, task_queue=task_queue, settings=settings, http=http, store=store
+                ),
             ):
                 print(f"3. Worker polling task queue {task_queue}")
                 demo = _Demo(client, server.address, server.namespace, server.ui_url, task_queue)

@@ -13,6 +13,7 @@ errors.py         the client's errors, their tree in its docstring
 results.py        the client's typed answers (StartedRun, Decided, RunSummary...)
 runs.py           start, status, trace, result, list, decide, answer, wake, watch
 threads.py        send, wait for the answer, close, export, import
+forks.py          a new run or thread from any step of another (its record and snapshot)
 thread_import.py  an exported thread planned as a new one, under the importer's settings
 workspaces.py     workspace snapshots: list, files, check-out, diff
 workdirs.py       where a run works, resolved and checked before anything starts
@@ -42,6 +43,7 @@ from treadle.client.errors import (
 )
 from treadle.client.results import (
     Decided,
+    Forked,
     ImportedThread,
     RunOverview,
     RunSummary,
@@ -74,6 +76,7 @@ __all__ = [
     "CreateAction",
     "Decided",
     "DeployedSchedule",
+    "Forked",
     "ImportedThread",
     "InvalidRequest",
     "NoStream",

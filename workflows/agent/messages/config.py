@@ -379,6 +379,13 @@ class AgentConfig(Frozen):
         return self
 
 
+class ForkOrigin(Frozen):
+    """Where a fork came from: the run or thread it was forked from, and the step."""
+
+    workflow_id: str = Field(min_length=1, max_length=1000)
+    step: int = Field(ge=0)
+
+
 class AgentInput(Frozen):
     """What a run is asked to do. Carries no secrets: keys live in the worker's environment."""
 
@@ -392,6 +399,8 @@ class AgentInput(Frozen):
     thread: bool = False
     """A thread (Loom): after each answer it waits for its user's next message (the ``send``
     update) instead of ending, until ``close`` or ``config.thread_idle_timeout_seconds``."""
+    forked_from: ForkOrigin | None = None
+    """Set on a fork (``treadle fork``): the run it continues from one of its steps."""
     config: AgentConfig = AgentConfig()
     resume: dict[str, Any] | None = None
     """A whole run to continue (an ``AgentRun`` as JSON): set by continue-as-new, and by

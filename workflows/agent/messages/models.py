@@ -16,6 +16,7 @@ from pydantic import Field, SerializerFunctionWrapHandler, model_serializer, mod
 
 from treadle.workflows.agent.messages.config import AgentConfig as AgentConfig
 from treadle.workflows.agent.messages.config import AgentInput as AgentInput
+from treadle.workflows.agent.messages.config import ForkOrigin as ForkOrigin
 from treadle.workflows.agent.messages.config import MidTurn as MidTurn
 from treadle.workflows.agent.messages.config import Price as Price
 from treadle.workflows.agent.messages.config import SubagentConfig as SubagentConfig
@@ -218,6 +219,8 @@ class AgentStatus(Frozen):
     thread: bool = False
     queued_messages: int = 0
     """A thread's user messages waiting to be answered."""
+    forked_from: ForkOrigin | None = None
+    """A fork's origin: the run or thread and the step it was forked from."""
     run_in_chain: int = 1
     """Which run of its continue-as-new chain answers (the workflow id stays the same)."""
     client_query: ClientQuery | None = None
@@ -415,6 +418,21 @@ class ToolSchema(Frozen):
             return len(self.model_dump_json())
         bare: dict[str, Any] = {"parameters": {}, "parameters_ref": None, "parameters_chars": None}
         return len(self.model_copy(update=bare).model_dump_json()) - 2 + self.parameters_chars
+
+
+class ForkPoint(Frozen):
+    """A run's conversation as it was after one of its steps, by reference to its stored
+    record: what the model call of the next step sent (``treadle fork`` reads it from the
+    run's history; nothing of the content is copied)."""
+
+    step: int = Field(ge=0)
+    conversation: str
+    """The record's head after that call: every message up to the end of ``step``."""
+    conversation_messages: int = Field(ge=2)
+    """How many messages it holds."""
+    view_from: int = 0
+    view_summary_at: int = 0
+    """The view that call showed its model (``ModelRequest``): the fork's calls show the same."""
 
 
 MODEL_CALL_INTERRUPTED = "ModelCallInterrupted"
