@@ -18,6 +18,7 @@ schedules, jobs and monitors; the servers; a worker; the demo.
     treadle chat [--id ID] [FIRST MESSAGE]     # a thread: type, see the answer, again
     treadle send ID TEXT [--wait] [--mode steer]     treadle close ID
     treadle fork ID --step N [--message TEXT] [--id NEW]   # a new run from step N of ID
+    treadle memory list|recall|add|edit|forget NAMESPACE ...  # long-term memory
     treadle export ID > thread.json   treadle import thread.json
     treadle jobs list|history ID|trigger ID|pause ID|unpause ID|sync
     treadle monitors create SLUG --cron EXPR|--interval MIN, list, show, checkin ...
@@ -62,6 +63,7 @@ from treadle.cli import fork as cli_fork
 from treadle.cli import identity, output_schema
 from treadle.cli import jobs as cli_jobs
 from treadle.cli import live as cli_live
+from treadle.cli import memory as cli_memory
 from treadle.cli import monitors as cli_monitors
 from treadle.cli import scheduled_agents as cli_scheduled_agents
 from treadle.cli import snapshots as cli_snapshots
@@ -417,7 +419,7 @@ FAMILIES: dict[str, tuple[str, ...]] = {
         "run", "status", "trace", "watch", "approve", "reject", "modify", "guide", "answer",
         "wake", "workspace", "fork",
     ),
-    "threads": ("chat", "send", "close", "export", "import"),
+    "threads": ("chat", "send", "close", "export", "import", "memory"),
     "jobs, monitors and schedules": ("jobs", "monitors", "schedule"),
     "servers": ("serve", "ui", "codec-server", "scripted-model"),
     "worker": ("worker",),
@@ -504,6 +506,7 @@ def build_parser() -> argparse.ArgumentParser:
     cli_ui.register(sub)
     cli_wake.register(sub)
     cli_fork.register(sub)
+    cli_memory.register(sub)
     cli_snapshots.register(sub)
 
     cli_demo.register(sub)

@@ -79,6 +79,7 @@ from treadle.workflows.agent.messages import search_attributes
 from treadle.workflows.agent.messages.models import TASK_QUEUE
 from treadle.workflows.agent.workflow import AgentWorkflow
 from treadle.workflows.jobs import workflow as job_workflows
+from treadle.workflows.memory import workflow as memory_workflows
 from treadle.workflows.monitors import workflow as monitor_workflows
 from treadle.workflows.scheduled import workflow as scheduled_workflows
 
@@ -140,6 +141,7 @@ WORKFLOWS: list[type[Any]] = [
     *job_workflows.WORKFLOWS,
     *monitor_workflows.WORKFLOWS,
     *scheduled_workflows.WORKFLOWS,
+    *memory_workflows.WORKFLOWS,
 ]
 
 # Workflow code, passed through the sandbox whole: treadle.workflows is deterministic code only

@@ -14,6 +14,7 @@ results.py        the client's typed answers (StartedRun, Decided, RunSummary...
 runs.py           start, status, trace, result, list, decide, answer, wake, watch
 threads.py        send, wait for the answer, close, export, import
 forks.py          a new run or thread from any step of another (its record and snapshot)
+memory.py         long-term memory by namespace: list, recall, remember, edit, forget
 thread_import.py  an exported thread planned as a new one, under the importer's settings
 workspaces.py     workspace snapshots: list, files, check-out, diff
 workdirs.py       where a run works, resolved and checked before anything starts
@@ -26,6 +27,7 @@ from treadle.client.agent import AgentClient
 from treadle.client.errors import (
     AgentClientError,
     InvalidRequest,
+    MemoryRefused,
     NoStream,
     NoWorkerAnswered,
     Refused,
@@ -79,6 +81,7 @@ __all__ = [
     "Forked",
     "ImportedThread",
     "InvalidRequest",
+    "MemoryRefused",
     "NoStream",
     "NoWorkerAnswered",
     "Refused",

@@ -23,7 +23,7 @@ from collections.abc import Mapping
 
 from temporalio.client import Client
 
-from treadle.client.forks import Forks
+from treadle.client.memory import Memory
 from treadle.client.schedules import ScheduleClient
 from treadle.connection import connect
 from treadle.workflows.agent.messages.models import TASK_QUEUE
@@ -31,7 +31,7 @@ from treadle.workflows.agent.messages.models import TASK_QUEUE
 __all__ = ["AgentClient"]
 
 
-class AgentClient(Forks):
+class AgentClient(Memory):
     """Agent runs, threads, their workspaces and scheduled agents, on one Temporal client.
 
     ``client`` must use Treadle's data converter (``treadle.connection.connect`` makes one;

@@ -108,6 +108,16 @@ class MidTurn(enum.StrEnum):
     """Refused, with the reason, while a turn runs."""
 
 
+class MemoryConfig(Frozen):
+    """Long-term memory across threads: the namespace a run remembers in and recalls from."""
+
+    namespace: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._:@/-]{0,199}$")
+    """Whose memory: a user or tenant and an agent, e.g. ``user:alice/agent:coder``. Every run
+    given the same namespace shares it; no other sees it."""
+    ttl_days: float | None = Field(None, gt=0, le=3650)
+    """How long a memory is kept when the model does not say (default: until forgotten)."""
+
+
 class AgentConfig(Frozen):
     """Limits and policies of one run. Validated once, when the run is started."""
 
@@ -231,6 +241,9 @@ class AgentConfig(Frozen):
     every 2 s; docs/reliability.md has the figures); raise it where workers stall for longer.
     A command, an edit or another call that is not safe to repeat is never run twice either way
     (``treadle.activities.sent_marks``)."""
+    memory: MemoryConfig | None = None
+    """Long-term memory (``remember``, ``recall``, ``forget`` tools) in this namespace; none
+    when unset. The tools take ``require_approval`` like any other."""
     mid_turn: MidTurn = MidTurn.QUEUE
     """A thread's policy for a message that arrives while a turn runs; a message may name its
     own (``UserMessage.mode``)."""

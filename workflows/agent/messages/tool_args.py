@@ -25,3 +25,6 @@ class ToolPolicy(Frozen):
     command_allowlist: tuple[str, ...] = DEFAULT_COMMAND_ALLOWLIST
     command_timeout_seconds: float = 60
     max_output_chars: int = 12_000
+    memory_namespace: str | None = None
+    """The run's long-term memory namespace (``config.memory``): the memory tools' only one."""
+    memory_ttl_seconds: float | None = None
