@@ -7,11 +7,14 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+import pytest
+
 from tests.support.harness import Harness, tool_messages
 from tests.support.processes import clean_env, run_cli
 from tests.support.threads import answered, start_thread
 from treadle.client import AgentClient
 from treadle.workflows.agent.messages.models import AgentStatus
+from treadle.workflows.agent.workflow import AgentWorkflow
 
 DEPLOY = "The team deploys on Fridays, with pnpm."
 KEY = "sk-proj-AbCdEfGhIjKlMnOpQrStUvWxYz0123456789abcd"
@@ -25,6 +28,7 @@ def last_tool_output(harness: Harness, model: str) -> str:
     return str(tool_messages(harness.requests(model)[-1])[-1]["content"])
 
 
+@pytest.mark.replay_corpus
 async def test_one_thread_remembers_another_recalls_and_a_forgotten_item_is_gone(
     harness: Harness,
 ) -> None:
@@ -63,6 +67,9 @@ async def test_one_thread_remembers_another_recalls_and_a_forgotten_item_is_gone
     thread_c = await start_thread(harness, c, task="When do we deploy?", memory=other)
     await answered(harness, thread_c, 1)
     assert last_tool_output(harness, c) == "no memories match"
+    for thread in (thread_a, thread_b, thread_c):
+        await thread.execute_update(AgentWorkflow.close)
+        await thread.result()
 
 
 async def test_memory_tools_are_offered_only_with_a_namespace_and_take_approval(

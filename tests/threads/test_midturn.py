@@ -7,11 +7,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.support.examples import run_example
 from tests.support.harness import Harness
 from tests.support.stream import stream_items
 from tests.support.threads import answered, start_thread
@@ -25,6 +28,12 @@ from treadle.workflows.agent.workflow import AgentWorkflow
 
 WRITE = {"name": "write_file", "arguments": {"path": "a.md", "content": "a"}}
 MESSAGES = [f"message {n:02d}" for n in range(20)]
+
+
+async def close(handle: Any) -> None:
+    """Close the thread and wait for its end: its history joins the replay checks."""
+    await handle.execute_update(AgentWorkflow.close)
+    await handle.result()
 
 
 async def send_all(handle: Any, mode: MidTurn | None) -> list[SendReceipt]:
@@ -102,6 +111,7 @@ async def test_steered_messages_join_the_running_turn(harness: Harness) -> None:
     trace = await handle.query(AgentWorkflow.trace)
     assert len([e for e in trace.entries if e.event == "TurnAnswered"]) == 1
     assert await trace_data(handle, "MessagesJoined") == ["step 2 reads 20 message(s)"]
+    await close(handle)
 
 
 async def test_steered_messages_left_when_the_turn_answers_open_the_next(
@@ -154,6 +164,7 @@ async def test_interrupts_cut_the_model_call_and_keep_its_partial_reply(
         "done",
         0,
     )
+    await close(handle)
 
 
 @pytest.mark.replay_corpus
@@ -180,6 +191,7 @@ async def test_an_interrupt_during_a_command_keeps_its_effect_and_observation(
     assert second[-1] == {"role": "user", "content": "stop, wrong file"}
     [where] = await trace_data(handle, "UserMessageReceived")
     assert "the running tools finish" in where
+    await close(handle)
 
 
 async def test_an_interrupt_while_a_call_waits_for_approval_does_not_run_it(
@@ -215,3 +227,19 @@ async def test_rejected_messages_are_refused_while_a_turn_runs(harness: Harness)
     assert (receipt.queued, receipt.mode) == (False, None)
     await answered(harness, handle, 2)
     assert user_messages(await handle.query(AgentWorkflow.export))[1:] == ["now?"]
+
+
+async def test_the_docs_example_runs_as_written(harness: Harness, tmp_path: Path) -> None:
+    """docs/threads.md's mid-turn example, run as a script against the harness (its demo names
+    swapped in): two messages steered into the waiting turn, one refused, both read by step 3."""
+    page = (Path(__file__).parents[2] / "docs" / "threads.md").read_text()
+    section = page[page.index("## A message while a turn runs") :]
+    (code,) = re.findall(r"```python\n(.*?)```", section[: section.index("\n## ", 3)], re.DOTALL)
+    lines = await run_example(harness, code, tmp_path)
+    assert lines[:2] == [
+        "'also mention the tests': steer, read before step 3",
+        "'and keep it short': steer, read before step 3",
+    ], lines
+    assert lines[2].startswith("refused: the thread is busy: a turn is running (step 2"), lines
+    assert lines[3].startswith("answer: I listed the workspace"), lines
+    assert lines[-1] == "step 3: MessagesJoined: step 3 reads 2 message(s)", lines
