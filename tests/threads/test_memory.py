@@ -32,7 +32,8 @@ def last_tool_output(harness: Harness, model: str) -> str:
 async def test_one_thread_remembers_another_recalls_and_a_forgotten_item_is_gone(
     harness: Harness,
 ) -> None:
-    """Thread A remembers (a key in what it keeps is redacted first); thread B of the same
+    """Thread A remembers (a key in what it keeps is redacted first; its export carries the
+    namespace's items); thread B of the same
     namespace recalls it by keyword; a thread of another namespace recalls nothing; once B
     forgets it, a recall finds nothing."""
     namespace = f"user:alice/agent:{uuid.uuid4().hex[:8]}"
@@ -48,6 +49,9 @@ async def test_one_thread_remembers_another_recalls_and_a_forgotten_item_is_gone
     assert last_tool_output(harness, a) == "remembered m2: The deploy key is [redacted]."
 
     client = AgentClient(harness.client, task_queue=harness.task_queue)
+    exported = await client.export(thread_a.id)
+    assert exported.memory is not None
+    assert exported.memory.items == (DEPLOY, "The deploy key is [redacted].")
     await client.forget(namespace, "m2")
     b = harness.script(
         call("recall", query="when do we deploy"),

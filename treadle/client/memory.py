@@ -13,6 +13,7 @@ from treadle.activities.content.redaction import Redactor
 from treadle.activities.memory import store
 from treadle.client.errors import MemoryRefused
 from treadle.client.forks import Forks
+from treadle.workflows.agent.messages.models import ExportedMemory, ThreadExport
 from treadle.workflows.base import describe_errors
 from treadle.workflows.memory.models import Edit, MemoryItem, MemoryState, Recall, Remember
 
@@ -23,6 +24,17 @@ T = TypeVar("T")
 
 class Memory(Forks):
     """Long-term memory across threads, by namespace (``user:alice/agent:coder``)."""
+
+    async def export(self, run_id: str, *, whole: bool = True) -> ThreadExport:
+        """The thread as Loom's JSON (``Threads.export``); ``whole``, and with
+        ``config.memory``: with its namespace's items (``memory``) as they are now."""
+        exported = await super().export(run_id, whole=whole)
+        memory = exported.treadle.config.memory
+        if not whole or memory is None:
+            return exported
+        items = await self.memory_items(memory.namespace)
+        kept = ExportedMemory(namespace=memory.namespace, items=tuple(i.text for i in items))
+        return exported.model_copy(update={"memory": kept})
 
     async def memory_items(self, namespace: str) -> tuple[MemoryItem, ...]:
         """Every live item of ``namespace``, oldest first (none for a namespace never

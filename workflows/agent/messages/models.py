@@ -350,6 +350,14 @@ class StoredRecord(Frozen):
     yet); the export's other messages are already in it."""
 
 
+class ExportedMemory(Frozen):
+    """A thread's long-term memory namespace as ``treadle export`` found it: what it held."""
+
+    namespace: str
+    items: tuple[str, ...] = ()
+    """Each live item's text, oldest first."""
+
+
 class ThreadExport(Frozen):
     """A thread in Loom's JSON shape (``agent_state`` and ``conversation.messages``), plus
     Treadle's own settings under ``treadle``. ``treadle export`` writes it, ``import``
@@ -365,6 +373,9 @@ class ThreadExport(Frozen):
     """The key of the thread's latest workspace snapshot in the store (``treadle
     workspace``): an import continues from it. The files stay in the store; the file names
     them."""
+    memory: ExportedMemory | None = None
+    """With ``config.memory``: the namespace's items when the thread was exported (written by
+    ``treadle export``; the namespace itself lives on, shared with other threads)."""
 
 
 # --------------------------------------------------------------------------------------------
