@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from temporalio.client import WorkflowFailureError
+from temporalio.exceptions import CancelledError
 
 from tests.support.examples import run_example
 from tests.support.harness import Harness
@@ -243,3 +245,21 @@ async def test_the_docs_example_runs_as_written(harness: Harness, tmp_path: Path
     assert lines[2].startswith("refused: the thread is busy: a turn is running (step 2"), lines
     assert lines[3].startswith("answer: I listed the workspace"), lines
     assert lines[-1] == "step 3: MessagesJoined: step 3 reads 2 message(s)", lines
+
+
+async def test_a_thread_cancelled_during_an_interruptible_call_ends_cancelled(
+    harness: Harness,
+) -> None:
+    """Cancelling a thread while its model call (one a message may interrupt) streams ends it
+    Cancelled, as any run: the call's cut is not taken for a user's interrupt."""
+    slow = " ".join(f"w{n}" for n in range(400))
+    model = harness.script({"content": slow, "chunk_delay": 0.05})
+    handle = await start_thread(harness, model, stream_tokens=True, heartbeat_timeout_seconds=1)
+    await said_something(handle, step=1)
+    await handle.cancel()
+    with pytest.raises(WorkflowFailureError) as ended:
+        await handle.result()
+    assert isinstance(ended.value.cause, CancelledError)
+    trace = await handle.query(AgentWorkflow.trace)
+    assert "ModelInterrupted" not in [e.event for e in trace.entries]
+    assert trace.entries[-1].event == "Cancel"

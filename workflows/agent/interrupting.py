@@ -42,7 +42,11 @@ async def call_model(
         return await fallback.call_model(run, request, pub)
     asked = request.model_copy(update={"interruptible": True})
     call = asyncio.create_task(fallback.call_model(run, asked, pub))
-    await workflow.wait_condition(lambda: call.done() or run.thread.interrupt)
+    try:
+        await workflow.wait_condition(lambda: call.done() or run.thread.interrupt)
+    except asyncio.CancelledError:
+        call.cancel()  # the run itself is cancelled: so is its call
+        raise
     if call.done():
         return call.result()
     call.cancel()
