@@ -22,6 +22,7 @@ from treadle.workflows.agent.messages.models import (
     AgentStatus,
     Decision,
     GuideSignal,
+    MidTurn,
     PendingApproval,
     SendReceipt,
     ThreadExport,
@@ -290,7 +291,8 @@ class AgentHandlers:
         run = self._run
         state = run.state
         receipt, where = midturn.take(run, message)
-        waiting.wake(run.waiting, f"a user message arrived ({where}): {cut(message.text, 200)}")
+        how = "queued" if receipt.mode in (None, MidTurn.QUEUE) else receipt.mode.value
+        waiting.wake(run.waiting, f"a user message arrived ({how}): {cut(message.text, 200)}")
         self._pub.record(state, "UserMessageReceived", f"{where}: {cut(message.text, 200)}")
         self._pub.emit("message", cut(message.text, 2_000))
         return receipt

@@ -4,7 +4,7 @@ so a tool module imports neither (and the catalogue never imports a tool module)
 
 from __future__ import annotations
 
-from treadle.workflows.base import Frozen
+from treadle.workflows.base import Frozen, Lean
 
 DEFAULT_COMMAND_ALLOWLIST = (
     "cat", "diff", "echo", "grep", "head", "ls", "pwd", "sort", "tail", "wc",
@@ -18,8 +18,9 @@ class ToolArgs(Frozen):
     """Base of every argument schema: unknown keys are an error, not silently dropped."""
 
 
-class ToolPolicy(Frozen):
-    """The part of the run's config a tool activity needs."""
+class ToolPolicy(Lean):
+    """The part of the run's config a tool activity needs (in every tool call's input: the
+    fields at their defaults are left out of history)."""
 
     allow_run_command: bool = False
     command_allowlist: tuple[str, ...] = DEFAULT_COMMAND_ALLOWLIST
