@@ -34,7 +34,7 @@ from temporalio.client import (
 from temporalio.service import RPCError, RPCStatusCode
 
 from treadle.activities.errors import ThreadUnavailable
-from treadle.workflows.agent.messages.models import AgentStatus, SendReceipt, UserMessage
+from treadle.workflows.agent.messages.models import AgentStatus, MidTurn, SendReceipt, UserMessage
 from treadle.workflows.agent.messages.state_machine import State
 from treadle.workflows.agent.workflow import AgentWorkflow
 
@@ -67,7 +67,11 @@ ENDED_CHECK_SECONDS = 5.0
 
 
 async def send_message(
-    handle: WorkflowHandle[Any, Any], text: str, *, update_id: str | None = None
+    handle: WorkflowHandle[Any, Any],
+    text: str,
+    *,
+    update_id: str | None = None,
+    mode: MidTurn | None = None,
 ) -> SendReceipt:
     """Send the thread ``text`` (its ``send`` update). The same ``update_id`` again is the same
     message: Temporal answers it once (within one run of the thread's chain).
@@ -79,7 +83,7 @@ async def send_message(
     """
     try:
         receipt: SendReceipt = await handle.execute_update(
-            AgentWorkflow.send, UserMessage(text=text), id=update_id
+            AgentWorkflow.send, UserMessage(text=text, mode=mode), id=update_id
         )
     except WorkflowUpdateFailedError as exc:
         raise ThreadUnavailable(refusal(exc)) from exc

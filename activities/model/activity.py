@@ -48,6 +48,7 @@ from temporalio.exceptions import ApplicationError, FailureError
 
 from treadle.activities import telemetry
 from treadle.activities.content import door
+from treadle.activities.content.redaction import current
 from treadle.activities.errors import (
     ModelConfigError,
     ModelError,
@@ -70,7 +71,13 @@ from treadle.activities.model.tool_schemas import ToolSchemas
 from treadle.activities.store.conversation import ConversationStore, refers
 from treadle.activities.store.tail import view_of
 from treadle.activities.store.view import view
-from treadle.workflows.agent.messages.models import ChatMessage, ModelRequest, ModelResponse
+from treadle.workflows.agent.messages.models import (
+    MAX_INTERRUPTED_CHARS,
+    MODEL_CALL_INTERRUPTED,
+    ChatMessage,
+    ModelRequest,
+    ModelResponse,
+)
 from treadle.workflows.agent.messages.providers import ModelStringError, known, resolve
 from treadle.workflows.agent.parts.outages import FINGERPRINT_PREFIX
 
@@ -172,6 +179,7 @@ class ModelActivities:
     async def _call_model(self, request: ModelRequest) -> ModelResponse:
         info = activity.info()
         start_to_close = info.start_to_close_timeout or timedelta(minutes=5)
+        said: list[str] = []
         try:
             # Heartbeats go on for as long as the call, however long its stream.
             async with heartbeating(), publishing(request) as on_text:
@@ -181,7 +189,7 @@ class ModelActivities:
                 result = await self.complete(
                     whole,
                     read_timeout=start_to_close.total_seconds() + READ_TIMEOUT_GRACE_SECONDS,
-                    on_text=on_text,
+                    on_text=_collecting(said, on_text) if request.interruptible else on_text,
                 )
                 result = usage.with_usage(whole, result)  # never silently zero
                 _never_cut(whole, result)
@@ -198,6 +206,18 @@ class ModelActivities:
             raise exc.to_application_error() from None
         except FailureError:
             raise  # Temporal's own (cancellation): it must reach the SDK as it is
+        except asyncio.CancelledError:
+            if not request.interruptible or activity.is_worker_shutdown():
+                raise
+            # The run cut this call for its user's message: it answers with what the model had
+            # said so far (the run waits for it: ``WAIT_CANCELLATION_COMPLETED``).
+            partial = current()("".join(said))[:MAX_INTERRUPTED_CHARS]
+            raise ApplicationError(
+                "the model call was interrupted by the user's message",
+                partial,
+                type=MODEL_CALL_INTERRUPTED,
+                non_retryable=True,
+            ) from None
         except Exception as exc:  # a bug, or an error nobody foresaw: its text may hold a key
             raise self._failure(ApplicationError(str(exc), type=type(exc).__name__)) from None
         activity.logger.info(
@@ -477,3 +497,15 @@ def _is_event_stream(response: httpx.Response) -> bool:
     ``stream`` and answer whole, and a stream sent under another type is still a stream."""
     kind = response.headers.get("content-type", "").partition(";")[0].strip().lower()
     return not (kind == "application/json" or kind.endswith("+json"))
+
+
+def _collecting(said: list[str], on_text: TextCallback | None) -> TextCallback:
+    """``on_text``, keeping the text of the reply so far in ``said`` too (what an interrupted
+    call answers with)."""
+
+    def collect(text: str) -> None:
+        said.append(text)
+        if on_text is not None:
+            on_text(text)
+
+    return collect

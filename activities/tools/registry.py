@@ -12,12 +12,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from treadle.activities.memory import tools as memory_tools
 from treadle.activities.tools import git_diff
 from treadle.activities.tools.custom import Tool
 from treadle.workflows.agent.messages import catalogue
 
 CUSTOM_TOOLS: tuple[Tool[Any], ...] = (
     git_diff.TOOL,
+    *memory_tools.TOOLS,  # offered only to runs with config.memory
 )  # fmt: skip
 
 catalogue.register(CUSTOM_TOOLS)

@@ -4,23 +4,15 @@ own queue and the demo's script under a fresh name, which are the two things swa
 
 from __future__ import annotations
 
-import asyncio
-import json
 import re
-import subprocess
-import sys
-import uuid
 from pathlib import Path
 
-from tests.support.harness import TEST_STORE, Harness
-from tests.support.processes import clean_env
-from treadle.scripted_model.script import DEMO_SCRIPT
+from tests.support.examples import run_example
+from tests.support.harness import Harness
 
 ROOT = Path(__file__).parents[2]
 PAGE = ROOT / "docs" / "approvals.md"
 SECTION = "## From Python: `AgentClient`"
-QUEUE = 'task_queue="treadle-demo"'
-MODEL = '"openai:demo"'
 
 
 def examples() -> list[str]:
@@ -29,33 +21,6 @@ def examples() -> list[str]:
     start = text.index(SECTION)
     end = text.index("\n## ", start + len(SECTION))
     return re.findall(r"```python\n(.*?)```", text[start:end], flags=re.DOTALL)
-
-
-async def run_example(harness: Harness, code: str, cwd: Path) -> list[str]:
-    """``code`` as a script in ``cwd`` against the harness (its demo names swapped in), run to
-    its end; its output lines. A script that fails fails the test with its output."""
-    assert QUEUE in code and MODEL in code, "the example no longer names the demo"
-    name = f"demo-{uuid.uuid4().hex[:8]}"
-    harness.models.add_model(name, json.loads(DEMO_SCRIPT.read_text())["models"]["demo"])
-    script = cwd / "example.py"
-    script.write_text(
-        code.replace(QUEUE, f'task_queue="{harness.task_queue}"').replace(MODEL, f'"openai:{name}"')
-    )
-    env = clean_env(
-        TEMPORAL_ADDRESS=harness.client.service_client.config.target_host,
-        TREADLE_STORE=str(TEST_STORE),  # the store the harness's worker writes to
-    )
-    done = await asyncio.to_thread(
-        subprocess.run,
-        [sys.executable, str(script)],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
-    return done.stdout.splitlines()
 
 
 async def test_the_approval_example_runs_as_written(harness: Harness, tmp_path: Path) -> None:

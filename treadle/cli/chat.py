@@ -32,6 +32,7 @@ from treadle.workflows.agent.messages.models import (
     AgentConfig,
     AgentInput,
     AgentStatus,
+    MidTurn,
     SendReceipt,
     ThreadExport,
     ThreadSettings,
@@ -59,6 +60,12 @@ def register(subparsers: Any) -> None:
     send = subparsers.add_parser("send", help="send a thread its next message")
     send.add_argument("workflow_id")
     send.add_argument("text")
+    send.add_argument(
+        "--mode",
+        choices=[m.value for m in MidTurn],
+        help="while a turn runs: queue it after the turn, steer it into the turn, interrupt "
+        "the model call with it, or reject it (default: the thread's mid_turn, queue)",
+    )
     send.add_argument("--wait", action="store_true", help="wait for the answer and print it")
     send.add_argument("--json", action="store_true")
     send.set_defaults(handler=cmd_send)
@@ -138,7 +145,7 @@ async def cmd_chat(client: Client, args: argparse.Namespace) -> int:
 
 async def cmd_send(client: Client, args: argparse.Namespace) -> int:
     agents = AgentClient(client)
-    receipt = await agents.send(args.workflow_id, args.text)
+    receipt = await agents.send(args.workflow_id, args.text, mode=args.mode)
     if not args.wait:
         print(receipt.model_dump_json() if args.json else _describe(receipt))
         return 0
@@ -321,4 +328,8 @@ def _ask() -> str | None:
 def _describe(receipt: SendReceipt) -> str:
     if receipt.queued:
         return f"queued at position {receipt.position} (a turn is running)"
+    if receipt.mode is MidTurn.STEER:
+        return f"steered into the running turn: read before step {receipt.step + 1}"
+    if receipt.mode is MidTurn.INTERRUPT:
+        return f"interrupting the running turn: read before step {receipt.step + 1}"
     return "sent"

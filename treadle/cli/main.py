@@ -16,7 +16,9 @@ schedules, jobs and monitors; the servers; a worker; the demo.
     treadle answer ID QUERY_ID TEXT | --decline REASON [--as NAME]  # a client query
     treadle workspace ID [--step N] [--into DIR] [--diff N M]  # snapshots, check-outs
     treadle chat [--id ID] [FIRST MESSAGE]     # a thread: type, see the answer, again
-    treadle send ID TEXT [--wait]     treadle close ID
+    treadle send ID TEXT [--wait] [--mode steer]     treadle close ID
+    treadle fork ID --step N [--message TEXT] [--id NEW]   # a new run from step N of ID
+    treadle memory list|recall|add|edit|forget NAMESPACE ...  # long-term memory
     treadle export ID > thread.json   treadle import thread.json
     treadle jobs list|history ID|trigger ID|pause ID|unpause ID|sync
     treadle monitors create SLUG --cron EXPR|--interval MIN, list, show, checkin ...
@@ -56,9 +58,11 @@ from temporalio.service import RPCError
 from treadle.cli import chat as cli_chat
 from treadle.cli import codec_server as cli_codec_server
 from treadle.cli import demo as cli_demo
+from treadle.cli import fork as cli_fork
 from treadle.cli import identity, output_schema
 from treadle.cli import jobs as cli_jobs
 from treadle.cli import live as cli_live
+from treadle.cli import memory as cli_memory
 from treadle.cli import monitors as cli_monitors
 from treadle.cli import scheduled_agents as cli_scheduled_agents
 from treadle.cli import schemas as cli_schemas
@@ -122,6 +126,9 @@ def _format_status(status: AgentStatus) -> str:
         + (f" of a {status.token_budget} budget" if status.token_budget else ""),
         f"last:     {status.last_event or '-'}",
     ]
+    if status.forked_from is not None:
+        origin = status.forked_from
+        lines.insert(3, f"forked:   from {origin.workflow_id} at step {origin.step}")
     if status.cost_usd is not None:
         lines.insert(
             4,
@@ -397,9 +404,9 @@ def add_run_options(run: argparse.ArgumentParser) -> None:
 FAMILIES: dict[str, tuple[str, ...]] = {
     "a run": (
         "run", "status", "trace", "watch", "approve", "reject", "modify", "guide", "answer",
-        "wake", "workspace",
+        "wake", "workspace", "fork",
     ),
-    "threads": ("chat", "send", "close", "export", "import"),
+    "threads": ("chat", "send", "close", "export", "import", "memory"),
     "jobs, monitors and schedules": ("jobs", "monitors", "schedule"),
     "servers": ("serve", "ui", "api", "codec-server", "scripted-model"),
     "other languages": ("schemas",),
@@ -487,6 +494,8 @@ def build_parser() -> argparse.ArgumentParser:
     cli_ui.register(sub)
     cli_schemas.register(sub)
     cli_wake.register(sub)
+    cli_fork.register(sub)
+    cli_memory.register(sub)
     cli_snapshots.register(sub)
 
     cli_demo.register(sub)

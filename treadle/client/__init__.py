@@ -13,6 +13,8 @@ errors.py         the client's errors, their tree in its docstring
 results.py        the client's typed answers (StartedRun, Decided, RunSummary...)
 runs.py           start, status, trace, result, list, decide, answer, wake, watch
 threads.py        send, wait for the answer, close, export, import
+forks.py          a new run or thread from any step of another (its record and snapshot)
+memory.py         long-term memory by namespace: list, recall, remember, edit, forget
 thread_import.py  an exported thread planned as a new one, under the importer's settings
 workspaces.py     workspace snapshots: list, files, check-out, diff
 workdirs.py       where a run works, resolved and checked before anything starts
@@ -25,6 +27,7 @@ from treadle.client.agent import AgentClient
 from treadle.client.errors import (
     AgentClientError,
     InvalidRequest,
+    MemoryRefused,
     NoStream,
     NoWorkerAnswered,
     Refused,
@@ -42,6 +45,7 @@ from treadle.client.errors import (
 )
 from treadle.client.results import (
     Decided,
+    Forked,
     ImportedThread,
     RunOverview,
     RunSummary,
@@ -74,8 +78,10 @@ __all__ = [
     "CreateAction",
     "Decided",
     "DeployedSchedule",
+    "Forked",
     "ImportedThread",
     "InvalidRequest",
+    "MemoryRefused",
     "NoStream",
     "NoWorkerAnswered",
     "Refused",

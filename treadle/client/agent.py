@@ -23,15 +23,15 @@ from collections.abc import Mapping
 
 from temporalio.client import Client
 
+from treadle.client.memory import Memory
 from treadle.client.schedules import ScheduleClient
-from treadle.client.threads import Threads
 from treadle.connection import connect
 from treadle.workflows.agent.messages.models import TASK_QUEUE
 
 __all__ = ["AgentClient"]
 
 
-class AgentClient(Threads):
+class AgentClient(Memory):
     """Agent runs, threads, their workspaces and scheduled agents, on one Temporal client.
 
     ``client`` must use Treadle's data converter (``treadle.connection.connect`` makes one;

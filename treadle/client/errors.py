@@ -26,6 +26,8 @@ The tree::
     │                                the store the client reads
     ├── StoredContentUnavailable     an export's stored content cannot be read back: no store,
     │                                or not in the store the client reads
+    ├── MemoryRefused                a memory namespace refused a write (no such item, a bad
+    │                                namespace or text)
     └── ScheduleError                scheduled agents
         ├── ScheduleNotFound         no scheduled agent of that name
         └── ScheduleConflict         the name is taken by something else (delete it first)
@@ -125,6 +127,10 @@ class WorkspaceUnavailable(AgentClientError):
 
 class StoredContentUnavailable(AgentClientError):
     """What a run keeps in the workers' store cannot be read back from the client's."""
+
+
+class MemoryRefused(AgentClientError):
+    """A memory namespace refused the request (the message says why)."""
 
 
 class ScheduleError(AgentClientError):

@@ -104,3 +104,17 @@ class ImportedThread(Frozen):
     trusted: bool = False
     workspace_note: str | None = None
     """What became of the thread's workspace snapshot (checked out, or left alone)."""
+
+
+class Forked(Frozen):
+    """A fork just started (``fork``): a new run or thread from a step of another."""
+
+    id: str
+    run_id: str
+    """The first run of its chain."""
+    thread: bool
+    forked_from: str
+    step: int
+    workspace: str
+    workspace_note: str
+    """What became of step ``step``'s workspace snapshot (checked out, or none to take)."""

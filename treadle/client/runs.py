@@ -24,7 +24,7 @@ from temporalio.client import (
     WorkflowQueryFailedError,
     WorkflowQueryRejectedError,
 )
-from temporalio.common import WorkflowIDReusePolicy
+from temporalio.common import TypedSearchAttributes, WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
@@ -113,6 +113,7 @@ class Runs(ClientBase):
         task_queue: str | None = None,
         summary: str | None = None,
         create_workspace: bool = False,
+        search_attributes: TypedSearchAttributes | None = None,
     ) -> StartedRun:
         """Start a run (a thread when ``agent_input.thread``) on ``task_queue`` (default: the
         client's). ``id`` names it (default ``agent-<random>`` / ``thread-<random>``): never a
@@ -140,6 +141,7 @@ class Runs(ClientBase):
                 static_details=f"model {agent_input.model} · workspace {agent_input.workspace}",
                 # An id names one run for approve/status/trace; never silently start a second.
                 id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+                search_attributes=search_attributes,
             )
         except WorkflowAlreadyStartedError as exc:
             raise RunExists(

@@ -37,6 +37,7 @@ from treadle.client.workspaces import open_store
 from treadle.workflows.agent.messages.content_refs import holds_refs
 from treadle.workflows.agent.messages.models import (
     AgentStatus,
+    MidTurn,
     SendReceipt,
     ThreadExport,
     ThreadSettings,
@@ -53,19 +54,29 @@ T = TypeVar("T")
 class Threads(Runs):
     """Threads: conversations that wait, durably, for their user's next message."""
 
-    async def send(self, thread_id: str, text: str, *, update_id: str | None = None) -> SendReceipt:
+    async def send(
+        self,
+        thread_id: str,
+        text: str,
+        *,
+        update_id: str | None = None,
+        mode: MidTurn | str | None = None,
+    ) -> SendReceipt:
         """Send the thread ``text``, its next message (its ``send`` update): answered at once,
-        or queued behind the turn that runs (``SendReceipt.queued``). The same ``update_id``
+        or, while a turn runs, as ``mode`` says (else the thread's ``mid_turn``): queued behind
+        the turn (``SendReceipt.queued``), steered into it, interrupting its model call, or
+        refused (``ThreadUnavailable`` saying the thread is busy). The same ``update_id``
         again is the same message. ``ThreadUnavailable`` when it cannot take it."""
         try:
-            UserMessage(text=text)
+            message = UserMessage(text=text, mode=mode)
         except ValidationError as exc:
             raise InvalidRequest(f"invalid message: {describe_errors(exc)}") from exc
         # One update id for every attempt: a message sent again across a handover is one message.
         update = update_id or f"send-{uuid.uuid4().hex}"
         handle = self._calls.handle(thread_id)
         receipt: SendReceipt = await self._across_handover(
-            handle, lambda: thread_turns.send_message(handle, text, update_id=update)
+            handle,
+            lambda: thread_turns.send_message(handle, text, update_id=update, mode=message.mode),
         )
         return receipt
 

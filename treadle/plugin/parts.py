@@ -37,6 +37,7 @@ from treadle.activities.workspace import WorkspaceActivities
 from treadle.activities.workspace.follow import Follower
 from treadle.workflows.agent.workflow import AgentWorkflow
 from treadle.workflows.jobs import workflow as job_workflows
+from treadle.workflows.memory import workflow as memory_workflows
 from treadle.workflows.monitors import workflow as monitor_workflows
 from treadle.workflows.scheduled import workflow as scheduled_workflows
 
@@ -47,6 +48,7 @@ WORKFLOWS: list[type[Any]] = [
     *job_workflows.WORKFLOWS,
     *monitor_workflows.WORKFLOWS,
     *scheduled_workflows.WORKFLOWS,
+    *memory_workflows.WORKFLOWS,
 ]
 """Every workflow a whole Treadle worker runs (a replayer of Treadle's histories needs them)."""
 

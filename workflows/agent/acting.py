@@ -567,6 +567,10 @@ def tool_request(run: AgentRun, checked: CheckedCall) -> ToolRequest:
             command_allowlist=config.command_allowlist,
             command_timeout_seconds=config.command_timeout_seconds,
             max_output_chars=config.max_observation_chars,
+            memory_namespace=config.memory.namespace if config.memory else None,
+            memory_ttl_seconds=(
+                config.memory.ttl_days * 86400 if config.memory and config.memory.ttl_days else None
+            ),
         ),
         sync=snapshotting.sync(run),
     )

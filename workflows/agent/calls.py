@@ -27,12 +27,14 @@ from typing import Protocol, TypeVar, runtime_checkable
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError, is_cancelled_exception
+from temporalio.exceptions import ActivityError, ApplicationError, is_cancelled_exception
+from temporalio.workflow import ActivityCancellationType
 
 from treadle.workflows.agent.messages import hooks
 from treadle.workflows.agent.messages.hooks import HookRequest, HookResult
 from treadle.workflows.agent.messages.mcp import McpCallRequest, McpListRequest, McpToolList
 from treadle.workflows.agent.messages.models import (
+    MODEL_CALL_INTERRUPTED,
     AgentConfig,
     LoadedTools,
     LoadedToolsRequest,
@@ -98,9 +100,21 @@ class OutageWatcher(Protocol):
 
 async def call_model(config: AgentConfig, request: ModelRequest, summary: str) -> ModelResponse:
     """One planning call (``call_model``), tried up to ``model_max_attempts`` times."""
-    return await _model_tries(
-        config, request, model_call(config, summary), config.model_max_attempts
-    )
+    options = model_call(config, summary)
+    if request.interruptible:
+        # Cancelled for a user's message, the call answers with its partial reply: wait for it.
+        options["cancellation_type"] = ActivityCancellationType.WAIT_CANCELLATION_COMPLETED
+    return await _model_tries(config, request, options, config.model_max_attempts)
+
+
+def interruption(exc: BaseException) -> str | None:
+    """What a model call cut by the run had said so far (``MODEL_CALL_INTERRUPTED``); ``None``
+    for any other outcome."""
+    cause = exc.cause if isinstance(exc, ActivityError) else None
+    if not isinstance(cause, ApplicationError) or cause.type != MODEL_CALL_INTERRUPTED:
+        return None
+    said = cause.details[0] if cause.details else ""
+    return said if isinstance(said, str) else ""
 
 
 async def summarise(config: AgentConfig, request: ModelRequest, summary: str) -> ModelResponse:
@@ -128,7 +142,7 @@ async def _model_tries(
                 ),
             )
         except ActivityError as exc:
-            if is_cancelled_exception(exc):
+            if is_cancelled_exception(exc) or interruption(exc) is not None:
                 raise
             if worker_lost(exc):
                 lost = lost_worker(lost, exc, workflow.now())

@@ -29,7 +29,7 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError, is_cancelled_exception
 
 from treadle.workflows import telemetry
-from treadle.workflows.agent import compressing, fallback, post_tools, snapshotting
+from treadle.workflows.agent import compressing, interrupting, post_tools, snapshotting
 from treadle.workflows.agent.acting import ToolRunner
 from treadle.workflows.agent.handlers import SIGNALS, AgentHandlers
 from treadle.workflows.agent.messages import events
@@ -48,6 +48,7 @@ from treadle.workflows.agent.parts import (
     approvals,
     client_queries,
     handover,
+    midturn,
     planning,
     recovery,
     reflection,
@@ -272,6 +273,11 @@ class AgentEngine(AgentHandlers):
             await self._tools.list_mcp_tools()
         m.step += 1
         telemetry.step_started(m.step)
+        joined = midturn.join_turn(run)  # a thread's messages steered into this turn
+        if joined:
+            self._pub.record(
+                State.PLANNING, "MessagesJoined", f"step {m.step} reads {len(joined)} message(s)"
+            )
         planned = planning.model_request(run)
         if isinstance(planned, planning.CannotCall):
             m.error = planned.reason
@@ -282,12 +288,22 @@ class AgentEngine(AgentHandlers):
             update={"stream": config.stream_tokens, "step": m.step}
         )
         try:
-            model, response = await fallback.call_model(run, request, self._pub)
+            called = await interrupting.call_model(run, request, self._pub)
         except ActivityError as exc:
             if is_cancelled_exception(exc):
                 raise
             m.error = f"model call failed: {failure_message(exc)}"
             return Event.FATAL_ERROR
+        if isinstance(called, interrupting.Interrupted):
+            # The reply so far is the record's, marked; the step is made again with the message.
+            m.history = (*m.history, midturn.interrupted_turn(run, called.said))
+            self._pub.record(
+                State.PLANNING,
+                "ModelInterrupted",
+                f"step {m.step}: kept {len(called.said)} character(s) of the reply",
+            )
+            return Event.INTERRUPTED
+        model, response = called
         run.served_by = model
         run.spend(model, response.usage)
         planning.calibrate(m, response.usage)

@@ -51,7 +51,12 @@ async def call_model(
             )
         except ActivityError as exc:
             last = index == len(candidates) - 1
-            if is_cancelled_exception(exc) or last or exc.retry_state not in EXHAUSTED:
+            if (
+                is_cancelled_exception(exc)
+                or calls.interruption(exc) is not None
+                or last
+                or exc.retry_state not in EXHAUSTED
+            ):
                 raise
             following = candidates[index + 1]
             why = f"{model} failed after its attempts: {failure_message(exc)}"

@@ -22,6 +22,7 @@ from treadle.workflows.agent.messages.models import (
     AgentStatus,
     Decision,
     GuideSignal,
+    MidTurn,
     PendingApproval,
     SendReceipt,
     ThreadExport,
@@ -31,7 +32,14 @@ from treadle.workflows.agent.messages.models import (
 from treadle.workflows.agent.messages.progress import ProgressSummary
 from treadle.workflows.agent.messages.snapshots import WorkspaceHead
 from treadle.workflows.agent.messages.state_machine import State
-from treadle.workflows.agent.parts import approvals, client_queries, status, threads, waiting
+from treadle.workflows.agent.parts import (
+    approvals,
+    client_queries,
+    midturn,
+    status,
+    threads,
+    waiting,
+)
 from treadle.workflows.agent.parts.approvals import Refused
 from treadle.workflows.agent.parts.client_queries import AnswerRefused
 from treadle.workflows.agent.parts.publishing import Publisher
@@ -275,24 +283,25 @@ class AgentHandlers:
 
     @workflow.update
     def send(self, *inputs: Any) -> SendReceipt:
-        """``{"text": "..."}``: the thread's next user message; queued behind a running turn."""
+        """``{"text": "...", "mode": "steer"}``: the thread's next user message. While a turn
+        runs, ``mode`` (else the thread's ``mid_turn``) says what it does: ``queue`` (after the
+        turn), ``steer`` (joins it), ``interrupt`` (cuts the model call and joins it) or
+        ``reject`` (refused in the validator)."""
         message = one_input("send", UserMessage, inputs)
-        run, thread = self._run, self._run.thread
-        queued = run.state is not State.WAITING_FOR_USER_INPUT or bool(thread.inbox)
-        thread.inbox.append(message.text)
-        waiting.wake(run.waiting, f"a user message arrived (queued): {cut(message.text, 200)}")
-        self._pub.record(
-            run.state,
-            "UserMessageReceived",
-            f"{'queued at ' + str(len(thread.inbox)) if queued else 'received'}: "
-            f"{cut(message.text, 200)}",
-        )
+        run = self._run
+        state = run.state
+        receipt, where = midturn.take(run, message)
+        how = "queued" if receipt.mode in (None, MidTurn.QUEUE) else receipt.mode.value
+        waiting.wake(run.waiting, f"a user message arrived ({how}): {cut(message.text, 200)}")
+        self._pub.record(state, "UserMessageReceived", f"{where}: {cut(message.text, 200)}")
         self._pub.emit("message", cut(message.text, 2_000))
-        return SendReceipt(queued=queued, position=len(thread.inbox), state=run.state)
+        return receipt
 
     @send.validator
     def _validate_send(self, *inputs: Any) -> None:
-        threads.check_message(self._run, one_input("send", UserMessage, inputs))
+        message = one_input("send", UserMessage, inputs)
+        threads.check_message(self._run, message)
+        midturn.check(self._run, message)
 
     @workflow.update
     def close(self, *inputs: Any) -> AgentStatus:

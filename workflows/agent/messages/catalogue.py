@@ -252,6 +252,11 @@ TOOLS: Mapping[str, ToolSpec] = MappingProxyType(_TOOLS)
 """Every tool by name: the built-in ones, then your own in the order they were registered (a
 read-only view: ``register`` adds to it)."""
 BUILT_IN = tuple(TOOLS)
+
+REMEMBER, RECALL, FORGET = "remember", "recall", "forget"
+MEMORY_TOOLS = frozenset({REMEMBER, RECALL, FORGET})
+"""Long-term memory's tools (``activities/memory/tools.py``): offered only to a run with
+``config.memory``, on its namespace."""
 """The built-in tools' names, in the order they are offered."""
 
 _TOOL_NAME = re.compile(r"^[a-z][a-z0-9_]{0,63}$")

@@ -6,6 +6,7 @@ every name.
 
 from __future__ import annotations
 
+import enum
 from typing import Any, Literal
 
 from pydantic import (
@@ -90,6 +91,31 @@ class SubagentConfig(Frozen):
     @classmethod
     def _models(cls, value: Any) -> Any:
         return _model_list(value)
+
+
+class MidTurn(enum.StrEnum):
+    """What a thread does with a message that arrives while a turn runs (``docs/threads.md``)."""
+
+    QUEUE = "queue"
+    """Answered after the running turn, in order, as a turn of its own."""
+    STEER = "steer"
+    """Joins the running turn: the model reads it before its next call; tools that run finish."""
+    INTERRUPT = "interrupt"
+    """Cuts the model call in flight (its partial reply is kept, marked interrupted) and the
+    turn goes on from the new message; tools that run finish, calls waiting for approval are
+    not run."""
+    REJECT = "reject"
+    """Refused, with the reason, while a turn runs."""
+
+
+class MemoryConfig(Frozen):
+    """Long-term memory across threads: the namespace a run remembers in and recalls from."""
+
+    namespace: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._:@/-]{0,199}$")
+    """Whose memory: a user or tenant and an agent, e.g. ``user:alice/agent:coder``. Every run
+    given the same namespace shares it; no other sees it."""
+    ttl_days: float | None = Field(None, gt=0, le=3650)
+    """How long a memory is kept when the model does not say (default: until forgotten)."""
 
 
 class AgentConfig(Frozen):
@@ -220,6 +246,12 @@ class AgentConfig(Frozen):
     every 2 s; docs/reliability.md has the figures); raise it where workers stall for longer.
     A command, an edit or another call that is not safe to repeat is never run twice either way
     (``treadle.activities.sent_marks``)."""
+    memory: MemoryConfig | None = None
+    """Long-term memory (``remember``, ``recall``, ``forget`` tools) in this namespace; none
+    when unset. The tools take ``require_approval`` like any other."""
+    mid_turn: MidTurn = MidTurn.QUEUE
+    """A thread's policy for a message that arrives while a turn runs; a message may name its
+    own (``UserMessage.mode``)."""
     thread_idle_timeout_seconds: float = Field(7 * 24 * 3600, gt=0, le=365 * 24 * 3600)
     """A thread with no message for this long ends (Done) — a durable timer, no polling."""
     continue_as_new_after_events: int | None = Field(800, ge=20, le=50_000)
@@ -365,6 +397,13 @@ class AgentConfig(Frozen):
         return self
 
 
+class ForkOrigin(Frozen):
+    """Where a fork came from: the run or thread it was forked from, and the step."""
+
+    workflow_id: str = Field(min_length=1, max_length=1000)
+    step: int = Field(ge=0)
+
+
 class AgentInput(Frozen):
     """What a run is asked to do. Carries no secrets: keys live in the worker's environment."""
 
@@ -378,6 +417,8 @@ class AgentInput(Frozen):
     thread: bool = False
     """A thread (Loom): after each answer it waits for its user's next message (the ``send``
     update) instead of ending, until ``close`` or ``config.thread_idle_timeout_seconds``."""
+    forked_from: ForkOrigin | None = None
+    """Set on a fork (``treadle fork``): the run it continues from one of its steps."""
     config: AgentConfig = AgentConfig()
     resume: dict[str, Any] | None = None
     """A whole run to continue (an ``AgentRun`` as JSON): set by continue-as-new, and by

@@ -16,6 +16,8 @@ from pydantic import Field, SerializerFunctionWrapHandler, model_serializer, mod
 
 from treadle.workflows.agent.messages.config import AgentConfig as AgentConfig
 from treadle.workflows.agent.messages.config import AgentInput as AgentInput
+from treadle.workflows.agent.messages.config import ForkOrigin as ForkOrigin
+from treadle.workflows.agent.messages.config import MidTurn as MidTurn
 from treadle.workflows.agent.messages.config import Price as Price
 from treadle.workflows.agent.messages.config import SubagentConfig as SubagentConfig
 from treadle.workflows.agent.messages.decisions import MAX_CALL_ID_CHARS as MAX_CALL_ID_CHARS
@@ -144,6 +146,9 @@ class Turn(Frozen):
     outcomes: tuple[ToolOutcome, ...] = ()
     note: str | None = None
     """Feedback from the loop itself (answer too short, blacklisted tool), sent as a user turn."""
+    interrupted: bool = False
+    """The model call of this step was cut by a user's message (``MidTurn.INTERRUPT``):
+    ``assistant_text`` is what it had said so far."""
 
 
 class TokenUsage(Frozen):
@@ -217,6 +222,8 @@ class AgentStatus(Frozen):
     thread: bool = False
     queued_messages: int = 0
     """A thread's user messages waiting to be answered."""
+    forked_from: ForkOrigin | None = None
+    """A fork's origin: the run or thread and the step it was forked from."""
     run_in_chain: int = 1
     """Which run of its continue-as-new chain answers (the workflow id stays the same)."""
     client_query: ClientQuery | None = None
@@ -288,6 +295,9 @@ class UserMessage(Frozen):
     """Input of a thread's ``send`` update: ``{"text": "..."}``."""
 
     text: str = Field(min_length=1, max_length=MAX_USER_MESSAGE_CHARS)
+    mode: MidTurn | None = None
+    """What to do with it if a turn is running (``queue``, ``steer``, ``interrupt``,
+    ``reject``); unset: the thread's ``mid_turn``."""
 
 
 class SendReceipt(Frozen):
@@ -296,8 +306,14 @@ class SendReceipt(Frozen):
     queued: bool
     """A turn is running (or other messages wait): this one is answered after them."""
     position: int
-    """1 for the next message to be answered."""
+    """1 for the next message to be answered (queued), or for the next to join the running
+    turn (steered or interrupting)."""
     state: State
+    mode: MidTurn | None = None
+    """How it met the running turn (``None``: no turn was running, it starts one)."""
+    step: int = 0
+    """The thread's step when it arrived: a steered message is read before step ``step + 1``'s
+    model call (or the call it interrupts is redone as that step)."""
 
 
 class LoomAgentState(Frozen):
@@ -339,6 +355,14 @@ class StoredRecord(Frozen):
     yet); the export's other messages are already in it."""
 
 
+class ExportedMemory(Frozen):
+    """A thread's long-term memory namespace as ``treadle export`` found it: what it held."""
+
+    namespace: str
+    items: tuple[str, ...] = ()
+    """Each live item's text, oldest first."""
+
+
 class ThreadExport(Frozen):
     """A thread in Loom's JSON shape (``agent_state`` and ``conversation.messages``), plus
     Treadle's own settings under ``treadle``. ``treadle export`` writes it, ``import``
@@ -354,6 +378,9 @@ class ThreadExport(Frozen):
     """The key of the thread's latest workspace snapshot in the store (``treadle
     workspace``): an import continues from it. The files stay in the store; the file names
     them."""
+    memory: ExportedMemory | None = None
+    """With ``config.memory``: the namespace's items when the thread was exported (written by
+    ``treadle export``; the namespace itself lives on, shared with other threads)."""
 
 
 # --------------------------------------------------------------------------------------------
@@ -373,6 +400,8 @@ class ChatMessage(Lean):
     the model activity reads it back, so the text itself never travels through history."""
     content_chars: int | None = None
     """Length of the full content when it is stored by reference (for token estimates)."""
+    interrupted: bool = False
+    """An assistant reply cut by the user's message: what the model had said so far."""
 
 
 class ToolSchema(Frozen):
@@ -407,6 +436,28 @@ class ToolSchema(Frozen):
         return len(self.model_copy(update=bare).model_dump_json()) - 2 + self.parameters_chars
 
 
+class ForkPoint(Frozen):
+    """A run's conversation as it was after one of its steps, by reference to its stored
+    record: what the model call of the next step sent (``treadle fork`` reads it from the
+    run's history; nothing of the content is copied)."""
+
+    step: int = Field(ge=0)
+    conversation: str
+    """The record's head after that call: every message up to the end of ``step``."""
+    conversation_messages: int = Field(ge=2)
+    """How many messages it holds."""
+    view_from: int = 0
+    view_summary_at: int = 0
+    """The view that call showed its model (``ModelRequest``): the fork's calls show the same."""
+
+
+MODEL_CALL_INTERRUPTED = "ModelCallInterrupted"
+"""The failure type of an interruptible model call cancelled by the run: its one detail is what
+the model had said so far (redacted, at most ``MAX_INTERRUPTED_CHARS``)."""
+MAX_INTERRUPTED_CHARS = 8_000
+"""The most of an interrupted reply that is kept (its start): a failure's detail is history."""
+
+
 class ModelRequest(Lean):
     """Input of ``call_model``. Catalogue tools go by name (the activity builds their JSON
     schemas); others (MCP tools) come in ``tool_schemas``, each schema by its store key (the
@@ -430,6 +481,9 @@ class ModelRequest(Lean):
     """Stream the reply from the provider and publish its text on the run's ``tokens`` topic."""
     step: int = 0
     """The run's step, named by the published ``TokenDelta``s."""
+    interruptible: bool = False
+    """A thread's planning call that a user's message may interrupt: cancelled, the call
+    answers with what it had said so far (``ModelCallInterrupted``) instead of nothing."""
     accept_cut: bool = False
     """A reply cut by its output limit is still the reply (a summary); otherwise it is an error,
     never an answer."""

@@ -14,12 +14,16 @@ from temporalio.common import SearchAttributeIndexedValueType, SearchAttributeKe
 AGENT_STATE = SearchAttributeKey.for_keyword("AgentState")
 AGENT_STEP = SearchAttributeKey.for_int("AgentStep")
 AGENT_MODEL = SearchAttributeKey.for_keyword("AgentModel")
+FORKED_FROM = SearchAttributeKey.for_keyword("ForkedFrom")
+"""A fork's origin, ``ID@STEP`` (set when ``treadle fork`` starts it): ``ForkedFrom STARTS_WITH
+"ID@"`` finds every fork of ID."""
 
 REQUIRED: Mapping[str, SearchAttributeIndexedValueType] = MappingProxyType(
     {
         AGENT_STATE.name: SearchAttributeIndexedValueType.KEYWORD,
         AGENT_STEP.name: SearchAttributeIndexedValueType.INT,
         AGENT_MODEL.name: SearchAttributeIndexedValueType.KEYWORD,
+        FORKED_FROM.name: SearchAttributeIndexedValueType.KEYWORD,
     }
 )
 """Name -> type of every search attribute the workflows upsert."""

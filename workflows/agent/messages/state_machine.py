@@ -52,6 +52,8 @@ class Event(enum.StrEnum):
     USER_MESSAGE = "UserMessage"
     THREAD_CLOSED = "ThreadClosed"
     IDLE_TIMEOUT = "IdleTimeout"
+    INTERRUPTED = "Interrupted"
+    """A user's message cut the model call in flight: the step is made again with it read."""
     # Planning outcomes
     LLM_TOOL_CALL = "LlmToolCall"
     LLM_PARALLEL_TOOL_CALLS = "LlmParallelToolCalls"
@@ -119,6 +121,8 @@ TRANSITIONS: Mapping[tuple[State, Event], State] = MappingProxyType(
         (S.WAITING_FOR_USER_INPUT, E.USER_MESSAGE): S.PLANNING,
         (S.WAITING_FOR_USER_INPUT, E.THREAD_CLOSED): S.DONE,
         (S.WAITING_FOR_USER_INPUT, E.IDLE_TIMEOUT): S.DONE,
+        # A user's message interrupted the model call: plan again, reading it.
+        (S.PLANNING, E.INTERRUPTED): S.PLANNING,
         (S.PLANNING, E.MAX_STEPS): S.ERROR,
         (S.PLANNING, E.LOW_CONFIDENCE): S.REFLECTING,
         (S.PLANNING, E.ANSWER_TOO_SHORT): S.PLANNING,

@@ -4,7 +4,7 @@ so a tool module imports neither (and the catalogue never imports a tool module)
 
 from __future__ import annotations
 
-from treadle.workflows.base import Frozen
+from treadle.workflows.base import Frozen, Lean
 
 DEFAULT_COMMAND_ALLOWLIST = (
     "cat", "diff", "echo", "grep", "head", "ls", "pwd", "sort", "tail", "wc",
@@ -18,10 +18,14 @@ class ToolArgs(Frozen):
     """Base of every argument schema: unknown keys are an error, not silently dropped."""
 
 
-class ToolPolicy(Frozen):
-    """The part of the run's config a tool activity needs."""
+class ToolPolicy(Lean):
+    """The part of the run's config a tool activity needs (in every tool call's input: the
+    fields at their defaults are left out of history)."""
 
     allow_run_command: bool = False
     command_allowlist: tuple[str, ...] = DEFAULT_COMMAND_ALLOWLIST
     command_timeout_seconds: float = 60
     max_output_chars: int = 12_000
+    memory_namespace: str | None = None
+    """The run's long-term memory namespace (``config.memory``): the memory tools' only one."""
+    memory_ttl_seconds: float | None = None

@@ -74,6 +74,11 @@ DEFAULT_SYSTEM_PROMPT = (
 )
 
 
+INTERRUPTED_MARK = "[interrupted by the user's message]"
+"""Ends an interrupted reply in the record and in what the model is shown next: it reads what
+it had said, and why it stopped."""
+
+
 @dataclass(frozen=True)
 class Ownership:
     writers: frozenset[State]
@@ -269,7 +274,16 @@ class AgentMemory(Mutable):
         for turn in turns:
             if turn.user_message is not None:
                 messages.append(ChatMessage(role="user", content=turn.user_message))
-            if turn.outcomes or turn.assistant_text is not None:
+            if turn.interrupted:
+                said = turn.assistant_text
+                messages.append(
+                    ChatMessage(
+                        role="assistant",
+                        content=f"{said}\n{INTERRUPTED_MARK}" if said else INTERRUPTED_MARK,
+                        interrupted=True,
+                    )
+                )
+            elif turn.outcomes or turn.assistant_text is not None:
                 messages.append(
                     ChatMessage(
                         role="assistant",

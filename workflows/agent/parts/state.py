@@ -41,6 +41,13 @@ class ThreadState(Mutable):
     """The user's messages not yet answered, in the order they arrived."""
     closing: bool = False
     """``close`` was asked: the thread ends once it has answered what is in the inbox."""
+    steering: list[str] = Field(default_factory=list)
+    """Messages that join the running turn (``steer``, ``interrupt``), in the order they
+    arrived: the model reads them before its next call; left over when the turn answers, they
+    are the next turn's, before the inbox."""
+    interrupt: bool = False
+    """An ``interrupt`` message waits to cut the model call in flight (cleared when a call
+    starts that reads it)."""
     idle_since: datetime | None = None
     """When the thread began waiting for its user (carried, so the idle timer survives
     continue-as-new)."""

@@ -74,6 +74,7 @@ def status(
         thread=run.input.thread,
         queued_messages=len(run.thread.inbox),
         run_in_chain=run.runs,
+        forked_from=run.input.forked_from,
         client_query=run.client.query,
         child_queries=run.family.queries(),
         wakes_at=run.waiting.wakes_at if run.waiting.active else None,

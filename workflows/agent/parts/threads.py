@@ -23,7 +23,7 @@ from treadle.workflows.agent.messages.models import (
     UserMessage,
 )
 from treadle.workflows.agent.messages.state_machine import Event, State
-from treadle.workflows.agent.parts import status
+from treadle.workflows.agent.parts import midturn, status
 from treadle.workflows.agent.parts.state import AgentRun
 
 
@@ -50,6 +50,14 @@ async def wait_for_user(run: AgentRun, hand_over_if_due: Callable[[], Awaitable[
     message (a timer for the idle timeout, no polling), then starts the next turn. Waiting is
     a safe point to continue as new (``hand_over_if_due``)."""
     m = run.memory
+    left = midturn.carry_over(run)
+    if left:
+        run.record(
+            run.state,
+            "MessagesCarried",
+            f"{left} steered message(s) open the next turn",
+            workflow.now(),
+        )
     if not run.thread.inbox and not run.thread.closing:
         await hand_over_if_due()
         if run.thread.idle_since is None:

@@ -24,6 +24,7 @@ from typing import Any, Literal
 
 from treadle.workflows.agent.messages import content_refs, mcp
 from treadle.workflows.agent.messages.catalogue import (
+    MEMORY_TOOLS,
     TOOLS,
     ToolArgs,
     ToolArgumentsError,
@@ -200,7 +201,8 @@ class Toolbox:
         less blacklisted ones, less ``run_command`` unless the run allows it, less
         ``ask_client`` without client queries, less ``wait`` when ``max_wait_seconds`` is 0,
         less ``delegate`` unless the run may start children
-        (``may_delegate``). In the catalogue's order."""
+        (``may_delegate``), less the memory tools without ``memory``. In the catalogue's
+        order."""
         config = self.config
         chosen = TOOLS if config.tools is None else config.tools
         return tuple(
@@ -213,6 +215,7 @@ class Toolbox:
             and (name != "ask_client" or config.client_queries)
             and (name != "wait" or config.max_wait_seconds > 0)
             and (name != "delegate" or may_delegate(config))
+            and (name not in MEMORY_TOOLS or config.memory is not None)
         )
 
     def offered_mcp(self) -> tuple[OfferedTool, ...]:
