@@ -424,7 +424,8 @@ def _never_cut(request: ModelRequest, response: ModelResponse) -> None:
     limit = request.max_tokens or DEFAULT_MAX_TOKENS
     raise ModelOutputCut(
         f"the reply was cut at its output limit of {limit} tokens (finish reason "
-        f"{response.finish_reason}); raise max_tokens (or the token budget) for this run"
+        f"{response.finish_reason}); raise max_tokens (or the token budget) for this run",
+        usage=response.usage.model_dump(),
     )
 
 
