@@ -286,10 +286,10 @@ class AgentEngine(AgentHandlers):
         except ActivityError as exc:
             if is_cancelled_exception(exc):
                 raise
-            cut = planning.cut_reply(run, request, exc)  # its tokens were spent: they count
-            if cut is not None:
-                m.error = cut.reason
-                return cut.event
+            ended = planning.cut_reply(run, request, exc)  # its tokens were spent: they count
+            if ended is not None:
+                m.error = ended.reason
+                return ended.event
             m.error = f"model call failed: {failure_message(exc)}"
             return Event.FATAL_ERROR
         run.served_by = model
