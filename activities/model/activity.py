@@ -57,7 +57,13 @@ from treadle.activities.errors import (
     StoreUnavailable,
 )
 from treadle.activities.heartbeat import heartbeating
-from treadle.activities.model import anthropic_messages, http_errors, openai_chat, usage
+from treadle.activities.model import (
+    anthropic_messages,
+    http_errors,
+    openai_chat,
+    typed_fallback,
+    usage,
+)
 from treadle.activities.model.payload import DEFAULT_MAX_TOKENS, well_formed
 from treadle.activities.model.streaming import (
     ErrorEvent,
@@ -161,6 +167,9 @@ class ModelActivities:
         self._unstreamable: set[tuple[str, str, bool]] = set()
         """Endpoints (URL, model name, tools offered) found to refuse streaming; called without
         it."""
+        self._json_object_only: set[tuple[str, str]] = set()
+        """Endpoints (URL, model name) that took a typed answer only as ``json_object``
+        (``typed_fallback``); asked so from the start."""
 
     @activity.defn(name="call_model")
     async def call_model(self, request: ModelRequest) -> ModelResponse:
@@ -288,7 +297,46 @@ class ModelActivities:
 
         When ``request.stream`` is set, the provider streams and ``on_text`` is called with each
         piece of the reply's text as it arrives (the pieces join into ``content``); an endpoint
-        that refuses streaming is asked without it, and ``on_text`` is not called."""
+        that refuses streaming is asked without it, and ``on_text`` is not called. A typed
+        answer the endpoint cannot give as asked is asked as ``json_object`` with its schema
+        (``typed_fallback``)."""
+        typed = self._typed_endpoint(request)
+        remembered = typed in self._json_object_only
+        try:
+            return await self._complete(request, read_timeout, on_text, json_object=remembered)
+        except ModelHTTPError as exc:
+            if typed is None or remembered or exc.status not in typed_fallback.FALLBACK_STATUS:
+                raise
+            result = await self._complete(request, read_timeout, on_text, json_object=True)
+        if typed not in self._json_object_only:
+            self._json_object_only.add(typed)
+            activity.logger.warning(
+                "model.typed_answer.json_object",
+                extra={"model": request.model, "url": self._redact(http_errors.safe_url(typed[0]))},
+            )
+        return result
+
+    def _typed_endpoint(self, request: ModelRequest) -> tuple[str, str] | None:
+        """The endpoint (base URL, model name) an OpenAI-protocol typed answer goes to."""
+        if request.output_schema is None and not request.require_tool:
+            return None
+        try:
+            spec, name = resolve(request.model)
+        except ModelStringError:
+            return None  # ``_complete`` says what is wrong
+        endpoint = self._settings.endpoints.get(spec.name)
+        if spec.protocol != "openai" or endpoint is None:
+            return None
+        return endpoint.base_url, name
+
+    async def _complete(
+        self,
+        request: ModelRequest,
+        read_timeout: float,
+        on_text: TextCallback | None,
+        *,
+        json_object: bool,
+    ) -> ModelResponse:
         try:
             spec, name = resolve(request.model)
         except ModelStringError as exc:
@@ -313,7 +361,7 @@ class ModelActivities:
                 async with self._client.stream(
                     "POST",
                     url,
-                    json=protocol.build_body(request, name),
+                    json=_body(protocol, request, name, json_object),
                     headers=headers,
                     timeout=timeout,
                 ) as response:
@@ -329,7 +377,7 @@ class ModelActivities:
                         )
             if not streams or refusal is not None:
                 plain = request.model_copy(update={"stream": False}) if request.stream else request
-                body = protocol.build_body(plain, name)
+                body = _body(protocol, plain, name, json_object)
                 try:
                     response = await self._client.post(
                         url, json=body, headers=headers, timeout=timeout
@@ -410,6 +458,16 @@ class ModelActivities:
                     async for _ in events:
                         pass
         return assembler.result()
+
+
+def _body(
+    protocol: WireProtocol, request: ModelRequest, name: str, json_object: bool
+) -> dict[str, Any]:
+    """The request's body; with ``json_object``, its typed answer asked in that form."""
+    body = protocol.build_body(request, name)
+    if json_object and protocol is PROTOCOLS["openai"]:
+        body = typed_fallback.json_object(body) or body
+    return body
 
 
 CUT_REASONS = frozenset({"length", "max_tokens"})
