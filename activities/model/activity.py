@@ -61,6 +61,7 @@ from treadle.activities.model import (
     anthropic_messages,
     http_errors,
     openai_chat,
+    output_cap,
     typed_fallback,
     usage,
 )
@@ -185,8 +186,8 @@ class ModelActivities:
         try:
             # Heartbeats go on for as long as the call, however long its stream.
             async with heartbeating(), publishing(request) as on_text:
-                whole = await self._view(
-                    await self._tool_schemas.inline(await self._whole(request))
+                whole = self.with_output_cap(
+                    await self._view(await self._tool_schemas.inline(await self._whole(request)))
                 )
                 telemetry.record_input(whole.messages)  # only with content capture on
                 result = await self.complete(
@@ -300,6 +301,7 @@ class ModelActivities:
         that refuses streaming is asked without it, and ``on_text`` is not called. A typed
         answer the endpoint cannot give as asked is asked as ``json_object`` with its schema
         (``typed_fallback``)."""
+        request = self.with_output_cap(request)
         typed = self._typed_endpoint(request)
         remembered = typed in self._json_object_only
         try:
@@ -315,6 +317,20 @@ class ModelActivities:
                 extra={"model": request.model, "url": self._redact(http_errors.safe_url(typed[0]))},
             )
         return result
+
+    def with_output_cap(self, request: ModelRequest) -> ModelRequest:
+        """``request`` naming its output limit: its own, else its endpoint's default (lower for
+        a server on this machine, ``output_cap``)."""
+        if request.max_tokens is not None:
+            return request
+        try:
+            spec, _ = resolve(request.model)
+        except ModelStringError:
+            return request  # ``_complete`` says what is wrong
+        endpoint = self._settings.endpoints.get(spec.name)
+        base_url = endpoint.base_url if endpoint is not None else spec.default_base_url
+        cap = output_cap.default_max_tokens(spec.name, base_url)
+        return request.model_copy(update={"max_tokens": cap})
 
     def _typed_endpoint(self, request: ModelRequest) -> tuple[str, str] | None:
         """The endpoint (base URL, model name) an OpenAI-protocol typed answer goes to."""
