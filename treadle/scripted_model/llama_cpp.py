@@ -1,7 +1,8 @@
 """How llama.cpp's OpenAI-compatible server (llama-cpp-python 0.3, its function-calling chat
 format) differs from OpenAI, for a model added with ``like="llama.cpp"``.
 
-Seen against the real server serving SmolLM2 (see ``bench/real_model.sh``):
+Seen against the real server serving SmolLM2 (llama-cpp-python's ``[server]`` extra, built from
+source; docs/models.md):
 
 - tools reach the model only when the request names ``tool_choice``: without it the prompt is
   rendered with no tools and the model answers in prose;
