@@ -174,12 +174,13 @@ async def measured(
     began = time.perf_counter()
     handle = await run()
     wall = time.perf_counter() - began
-    after = await read_counters(http, bench.metrics_url, "default")
-    server = after.since(before)
     tally = Tally()
     run_id = handle.first_execution_run_id or handle.run_id or ""
     for events in await run_histories(bench.client, handle.id, run_id):
         tally.add(count_history(events))
+    # Read after the histories: the server counts a run's last actions after it ended.
+    after = await read_counters(http, bench.metrics_url, "default")
+    server = after.since(before)
     tally.actions[Kind.HEARTBEAT] += round(server.heartbeats)
     tally.actions[Kind.QUERY] += round(server.queries)
     measured_run = Measured(seconds, streamed, side, steps, tally, dict(server.actions), wall)

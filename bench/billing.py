@@ -173,7 +173,8 @@ async def run_histories(client: Client, workflow_id: str, run_id: str) -> list[l
 HEARTBEAT_OPERATIONS = frozenset({"RecordActivityTaskHeartbeat", "RecordActivityTaskHeartbeatById"})
 QUERY_OPERATION = "QueryWorkflow"
 SETTLE_SECONDS = 0.5
-"""Counters are read until two readings this far apart agree (a request in flight lands)."""
+"""Counters are read until three readings this far apart agree: the server counts a workflow
+task's actions after it answered it, later still on a loaded machine."""
 _SAMPLE = re.compile(r"^(?P<name>[A-Za-z_:][A-Za-z0-9_:]*)(?:\{(?P<labels>.*)\})?\s+(?P<value>\S+)")
 _LABEL = re.compile(r'(?P<key>[A-Za-z_][A-Za-z0-9_]*)="(?P<value>(?:[^"\\]|\\.)*)"')
 
@@ -233,13 +234,15 @@ def server_counters(text: str, namespace: str) -> ServerCounters:
 
 
 async def read_counters(http: httpx.AsyncClient, url: str, namespace: str) -> ServerCounters:
-    """The server's counters once they stand still (two readings ``SETTLE_SECONDS`` apart)."""
+    """The server's counters once they stand still (three readings ``SETTLE_SECONDS`` apart)."""
     previous: ServerCounters | None = None
-    for _ in range(40):
+    same = 0
+    for _ in range(60):
         response = await http.get(url)
         response.raise_for_status()
         counters = server_counters(response.text, namespace)
-        if counters == previous:
+        same = same + 1 if counters == previous else 0
+        if same == 2:
             return counters
         previous = counters
         await asyncio.sleep(SETTLE_SECONDS)

@@ -68,7 +68,8 @@ from bench.suite import (
     new_id,
     start_agent,
 )
-from treadle.cli.worker import WORKFLOWS, workflow_runner
+from treadle.plugin.parts import WORKFLOWS
+from treadle.sandbox import workflow_runner
 from treadle.workflows.agent.messages.models import AgentConfig, RunStatus
 
 IDLE_SECONDS = 3.0

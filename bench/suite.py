@@ -1,7 +1,7 @@
 """Treadle's benchmark suite: one command, a fresh dev server, one table.
 
     .venv/bin/python -m bench.suite [--quick] [--json FILE]
-                                    [--rows step,recovery,replay,parked,throughput,chain,actions]
+        [--rows step,recovery,replay,parked,throughput,chain,actions,growth,loop]
 
 Every figure is a ratio against a baseline measured in the same run, or a count (events, bytes,
 MB of RSS, seconds to recover). The baseline of a step is the bare Temporal floor
@@ -28,6 +28,10 @@ against the same dev server and the same scripted model server, with no other lo
 - ``actions``: Temporal Cloud's billable actions per step and dollars per 1,000 steps at list
   price, Treadle at defaults against the floor, model calls of 3 s and 10 s with whole and with
   streamed replies (``bench/actions.py``, which also measures other heartbeat timeouts).
+- ``growth``: a ``worker.py`` process's CPU per step over windows of a 1,000-step run whose
+  every step reads a new 20 KB file, the last window against the first (``bench/chain.py``).
+- ``loop``: the longest a model call late in a 20 MB conversation, and a 1 MB tool output
+  stored through the door, hold the event loop activities' heartbeats share (``bench/loop.py``).
 
 Nothing is asserted: the machine is shared and noisy, so read the ratios. ``--quick`` runs small
 counts (the smoke test uses it); the full suite takes a few minutes on two cores.
@@ -62,14 +66,11 @@ from bench.local_server import dev_server_config
 from bench.scripts import write_script
 from treadle.activities.model.activity import ProviderSettings, http_client
 from treadle.activities.store.blobs import FileBlobStore
-from treadle.cli.worker import (
-    STICKY_QUEUE_TIMEOUT_SECONDS,
-    WORKFLOWS,
-    build_worker,
-    workflow_runner,
-)
+from treadle.cli.worker import STICKY_QUEUE_TIMEOUT_SECONDS, build_worker
 from treadle.connection import connect
 from treadle.devserver import DevServer
+from treadle.plugin.parts import WORKFLOWS
+from treadle.sandbox import workflow_runner
 from treadle.scripted_model import ScriptedModelServer
 from treadle.workflows.agent.messages.models import (
     AgentConfig,
@@ -82,7 +83,7 @@ from treadle.workflows.agent.workflow import AgentWorkflow
 
 ROOT = Path(__file__).resolve().parents[1]
 
-ROWS = ("step", "recovery", "replay", "parked", "throughput", "chain", "actions")
+ROWS = ("step", "recovery", "replay", "parked", "throughput", "chain", "actions", "growth", "loop")
 SUGGESTED_EVENTS = 4096
 """Temporal suggests continue-as-new at this many events: a run's history grows no further."""
 BEFORE_HEARTBEAT_SECONDS = 15.0
@@ -931,6 +932,8 @@ RUNNERS: dict[str, Callable[[Bench], Awaitable[list[Row]]]] = {
     "throughput": row_throughput,
     "chain": lambda bench: _chain_rows(bench),
     "actions": lambda bench: _actions_rows(bench),
+    "growth": lambda bench: _growth_rows(bench),
+    "loop": lambda bench: _loop_rows(bench),
 }
 
 
@@ -944,6 +947,18 @@ async def _actions_rows(bench: Bench) -> list[Row]:
     from bench.actions import row_actions  # it builds on this module's Bench and Row
 
     return await row_actions(bench)
+
+
+async def _growth_rows(bench: Bench) -> list[Row]:
+    from bench.chain import row_growth
+
+    return await row_growth(bench)
+
+
+async def _loop_rows(bench: Bench) -> list[Row]:
+    from bench.loop import row_loop
+
+    return await row_loop(bench)
 
 
 @contextlib.asynccontextmanager

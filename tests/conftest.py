@@ -10,6 +10,7 @@ harness and the helpers every room uses live in tests/support.
 
 from __future__ import annotations
 
+import os
 import shutil
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -18,7 +19,6 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 from temporalio.client import Client
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
 from tests.support.harness import (
@@ -30,7 +30,7 @@ from tests.support.harness import (
 )
 from tests.support.processes import free_port
 from treadle.activities.model.activity import http_client
-from treadle.connection import connect
+from treadle.connection import connect, data_converter
 from treadle.devserver import TIMER_TICK, TIMER_TICK_KEY, DevServer, DevServerConfig
 from treadle.home import HOME_ENV
 from treadle.scripted_model import ScriptedModelServer
@@ -130,9 +130,10 @@ async def harness(
 @pytest.fixture(scope="module")
 async def time_skipping() -> AsyncIterator[WorkflowEnvironment]:
     """Temporal's time-skipping test server, one per test module. It cannot register custom
-    search attributes, so agent runs on it set ``search_attributes=False``."""
+    search attributes, so agent runs on it set ``search_attributes=False``. Its client has
+    Treadle's data converter, as every client a Treadle worker is built on."""
     env = await WorkflowEnvironment.start_time_skipping(
-        test_server_existing_path=test_server_binary(), data_converter=pydantic_data_converter
+        test_server_existing_path=test_server_binary(), data_converter=data_converter(os.environ)
     )
     async with env:
         yield env

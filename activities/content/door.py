@@ -34,6 +34,7 @@ from temporalio import activity
 
 from treadle.activities.content import redaction
 from treadle.activities.errors import ModelConfigError, StoreUnavailable
+from treadle.activities.offload import REDACT_OVER_CHARS, off_loop
 from treadle.workflows.agent.messages import content_refs
 from treadle.workflows.agent.messages.catalogue import TOOLS
 from treadle.workflows.agent.messages.models import ChatMessage, ModelResponse, ToolCall, ToolResult
@@ -80,8 +81,9 @@ class NoStore(ModelConfigError):
 
 
 async def _put(store: TextStore, text: str) -> tuple[str, str]:
-    """``text`` redacted and stored: its key and the redacted text."""
-    clean = redaction.current()(text)
+    """``text`` redacted (a long one in a thread: ``treadle.activities.offload``) and stored:
+    its key and the redacted text."""
+    clean = await off_loop(REDACT_OVER_CHARS, len(text), redaction.current(), text)
     return await store.put_text(clean), clean
 
 

@@ -10,6 +10,9 @@ of a secret, so a JSON segment stays JSON. A blob that is not text is stored as 
 External Storage's blobs (``treadle.activities.store.external``: serialized payloads, binary) go to
 the store directly: they are encoded from what already passed the door (results, the state
 made of them), and a change of length inside a protobuf would break it.
+
+Redacting a long text takes milliseconds (a megabyte, a second): it runs in a thread
+(``treadle.activities.offload``), off the event loop other activities' heartbeats share.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from treadle.activities.content.redaction import Redactor
+from treadle.activities.offload import REDACT_OVER_CHARS, off_loop
 from treadle.activities.store.blobs import BlobStore
 
 __all__ = ["RedactedBlobs"]
@@ -36,10 +40,15 @@ class RedactedBlobs:
         return await self.blobs.get(key)
 
     async def put(self, data: bytes) -> str:
-        return await self.blobs.put(self._clean(data))
+        return await self.blobs.put(await off_loop(REDACT_OVER_CHARS, len(data), self._clean, data))
 
     async def put_many(self, blobs: Sequence[bytes]) -> list[str]:
-        return await self.blobs.put_many([self._clean(data) for data in blobs])
+        size = sum(len(data) for data in blobs)
+        clean = await off_loop(REDACT_OVER_CHARS, size, self._clean_all, blobs)
+        return await self.blobs.put_many(clean)
+
+    def _clean_all(self, blobs: Sequence[bytes]) -> list[bytes]:
+        return [self._clean(data) for data in blobs]
 
     def _clean(self, data: bytes) -> bytes:
         try:

@@ -118,19 +118,25 @@ class Redactor:
         """``text`` without any secret (whole, in part, in any case) or key-shaped word."""
         if self._grams and self._may_hold_secret(text):
             text = self._remove_secrets(text)
-        return KEY_SHAPES.sub(REDACTED, text)
+        return "".join(KEY_SHAPES.sub(REDACTED, text[a:b]) for a, b in _pieces(text))
 
     def finds(self, text: str) -> bool:
         """Whether ``text`` may hold something to redact (never ``False`` when it does)."""
-        return KEY_SHAPES.search(text) is not None or (
+        return any(KEY_SHAPES.search(text, a, b) for a, b in _pieces(text)) or (
             bool(self._grams) and self._may_hold_secret(text)
         )
 
     def _may_hold_secret(self, text: str) -> bool:
-        """A quick, C-speed look for any fragment; ``False`` means none is there."""
+        """A quick, C-speed look for any fragment; ``False`` means none is there. A long text
+        is looked through in overlapping pieces (``PIECE_CHARS``)."""
         if self._any_gram is None:
             return True
-        return self._any_gram.search(text.translate(_DROP_SEPARATORS).lower()) is not None
+        folded = text.translate(_DROP_SEPARATORS).lower()
+        overlap = max(self._grams) - 1
+        return any(
+            self._any_gram.search(folded, start, start + PIECE_CHARS + overlap)
+            for start in range(0, max(len(folded), 1), PIECE_CHARS)
+        )
 
     def _remove_secrets(self, text: str) -> str:
         # Match on the text folded to lower case with separators skipped, remembering where each
@@ -157,6 +163,32 @@ class Redactor:
                 done, run = last + 1, None
         pieces.append(text[done:])
         return "".join(pieces)
+
+
+PIECE_CHARS = 64 * 1024
+"""A long text is searched in pieces of about this many characters. One regular-expression
+search holds the GIL to its end, and so the worker's event loop, even when the redaction runs
+in a thread (``treadle.activities.offload``): a megabyte searched whole held it ~100 ms."""
+_PIECE_END = re.compile("[ \n]")
+
+
+def _pieces(text: str) -> Iterator[tuple[int, int]]:
+    """Bounds of pieces of ``text`` of about ``PIECE_CHARS``, each cut just before a space or a
+    line end (a piece longer when there is none): no key shape holds either, and either is a
+    non-word character, so ``KEY_SHAPES`` (``\b`` included) finds in the pieces what it finds
+    in the whole."""
+    start = 0
+    while len(text) - start > PIECE_CHARS:
+        end = start + PIECE_CHARS
+        cut = max(text.rfind(" ", start + 1, end), text.rfind("\n", start + 1, end))
+        if cut < 0:
+            found = _PIECE_END.search(text, end)
+            if found is None:
+                break
+            cut = found.start()
+        yield start, cut
+        start = cut
+    yield start, len(text)
 
 
 def redact(text: str, secrets: Iterable[str | None] = ()) -> str:

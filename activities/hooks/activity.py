@@ -32,9 +32,10 @@ from treadle.workflows.agent.messages.hooks import HookRequest, HookResult
 __all__ = ["HOOKS", "HookActivities"]
 
 HOOKS: tuple[Hook, ...] = (GitCommit(),)
-"""Every hook a worker runs; a run's config picks some by name and they run in its order.
-Adding one: a module with the hook, a line here, and its name in
-``treadle.workflows.agent.messages.hooks.KNOWN_HOOKS`` (so a run's config may name it)."""
+"""The built-in hooks every worker runs; a run's config picks some by name and they run in its
+order. Your own hooks join them without an edit here: ``TreadlePlugin(hooks=[...])`` hands
+them to the worker's ``HookActivities`` and names them for runs' configs
+(``treadle.workflows.agent.messages.hooks.register``)."""
 
 
 class HookActivities:

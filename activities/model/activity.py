@@ -59,6 +59,7 @@ from treadle.activities.errors import (
 from treadle.activities.heartbeat import heartbeating
 from treadle.activities.model import (
     anthropic_messages,
+    body,
     http_errors,
     openai_chat,
     output_cap,
@@ -74,12 +75,11 @@ from treadle.activities.model.streaming import (
 )
 from treadle.activities.model.tokens import publishing
 from treadle.activities.model.tool_schemas import ToolSchemas
-from treadle.activities.store.blobs import BlobCorrupt
-from treadle.activities.store.conversation import ConversationStore
+from treadle.activities.store.conversation import ConversationStore, refers
+from treadle.activities.store.tail import view_of
 from treadle.activities.store.view import view
-from treadle.workflows.agent.messages.content_refs import holds_refs
-from treadle.workflows.agent.messages.models import ModelRequest, ModelResponse
-from treadle.workflows.agent.messages.providers import PROVIDERS, ModelStringError, resolve
+from treadle.workflows.agent.messages.models import ChatMessage, ModelRequest, ModelResponse
+from treadle.workflows.agent.messages.providers import ModelStringError, known, resolve
 from treadle.workflows.agent.parts.outages import FINGERPRINT_PREFIX
 
 READ_TIMEOUT_GRACE_SECONDS = 2.0
@@ -124,7 +124,7 @@ class ProviderSettings:
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> ProviderSettings:
         endpoints = {}
-        for spec in PROVIDERS.values():
+        for spec in known().values():  # the built-in providers and those this process named
             base_url = env.get(spec.base_url_env) or spec.default_base_url
             endpoints[spec.name] = Endpoint(
                 base_url=base_url,
@@ -186,9 +186,8 @@ class ModelActivities:
         try:
             # Heartbeats go on for as long as the call, however long its stream.
             async with heartbeating(), publishing(request) as on_text:
-                whole = self.with_output_cap(
-                    await self._view(await self._tool_schemas.inline(await self._whole(request)))
-                )
+                whole, added = await self._shown(request)
+                whole = self.with_output_cap(await self._tool_schemas.inline(whole))
                 telemetry.record_input(whole.messages)  # only with content capture on
                 result = await self.complete(
                     whole,
@@ -199,7 +198,7 @@ class ModelActivities:
                 _never_cut(whole, result)
                 if self._store is not None:
                     # What this call sent is stored once; the next call sends only what is new.
-                    head = await self._store.extend(request.conversation, request.messages)
+                    head = await self._store.extend(request.conversation, request.messages, added)
                     result = result.model_copy(update={"conversation": head})
                 result = await door.reply(self._store, result)  # long arguments by reference
         except ModelError as exc:
@@ -222,48 +221,53 @@ class ModelActivities:
         )
         return result
 
-    async def _whole(self, request: ModelRequest) -> ModelRequest:
-        """The request with the stored conversation in front and stored contents read back."""
-        stored = request.conversation is not None or any(
-            m.content_ref is not None or any(holds_refs(c.arguments) for c in m.tool_calls)
-            for m in request.messages
-        )
-        if not stored:
-            return request
-        if self._store is None:
-            raise ModelConfigError(
-                "the run refers to a conversation store, but this worker keeps none (start it "
-                "with --store DIR, the same store as the worker that wrote it)"
-            )
-        earlier = await self._store.messages(request.conversation)
-        if len(earlier) != request.conversation_messages:
-            raise BlobCorrupt(
-                f"conversation {request.conversation} holds {len(earlier)} messages; the run "
-                f"expected {request.conversation_messages}"
-            )
-        added = await self._store.resolve(request.messages)
-        return request.model_copy(update={"messages": earlier + added, "conversation": None})
+    async def _shown(self, request: ModelRequest) -> tuple[ModelRequest, tuple[ChatMessage, ...]]:
+        """The request as its model is shown it, and its new messages with their stored
+        contents read back (the store's next segment is made of them).
 
-    async def _view(self, request: ModelRequest) -> ModelRequest:
-        """The request as its model is shown it: a conversation longer than the model's
-        context window becomes a view (``treadle.activities.store.view``), its summary stored beside
-        the record (the record itself stays whole)."""
-        shown = view(
-            request.messages,
+        A stored conversation is read from its end (``treadle.activities.store.tail``): a
+        conversation longer than the model's context window becomes a view
+        (``treadle.activities.store.view``), and only what the view shows is read. The view's
+        summary is stored beside the record (the record itself stays whole)."""
+        added = request.messages
+        if request.conversation is not None or any(refers(m) for m in added):
+            if self._store is None:
+                raise ModelConfigError(
+                    "the run refers to a conversation store, but this worker keeps none (start "
+                    "it with --store DIR, the same store as the worker that wrote it)"
+                )
+            added = await self._store.resolve(added)
+        window, start, at = (
             request.context_window_tokens,
             request.view_from,
             request.view_summary_at,
         )
-        if not shown.left_out:
-            return request
-        summary = None
-        if shown.summary is not None and self._store is not None:
-            summary = await self._store.put_text(shown.summary)
-        activity.logger.info(
-            "model.view",
-            extra={"left_out": shown.left_out, "shown": len(shown.messages), "summary": summary},
-        )
-        return request.model_copy(update={"messages": shown.messages})
+        if request.conversation is None or self._store is None:
+            shown = view(added, window, start, at)
+        else:
+            shown = await view_of(
+                self._store,
+                request.conversation,
+                request.conversation_messages,
+                added,
+                window,
+                start,
+                at,
+            )
+        if shown.left_out:
+            summary = None
+            if shown.summary is not None and self._store is not None:
+                summary = await self._store.put_text(shown.summary)
+            activity.logger.info(
+                "model.view",
+                extra={
+                    "left_out": shown.left_out,
+                    "shown": len(shown.messages),
+                    "summary": summary,
+                },
+            )
+        whole = request.model_copy(update={"messages": shown.messages, "conversation": None})
+        return whole, added
 
     def _failure(
         self,
@@ -368,7 +372,7 @@ class ModelActivities:
         protocol = PROTOCOLS[spec.protocol]
         url = endpoint.base_url.rstrip("/") + protocol.path()
         timeout = httpx.Timeout(connect=10.0, read=read_timeout, write=30.0, pool=30.0)
-        headers = protocol.headers(endpoint.api_key)
+        headers = protocol.headers(endpoint.api_key)  # JSON's content type among them
         kind = (url, name, bool(request.tools or request.tool_schemas))
         streams = request.stream and kind not in self._unstreamable
         refusal: str | None = None
@@ -377,7 +381,9 @@ class ModelActivities:
                 async with self._client.stream(
                     "POST",
                     url,
-                    json=_body(protocol, request, name, json_object),
+                    content=await body.encoded(
+                        _body(protocol, request, name, json_object), request
+                    ),
                     headers=headers,
                     timeout=timeout,
                 ) as response:
@@ -393,10 +399,10 @@ class ModelActivities:
                         )
             if not streams or refusal is not None:
                 plain = request.model_copy(update={"stream": False}) if request.stream else request
-                body = _body(protocol, plain, name, json_object)
+                sent = await body.encoded(_body(protocol, plain, name, json_object), plain)
                 try:
                     response = await self._client.post(
-                        url, json=body, headers=headers, timeout=timeout
+                        url, content=sent, headers=headers, timeout=timeout
                     )
                 except httpx.RemoteProtocolError:
                     if refusal is None:
@@ -404,7 +410,7 @@ class ModelActivities:
                     # The pooled connection the refused stream came on may be one its server
                     # is closing (llama.cpp's, after the stream it could not finish).
                     response = await self._client.post(
-                        url, json=body, headers=headers, timeout=timeout
+                        url, content=sent, headers=headers, timeout=timeout
                     )
         except httpx.TransportError as exc:  # timeouts included
             raise http_errors.connection_error(exc, spec.name, url, self._redact) from exc
@@ -480,10 +486,10 @@ def _body(
     protocol: WireProtocol, request: ModelRequest, name: str, json_object: bool
 ) -> dict[str, Any]:
     """The request's body; with ``json_object``, its typed answer asked in that form."""
-    body = protocol.build_body(request, name)
+    built = protocol.build_body(request, name)
     if json_object and protocol is PROTOCOLS["openai"]:
-        body = typed_fallback.json_object(body) or body
-    return body
+        built = typed_fallback.json_object(built) or built
+    return built
 
 
 CUT_REASONS = frozenset({"length", "max_tokens"})

@@ -102,9 +102,13 @@ class FileBlobStore:
         return self.root / key[:2] / key[2:]
 
     async def put(self, data: bytes) -> str:
+        # Hashed in the thread that writes it: a large blob's hash is milliseconds of CPU.
+        return await asyncio.to_thread(self._write_one, data)
+
+    def _write_one(self, data: bytes) -> str:
         key = key_of(data)
         try:
-            await asyncio.to_thread(self._write, key, data)
+            self._write(key, data)
         except OSError as exc:
             raise self._unavailable(f"cannot write {key}", exc) from None
         return key
@@ -113,15 +117,7 @@ class FileBlobStore:
         return await asyncio.to_thread(self._write_all, blobs)
 
     def _write_all(self, blobs: Sequence[bytes]) -> list[str]:
-        keys = []
-        for data in blobs:
-            key = key_of(data)
-            try:
-                self._write(key, data)
-            except OSError as exc:
-                raise self._unavailable(f"cannot write {key}", exc) from None
-            keys.append(key)
-        return keys
+        return [self._write_one(data) for data in blobs]
 
     def _write(self, key: str, data: bytes) -> None:
         path = self._path(key)

@@ -36,6 +36,7 @@ from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
 from temporalio.contrib.aws.s3driver import S3StorageDriverClient
 
 from treadle.activities.errors import StoreUnavailable, TreadleError
+from treadle.activities.offload import HASH_OVER_BYTES, off_loop
 from treadle.activities.store.blobs import (
     BlobCorrupt,
     BlobMissing,
@@ -281,13 +282,16 @@ class S3BlobStore:
         return self.objects.settings.describe()
 
     async def put(self, data: bytes) -> str:
-        key = key_of(data)
+        key = await off_loop(HASH_OVER_BYTES, len(data), key_of, data)
         if not await self._readable(key):
-            sealed = self.sealer.seal(data) if self.sealer else data
+            sealed = await off_loop(HASH_OVER_BYTES, len(data), self._seal, data)
             await self.objects.put_object(
                 bucket=self.objects.settings.bucket, key=_name(key), data=sealed
             )
         return key
+
+    def _seal(self, data: bytes) -> bytes:
+        return self.sealer.seal(data) if self.sealer else data
 
     async def put_many(self, blobs: Sequence[bytes]) -> list[str]:
         return [await self.put(data) for data in blobs]  # each call is a thread's already
@@ -308,7 +312,7 @@ class S3BlobStore:
             )
         except S3ObjectMissing:
             raise BlobMissing(key, self.describe()) from None
-        return open_blob(key, raw, self.sealer)
+        return await off_loop(HASH_OVER_BYTES, len(raw), open_blob, key, raw, self.sealer)
 
 
 def _name(key: str) -> str:

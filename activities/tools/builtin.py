@@ -557,7 +557,10 @@ class ToolActivities:
                     )
                     if call.name == "run_command":  # no process of the lost attempt lives on
                         await asyncio.to_thread(stop_lost_command)
-                    return _failed(outcome_unknown(call.name), request.policy)
+                    # The lost attempt may have changed files: the step's snapshot holds them
+                    # as it left them.
+                    told = _failed(outcome_unknown(call.name), request.policy)
+                    return await self._snapshot_here(request, told)
 
                 parsed = args
                 result = await run_once(
@@ -584,7 +587,11 @@ class ToolActivities:
                 return await self.follower.run(_workflow_id(request), name, sync, execute)
             except StoreUnavailable as exc:  # the run waits for the store, then calls again
                 raise exc.to_application_error() from exc
-        result = await execute(Path(request.workspace))
+        return await self._snapshot_here(request, await execute(Path(request.workspace)))
+
+    async def _snapshot_here(self, request: ToolRequest, result: ToolResult) -> ToolResult:
+        """``result`` with the snapshot of the run's own workspace its request asks for."""
+        sync, name = request.sync, request.call.name
         if sync is None or not sync.here or not may_change(name):
             return result
         if self.snapshotter is None:

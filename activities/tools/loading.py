@@ -41,12 +41,21 @@ class ToolModuleError(ValueError):
     """A tool module that cannot be loaded: not importable, no ``TOOLS``, or a bad tool."""
 
 
-def load(modules: Sequence[str], *, with_entry_points: bool = True) -> tuple[Tool[Any], ...]:
+def load(
+    modules: Sequence[str | ModuleType | Tool[Any]], *, with_entry_points: bool = True
+) -> tuple[Tool[Any], ...]:
     """Import ``modules`` (and the ``treadle.tools`` entry points), and add their tools to the
-    catalogue and to the tools this worker runs. Returns the tools loaded."""
+    catalogue and to the tools this worker runs. A module is named (``my_pkg.tools``) or given;
+    a ``Tool`` may be given as it is. Returns the tools loaded; loading the same ``Tool``
+    object again (a second plugin of one process, an entry point met twice) adds nothing."""
     found: list[Tool[Any]] = []
-    for name in modules:
-        found += _tools_of(f"--tools {name}", _import(name))
+    for given in modules:
+        if isinstance(given, Tool):
+            found.append(given)
+        elif isinstance(given, ModuleType):
+            found += _tools_of(f"tools module {given.__name__}", given)
+        else:
+            found += _tools_of(f"--tools {given}", _import(given))
     if with_entry_points:
         for point in entry_points(group=ENTRY_POINT_GROUP):
             where = f"entry point {point.name} ({point.value})"
@@ -55,12 +64,13 @@ def load(modules: Sequence[str], *, with_entry_points: bool = True) -> tuple[Too
             except Exception as exc:  # an import error of any kind is the module's
                 raise ToolModuleError(f"{where}: cannot be loaded: {exc}") from exc
             found += _tools_of(where, value)
+    new = [tool for tool in dict.fromkeys(found) if registry.BY_NAME.get(tool.name) != tool]
     try:
-        catalogue.register(found, loaded=True)
+        catalogue.register(new, loaded=True)
     except ValueError as exc:
         raise ToolModuleError(str(exc)) from None
-    registry.BY_NAME.update({tool.name: tool for tool in found})
-    return tuple(found)
+    registry.BY_NAME.update({tool.name: tool for tool in new})
+    return tuple(dict.fromkeys(found))
 
 
 def _import(name: str) -> ModuleType:

@@ -295,7 +295,7 @@ def test_every_workflow_module_is_passed_through_the_sandbox() -> None:
     worker caches and every replay (and a class it defines would exist twice: once for the
     modules passed through, once for the sandbox's copy). The pass-through names packages, so a
     new module is covered the day it is written."""
-    from treadle.cli.worker import PASSTHROUGH_MODULES
+    from treadle.sandbox import PASSTHROUGH_MODULES
 
     def passed(module: str) -> bool:
         return any(module == p or module.startswith(p + ".") for p in PASSTHROUGH_MODULES)

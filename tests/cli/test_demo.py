@@ -388,3 +388,22 @@ def test_commands_a_run_publishes_work_in_a_fresh_shell(
     signal = runnable(stock[3].replace("approve", "reject"))
     assert signal.split()[0].endswith("temporal")
     assert runnable("echo as it is") == "echo as it is"
+
+
+def test_the_demo_runs_snapshots_are_listed_by_the_printed_command(kept_demo: KeptDemo) -> None:
+    """The demo's worker has a store: the ``workspace`` command printed at step 7, run with
+    the demo's environment, lists the snapshot of the step that wrote notes.md."""
+    [line] = [s for s in kept_demo.lines if s.startswith("   Its workspace after each step")]
+    command = line.split(": ", 1)[1]
+    listed = subprocess.run(
+        ["/bin/bash", "-c", f"cd {ROOT} && {command} --json"],
+        env=clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert listed.returncode == 0, listed.stderr
+    snapshots = json.loads(listed.stdout)
+    assert snapshots, listed.stdout
+    assert any(s["changed"] >= 1 and s["files"] >= 1 for s in snapshots), snapshots

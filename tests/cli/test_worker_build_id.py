@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-import treadle.cli.worker as worker
+import treadle.plugin.versions as worker
 
 
 def test_the_build_id_follows_the_code(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

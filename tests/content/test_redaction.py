@@ -1,25 +1,38 @@
 """The door's parts on their own: which secrets a worker knows, what is redacted from text and
 what is left alone, a result walked to its last string, a failure rebuilt without its secrets,
-the store's text blobs and the streamed batches."""
+the store's text blobs (a long one redacted off the event loop, searched in pieces) and the
+streamed batches."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import logging
+import threading
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from temporalio.exceptions import ApplicationError, CancelledError
 
-from treadle.activities.content import REDACTED, RedactedBlobs, Redactor, redacted, worker_secrets
+from treadle.activities.content import (
+    REDACTED,
+    RedactedBlobs,
+    Redactor,
+    door,
+    redacted,
+    redaction,
+    worker_secrets,
+)
 from treadle.activities.content import logs as content_logs
 from treadle.activities.content.interceptor import redacted_error
 from treadle.activities.content.redaction import current, redact_error, secret_values, using
 from treadle.activities.model.tokens import TokenBatcher
 from treadle.activities.store.blobs import FileBlobStore, key_of
+from treadle.activities.store.conversation import ConversationStore
 from treadle.workflows.agent.messages.models import ChatMessage, RunStatus, ToolResult
 
 KEY = "QmZtRwXyPkJnHgVs" + "TqLrMwNzKxYpGhJk"  # split so no scanner takes it for a real one
@@ -217,3 +230,63 @@ def test_every_line_the_worker_logs_is_redacted_whichever_logger_wrote_it() -> N
     finally:
         root.removeHandler(handler)
     assert seen == [f"server said {REDACTED}", "nothing to hide"]
+
+
+class _Watching(Redactor):
+    """A worker's redactor that notes the thread each text is redacted on."""
+
+    def __init__(self, secrets: list[str]) -> None:
+        super().__init__(secrets)
+        self.threads: list[int] = []
+
+    def __call__(self, text: str) -> str:
+        self.threads.append(threading.get_ident())
+        return super().__call__(text)
+
+
+async def test_a_long_output_is_redacted_off_the_event_loop(tmp_path: Path) -> None:
+    """Redacting a megabyte holds the CPU for a long while: the door and the store do it in a
+    thread, so the event loop every activity's heartbeats share goes on meanwhile; a short
+    output is redacted where it is."""
+    redactor = _Watching([KEY])
+    store = ConversationStore(RedactedBlobs(FileBlobStore(tmp_path), redactor))
+    loop = threading.get_ident()
+    long = "x" * 1_000_000 + KEY
+    with using(redactor):
+        result = await door.tool_output(store, ToolResult(success=True, output=long))
+    assert result.output_ref is not None
+    assert await store.get_text(result.output_ref) == "x" * 1_000_000 + REDACTED
+    assert len(redactor.threads) == 2 and loop not in redactor.threads  # the door's, the store's
+    redactor.threads.clear()
+    with using(redactor):
+        await door.tool_output(store, ToolResult(success=True, output="y" * 1_000 + KEY))
+    assert redactor.threads == [loop, loop]
+
+
+_SHAPED = st.sampled_from(
+    [
+        "sk-" + "a1B2c3D4e5F6g7H8",
+        "sk-proj-" + "Zz09_-" * 4,
+        "AKIA" + "ABCDEFGHIJ234567",
+        "ghp_" + "x" * 32,
+        "xoxb-" + "1234-abcd-5678",
+        "AIza" + "Q" * 35,
+        KEY[:12],
+        KEY,
+    ]
+)
+_FILLER = st.text(alphabet="ab -_\n\t\"'é.\x00", max_size=12)
+
+
+@settings(max_examples=300, deadline=None)
+@given(parts=st.lists(st.one_of(_SHAPED, _FILLER), max_size=40), piece=st.integers(1, 40))
+def test_a_long_text_is_redacted_in_pieces_as_it_is_whole(parts: list[str], piece: int) -> None:
+    """Searched in pieces (so no single search holds the event loop long), a text loses
+    exactly what it loses searched whole, wherever the pieces are cut."""
+    text = "".join(parts)
+    redactor = Redactor([KEY, "a-short-secret"])
+    whole, found = redactor(text), redactor.finds(text)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(redaction, "PIECE_CHARS", piece)
+        assert redactor(text) == whole
+        assert redactor.finds(text) == found

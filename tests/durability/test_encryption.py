@@ -19,11 +19,12 @@ import pytest
 from google.protobuf import json_format
 from google.protobuf.message import Message
 from temporalio.api.common.v1 import Payload, Payloads
+from temporalio.api.enums.v1 import EventType
 from temporalio.api.history.v1 import History, HistoryEvent
 from temporalio.client import Client, WorkflowHandle
 from temporalio.contrib.pydantic import pydantic_data_converter
 
-from tests.support.harness import activity_starts, scripted_worker, start_agent
+from tests.support.harness import scripted_worker, start_agent
 from tests.support.processes import (
     ROOT,
     clean_env,
@@ -397,7 +398,13 @@ async def test_history_holds_no_plaintext_when_encryption_is_on(
     assert len(payloads) > 5
     assert {p.metadata["encoding"] for p in payloads} == {ENCODING}
     assert set(_key_ids(history.events)) == {"old"}
-    retried = [s.last_failure for s in activity_starts(history) if s.attempt > 1]
+    # A model call's tries are activities of one attempt each: the provider's error is the
+    # failure of the first, and a second try follows it.
+    retried = [
+        e.activity_task_failed_event_attributes.failure
+        for e in history.events
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_FAILED
+    ]
     assert retried, "the provider error was not retried"
     # Failure messages move into an encrypted attribute; the server keeps only a placeholder.
     assert [f.message for f in retried] == ["Encoded failure"]

@@ -19,9 +19,10 @@ from tests.support.threads import imported_thread
 from treadle.activities.model.activity import http_client
 from treadle.activities.store.blobs import FileBlobStore
 from treadle.activities.store.external import DRIVER_NAME, StoredPayloadMissing
-from treadle.cli.worker import WORKFLOWS, workflow_runner
 from treadle.codec import ENV_VAR as KEYS_ENV
 from treadle.connection import PAYLOAD_SIZE_THRESHOLD, STORE_ENV, connect, data_converter
+from treadle.plugin.parts import WORKFLOWS
+from treadle.sandbox import workflow_runner
 from treadle.scripted_model import ScriptedModelServer
 from treadle.workflows.agent.messages.models import AgentInput, AgentResult, AgentStatus, RunStatus
 from treadle.workflows.agent.messages.state_machine import State

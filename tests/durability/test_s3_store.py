@@ -21,7 +21,9 @@ import pytest
 from temporalio.client import Client
 from temporalio.worker import Replayer
 
+from tests.support.counting import CountingBlobs
 from tests.support.harness import scripted_worker
+from tests.support.long_conversation import write_conversation
 from tests.support.moto import moto_server
 from tests.support.processes import ROOT, clean_env, free_port
 from tests.support.threads import imported_thread
@@ -29,7 +31,8 @@ from treadle.activities.model.activity import http_client
 from treadle.activities.store.blobs import BlobMissing, key_of
 from treadle.activities.store.conversation import ConversationStore
 from treadle.activities.store.s3 import S3BlobStore, S3Objects, S3Settings, S3StoreUnavailable
-from treadle.cli.worker import WORKFLOWS, workflow_runner
+from treadle.activities.store.tail import view_of
+from treadle.activities.store.view import view
 from treadle.codec import ENV_VAR as KEYS_ENV
 from treadle.connection import (
     PAYLOAD_SIZE_THRESHOLD,
@@ -38,6 +41,8 @@ from treadle.connection import (
     connect,
     data_converter,
 )
+from treadle.plugin.parts import WORKFLOWS
+from treadle.sandbox import workflow_runner
 from treadle.scripted_model import ScriptedModelServer
 from treadle.stores import StoreSettingsError, check_store, open_blob_store, parse_store
 from treadle.workflows.agent.messages.models import (
@@ -190,6 +195,26 @@ async def test_a_conversation_is_written_and_read_back_over_s3(
     assert [m.role for m in messages] == ["user", "tool", "assistant"]
     assert messages[1].content == long_text and messages[1].content_ref is None
     assert messages[2].content == "done"
+
+
+async def test_a_long_conversations_view_is_read_from_its_end_over_s3(
+    aws_env: dict[str, str], bucket: str
+) -> None:
+    """A worker on another machine (nothing cached) shows a long conversation kept in S3 as
+    the view of its whole record, reading its first segment, the segments back to the view's
+    summary and the outputs it shows: not the rest of the record."""
+    url = f"s3://{bucket}/long"
+    written = await write_conversation(ConversationStore(s3_store(url, aws_env)), 120, 2_000)
+    counted = CountingBlobs(s3_store(url, aws_env))
+    added = (ChatMessage(role="user", content="and now?"),)
+    shown = await view_of(
+        ConversationStore(counted), written.heads[120], written.count(120), added, 5_000
+    )
+    assert shown == view((*written.record, *added), 5_000)
+    assert shown.left_out > 150
+    assert written.heads[0] in counted.reads
+    assert not set(written.heads[1:80]) & set(counted.reads)
+    assert len(counted.reads) < 80
 
 
 async def test_an_agent_run_keeps_its_conversation_and_large_payloads_in_s3(

@@ -33,9 +33,9 @@ from temporalio.worker.workflow_sandbox import _runner as sdk_runner
 from tests.support.clock_workflow import ReadsTheClock
 from tests.support.harness import HISTORIES, recorded_history
 from treadle import sandbox
-from treadle.cli.worker import WORKFLOWS, workflow_runner
 from treadle.connection import data_converter
-from treadle.sandbox import LeanSandboxedWorkflowRunner
+from treadle.plugin.parts import WORKFLOWS
+from treadle.sandbox import LeanSandboxedWorkflowRunner, workflow_runner
 
 # A run with a model call, tool calls and a write: every kind of payload sequence a step has.
 HISTORY = HISTORIES / "test_happy_path_writes_a_file_and_answers-0.json"

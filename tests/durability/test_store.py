@@ -1,16 +1,21 @@
 """The conversation store: content-addressed blobs written once, conversations as chains of
-segments rebuilt from what a worker already cached, and clear errors for what is missing."""
+segments (read whole, or from their end for a view: ``tests/threads/test_thread_view.py``),
+what a worker wrote kept for its next call, and clear errors for what is missing."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 from temporalio.testing import ActivityEnvironment
 
+from tests.support.counting import CountingBlobs
 from treadle.activities.errors import StoreUnavailable
 from treadle.activities.store.blobs import BlobCorrupt, BlobMissing, FileBlobStore, key_of
 from treadle.activities.store.conversation import ConversationStore
+from treadle.activities.store.tail import view_of
+from treadle.activities.store.view import view
 from treadle.activities.tools.builtin import ToolActivities, execute_tool
 from treadle.activities.tools.confinement import Confinement
 from treadle.workflows.agent.messages.models import ChatMessage, ToolCall, ToolPolicy, ToolRequest
@@ -151,3 +156,73 @@ async def test_a_blob_this_store_cannot_open_is_written_again(tmp_path: Path) ->
         await plain.get(key)
     assert await plain.put(b"shared content") == key
     assert await plain.get(key) == b"shared content"
+
+
+async def test_a_conversation_written_before_segments_had_an_index_is_read_whole_once(
+    tmp_path: Path,
+) -> None:
+    """Segments written without an index (before there were any) are still shown as the view
+    of the whole record; the segment written after them has one, so the call after that reads
+    back only as far as its view reaches."""
+    blobs = FileBlobStore(tmp_path)
+    writer = ConversationStore(blobs)
+    record = [message("system", "s"), message("user", "task")]
+    heads = [await blobs.put(_unindexed(None, tuple(record)))]
+    for step in range(80):
+        text = f"output {step} " + "o" * 2_000
+        stored = ChatMessage(role="tool", tool_call_id="c", content_ref=await writer.put_text(text))
+        heads.append(await blobs.put(_unindexed(heads[-1], (message("assistant", "a"), stored))))
+        record += [
+            message("assistant", "a"),
+            ChatMessage(role="tool", tool_call_id="c", content=text),
+        ]
+    added = (message("user", "and now?"),)
+    whole = (*record, *added)
+    reader = ConversationStore(blobs)
+    assert await view_of(reader, heads[-1], len(record), added, 5_000) == view(whole, 5_000)
+    head = await reader.extend(heads[-1], added)
+
+    counted = CountingBlobs(blobs)
+    fresh = ConversationStore(counted)
+    assert await view_of(fresh, head, len(whole), (), 5_000) == view(whole, 5_000)
+    assert heads[0] in counted.reads  # the first segment: the system prompt and the task
+    assert not set(heads[1:40]) & set(counted.reads)
+    assert await fresh.messages(head) == whole
+
+
+def _unindexed(parent: str | None, messages: tuple[ChatMessage, ...]) -> bytes:
+    """A segment as workers wrote them before segments had an index."""
+    body = {
+        "parent": parent,
+        "messages": [m.model_dump(mode="json", exclude_defaults=True) for m in messages],
+    }
+    return json.dumps(body, sort_keys=True).encode()
+
+
+async def test_a_worker_reads_once_what_it_read_and_again_what_it_wrote(tmp_path: Path) -> None:
+    """A worker keeps what it read (segments, texts) and reads the conversation's next turn
+    only; what it wrote itself it reads back from the store (a store gone away is met there,
+    before the model is called)."""
+    writer = ConversationStore(FileBlobStore(tmp_path))
+    first = await writer.put_text("an output " * 100)
+    head = await writer.extend(None, (message("user", "task"),))
+    head = await writer.extend(head, (_output("c", first),))
+    counted = CountingBlobs(FileBlobStore(tmp_path))
+    reader = ConversationStore(counted)
+    assert (await reader.messages(head))[1].content == "an output " * 100
+    assert len(counted.reads) == 3
+    counted.reset()
+    assert len(await reader.messages(head)) == 2
+    assert counted.reads == []
+    second = await writer.put_text("another output " * 100)
+    later = await writer.extend(head, (_output("d", second),))
+    assert len(await reader.messages(later)) == 3
+    assert sorted(counted.reads) == sorted([later, second])
+    counted.reset()
+    mine = await reader.extend(later, (message("assistant", "done"),))
+    assert len(await reader.messages(mine)) == 4
+    assert counted.reads == [mine]
+
+
+def _output(call: str, ref: str) -> ChatMessage:
+    return ChatMessage(role="tool", tool_call_id=call, content_ref=ref)

@@ -7,7 +7,8 @@ from typing import Any
 import pytest
 from temporalio.client import WorkflowHandle
 
-from tests.support.harness import Harness, activity_starts, tool_messages
+from tests.support.harness import Harness, tool_messages
+from tests.support.tries import failed_model_tries
 from treadle.workflows.agent.messages.models import AgentResult, RunStatus
 
 
@@ -143,7 +144,7 @@ async def test_tool_call_without_a_name_is_retried(harness: Harness) -> None:
         harness, "fine", {"status": 200, "body": {"choices": [{"message": nameless}]}}
     )
     history = await handle.fetch_history()
-    failures = [s.last_failure.message for s in activity_starts(history) if s.attempt == 2]
+    failures = [failed.message for failed in failed_model_tries(history)]
     assert failures == ["openai response tool call #1 has no name"]
 
 

@@ -19,7 +19,7 @@ from tests.support.misbehaving_agent import MisbehavingAgent
 from treadle.activities.model.activity import ModelActivities, ProviderSettings, http_client
 from treadle.activities.tools.builtin import ToolActivities
 from treadle.activities.tools.loading import list_loaded_tools
-from treadle.cli.worker import workflow_runner
+from treadle.sandbox import workflow_runner
 from treadle.scripted_model import ScriptedModelServer
 from treadle.workflows.agent.messages import search_attributes
 from treadle.workflows.agent.messages.models import AgentConfig, AgentInput, AgentResult, RunStatus

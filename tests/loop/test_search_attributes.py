@@ -74,10 +74,12 @@ async def test_a_fast_run_sends_its_steps_only_at_the_pace_and_ends_exact(
 
 @pytest.mark.replay_corpus
 async def test_a_slow_step_sends_its_step_once_the_pace_allows(harness: Harness) -> None:
-    """A model call longer than ``STEP_ATTRIBUTES_EVERY`` (a real model's): the next step's
-    model call is preceded by one upsert of the step reached, with no state change."""
-    slow = {**_writes(1)[0], "delay": STEP_ATTRIBUTES_EVERY.total_seconds() + 0.5}
-    handle = await harness.start(harness.script(slow, {"content": "done"}))
+    """A model call longer than the run's pace (``step_attributes_every_seconds``, 5 minutes
+    at default; 2 s here): the next step's model call is preceded by one upsert of the step
+    reached, with no state change."""
+    slow = {**_writes(1)[0], "delay": 2.5}
+    model = harness.script(slow, {"content": "done"})
+    handle = await harness.start(model, step_attributes_every_seconds=2)
     assert (await handle.result()).status is RunStatus.DONE
     assert _sent(await handle.fetch_history()) == [("Planning", 0), ("Planning", 1), ("Done", 2)]
 

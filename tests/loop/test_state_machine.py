@@ -12,7 +12,7 @@ from temporalio.client import Client, WorkflowFailureError
 from temporalio.exceptions import ApplicationError
 from temporalio.worker import Worker
 
-from treadle.cli.worker import workflow_runner
+from treadle.sandbox import workflow_runner
 from treadle.workflows.agent.messages.state_machine import (
     SEED_STATES,
     TRANSITIONS,

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import httpx
 import pytest
@@ -20,7 +22,9 @@ from treadle.activities.errors import (
     ModelHTTPError,
     ModelResponseError,
 )
+from treadle.activities.model import anthropic_messages, openai_chat
 from treadle.activities.model.activity import ModelActivities, ProviderSettings
+from treadle.activities.model.body import json_bytes
 from treadle.activities.model.http_errors import (
     MAX_RETRY_AFTER,
     provider_backoff,
@@ -316,3 +320,24 @@ def test_usage_that_is_not_a_token_count_is_a_protocol_error(usage: dict[str, ob
         return
     with pytest.raises(ModelResponseError, match=r"usage\.\w+_tokens is not a token count"):
         parse_response(body, "openai")
+
+
+@pytest.mark.parametrize("protocol", [openai_chat, anthropic_messages])
+def test_a_request_body_is_the_json_httpx_would_send_byte_for_byte(protocol: Any) -> None:
+    """A long request is encoded a message at a time (off the event loop), yet its bytes are
+    those of ``json=``: compact, UTF-8, no NaN."""
+    messages = [ChatMessage(role="system", content='sys é \u2028 "quoted" \\')]
+    for i in range(40):
+        call = ToolCall(id=f"c{i}", name="read_file", arguments=f'{{"path": "f{i}"}}')
+        messages += [
+            ChatMessage(role="assistant", content=None, tool_calls=(call,)),
+            ChatMessage(role="tool", tool_call_id=f"c{i}", content=f"{i} ü\n" * 3_000),
+        ]
+    request = ModelRequest(
+        model="openai:m", messages=tuple(messages), tools=("read_file",), temperature=0.2
+    )
+    body = protocol.build_body(request, "m")
+    whole = json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    assert json_bytes(body) == whole.encode()
+    with pytest.raises(ValueError):
+        json_bytes({**body, "temperature": float("nan")})

@@ -21,7 +21,9 @@ from temporalio.worker import Replayer
 from tests.support.harness import keep_history
 from tests.support.monitors import EventReader, Handle, start_monitor, until, view
 from treadle.activities.model.activity import ProviderSettings, http_client
-from treadle.cli.worker import WORKFLOWS, build_worker, workflow_runner
+from treadle.cli.worker import build_worker
+from treadle.plugin.parts import WORKFLOWS
+from treadle.sandbox import workflow_runner
 from treadle.web.ping import MonitorService
 from treadle.workflows.monitors.models import (
     CheckInSignal,

@@ -18,7 +18,8 @@ from temporalio.worker import Replayer
 
 from tests.support.harness import keep_history, running_worker
 from tests.support.monitors import Handle, start_monitor, until
-from treadle.cli.worker import WORKFLOWS, workflow_runner
+from treadle.plugin.parts import WORKFLOWS
+from treadle.sandbox import workflow_runner
 from treadle.workflows.monitors.models import (
     EVENTS_TOPIC,
     CheckInSignal,

@@ -28,9 +28,11 @@ from temporalio.worker import Replayer, Worker
 from treadle.activities.mcp import McpActivities
 from treadle.activities.model.activity import ProviderSettings, http_client
 from treadle.activities.store.blobs import BlobStore, FileBlobStore
-from treadle.cli.worker import WORKFLOWS, build_worker, workflow_runner
+from treadle.cli.worker import build_worker
 from treadle.connection import data_converter
 from treadle.devserver import default_search_dirs, find_temporal_binary
+from treadle.plugin.parts import WORKFLOWS
+from treadle.sandbox import workflow_runner
 from treadle.scripted_model import ScriptedModelServer
 from treadle.workflows.agent.messages.models import (
     AgentConfig,

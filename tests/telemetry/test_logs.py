@@ -15,8 +15,8 @@ from temporalio.worker import Worker
 from tests.support.harness import Harness
 from tests.support.metrics_probe import PROBE_STEPS, MetricsProbeWorkflow
 from tests.support.telemetry import uncached_worker, worker_log
-from treadle.cli.worker import workflow_runner
 from treadle.logs import JsonFormatter, TextFormatter
+from treadle.sandbox import workflow_runner
 
 
 def json_lines(out: io.StringIO) -> list[dict[str, Any]]:

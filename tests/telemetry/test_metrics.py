@@ -12,7 +12,7 @@ from tests.support.harness import scripted_worker
 from tests.support.metrics_probe import PROBE_STEPS, MetricsProbeWorkflow
 from tests.support.telemetry import observed_client, uncached_worker, value
 from treadle.activities.model.activity import http_client
-from treadle.cli.worker import workflow_runner
+from treadle.sandbox import workflow_runner
 from treadle.scripted_model import ScriptedModelServer
 from treadle.workflows.agent.messages.models import AgentConfig, AgentInput
 from treadle.workflows.agent.workflow import AgentWorkflow

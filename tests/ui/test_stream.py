@@ -37,7 +37,9 @@ def page_after(blocks: list[dict[str, Any]], ops: list[dict[str, Any]]) -> list[
 async def finished_run(harness: Harness) -> str:
     text = " ".join(f"word{i}" for i in range(60))
     model = harness.script(
-        {"content": text, "chunk_delay": 0.01, "tool_calls": [WRITE]}, {"content": "Written."}
+        # Streamed for about 3 s: a reply is published in batches once it has streamed for a
+        # second (a quicker one arrives whole, with its result).
+        {"content": text, "chunk_delay": 0.05, "tool_calls": [WRITE]}, {"content": "Written."}
     )
     handle = await harness.start(model, "Write notes.md.")
     await handle.result()

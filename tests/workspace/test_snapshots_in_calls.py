@@ -2,7 +2,8 @@
 default) records one per changing step, each taken by the call that changed the workspace
 before it returned, so a step costs the history events it costs with snapshots off. A hook
 that may change files keeps the snapshot after it; a worker killed in the middle of a call
-leaves no snapshot of it, and the call run again snapshots once."""
+leaves no snapshot of it, and the call tried again, which does not run the lost command a second
+time, snapshots once."""
 
 from __future__ import annotations
 
@@ -143,7 +144,9 @@ SCRIPT = [
 AFTER: dict[int, Tree] = {1: {"a.txt": b"one"}}
 AFTER[2] = {**AFTER[1], "log.txt": b"2\n"}
 AFTER[3] = {**AFTER[2], "src/b.py": b"print(3)\n"}
-AFTER[4] = {**AFTER[3], "partial.txt": b"half", "done4.txt": b"4"}
+AFTER[4] = {**AFTER[3], "partial.txt": b"half"}
+"""Step 4's command was lost with its worker, half done: it is not run again (its outcome is
+unknown, and the model is told so); its snapshot is the files as the lost attempt left them."""
 AFTER[5] = {**AFTER[4], "c.txt": b"five"}
 
 
@@ -152,9 +155,10 @@ async def test_a_worker_killed_mid_call_leaves_no_snapshot_of_it(
     client: Client, model_server: ScriptedModelServer, tmp_path: Path
 ) -> None:
     """Two ``worker.py`` processes without a root, one store, the run's own workspace: A is
-    killed (SIGKILL) in the middle of step 4's command, B runs it again. Every step has one
-    snapshot, taken by its call (no ``snapshot_workspace`` in the history), step 4's after the
-    completed command only; ``workspace ID --step N --into DIR`` gives each step's tree."""
+    killed (SIGKILL) in the middle of step 4's command; B's attempt does not run it again and
+    tells the model its outcome is unknown. Every step has one snapshot, taken by its call (no
+    ``snapshot_workspace`` in the history), step 4's of the files the lost attempt left;
+    ``workspace ID --step N --into DIR`` gives each step's tree."""
     store = str(tmp_path / "store")
     model = f"incall-{uuid.uuid4().hex[:8]}"
     model_server.add_model(model, SCRIPT)
@@ -180,6 +184,9 @@ async def test_a_worker_killed_mid_call_leaves_no_snapshot_of_it(
         result: AgentResult = await asyncio.wait_for(handle.result(), 120)
         assert result.status is RunStatus.DONE, result
         assert tree(home) == AFTER[5]
+        told = [r.body["messages"][-1] for r in model_server.requests_for(model)][4]
+        assert told["role"] == "tool"
+        assert told["content"].startswith("ERROR: outcome unknown: an earlier attempt of this")
         history = await handle.fetch_history()
         await replayer().replay_workflow(history)
         keep_history("workspace-snapshot-in-a-call-killed-midway", history)

@@ -94,19 +94,20 @@ def register(subparsers: Any) -> None:
 async def cmd_demo(
     args: argparse.Namespace,
     *,
-    build_worker: Callable[..., Worker],
     format_trace: Callable[[Trace], str],
     format_result: Callable[[AgentResult], str],
 ) -> int:
     """Dev server, worker, scripted model and one run with an approval, in one process.
 
-    ``treadle`` passes what lives in the entry points (which ``treadle`` never imports):
-    ``worker.build_worker`` and its own trace and result formats.
+    The worker is a ``TreadlePlugin``'s, as yours would be, with the store every other command
+    of this directory reads (``TREADLE_STORE``, else ``.treadle/store``): ``treadle workspace``
+    shows the demo run's snapshots. ``treadle`` passes its own trace and result formats.
     """
     # Imported here: only the demo needs the server and model machinery.
-    from treadle.activities.model.activity import ProviderSettings, http_client
+    from treadle.activities.model.activity import ProviderSettings
     from treadle.connection import ensure_search_attributes
     from treadle.devserver import DevServer, load_config
+    from treadle.plugin import TreadlePlugin
     from treadle.scripted_model import DEMO_SCRIPT, ScriptedModelServer, load_script
     from treadle.workflows.agent.messages import search_attributes
 
@@ -123,15 +124,18 @@ async def cmd_demo(
             # A queue of the demo's own, never the shared one: a real worker there would take
             # the scripted runs, and this worker would answer real runs with the script.
             task_queue = kept_queue(args.task_queue) if args.keep else f"treadle-demo-{suffix}"
+            # The scripted model answers openai:*; a real key in this environment reaches nothing.
             settings = ProviderSettings.from_env({"OPENAI_BASE_URL": model_server.base_url})
-            async with (
-                http_client() as http,
-                build_worker(client, task_queue=task_queue, settings=settings, http=http),
-            ):
+            plugin = TreadlePlugin(model_settings=settings)
+            async with Worker(client, task_queue=task_queue, plugins=[plugin]):
                 print(f"3. Worker polling task queue {task_queue}")
                 demo = _Demo(client, server.address, server.namespace, server.ui_url, task_queue)
                 result = await demo.run(f"demo-{suffix}", args.manual, format_trace, format_result)
                 if args.keep:
+                    # The run's snapshots are in the worker's store; the run answers while the
+                    # worker is up.
+                    snapshots = demo.starter("workspace", f"demo-{suffix}")
+                    print(f"   Its workspace after each step that changed it: {snapshots}")
                     print(demo.try_it_yourself(f"try-{suffix}"), flush=True)
                     with interrupted() as stopping:
                         await stopping.wait()

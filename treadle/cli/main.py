@@ -350,12 +350,8 @@ async def cmd_decide(client: Client, args: argparse.Namespace) -> int:
 
 
 async def cmd_demo(args: argparse.Namespace) -> int:
-    """The demo lives in treadle/cli/demo.py; it gets what only the entry points have."""
-    from treadle.cli.worker import build_worker  # only the demo runs a worker in the CLI
-
-    return await cli_demo.cmd_demo(
-        args, build_worker=build_worker, format_trace=_format_trace, format_result=_format_result
-    )
+    """The demo lives in treadle/cli/demo.py; it prints runs as the other commands do."""
+    return await cli_demo.cmd_demo(args, format_trace=_format_trace, format_result=_format_result)
 
 
 # --------------------------------------------------------------------------------------------

@@ -23,42 +23,28 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import functools
-import hashlib
 import logging
 import os
 import signal
 import sys
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Sequence
 from datetime import timedelta
-from importlib import metadata
 from pathlib import Path
-from typing import Any
 
 import httpx
 from temporalio.client import Client
 from temporalio.worker import Worker
-from temporalio.worker.workflow_sandbox import SandboxRestrictions
 
 from treadle import home
 from treadle.activities import jobs as job_activities
-from treadle.activities import threads as thread_activities
-from treadle.activities.content import RedactedBlobs, RedactingInterceptor, Redactor, worker_secrets
-from treadle.activities.content import logs as log_redaction
+from treadle.activities.content import Redactor, worker_secrets
 from treadle.activities.content.logs import redact_every_line
-from treadle.activities.heartbeat import MIN_INTERVAL_SECONDS
-from treadle.activities.hooks import HookActivities
 from treadle.activities.mcp import McpActivities, McpConfig, McpConfigError, load_mcp_config
-from treadle.activities.model.activity import ModelActivities, ProviderSettings, http_client
+from treadle.activities.model.activity import ProviderSettings
 from treadle.activities.store.blobs import BlobStore
-from treadle.activities.store.conversation import ConversationStore
-from treadle.activities.store.probe import StoreProbeActivities
-from treadle.activities.tools.builtin import ToolActivities
 from treadle.activities.tools.confinement import Confinement
-from treadle.activities.tools.loading import ToolModuleError, list_loaded_tools
+from treadle.activities.tools.loading import ToolModuleError
 from treadle.activities.tools.loading import load as load_tool_modules
-from treadle.activities.workspace import WorkspaceActivities
-from treadle.activities.workspace.follow import Follower
 from treadle.cli.exits import run_and_exit
 from treadle.codec import EncryptionError
 from treadle.connection import (
@@ -73,88 +59,19 @@ from treadle.home import default_dev_config, default_store
 from treadle.job_schedules import sync_schedules
 from treadle.logs import LOG_FORMATS, configure_logging
 from treadle.observability import TelemetrySettingsError, metrics_runtime, metrics_url
-from treadle.sandbox import LeanSandboxedWorkflowRunner
-from treadle.stores import StoreSettingsError, check_store, open_blob_store, parse_store
+from treadle.plugin import Deployment, DeploymentError, TreadlePlugin
+from treadle.plugin.plugin import STICKY_QUEUE_TIMEOUT
+from treadle.stores import StoreSettingsError, check_store, parse_store
 from treadle.workflows.agent.messages import search_attributes
 from treadle.workflows.agent.messages.models import TASK_QUEUE
-from treadle.workflows.agent.workflow import AgentWorkflow
-from treadle.workflows.jobs import workflow as job_workflows
-from treadle.workflows.monitors import workflow as monitor_workflows
-from treadle.workflows.scheduled import workflow as scheduled_workflows
 
-PACKAGE = Path(__file__).resolve().parents[1]
 MCP_CONFIG_ENV = "TREADLE_MCP_CONFIG"
 
 log = logging.getLogger("treadle.worker")
 
-STICKY_QUEUE_TIMEOUT_SECONDS = 0.5
-"""The server gives a run's next workflow task to any worker after this long unclaimed by the
-worker that caches the run (the SDK's default is 10 s): a run cached on a dead worker continues
-0.6 s after its signal (on a server with ``temporal-dev.yaml``'s timer tick), not ten. A live
-worker whose polls fall behind misses it too (a burst of 100 runs at once: about one workflow
-task in nine, at 0.5 s as at 1 s; none at 10 s) and takes the run's task from the normal queue
-instead, which costs two history events and at most a replay (``continue_as_new_after_events``
-bounds it); docs/benchmarks.md measures both."""
-
-HEARTBEAT_THROTTLE = timedelta(seconds=MIN_INTERVAL_SECONDS)
-"""The SDK sends an activity's heartbeats at most every 0.8 x its heartbeat timeout (0.8 s of a
-1 s timeout, leaving 0.2 s for the RPC). Activities here beat every third of the timeout
-(``treadle.activities.heartbeat``); this lets each beat through, so the server hears one every 0.33
-s of the default 1 s timeout and a live attempt survives a stall of 0.67 s."""
-
-BUILD_LIBRARIES = ("temporalio", "pydantic", "pydantic-core", "httpx")
-"""Besides Treadle's own code, what decides how a workflow replays: in the build id."""
-
-
-@functools.cache
-def build_id() -> str:
-    """The build id the worker reports (on every workflow task it completes): a hash of
-    Treadle's own sources and the versions of the libraries that run them, so it changes when
-    the code does. The SDK's default hashes the bytecode of every loaded module, which took
-    0.13-0.29 s of a start-up of about a second; this reads Treadle's files in milliseconds."""
-    digest = hashlib.sha256()
-    for name in BUILD_LIBRARIES:
-        with contextlib.suppress(metadata.PackageNotFoundError):
-            digest.update(f"{name}=={metadata.version(name)}\n".encode())
-    for path in package_sources(PACKAGE):
-        digest.update(path.relative_to(PACKAGE).as_posix().encode() + b"\0")
-        digest.update(path.read_bytes())
-    return f"treadle-{digest.hexdigest()[:16]}"
-
-
-def package_sources(package: Path) -> list[Path]:
-    """The package's Python files, in a stable order. In a checkout ``treadle/workflows`` and
-    ``treadle/activities`` are links to the repository's folders: walked through."""
-    found = [
-        Path(directory, name)
-        for directory, _, names in os.walk(package, followlinks=True)
-        if "__pycache__" not in Path(directory).parts
-        for name in names
-        if name.endswith(".py")
-    ]
-    return sorted(found, key=lambda path: path.relative_to(package).as_posix())
-
-
-WORKFLOWS: list[type[Any]] = [
-    AgentWorkflow,
-    *job_workflows.WORKFLOWS,
-    *monitor_workflows.WORKFLOWS,
-    *scheduled_workflows.WORKFLOWS,
-]
-
-# Workflow code, passed through the sandbox whole: treadle.workflows is deterministic code only
-# (tests/architecture scans every module of it for clocks, randomness and I/O), so one import per
-# worker serves every run, instead of one per run and per replay after a cache miss (each module
-# left out cost 6-7 ms a run), and the pydantic classes the data converter builds are the ones
-# the workflow sees. A new module or room is covered the day it is written.
-PASSTHROUGH_MODULES = ("treadle.workflows",)
-
-
-def workflow_runner() -> LeanSandboxedWorkflowRunner:
-    """The sandbox every worker and the replay tests use (``treadle.sandbox``)."""
-    return LeanSandboxedWorkflowRunner(
-        restrictions=SandboxRestrictions.default.with_passthrough_modules(*PASSTHROUGH_MODULES)
-    )
+STICKY_QUEUE_TIMEOUT_SECONDS = STICKY_QUEUE_TIMEOUT.total_seconds()
+"""``--sticky-queue-timeout``'s default (``treadle.plugin.plugin.STICKY_QUEUE_TIMEOUT`` says
+why)."""
 
 
 def build_worker(
@@ -164,7 +81,7 @@ def build_worker(
     settings: ProviderSettings,
     http: httpx.AsyncClient,
     graceful_shutdown: timedelta = timedelta(seconds=10),
-    sticky_timeout: timedelta = timedelta(seconds=STICKY_QUEUE_TIMEOUT_SECONDS),
+    sticky_timeout: timedelta = STICKY_QUEUE_TIMEOUT,
     max_concurrent_activities: int = 100,
     max_cached_workflows: int = 1000,
     store: BlobStore | None = None,
@@ -174,93 +91,34 @@ def build_worker(
     secrets: Sequence[str] = (),
     workspace_root: Path | None = None,
 ) -> Worker:
-    """The one place that decides what a Treadle worker runs and how.
+    """A Treadle worker on a client that already has Treadle's data converter
+    (``treadle.connection.connect``): a ``Worker`` with a ``TreadlePlugin`` of these arguments,
+    what ``treadle worker``, the demo, the tests and the benchmarks run.
 
-    ``store`` keeps conversation content once, so model calls carry references instead of the
-    whole conversation (without one, every call carries it all: history grows quadratically).
-    ``mcp`` holds the worker's MCP servers and their sessions (its owner closes it after the
-    worker stops); without one the MCP activities are still registered, with no servers, so a
-    run that lists MCP tools learns there are none instead of waiting for an activity no worker
-    has. ``tools_only`` makes the worker of a ``tool_task_queue``: the workspace's tools and the
-    post-tools hooks, nothing else (no workflows, no model calls, no MCP).
-
-    ``secrets`` are what the worker knows besides its configured keys (``run`` passes its
-    secret-named environment variables and those its MCP servers are given): with the keys,
-    they are redacted from everything an activity returns, raises, stores, streams or puts on a
-    span or logs (``treadle.activities.content``). The redacting interceptor is the worker's last,
-    so the tracing interceptor and the SDK's failure logging see only redacted text.
-
-    ``workspace_root`` makes the workspace follow the run: runs' tools run in this worker's
-    copies of their workspaces under it, brought to each run's latest snapshot first and
-    snapshotted after (``treadle.activities.workspace.follow``); it needs ``store``.
+    Unlike the plugin's defaults, nothing is read from the process's environment: the model
+    endpoints are ``settings``, the secrets ``secrets``, and no store unless one is given
+    (without one, every model call carries the whole conversation). ``http`` and ``mcp`` stay
+    their caller's to close.
     """
-    # Workspace files go to the store as they are (a check-out must give the same bytes back),
-    # except a file holding one of the worker's secrets: withheld, named, never stored.
-    known = [k.encode() for k in dict.fromkeys([*settings.api_keys(), *secrets]) if k]
-    workspaces = WorkspaceActivities(store, lambda data: any(k in data for k in known))
-    follower = None
-    if workspace_root is not None:
-        if workspaces.snapshotter is None:
-            raise ValueError("a workspace root needs a store: the runs' snapshots live there")
-        follower = workspaces.follower = Follower(workspace_root, workspaces.snapshotter)
-    redactor = Redactor([*settings.api_keys(), *secrets])
-    interceptors = [RedactingInterceptor(redactor)]
-    log_redaction.install()  # what activities log while they run, with the same redactor
-    if store is not None:
-        store = RedactedBlobs(store, redactor)
-    conversations = ConversationStore(store) if store is not None else None
-    models = ModelActivities(settings, http, conversations)
-    tools = ToolActivities(
-        confinement=confinement,
-        store=conversations,
-        follower=follower,
-        snapshotter=workspaces.snapshotter,
+    plugin = TreadlePlugin(
+        mcp_servers=mcp,
+        store=store if store is not None else "none",
+        secrets=secrets,
+        workspace_root=workspace_root,
+        command_confinement=confinement,
+        tools_only=tools_only,
+        environ={},
+        model_settings=settings,
+        http_client=http,
     )
-    probe = StoreProbeActivities(store)  # a run waits for an unreachable store with it
-    if mcp is None:
-        mcp = McpActivities(McpConfig())
-    elif mcp.store is None:
-        mcp.store = conversations  # long MCP outputs are stored like every tool's
-    if tools_only:
-        return Worker(
-            client,
-            task_queue=task_queue,
-            activities=[
-                tools.run_tool,
-                HookActivities().run_hook,
-                probe.wait_for_store,
-                workspaces.snapshot_workspace,
-            ],
-            interceptors=interceptors,
-            max_concurrent_activities=max_concurrent_activities,
-            graceful_shutdown_timeout=graceful_shutdown,
-            max_heartbeat_throttle_interval=HEARTBEAT_THROTTLE,
-            build_id=build_id(),
-        )
     return Worker(
         client,
         task_queue=task_queue,
-        workflows=WORKFLOWS,
-        activities=[
-            models.call_model,
-            tools.run_tool,
-            HookActivities().run_hook,
-            workspaces.snapshot_workspace,
-            mcp.list_mcp_tools,
-            mcp.call_mcp_tool,
-            list_loaded_tools,
-            probe.wait_for_store,
-            *job_activities.ACTIVITIES,
-            *thread_activities.ACTIVITIES,
-        ],
-        interceptors=interceptors,
-        workflow_runner=workflow_runner(),
+        plugins=[plugin],
         max_concurrent_activities=max_concurrent_activities,
         max_cached_workflows=max_cached_workflows,
         graceful_shutdown_timeout=graceful_shutdown,
-        max_heartbeat_throttle_interval=HEARTBEAT_THROTTLE,
         sticky_queue_schedule_to_start_timeout=sticky_timeout,
-        build_id=build_id(),
     )
 
 
@@ -313,35 +171,38 @@ async def run(args: argparse.Namespace, mcp_config: McpConfig | None = None) -> 
             ):
                 why = f" ({outcome.error})" if outcome.error else ""
                 print(f"Job schedule {outcome.schedule_id}: {outcome.action}{why}", flush=True)
-        settings = ProviderSettings.from_env(os.environ)
-        mcp = McpActivities(mcp_config, environ=os.environ)
-        # Exited after the worker: its MCP servers stop once no activity can use them.
-        async with http_client() as http, mcp:
-            worker = build_worker(
-                client,
-                task_queue=args.task_queue,
-                settings=settings,
-                http=http,
-                graceful_shutdown=timedelta(seconds=args.graceful_shutdown),
-                sticky_timeout=timedelta(seconds=args.sticky_queue_timeout),
-                max_cached_workflows=args.max_cached_workflows,
-                store=blob_store(args.store, os.environ),
-                confinement=Confinement(args.command_confinement),
-                mcp=mcp,
-                tools_only=args.tools_only,
-                secrets=worker_secrets((), os.environ, _mcp_variables(mcp_config)),
-                workspace_root=workspace_root(args.workspace_root),
+        plugin = TreadlePlugin(
+            tools=args.tools,
+            mcp_servers=mcp_config,
+            store=args.store,  # the client's External Storage names the same store
+            workspace_root=args.workspace_root,
+            command_confinement=args.command_confinement,
+            tools_only=args.tools_only,
+            deployment_name=args.deployment_name,
+            build_id=args.build_id,
+        )
+        worker = Worker(
+            client,
+            task_queue=args.task_queue,
+            plugins=[plugin],
+            graceful_shutdown_timeout=timedelta(seconds=args.graceful_shutdown),
+            sticky_queue_schedule_to_start_timeout=timedelta(seconds=args.sticky_queue_timeout),
+            max_cached_workflows=args.max_cached_workflows,
+        )
+        # The plugin's MCP servers and HTTP client stop after the worker.
+        async with worker:
+            version = plugin.deployment.build
+            if args.deployment_name:
+                version = f"{args.deployment_name}.{version} of its Worker Deployment"
+            print(
+                f"{'Tools-only worker' if args.tools_only else 'Worker'} polling task queue "
+                f"{args.task_queue!r} on "
+                f"{client.service_client.config.target_host} (namespace {client.namespace}) "
+                f"as {version}; Ctrl-C to stop",
+                flush=True,
             )
-            async with worker:
-                print(
-                    f"{'Tools-only worker' if args.tools_only else 'Worker'} polling task queue "
-                    f"{args.task_queue!r} on "
-                    f"{client.service_client.config.target_host} (namespace {client.namespace}); "
-                    "Ctrl-C to stop",
-                    flush=True,
-                )
-                await stop.wait()
-                print("Shutting down: finishing in-flight work...", flush=True)
+            await stop.wait()
+            print("Shutting down: finishing in-flight work...", flush=True)
     print("Worker stopped.", flush=True)
     return 0
 
@@ -436,9 +297,10 @@ def parse_args(argv: Sequence[str] | None = None, prog: str | None = None) -> ar
         action="append",
         default=[],
         metavar="MODULE",
-        help="a module of your own tools (its TOOLS: Tool objects) that runs on this worker may "
-        "call, beside the built-in ones and those of installed packages' treadle.tools entry "
-        "points (repeatable; give the same to the runs' workflow and tools-only workers)",
+        help="a module of your own tools (its TOOLS: Tool objects; found from the current "
+        "directory too) that runs on this worker may call, beside the built-in ones and those "
+        "of installed packages' treadle.tools entry points (repeatable; give the same to the "
+        "runs' workflow and tools-only workers)",
     )
     parser.add_argument(
         "--workspace-root",
@@ -448,6 +310,21 @@ def parse_args(argv: Sequence[str] | None = None, prog: str | None = None) -> ar
         "it, so a run continues on any worker with everything its completed calls did "
         "(needs --store; one worker process per root; docs/workspaces.md). Without it, tools run "
         "in each run's own --workspace path on this machine",
+    )
+    parser.add_argument(
+        "--deployment-name",
+        metavar="NAME",
+        help="run as a version (NAME.BUILD) of this Worker Deployment: each run stays on the "
+        "build that started it while new runs go to the deployment's current version, and a "
+        "thread moves at its next continue-as-new (docs/upgrades.md; make a version current "
+        "with temporal worker deployment set-current-version). Without it the worker only "
+        "reports its build id",
+    )
+    parser.add_argument(
+        "--build-id",
+        metavar="ID",
+        help="the build id this worker reports (default: a hash of Treadle's sources and the "
+        "libraries that run them, so it changes when the code does)",
     )
     parser.add_argument("--log-level", default="INFO")
     parser.add_argument(
@@ -472,21 +349,6 @@ def parse_args(argv: Sequence[str] | None = None, prog: str | None = None) -> ar
     return parser.parse_args(argv)
 
 
-def blob_store(where: str, environ: Mapping[str, str]) -> BlobStore | None:
-    """The worker's conversation store (a directory, or S3 with the AWS_* environment);
-    encrypted at rest when TREADLE_ENCRYPTION_KEYS is set."""
-    return open_blob_store(parse_store(where), environ)
-
-
-def workspace_root(where: str | None) -> Path | None:
-    """The ``--workspace-root`` directory, made absolute and created."""
-    if where is None:
-        return None
-    root = Path(where).expanduser().resolve()
-    root.mkdir(parents=True, exist_ok=True)
-    return root
-
-
 def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
     args = parse_args(argv, prog)
     configure_logging(args.log_level, args.log_format)
@@ -498,7 +360,12 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
             raise StoreSettingsError(
                 "--workspace-root needs a store (--store): snapshots live there"
             )
+        Deployment(args.deployment_name, args.build_id)  # a bad name is refused now
         mcp_config = load_mcp_config(Path(args.mcp_config), os.environ) if args.mcp_config else None
+        if args.tools and os.getcwd() not in sys.path:
+            # --tools names a module as `python -m` finds one: in the folder you run it from too
+            # (a console script's path holds only the virtualenv's bin and site-packages).
+            sys.path.insert(0, os.getcwd())
         load_tool_modules(args.tools)  # before any run is checked: runs list what is loaded
         # Every line this process logs passes the door, whichever logger wrote it.
         redact_every_line(
@@ -518,6 +385,7 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
         ToolModuleError,
         TelemetrySettingsError,
         StoreSettingsError,
+        DeploymentError,
     ) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

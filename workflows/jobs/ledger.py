@@ -52,7 +52,12 @@ class JobLedgerWorkflow:
         # Records and prunes accepted in this workflow task must be applied before the state
         # is handed to the next run; updates arriving later are delivered to the next run.
         await workflow.wait_condition(workflow.all_handlers_finished)
-        workflow.continue_as_new(self._state)
+        # A ledger lives as long as its job: its next run starts on the Worker Deployment's
+        # current build, so an old build drains (docs/upgrades.md; unversioned: ignored).
+        workflow.continue_as_new(
+            self._state,
+            initial_versioning_behavior=workflow.ContinueAsNewVersioningBehavior.AUTO_UPGRADE,
+        )
 
     @workflow.update
     def record(self, run: JobRun) -> JobSummary:

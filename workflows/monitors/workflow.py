@@ -67,16 +67,20 @@ class MonitorWorkflow:
             if self._history_is_long():
                 # Carry the whole state; the stream hands its log and offsets over, and waits
                 # until no handler (a subscriber's long poll included) is still running.
+                # The stream's own continue_as_new spelled out, for one option: a monitor lives
+                # for ever, so its next run starts on the Worker Deployment's current build and
+                # an old build drains (docs/upgrades.md; unversioned workers: ignored).
                 self._trim_stream()
-                await self._stream.continue_as_new(
-                    lambda stream: [
-                        MonitorInput(
-                            config=input.config,
-                            state=self._ledger.state,
-                            stream=stream,
-                            continue_as_new_after_events=input.continue_as_new_after_events,
-                        )
-                    ]
+                self._stream.detach_pollers()
+                await workflow.wait_condition(workflow.all_handlers_finished)
+                workflow.continue_as_new(
+                    MonitorInput(
+                        config=input.config,
+                        state=self._ledger.state,
+                        stream=self._stream.get_state(),
+                        continue_as_new_after_events=input.continue_as_new_after_events,
+                    ),
+                    initial_versioning_behavior=workflow.ContinueAsNewVersioningBehavior.AUTO_UPGRADE,
                 )
             deadline = self._ledger.next_deadline()
             self._waiting_until, self._wake = deadline, False

@@ -204,6 +204,11 @@ class AgentConfig(Frozen):
     tool_timeout_seconds: float = Field(120, gt=0, le=86_400)
     """Start-to-close timeout of one tool call attempt."""
     tool_max_attempts: int = Field(3, ge=1, le=100)
+    step_attributes_every_seconds: float = Field(300, ge=1, le=86_400)
+    """How stale ``AgentStep`` in visibility may get while a run steps: a step's own moves are
+    sent at most once per this much workflow time (at once when the run waits, hands over or
+    ends). Each upsert is a billed Temporal Cloud action: at the default and 10 s steps, one
+    every 30 steps (``treadle.workflows.agent.parts.publishing``)."""
     heartbeat_timeout_seconds: float = Field(9, ge=1, le=3600)
     """A worker that dies during a model call, command, MCP call or hook is noticed after this
     long, not after the call's timeout; a model call is then made again at once, spending none

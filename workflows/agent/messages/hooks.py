@@ -35,7 +35,9 @@ __all__ = [
     "check_hook_names",
     "describe",
     "hook_call",
+    "known_hooks",
     "parse_author",
+    "register",
 ]
 
 KNOWN_HOOKS: Mapping[str, str] = MappingProxyType(
@@ -43,8 +45,34 @@ KNOWN_HOOKS: Mapping[str, str] = MappingProxyType(
         "git_commit": "commit what the step changed, in a workspace that is a git repository",
     }
 )
-"""Every hook a worker runs, by name, with what it does: the names a run's config may list.
+"""The built-in hooks, by name, with what they do: the names a run's config may list.
 ``treadle.activities.hooks.HOOKS`` implements exactly these (a test holds the two together)."""
+
+_REGISTERED: dict[str, str] = {}
+"""Your own hooks' names and what they do, named by this process (``register``: what
+``TreadlePlugin(hooks=...)`` does when it is made, in the worker and in the client that starts
+runs). Written while the process sets itself up, read-only once its worker runs."""
+
+
+def register(hooks: Mapping[str, str]) -> None:
+    """Let a run's config name these hooks (name -> what it does) beside the built-in ones.
+
+    The same name again is nothing new; a built-in name, or a name that does not fit, is a
+    ``ValueError`` and nothing of the batch is added."""
+    for name in hooks:
+        if name in KNOWN_HOOKS:
+            raise ValueError(f"hook name {name!r} is built in: name yours otherwise")
+        if not _HOOK_NAME.match(name):
+            raise ValueError(f"hook name {name!r} does not match {_HOOK_NAME.pattern}")
+    _REGISTERED.update(hooks)
+
+
+def known_hooks() -> Mapping[str, str]:
+    """Every hook a run's config may name here: the built-in ones, then this process's own."""
+    return MappingProxyType({**KNOWN_HOOKS, **_REGISTERED})
+
+
+_HOOK_NAME = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
 
 DEFAULT_COMMIT_AUTHOR = "Treadle <treadle@localhost>"
 """Author and committer of the hook's commits when the run's config names none."""
@@ -78,10 +106,10 @@ def check_hook_names(names: Iterable[str]) -> tuple[str, ...]:
     For the config's validator: an unknown hook is a config error when the run starts, not a
     surprise after its first step.
     """
-    listed = tuple(names)
-    unknown = [name for name in listed if name not in KNOWN_HOOKS]
+    listed, hooks = tuple(names), known_hooks()
+    unknown = [name for name in listed if name not in hooks]
     if unknown:
-        known = ", ".join(sorted(KNOWN_HOOKS))
+        known = ", ".join(sorted(hooks))
         raise ValueError(f"unknown hook(s): {', '.join(unknown)} (known: {known})")
     repeated = sorted({name for name in listed if listed.count(name) > 1})
     if repeated:
@@ -93,7 +121,7 @@ class HookRequest(Frozen):
     """Input of ``run_hook``: one hook, after one step whose tools changed files."""
 
     hook: str = Field(min_length=1, max_length=100)
-    """The hook to run, by name (one of ``KNOWN_HOOKS``)."""
+    """The hook to run, by name (one of ``known_hooks()``)."""
     workspace: str = Field(min_length=1)
     """The run's workspace, as the tools received it."""
     step: int = Field(ge=0)

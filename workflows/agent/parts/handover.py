@@ -24,6 +24,8 @@ from treadle.workflows.agent.messages.models import AgentInput
 from treadle.workflows.agent.parts.state import AgentRun
 from treadle.workflows.base import lean_dump
 
+AUTO_UPGRADE = workflow.ContinueAsNewVersioningBehavior.AUTO_UPGRADE
+
 CARRIED_TRACE_ENTRIES = 500
 """The trace's tail a run without a store hands over."""
 MAX_CARRIED_MEMORY_BYTES = 1_000_000
@@ -87,8 +89,14 @@ async def continue_as_new(run: AgentRun, stream: WorkflowStream) -> NoReturn:
     else:
         carried = run.carried(CARRIED_TRACE_ENTRIES, MAX_CARRIED_MEMORY_BYTES)
         resume = carried.model_dump(mode="json")
-    await stream.continue_as_new(
-        lambda state: [run.input.model_copy(update={"resume": resume, "stream": state})]
+    # The stream's own continue_as_new, spelled out to pass one option: a thread's next run
+    # starts on its Worker Deployment's current build (a run stays on the build that started
+    # it, docs/upgrades.md). Without a deployment the server ignores it.
+    stream.detach_pollers()
+    await workflow.wait_condition(workflow.all_handlers_finished)
+    workflow.continue_as_new(
+        run.input.model_copy(update={"resume": resume, "stream": stream.get_state()}),
+        initial_versioning_behavior=AUTO_UPGRADE if run.input.thread else None,
     )
 
 

@@ -24,14 +24,18 @@ from temporalio.exceptions import ApplicationError
 
 from treadle.workflows.agent.messages import events
 from treadle.workflows.agent.messages import search_attributes as sa
+from treadle.workflows.agent.messages.config import AgentConfig
 from treadle.workflows.agent.messages.events import AgentEvent, EventKind
 from treadle.workflows.agent.messages.state_machine import State
 from treadle.workflows.agent.parts import status
 from treadle.workflows.agent.parts.outages import Outage
 from treadle.workflows.agent.parts.state import AgentRun
 
-STEP_ATTRIBUTES_EVERY = timedelta(minutes=5)
-"""At most one upsert of a step's own moves per 5 minutes of workflow time. Each upsert is a
+STEP_ATTRIBUTES_EVERY = timedelta(
+    seconds=AgentConfig.model_fields["step_attributes_every_seconds"].default
+)
+"""The default of ``AgentConfig.step_attributes_every_seconds``: at most one upsert of a step's
+own moves per 5 minutes of workflow time. Each upsert is a
 billed Temporal Cloud action, and a step that waits on a real model takes seconds: at 10 s a
 step, a 10 s pace cost 1.14 actions a step (``bench.actions``), this costs one every 30 steps.
 So ``AgentStep`` in visibility may lag by up to 5 minutes of a run's stepping (a search such as
@@ -153,7 +157,8 @@ class Publisher:
             return False
         if state.value in _HELD_STATES:
             return True
-        return workflow.now() - self._sent_at < STEP_ATTRIBUTES_EVERY
+        every = timedelta(seconds=self._run.input.config.step_attributes_every_seconds)
+        return workflow.now() - self._sent_at < every
 
     def show(self) -> None:
         """The Web UI's current details: where the run is, in a few lines of markdown."""

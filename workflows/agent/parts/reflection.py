@@ -92,28 +92,3 @@ def summary_turn(older: tuple[Turn, ...], summary: str, unresolved: list[str]) -
     if unresolved:
         note += "\nUnresolved errors:\n" + "\n".join(f"- {e}" for e in unresolved)
     return Turn(step=last, note=note)
-
-
-def summarise_messages(messages: tuple[ChatMessage, ...], max_chars: int) -> str:
-    """The deterministic summary of messages a conversation's view leaves out: one short line
-    per message (who said it, what it called), the latest that fit in ``max_chars``, with a
-    count of the lines left out."""
-    lines: list[str] = []
-    for m in messages:
-        text = " ".join((m.content or "").split())
-        if m.role == "tool":
-            lines.append(f"- result: {text[:100]}")
-            continue
-        calls = ", ".join(f"{c.name}({c.arguments[:80]})" for c in m.tool_calls)
-        said = f"{m.role}: {text[:200]}" if text else m.role
-        lines.append(f"- {said}{f' [called {calls}]' if calls else ''}")
-    kept: list[str] = []
-    size = 0
-    for line in reversed(lines):
-        size += len(line) + 1
-        if size > max_chars:
-            break
-        kept.append(line)
-    left = len(lines) - len(kept)
-    head = [f"- ({left} earlier messages not summarised)"] if left else []
-    return "\n".join([*head, *reversed(kept)])
