@@ -28,7 +28,8 @@ from typing import Any
 from temporalio import activity
 
 MIN_INTERVAL_SECONDS = 0.25
-"""Beats never come closer than this (the SDK lets each through: ``worker.HEARTBEAT_THROTTLE``)."""
+"""Beats never come closer than this (the SDK lets each through:
+``treadle.plugin.plugin.HEARTBEAT_THROTTLE``)."""
 BEAT_SHARE = 2 / 3
 """Beats come this share of the heartbeat timeout apart, the first one too (the timeout counts
 from the attempt's start) ..."""

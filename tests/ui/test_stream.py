@@ -39,7 +39,8 @@ async def finished_run(harness: Harness) -> str:
     model = harness.script(
         # Streamed for about 3 s: a reply is published in batches once it has streamed for a
         # second (a quicker one arrives whole, with its result).
-        {"content": text, "chunk_delay": 0.05, "tool_calls": [WRITE]}, {"content": "Written."}
+        {"content": text, "chunk_delay": 0.05, "tool_calls": [WRITE]},
+        {"content": "Written."},
     )
     handle = await harness.start(model, "Write notes.md.")
     await handle.result()

@@ -78,10 +78,11 @@ instead, which costs two history events and at most a replay (``continue_as_new_
 bounds it); docs/benchmarks.md measures both."""
 
 HEARTBEAT_THROTTLE = timedelta(seconds=MIN_INTERVAL_SECONDS)
-"""The SDK sends an activity's heartbeats at most every 0.8 x its heartbeat timeout (0.8 s of a
-1 s timeout, leaving 0.2 s for the RPC). Activities here beat every third of the timeout
-(``treadle.activities.heartbeat``); this lets each beat through, so the server hears one every 0.33
-s of the default 1 s timeout and a live attempt survives a stall of 0.67 s."""
+"""The SDK sends an activity's heartbeats at most every 0.8 x its heartbeat timeout, and no more
+often than this. Activities here beat on their own schedule (``treadle.activities.heartbeat``:
+every two thirds of the timeout, at most 3 s before it ends, so every 6 s of the default 9 s and
+a live attempt is taken for lost only after its event loop stalled for 3 s); this throttle, the
+shortest interval that schedule uses, lets each of those beats through and nothing more."""
 
 GRACEFUL_SHUTDOWN = timedelta(seconds=10)
 """How long in-flight activities may finish when the worker stops, before they are handed back
