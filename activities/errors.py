@@ -98,7 +98,21 @@ class ModelResponseError(ModelError):
 
 
 class ModelOutputCut(ModelError):
+    """The reply was cut: no answer, but its tokens were spent (``usage``), so they count."""
+
     retryable = False
+    APPLICATION_ERROR_TYPE = "ModelOutputCut"
+
+    def __init__(self, message: str, *, usage: dict[str, int] | None = None) -> None:
+        super().__init__(message)
+        self.usage = usage or {}
+
+    def to_application_error(self) -> ApplicationError:
+        """Non-retryable; its first detail is the cut reply's usage (``TokenUsage`` fields),
+        which the run adds to its totals, cost and budget."""
+        return ApplicationError(
+            str(self), self.usage, type=self.APPLICATION_ERROR_TYPE, non_retryable=True
+        )
 
 
 class StoreUnavailable(TreadleError):

@@ -213,10 +213,11 @@ class McpActivities:
         from treadle.activities.mcp.protocol import list_tools
 
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + server.list_timeout_seconds
+        began = loop.time()
         async with self.sessions.session(server, timeout=server.list_timeout_seconds) as conn:
-            remaining = max(0.1, deadline - loop.time())
-            tools = await list_tools(conn, remaining)
+            started = loop.time() - began
+            remaining = max(0.1, server.list_timeout_seconds - started)
+            tools = await list_tools(conn, remaining, started)
         listing = Listing(tools=tools, listed_at=datetime.now(UTC))
         self._listings[server.name] = listing
         return listing

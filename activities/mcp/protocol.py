@@ -37,8 +37,9 @@ TRANSPORT_FAILURES: tuple[type[BaseException], ...] = (
 )
 
 
-async def list_tools(conn: Connection, timeout: float) -> tuple[Tool, ...]:
-    """Every tool the server lists now, page by page, within ``timeout``."""
+async def list_tools(conn: Connection, timeout: float, started: float = 0.0) -> tuple[Tool, ...]:
+    """Every tool the server lists now, page by page, within ``timeout``: what is left of its
+    ``list_timeout_seconds`` after ``started`` seconds spent starting (or reaching) it."""
     name = conn.server.name
     client: Client = conn.client
     if client.server_capabilities.tools is None:
@@ -57,7 +58,7 @@ async def list_tools(conn: Connection, timeout: float) -> tuple[Tool, ...]:
                 seen.add(cursor)
     except TimeoutError:
         conn.retire()
-        raise McpTimeoutError(name, f"did not list its tools within {timeout:g}s") from None
+        raise McpTimeoutError(name, _listing_timeout(conn, started)) from None
     except MCPError as exc:
         if exc.code == CONNECTION_CLOSED:
             conn.retire()
@@ -115,3 +116,14 @@ async def call_tool(
 
 def _rpc_error(exc: MCPError) -> str:
     return f"{' '.join(exc.message.split())} (JSON-RPC error {exc.code})"
+
+
+def _listing_timeout(conn: Connection, started: float) -> str:
+    """Why a listing ended, naming the configured limit (not what was left of it) and where the
+    time went, so the limit can be raised knowingly."""
+    limit = conn.server.list_timeout_seconds
+    spent = f"; starting or reaching it took {started:.1f}s of them" if started >= 0.1 else ""
+    return (
+        f"did not list its tools within its list_timeout_seconds of {limit:g}s{spent} (raise it "
+        "for a server that starts slowly or lists many tools; the next run lists it again)"
+    )

@@ -58,7 +58,15 @@ from treadle.activities.errors import (
     StoreUnavailable,
 )
 from treadle.activities.heartbeat import heartbeating
-from treadle.activities.model import anthropic_messages, body, http_errors, openai_chat, usage
+from treadle.activities.model import (
+    anthropic_messages,
+    body,
+    http_errors,
+    openai_chat,
+    output_cap,
+    typed_fallback,
+    usage,
+)
 from treadle.activities.model.payload import DEFAULT_MAX_TOKENS, well_formed
 from treadle.activities.model.streaming import (
     ErrorEvent,
@@ -167,6 +175,9 @@ class ModelActivities:
         self._unstreamable: set[tuple[str, str, bool]] = set()
         """Endpoints (URL, model name, tools offered) found to refuse streaming; called without
         it."""
+        self._json_object_only: set[tuple[str, str]] = set()
+        """Endpoints (URL, model name) that took a typed answer only as ``json_object``
+        (``typed_fallback``); asked so from the start."""
 
     @activity.defn(name="call_model")
     async def call_model(self, request: ModelRequest) -> ModelResponse:
@@ -184,7 +195,7 @@ class ModelActivities:
             # Heartbeats go on for as long as the call, however long its stream.
             async with heartbeating(), publishing(request) as on_text:
                 whole, added = await self._shown(request)
-                whole = await self._tool_schemas.inline(whole)
+                whole = self.with_output_cap(await self._tool_schemas.inline(whole))
                 telemetry.record_input(whole.messages)  # only with content capture on
                 result = await self.complete(
                     whole,
@@ -311,7 +322,61 @@ class ModelActivities:
 
         When ``request.stream`` is set, the provider streams and ``on_text`` is called with each
         piece of the reply's text as it arrives (the pieces join into ``content``); an endpoint
-        that refuses streaming is asked without it, and ``on_text`` is not called."""
+        that refuses streaming is asked without it, and ``on_text`` is not called. A typed
+        answer the endpoint cannot give as asked is asked as ``json_object`` with its schema
+        (``typed_fallback``)."""
+        request = self.with_output_cap(request)
+        typed = self._typed_endpoint(request)
+        remembered = typed in self._json_object_only
+        try:
+            return await self._complete(request, read_timeout, on_text, json_object=remembered)
+        except ModelHTTPError as exc:
+            if typed is None or remembered or exc.status not in typed_fallback.FALLBACK_STATUS:
+                raise
+            result = await self._complete(request, read_timeout, on_text, json_object=True)
+        if typed not in self._json_object_only:
+            self._json_object_only.add(typed)
+            activity.logger.warning(
+                "model.typed_answer.json_object",
+                extra={"model": request.model, "url": self._redact(http_errors.safe_url(typed[0]))},
+            )
+        return result
+
+    def with_output_cap(self, request: ModelRequest) -> ModelRequest:
+        """``request`` naming its output limit: its own, else its endpoint's default (lower for
+        a server on this machine, ``output_cap``)."""
+        if request.max_tokens is not None:
+            return request
+        try:
+            spec, _ = resolve(request.model)
+        except ModelStringError:
+            return request  # ``_complete`` says what is wrong
+        endpoint = self._settings.endpoints.get(spec.name)
+        base_url = endpoint.base_url if endpoint is not None else spec.default_base_url
+        cap = output_cap.default_max_tokens(spec.name, base_url)
+        return request.model_copy(update={"max_tokens": cap})
+
+    def _typed_endpoint(self, request: ModelRequest) -> tuple[str, str] | None:
+        """The endpoint (base URL, model name) an OpenAI-protocol typed answer goes to."""
+        if request.output_schema is None and not request.require_tool:
+            return None
+        try:
+            spec, name = resolve(request.model)
+        except ModelStringError:
+            return None  # ``_complete`` says what is wrong
+        endpoint = self._settings.endpoints.get(spec.name)
+        if spec.protocol != "openai" or endpoint is None:
+            return None
+        return endpoint.base_url, name
+
+    async def _complete(
+        self,
+        request: ModelRequest,
+        read_timeout: float,
+        on_text: TextCallback | None,
+        *,
+        json_object: bool,
+    ) -> ModelResponse:
         try:
             spec, name = resolve(request.model)
         except ModelStringError as exc:
@@ -336,7 +401,9 @@ class ModelActivities:
                 async with self._client.stream(
                     "POST",
                     url,
-                    content=await body.encoded(protocol.build_body(request, name), request),
+                    content=await body.encoded(
+                        _body(protocol, request, name, json_object), request
+                    ),
                     headers=headers,
                     timeout=timeout,
                 ) as response:
@@ -352,7 +419,7 @@ class ModelActivities:
                         )
             if not streams or refusal is not None:
                 plain = request.model_copy(update={"stream": False}) if request.stream else request
-                sent = await body.encoded(protocol.build_body(plain, name), plain)
+                sent = await body.encoded(_body(protocol, plain, name, json_object), plain)
                 try:
                     response = await self._client.post(
                         url, content=sent, headers=headers, timeout=timeout
@@ -435,6 +502,16 @@ class ModelActivities:
         return assembler.result()
 
 
+def _body(
+    protocol: WireProtocol, request: ModelRequest, name: str, json_object: bool
+) -> dict[str, Any]:
+    """The request's body; with ``json_object``, its typed answer asked in that form."""
+    built = protocol.build_body(request, name)
+    if json_object and protocol is PROTOCOLS["openai"]:
+        built = typed_fallback.json_object(built) or built
+    return built
+
+
 CUT_REASONS = frozenset({"length", "max_tokens"})
 """Finish reasons that say the output limit cut the reply (OpenAI's, Anthropic's)."""
 
@@ -447,7 +524,8 @@ def _never_cut(request: ModelRequest, response: ModelResponse) -> None:
     limit = request.max_tokens or DEFAULT_MAX_TOKENS
     raise ModelOutputCut(
         f"the reply was cut at its output limit of {limit} tokens (finish reason "
-        f"{response.finish_reason}); raise max_tokens (or the token budget) for this run"
+        f"{response.finish_reason}); raise max_tokens (or the token budget) for this run",
+        usage=response.usage.model_dump(),
     )
 
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from treadle.activities.errors import ModelResponseError
-from treadle.activities.model import http_errors
+from treadle.activities.model import grammar_limits, http_errors
 from treadle.activities.model import (
     payload as wire,  # values read from JSON, shared by the protocols
 )
@@ -98,7 +98,10 @@ def build_body(request: ModelRequest, model_name: str) -> dict[str, Any]:
         # strict: strict mode refuses schemas with optional fields, which pydantic's have.
         body["response_format"] = {
             "type": "json_schema",
-            "json_schema": {"name": "final_answer", "schema": request.output_schema},
+            "json_schema": {
+                "name": "final_answer",
+                "schema": grammar_limits.offered(request.output_schema),
+            },
         }
     if request.temperature is not None:
         body["temperature"] = request.temperature

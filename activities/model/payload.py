@@ -21,6 +21,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from treadle.activities.errors import ModelResponseError
+from treadle.activities.model import grammar_limits
 from treadle.workflows.agent.messages.catalogue import TOOLS
 from treadle.workflows.agent.messages.models import ModelRequest, ModelResponse
 
@@ -111,9 +112,14 @@ def parse_checked(
 
 def offered_schemas(request: ModelRequest) -> list[tuple[str, str, dict[str, Any]]]:
     """(name, description, JSON Schema) of every tool the request offers: the catalogue's by
-    name, then those it carries with their schemas (MCP tools), a name offered once."""
+    name, then those it carries with their schemas (MCP tools), a name offered once; each
+    schema within what grammar-constrained servers take (``grammar_limits``)."""
     offered = [
-        (TOOLS[name].name, TOOLS[name].description, TOOLS[name].json_schema())
+        (
+            TOOLS[name].name,
+            TOOLS[name].description,
+            grammar_limits.offered(TOOLS[name].json_schema()),
+        )
         for name in request.tools
         if name in TOOLS
     ]
@@ -121,5 +127,6 @@ def offered_schemas(request: ModelRequest) -> list[tuple[str, str, dict[str, Any
     for schema in request.tool_schemas:
         if schema.name not in seen:
             seen.add(schema.name)
-            offered.append((schema.name, schema.description, schema.parameters))
+            parameters = grammar_limits.offered(schema.parameters)
+            offered.append((schema.name, schema.description, parameters))
     return offered

@@ -65,6 +65,43 @@ async def test_each_call_is_capped_by_what_is_left(harness: Harness) -> None:
     assert second > 0
 
 
+async def test_a_reply_cut_at_its_output_limit_keeps_its_usage(harness: Harness) -> None:
+    """A reply cut at its output limit is no answer, but its tokens count: in the result, in
+    status and in cost (a real server reported 1,422 that status showed as 0)."""
+    cut = {"prompt_tokens": 1_000_000, "completion_tokens": 422}
+    model = harness.script({"content": "The first half", "finish_reason": "length", "usage": cut})
+    prices = {model: {"prompt": 1.0, "completion": 1.0}}
+    handle = await harness.start(model, max_tokens=422, prices=prices, tools=[])
+    result: AgentResult = await handle.result()
+    assert result.status is RunStatus.ERROR
+    assert result.error is not None and "cut at its output limit of 422 tokens" in result.error
+    assert result.usage.total_tokens == 1_000_422
+    status: AgentStatus = await handle.query(AgentWorkflow.state)
+    assert status.usage.total_tokens == 1_000_422
+    assert result.cost_usd == status.cost_usd == 1.000422
+
+
+async def test_a_reply_cut_at_the_budgets_room_ends_budget_exhausted(harness: Harness) -> None:
+    """The budget set the call's output limit and the reply used it all: the run ends "token
+    budget exhausted" with the cut reply's tokens counted, not "the reply was cut"."""
+    model = harness.script(
+        {
+            "content": "A long answer that goes on",
+            "finish_reason": "length",
+            "usage": {"prompt_tokens": 500, "completion_tokens": 1_422},
+        }
+    )
+    handle = await harness.start(model, token_budget=2_500, tools=[])
+    result: AgentResult = await handle.result()
+    assert result.status is RunStatus.ERROR
+    assert result.error is not None
+    assert result.error.startswith("token budget exhausted: the reply was cut at the"), result.error
+    assert "(1922 of 2500 tokens used)" in result.error
+    assert result.usage.total_tokens == 1_922
+    trace = await handle.query(AgentWorkflow.trace)
+    assert (trace.entries[-1].state, trace.entries[-1].event) == ("Planning", "BudgetExceeded")
+
+
 async def test_status_shows_usage_budget_and_cost(harness: Harness) -> None:
     """A price table turns usage into dollars in status; cached prompt tokens get their price."""
     model = harness.script(

@@ -127,6 +127,28 @@ async def test_servers_that_are_down_are_listed_unavailable_with_a_reason(
     }
 
 
+async def test_a_listing_past_its_limit_names_the_configured_limit(tools_file: Path) -> None:
+    """A server slow to list is reported with its list_timeout_seconds and the start's share
+    of it, not with what was left of it when listing began (it read 3.71595s for 10s)."""
+    config = parse_mcp_config(
+        {
+            "servers": [
+                stdio_entry(
+                    "slow", env=["MCP_TEST_TOOLS", "MCP_TEST_LIST_DELAY"], list_timeout_seconds=10
+                ),
+                stdio_entry("quick", env=["MCP_TEST_TOOLS"]),
+            ]
+        }
+    )
+    environ = {"MCP_TEST_TOOLS": str(tools_file), "MCP_TEST_LIST_DELAY": "30"}
+    async with McpActivities(config, environ=environ) as mcp:
+        tools = await listing(mcp)
+    assert tools.servers() == ("quick",)  # the other server's tools are offered all the same
+    why = tools.unavailable["slow"]
+    assert why.startswith("did not list its tools within its list_timeout_seconds of 10s")
+    assert "the next run lists it again" in why
+
+
 async def test_calling_a_server_that_is_down_fails_retryably(tmp_path: Path) -> None:
     """A call to a server that cannot be started is a retryable McpUnavailableError (Temporal
     retries; the workflow then turns it into an ERROR observation)."""

@@ -1,11 +1,12 @@
 """The agent against a real model server nobody on the project wrote, to check that what the
 scripted model stands in for holds on the real thing (and to verify your own endpoint and key).
 
-Skipped unless TREADLE_REAL_MODEL is set. The documented check runs llama-cpp-python's server
-with SmolLM2-135M from a package (``bench/real_model.sh``, see docs/models.md):
+Skipped unless TREADLE_REAL_MODEL is set. SmolLM2-135M on upstream llama-server, from two wheels
+(``bench/llama_server.py``, see docs/models.md; ``tests/models/test_real_server.py`` runs it
+by itself):
 
-    bash bench/real_model.sh serve &      # builds once, then serves on 127.0.0.1:8765
-    TREADLE_REAL_MODEL=openai:smollm2 OPENAI_BASE_URL=http://127.0.0.1:8765/v1 \\
+    .venv/bin/python -m bench.llama_server &     # serves on 127.0.0.1:8765
+    TREADLE_REAL_MODEL=openai:smollm2 OPENAI_BASE_URL=http://127.0.0.1:8765/v1 \
         .venv/bin/pytest tests/models/test_real_provider.py -q
 
 It runs against any provider too (``openai:gpt-4o-mini`` with OPENAI_API_KEY, ``anthropic``

@@ -49,6 +49,8 @@ class TestServer(MCPServer):
     """``MCPServer`` whose tool list follows the ``MCP_TEST_TOOLS`` file."""
 
     async def list_tools(self) -> Any:
+        # A server slow to list (MCP_TEST_LIST_DELAY seconds) after a quick handshake.
+        await asyncio.sleep(float(os.environ.get("MCP_TEST_LIST_DELAY") or 0))
         tools = await super().list_tools()
         names = offered()
         return [tool for tool in tools if names is None or tool.name in names]

@@ -292,6 +292,10 @@ class AgentEngine(AgentHandlers):
         except ActivityError as exc:
             if is_cancelled_exception(exc):
                 raise
+            ended = planning.cut_reply(run, request, exc)  # its tokens were spent: they count
+            if ended is not None:
+                m.error = ended.reason
+                return ended.event
             m.error = f"model call failed: {failure_message(exc)}"
             return Event.FATAL_ERROR
         if isinstance(called, interrupting.Interrupted):

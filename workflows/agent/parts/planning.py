@@ -4,10 +4,14 @@ tracker. The workflow runs the activity and moves the state; these say what to d
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime
+
+from pydantic import ValidationError
+from temporalio.exceptions import ActivityError, ApplicationError
 
 from treadle.workflows.agent.messages.catalogue import TOOLS, estimate_prompt_tokens
 from treadle.workflows.agent.messages.config import context_window
@@ -126,6 +130,42 @@ def model_request(run: AgentRun) -> Planned | CannotCall:
         max_tokens = min(room, max_tokens or room)
     # The cap keeps one call from overshooting what is left.
     return Planned(request.model_copy(update={"max_tokens": max_tokens}), plain)
+
+
+OUTPUT_CUT = "ModelOutputCut"
+"""The type of a model call's failure when its reply was cut at its output limit (its first
+detail: the reply's usage)."""
+
+
+def cut_reply(run: AgentRun, request: ModelRequest, exc: ActivityError) -> CannotCall | None:
+    """A reply cut at its output limit: its tokens are spent all the same, so they count in the
+    run's usage, cost and budget; the run ends "budget exhausted" when the budget (or the cost
+    cap) set that limit, else with the cut. ``None`` for any other failure."""
+    cause = exc.cause
+    if not (isinstance(cause, ApplicationError) and cause.type == OUTPUT_CUT):
+        return None
+    usage = TokenUsage()
+    if cause.details and isinstance(cause.details[0], dict):
+        # A worker of another version may send other fields: the cut is still reported.
+        with contextlib.suppress(ValidationError):
+            usage = TokenUsage.model_validate(cause.details[0])
+    run.spend(request.model, usage)
+    m, config = run.memory, run.input.config
+    limit = request.max_tokens
+    capped = limit is not None and (config.max_tokens is None or limit < config.max_tokens)
+    if capped and config.token_budget is not None:
+        return CannotCall(
+            Event.BUDGET_EXCEEDED,
+            f"token budget exhausted: the reply was cut at the {limit} tokens the budget left "
+            f"for it ({m.usage.total_tokens} of {config.token_budget} tokens used)",
+        )
+    if capped and config.max_cost_usd is not None:
+        return CannotCall(
+            Event.BUDGET_EXCEEDED,
+            f"cost cap reached: the reply was cut at the {limit} tokens the cap left for it "
+            f"(${cost_cap.spent(run):.6f} of ${config.max_cost_usd:.6f} spent)",
+        )
+    return CannotCall(Event.FATAL_ERROR, f"model call failed: {cause.message}")
 
 
 def describe_response(response: ModelResponse, fallback: str | None = None) -> str:
