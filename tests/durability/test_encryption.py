@@ -227,6 +227,8 @@ async def test_relabelled_or_altered_payloads_do_not_decrypt() -> None:
         (f"{OLD},{OLD_ID_OTHER_KEY}", "key id 'old' is listed twice"),
         (f"bad id:{_key()}", "key id 'bad id' must be"),
     ],
+    # Ids without the keys (random per process): every xdist worker collects the same tests.
+    ids=["empty", "no-colon", "trailing-comma", "not-base64", "short-key", "twice", "bad-id"],
 )
 def test_a_bad_key_setting_is_one_line_without_key_material(setting: str, problem: str) -> None:
     """Each malformed setting is refused with one line saying what is wrong, and no key bytes."""

@@ -95,8 +95,15 @@ async def start_python(
     )
     worker = WorkerProcess(process, [])
     assert process.stdout is not None
+    # A whole deadline, not one per line: a process that keeps printing without ever becoming
+    # ready fails the test with its output instead of holding it.
+    deadline = asyncio.get_running_loop().time() + 180
     while True:
-        raw = await asyncio.wait_for(process.stdout.readline(), 60)
+        left = deadline - asyncio.get_running_loop().time()
+        if left <= 0:
+            process.kill()
+            raise AssertionError(f"{what} never became ready:\n" + "\n".join(worker.output[-50:]))
+        raw = await asyncio.wait_for(process.stdout.readline(), min(60, left))
         if not raw:
             raise AssertionError(f"{what} exited early:\n" + "\n".join(worker.output))
         worker.output.append(raw.decode().rstrip())
