@@ -23,7 +23,6 @@ conversation lives in workflow state; activities receive only what one call need
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any
 
 from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError, is_cancelled_exception
@@ -35,12 +34,10 @@ from treadle.workflows.agent.handlers import SIGNALS, AgentHandlers
 from treadle.workflows.agent.messages import events
 from treadle.workflows.agent.messages import search_attributes as sa
 from treadle.workflows.agent.messages.models import (
-    RESULT_TRACE_ENTRIES,
     AgentInput,
     AgentResult,
     ModelResponse,
     RunStatus,
-    Trace,
     Turn,
 )
 from treadle.workflows.agent.messages.state_machine import Event, State, next_state
@@ -181,27 +178,12 @@ class AgentEngine(AgentHandlers):
             output=typed_answers.output_of(run.input.config, m.final_answer),
             usage_by_model=m.usage_by_model,
             workspace_snapshot=run.workspace_snapshot,
-            **self._readable_when_closed(),
+            **threads.readable_when_closed(run, self._pub.stream_end()),
         )
         # A sub-agent: the events not passed on (and its result, when it outlives its parent's
         # runs: the parent's newest run reads it from there).
         await child_reports.last_report(run, self._pub, result)
         return result
-
-    def _readable_when_closed(self) -> dict[str, Any]:
-        """What the result carries so a closed run is read without a worker to replay it: its
-        last status, its trace's tail and (its conversation in the store) its export. A
-        sub-agent's result goes to its parent's history, which keeps its own account of it."""
-        run = self._run
-        subagents = run.input.config.subagents
-        if subagents is not None and subagents.depth > 0:
-            return {}
-        dropped = max(0, len(run.trace) - RESULT_TRACE_ENTRIES)
-        return {
-            "final": status.status(run, workflow.now(), self._pub.stream_end(), None),
-            "trace": Trace(entries=tuple(run.trace[dropped:]), earlier=run.trace_earlier + dropped),
-            "export": threads.export(run) if run.memory.conversation_head is not None else None,
-        }
 
     def _start(self) -> None:
         run, config = self._run, self._run.input.config

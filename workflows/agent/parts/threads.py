@@ -6,12 +6,14 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from datetime import datetime
+from typing import Any
 
 from pydantic_core import PydanticSerializationError
 from temporalio import workflow
 from temporalio.exceptions import ApplicationError
 
 from treadle.workflows.agent.messages.models import (
+    RESULT_TRACE_ENTRIES,
     AgentInput,
     LoomAgentState,
     LoomConversation,
@@ -19,6 +21,7 @@ from treadle.workflows.agent.messages.models import (
     ThreadExport,
     ThreadSettings,
     ToolOutcome,
+    Trace,
     Turn,
     UserMessage,
 )
@@ -238,3 +241,18 @@ def rebuild(thread: ThreadExport, workspace: str, now: datetime) -> tuple[AgentI
     )
     run.record(run.state, "Imported", f"{len(thread.conversation.messages)} messages", now)
     return agent_input, run
+
+
+def readable_when_closed(run: AgentRun, stream_end: int) -> dict[str, Any]:
+    """What a run's result carries so the run is read when closed, without a worker to replay
+    it: its last status, its trace's tail and (its conversation in the store) its export. A
+    sub-agent's result goes to its parent's history, which keeps its own account of it."""
+    subagents = run.input.config.subagents
+    if subagents is not None and subagents.depth > 0:
+        return {}
+    dropped = max(0, len(run.trace) - RESULT_TRACE_ENTRIES)
+    return {
+        "final": status.status(run, workflow.now(), stream_end, None),
+        "trace": Trace(entries=tuple(run.trace[dropped:]), earlier=run.trace_earlier + dropped),
+        "export": export(run) if run.memory.conversation_head is not None else None,
+    }
