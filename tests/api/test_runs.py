@@ -116,6 +116,39 @@ async def test_a_thread_takes_messages_and_closes_over_http(
     assert refused.status_code == 409 and refused.json()["error"]
 
 
+async def test_a_message_mid_turn_follows_its_mode_over_http(
+    harness: Harness, http: httpx.AsyncClient, track: Callable[[str], str]
+) -> None:
+    """While a thread's turn runs, a message with ``mode: reject`` is refused (409, the reason)
+    and one with ``mode: steer`` joins the turn: the model's next call reads it."""
+    model = harness.script(
+        {"content": "Hello."},
+        {"delay": 3, "tool_calls": [{"name": "list_dir", "arguments": {"path": "."}}]},
+        {"content": "Steered."},
+    )
+    run_id = await started(http, run_body(harness, model, "Hi.", thread=True), track)
+    await until_state(http, run_id, "WaitingForUserInput")
+    sent = await http.post(f"/v1/runs/{run_id}/messages", json={"text": "Look around."})
+    assert sent.status_code == 202 and sent.json()["done"] == "sent"
+    for _ in range(600):  # the turn's model call is in flight
+        if len(harness.requests(model)) >= 2:
+            break
+        await asyncio.sleep(0.05)
+    refused = await http.post(f"/v1/runs/{run_id}/messages", json={"text": "now", "mode": "reject"})
+    assert refused.status_code == 409 and "busy" in refused.json()["error"], refused.text
+    steered = await http.post(
+        f"/v1/runs/{run_id}/messages", json={"text": "Also the tests.", "mode": "steer"}
+    )
+    assert steered.status_code == 202 and steered.json()["done"] == "steered", steered.text
+    for _ in range(600):
+        if len(harness.requests(model)) >= 3:
+            break
+        await asyncio.sleep(0.05)
+    users = [m["content"] for m in harness.requests(model)[2]["messages"] if m["role"] == "user"]
+    assert "Also the tests." in users[-1], users
+    assert "now" not in users
+
+
 async def test_a_question_is_answered_and_a_wait_woken_over_http(
     harness: Harness, http: httpx.AsyncClient, track: Callable[[str], str]
 ) -> None:

@@ -158,9 +158,10 @@ def mcp_server(agents: AgentClient, *, task_queue: str) -> MCPServer[Any]:
         return answered.model_dump(mode="json")
 
     @server.tool(annotations=ACT)
-    async def send_message(run_id: str, text: str) -> dict[str, Any]:
-        """Send a thread its next message."""
-        sent = await _tool(actions.send(agents, run_id, text, None))
+    async def send_message(run_id: str, text: str, mode: str | None = None) -> dict[str, Any]:
+        """Send a thread its next message; mode (queue, steer, interrupt, reject) says what it
+        does while a turn runs (default: the thread's own policy)."""
+        sent = await _tool(actions.send(agents, run_id, text, None, mode))
         return sent.model_dump(mode="json")
 
     @server.tool(annotations=READ)

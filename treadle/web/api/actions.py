@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Awaitable
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
@@ -207,9 +207,24 @@ async def answer(client: AgentClient, workflow_id: str, request: Answer) -> Answ
     return Answered(done="declined" if request.declined else "answered", query_id=query.id)
 
 
-async def send(client: AgentClient, workflow_id: str, text: str, message_id: str | None) -> Sent:
-    receipt = await asked(client.send(workflow_id, text, update_id=message_id))
-    return Sent(done="queued" if receipt.queued else "sent", position=receipt.position)
+_MET: dict[str, Literal["queued", "steered", "interrupting"]] = {
+    "queue": "queued",
+    "steer": "steered",
+    "interrupt": "interrupting",
+}
+"""How a message met the running turn, by the policy that took it."""
+
+
+async def send(
+    client: AgentClient, workflow_id: str, text: str, message_id: str | None, mode: str | None
+) -> Sent:
+    receipt = await asked(client.send(workflow_id, text, update_id=message_id, mode=mode))
+    done: Literal["sent", "queued", "steered", "interrupting"] = (
+        "queued" if receipt.queued else "sent"
+    )
+    if receipt.mode is not None:
+        done = _MET.get(receipt.mode.value, "queued")
+    return Sent(done=done, position=receipt.position, step=receipt.step)
 
 
 def _json_or_text(arguments: str) -> Any:

@@ -156,7 +156,8 @@ def api_operations(agents: AgentClient, settings: ApiSettings) -> list[Operation
 
     async def send(request: Request) -> Response:
         message = await body(request, Message)
-        return answer(await actions.send(agents, run_id(request), message.text, message.id), 202)
+        sent = await actions.send(agents, run_id(request), message.text, message.id, message.mode)
+        return answer(sent, 202)
 
     async def close(request: Request) -> Response:
         await body(request, _Empty)

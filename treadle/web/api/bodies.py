@@ -156,18 +156,23 @@ class Answered(Frozen):
 
 
 class Message(Frozen):
-    """A thread's next message. (A policy for messages that arrive mid-turn joins this body
-    when the loop has one: queue, steer, interrupt, reject.)"""
+    """A thread's next message, and what it does when a turn is running (``mode``)."""
 
     text: str = Field(min_length=1, max_length=100_000)
     id: str | None = Field(default=None, min_length=1, max_length=200)
     """The message's own id: sending it again with the same id is one message (retries)."""
+    mode: Literal["queue", "steer", "interrupt", "reject"] | None = None
+    """While a turn runs: queued behind it, steered into it, interrupting its model call, or
+    refused (409 with the reason); none: the thread's own ``mid_turn`` (docs/threads.md)."""
 
 
 class Sent(Frozen):
-    done: Literal["sent", "queued"]
+    done: Literal["sent", "queued", "steered", "interrupting"]
+    """``sent``: it starts a turn; otherwise how it met the running one."""
     position: int
-    """1 for the next message to be answered."""
+    """1 for the next message to be answered (or to join the running turn)."""
+    step: int = 0
+    """The thread's step when it arrived."""
 
 
 class Wake(Frozen):
