@@ -200,3 +200,32 @@ async def test_a_run_is_cancelled_and_a_missing_or_taken_id_is_said(
     assert missing.status_code == 404 and "no-such-run" in missing.json()["error"]
     taken = await http.post("/v1/runs", json={**body, "id": run_id})
     assert taken.status_code == 409 and run_id in taken.json()["error"]
+
+
+async def test_a_run_is_forked_over_http(
+    harness: Harness, http: httpx.AsyncClient, track: Callable[[str], str]
+) -> None:
+    """``POST /v1/runs/{id}/fork`` from step 2 with a new instruction: a 201 naming the fork and
+    its origin, the fork's first model call reads the original's conversation to there and the
+    instruction, and it ends; a step past the run's record is a 400 with the reason."""
+    writes = [
+        {"tool_calls": [{"name": "write_file", "arguments": {"path": f"f{n}.txt", "content": "x"}}]}
+        for n in (1, 2, 3)
+    ]
+    model = harness.script(*writes, {"content": "done"})
+    body = run_body(harness, model, config={"snapshots": {"enabled": True}})
+    run_id = await started(http, body, track)
+    await until_state(http, run_id, "Done")
+    forked = await http.post(
+        f"/v1/runs/{run_id}/fork", json={"step": 2, "message": "Write f9.txt instead."}
+    )
+    assert forked.status_code == 201, forked.text
+    fork = forked.json()
+    assert (fork["forked_from"], fork["step"]) == (run_id, 2)
+    track(fork["id"])
+    await until_state(http, fork["id"], "Done")
+    first_of_fork = harness.requests(model)[4]
+    assert first_of_fork["messages"][:-1] == harness.requests(model)[2]["messages"]
+    assert first_of_fork["messages"][-1] == {"role": "user", "content": "Write f9.txt instead."}
+    past = await http.post(f"/v1/runs/{run_id}/fork", json={"step": 99})
+    assert past.status_code == 400 and past.json()["error"], past.text

@@ -31,7 +31,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp
 from temporalio.client import Client
 
-from treadle.client import FILTERS, AgentClient, NoStream, StartedRun, Woken
+from treadle.client import FILTERS, AgentClient, Forked, NoStream, StartedRun, Woken
 from treadle.web.api import actions, streams
 from treadle.web.api.bodies import (
     Answer,
@@ -40,6 +40,7 @@ from treadle.web.api.bodies import (
     Cancelling,
     Closing,
     DecisionTaken,
+    Fork,
     Guide,
     Message,
     Modify,
@@ -158,6 +159,20 @@ def api_operations(agents: AgentClient, settings: ApiSettings) -> list[Operation
         message = await body(request, Message)
         sent = await actions.send(agents, run_id(request), message.text, message.id, message.mode)
         return answer(sent, 202)
+
+    async def fork(request: Request) -> Response:
+        given = await body(request, Fork)
+        started = agents.fork(
+            run_id(request),
+            given.step,
+            message=given.message,
+            id=given.id,
+            model=given.model,
+            config=given.config,
+            create_workspace=True,
+        )
+        forked = await actions.asked(started)
+        return answer(forked, 201)
 
     async def close(request: Request) -> Response:
         await body(request, _Empty)
@@ -360,6 +375,16 @@ def api_operations(agents: AgentClient, settings: ApiSettings) -> list[Operation
             body=Message,
             answer=Sent,
             status=202,
+        ),
+        Operation(
+            "POST",
+            f"{run}/fork",
+            "forkRun",
+            "Start a new run or thread from the end of one of this one's steps",
+            fork,
+            body=Fork,
+            answer=Forked,
+            status=201,
         ),
         Operation(
             "POST",

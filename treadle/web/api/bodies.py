@@ -175,6 +175,20 @@ class Sent(Frozen):
     """The thread's step when it arrived."""
 
 
+class Fork(Frozen):
+    """A new run or thread from the end of step ``step`` of this one (docs/threads.md): its
+    conversation up to there by reference, its workspace that step's snapshot (checked out
+    into the server's ``workspaces/ID``), its config the original's with ``config`` over it."""
+
+    step: int = Field(ge=0, le=1_000_000)
+    message: str | None = Field(default=None, min_length=1, max_length=100_000)
+    """A new instruction the fork's first model call reads."""
+    id: str | None = Field(default=None, min_length=1, max_length=200)
+    model: str | None = Field(default=None, min_length=1, max_length=200)
+    config: dict[str, Any] | None = None
+    """``AgentConfig`` fields over the original's."""
+
+
 class Wake(Frozen):
     """End the ``wait`` tool's wait now; the model reads ``reason``."""
 
