@@ -130,7 +130,9 @@ async def test_offsets_go_on_across_continue_as_new_and_a_watch_resumes(
     assert [e.text for e in events if e.kind == "answer"] == [f"answer {i}" for i in range(5)]
     assert [e.text for e in events if e.kind == "message"] == [f"message {i}" for i in range(1, 5)]
     assert any(e.kind == "continued" for e in events)
-    assert max(e.run for e in events) == status.run_in_chain
+    # The events reach the run that answered last, or a later one: a thread may hand over
+    # again while it waits, after its status was read.
+    assert max(e.run for e in events) >= status.run_in_chain
     # What the stream keeps after the hand-overs is one unbroken tail up to now, reaching back
     # at least to where the reader last resumed (the tail is carried, bounded by STREAM_EVENTS).
     kept = [o for o, _ in await stream_items(handle)]

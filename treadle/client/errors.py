@@ -47,6 +47,7 @@ from temporalio.client import WorkflowUpdateFailedError
 __all__ = [
     "AgentClientError",
     "InvalidRequest",
+    "MemoryRefused",
     "NoStream",
     "NoWorkerAnswered",
     "Refused",
