@@ -17,7 +17,8 @@ from treadle.workflows.agent.messages.models import AgentStatus
 from treadle.workflows.agent.workflow import AgentWorkflow
 
 DEPLOY = "The team deploys on Fridays, with pnpm."
-KEY = "sk-proj-AbCdEfGhIjKlMnOpQrStUvWxYz0123456789abcd"
+KEY = "sk-proj-" + uuid.uuid4().hex + uuid.uuid4().hex[:12]
+"""A key made per run: the redactor must withhold it, and no key-shaped literal is tracked."""
 
 
 def call(name: str, **arguments: Any) -> dict[str, Any]:
