@@ -8,10 +8,13 @@ was still finishing. The next attempt must not run a command, an MCP call that i
 repeat, or a file edit again: its effect is done, or may be.
 
 So before the effect, the attempt records a heartbeat whose details name the call
-(``{"treadle_sent": CALL_ID}``), and waits until the worker's SDK has sent it: at once when it is
-the attempt's first heartbeat (the SDK sends a first one without delay), else once the SDK's
-throttle since the one before has passed (``THROTTLE_SHARE`` of the heartbeat timeout, at most
-a minute, on a worker left at the SDK's default; TreadlePlugin's workers send each beat).
+(``{"treadle_sent": CALL_ID}``) and waits until the server holds it: it reads the run's pending
+activity back (``DescribeWorkflowExecution``, not a billed action) until that attempt's details
+carry the mark. The SDK sends a first heartbeat at once and a later one when its throttle since
+the one before has passed (``THROTTLE_SHARE`` of the heartbeat timeout, at most a minute, on a
+worker left at the SDK's default; TreadlePlugin's workers send each beat); a busy worker may
+take longer still, so no fixed wait is trusted. A mark the server does not confirm within
+``CONFIRM_SECONDS`` fails the attempt before its effect (``SentMarkUnconfirmed``, retried).
 Temporal keeps an activity's last heartbeat details for its next attempt, whichever worker runs
 it (``activity.info().heartbeat_details``). An attempt that finds its call named
 there does nothing and tells the model the outcome is unknown (``outcome_unknown``).
@@ -25,17 +28,21 @@ takes its outcome); an attempt the server gave up before the worker even began i
 start. Only an earlier attempt this worker does not know (another worker's, or one that was
 cancelled or failed) makes the outcome unknown.
 
-What it costs: one heartbeat (a billed Temporal Cloud action) per call that is not safe to
-repeat, and about a tenth of a second before its effect (up to the throttle when the attempt
-beat already, as an MCP call after a slow server start does). Tools safe to repeat (reading,
-listing, writing a whole file, a custom tool declared ``idempotent`` or not ``mutating``) are not
-marked. A worker killed in the tenth of a second between the mark and its delivery leaves no
-mark: that window is what remains, and the only one.
+What it costs: one heartbeat (a billed Temporal Cloud action) and one or a few reads of the
+run's description (not billed) per call that is not safe to repeat, and the heartbeat's round
+trip before its effect (up to the throttle when the attempt beat already, as an MCP call after a
+slow server start does). Tools safe to repeat (reading, listing, writing a whole file, a custom
+tool declared ``idempotent`` or not ``mutating``) are not marked. Since the effect starts only
+once the server holds the mark, a worker killed at any point leaves either no effect or a mark.
+An attempt whose mark was confirmed late, after it had already given up (the server reachable
+again only then), leaves a mark with no effect: the model is told the outcome is unknown,
+which is true of what the next attempt can know.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
@@ -44,6 +51,7 @@ from typing import Any, TypeVar
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
+from temporalio.service import RPCError
 
 from treadle.activities.heartbeat import beat, carry, heartbeating, last_beat
 
@@ -58,15 +66,31 @@ MAX_THROTTLE_SECONDS = 60.0
 """The SDK sends an attempt's heartbeats at most every ``THROTTLE_SHARE`` of its heartbeat
 timeout (and at most a minute apart, its default ``max_heartbeat_throttle_interval``); a later
 one waits for its turn."""
-DELIVERY_SECONDS = 0.1
-"""How long a heartbeat the SDK sends at once is given to leave the worker."""
+CONFIRM_SECONDS = 60.0
+"""How long an attempt waits for the server to hold its sent mark (beyond the SDK's throttle)
+before it fails without its effect: a server unreachable that long is an outage the attempt's
+retries wait out."""
+CONFIRM_FIRST_READ_SECONDS = 0.02
+CONFIRM_READ_EVERY_SECONDS = 0.5
+"""The first read of the run's description comes this soon after the beat leaves; later ones
+back off to every half second."""
 KEPT_ATTEMPTS = 1024
 """The latest attempts of calls not safe to repeat this worker keeps, for a later attempt of
 the same activity to take their outcome (``run_once``)."""
 
-_attempts: OrderedDict[tuple[str, str, str], tuple[int, asyncio.Future[Any]]] = OrderedDict()
+
+@dataclasses.dataclass
+class _Attempt:
+    """One attempt of a call not safe to repeat on this worker: its number, and its effect once
+    started (``None`` while it marks the call sent, and for good if it never got further)."""
+
+    number: int
+    effect: asyncio.Future[Any] | None = None
+
+
+_attempts: OrderedDict[tuple[str, str, str], _Attempt] = OrderedDict()
 """This worker's attempts of calls not safe to repeat, by activity (workflow id, run id,
-activity id: the same for every attempt), each with its attempt number, the latest last."""
+activity id: the same for every attempt), the latest last."""
 
 
 def _activity_key() -> tuple[str, str, str]:
@@ -82,7 +106,8 @@ async def run_once(
     - An earlier attempt of the same activity that this worker ran (or runs) is waited for,
       heartbeating, and its outcome is this one's;
     - else an earlier attempt marked the call sent (another worker's, or one that died):
-      ``unknown()``, nothing run;
+      ``unknown()``, nothing run; an earlier attempt of this worker's that was given up before
+      its effect started does not count (this worker knows nothing ran);
     - else an attempt the server has given up before it even began here (the worker was too
       busy to start it within its heartbeat timeout) does not start the effect: it fails, and
       the attempt after it runs the call;
@@ -93,30 +118,39 @@ async def run_once(
     if not activity.in_activity():
         return await run()
     key = _activity_key()
-    attempt = activity.info().attempt
+    this = _Attempt(activity.info().attempt)
     kept = _attempts.get(key)
-    earlier = kept[1] if kept is not None and kept[0] != attempt else None
-    if earlier is not None:
+    earlier = kept if kept is not None and kept.number != this.number else None
+    if earlier is not None and earlier.effect is not None:
+        effect = earlier.effect
         async with heartbeating():
-            await asyncio.wait({earlier})  # this attempt's own cancellation goes through
-        if earlier.cancelled() or earlier.exception() is not None:
+            await asyncio.wait({effect})  # this attempt's own cancellation goes through
+        if effect.cancelled() or effect.exception() is not None:
             return await unknown()  # cancelled or failed: whether its effect happened is unknown
         activity.logger.info("tool.outcome_taken_from_earlier_attempt call_id=%s", call_id)
-        result: T = earlier.result()
+        result: T = effect.result()
         return result
-    if sent_before(call_id):
+    # An earlier attempt here that never started its effect (given up while it marked the call
+    # sent) left a mark with nothing behind it: this worker knows, so the call runs now.
+    if earlier is None and sent_before(call_id):
         return await unknown()
     if _started_too_late():
         raise ApplicationError(
             "this attempt began after the server gave it up (the worker was busy): not run",
             type="AttemptGivenUp",
         )
-    await mark_sent(call_id)
-    effect = asyncio.ensure_future(run())
-    effect.add_done_callback(_retrieved)
-    _attempts[key] = (attempt, effect)
+    _attempts[key] = this  # an earlier attempt still marking sees it is superseded
     while len(_attempts) > KEPT_ATTEMPTS:
         _attempts.popitem(last=False)
+    await mark_sent(call_id)
+    if _attempts.get(key) is not this:
+        raise ApplicationError(
+            "a later attempt of this call took over while it was marked sent: not run",
+            type="AttemptGivenUp",
+        )
+    effect = asyncio.ensure_future(run())
+    effect.add_done_callback(_retrieved)
+    this.effect = effect
     try:
         return await asyncio.shield(effect)
     except asyncio.CancelledError:
@@ -160,29 +194,73 @@ def sent_before(call_id: str) -> bool:
     """Whether an earlier attempt of this activity marked ``call_id`` as sent."""
     if not activity.in_activity():
         return False
-    return any(
-        isinstance(detail, dict) and detail.get(SENT_MARK) == call_id
-        for detail in activity.info().heartbeat_details
-    )
+    return any(_names(detail, call_id) for detail in activity.info().heartbeat_details)
 
 
 async def mark_sent(call_id: str, *details: Any) -> dict[str, str]:
     """Record that ``call_id``'s effect starts now (with ``details`` beside the mark) and wait
-    until the worker has sent it. Every later beat of the attempt carries the mark too (a
-    heartbeat replaces the details before it: ``heartbeat.carry``). Returns the mark."""
+    until the server holds it. Every later beat of the attempt carries the mark too (a
+    heartbeat replaces the details before it: ``heartbeat.carry``). Returns the mark.
+
+    Raises ``SentMarkUnconfirmed`` (retryable; nothing was run) when the server does not
+    confirm the mark within the throttle and ``CONFIRM_SECONDS``."""
     mark = {SENT_MARK: call_id}
     if not activity.in_activity():
         return mark
     before = last_beat()
     carry(mark)
     beat(*details)
-    wait = DELIVERY_SECONDS
+    wait = 0.0
     timeout = activity.info().heartbeat_timeout
     if before is not None and timeout:
         throttle = min(timeout.total_seconds() * THROTTLE_SHARE, MAX_THROTTLE_SECONDS)
-        wait += max(0.0, before + throttle - time.monotonic())
-    await asyncio.sleep(wait)
+        wait = max(0.0, before + throttle - time.monotonic())
+    await asyncio.sleep(wait + CONFIRM_FIRST_READ_SECONDS)
+    if not await _server_holds(call_id, CONFIRM_SECONDS):
+        raise ApplicationError(
+            f"the server did not confirm within {CONFIRM_SECONDS:.0f}s that call {call_id} "
+            "was marked sent: not run",
+            type="SentMarkUnconfirmed",
+        )
     return mark
+
+
+async def _server_holds(call_id: str, within: float) -> bool:
+    """Whether the server's record of this attempt carries ``call_id``'s sent mark, read again
+    (backing off) until it does or ``within`` seconds pass. With no client to read it (an
+    activity run by ``ActivityEnvironment``) or no heartbeats to carry it (a local activity)
+    there is nothing to confirm: ``True``."""
+    info = activity.info()
+    try:
+        client = activity.client()
+    except RuntimeError:
+        return True
+    if info.is_local or info.workflow_id is None:
+        return True  # no heartbeats kept, or no run to read them from
+    handle = client.get_workflow_handle(info.workflow_id, run_id=info.workflow_run_id)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + within
+    pause = CONFIRM_FIRST_READ_SECONDS
+    while True:
+        try:
+            described = await handle.describe(rpc_timeout=timedelta(seconds=10))
+        except RPCError as err:
+            activity.logger.warning("sent_mark.confirm_read_failed call_id=%s: %s", call_id, err)
+        else:
+            for pending in described.raw_description.pending_activities:
+                if pending.activity_id != info.activity_id or pending.attempt != info.attempt:
+                    continue
+                held = await client.data_converter.decode(pending.heartbeat_details.payloads)
+                if any(_names(detail, call_id) for detail in held):
+                    return True
+        if loop.time() >= deadline:
+            return False
+        await asyncio.sleep(pause)
+        pause = min(pause * 2, CONFIRM_READ_EVERY_SECONDS)
+
+
+def _names(detail: Any, call_id: str) -> bool:
+    return isinstance(detail, dict) and detail.get(SENT_MARK) == call_id
 
 
 def outcome_unknown(tool: str) -> str:

@@ -23,8 +23,10 @@ from tests.support.processes import (
     clean_env,
     poll_until_killed,
     serve_command,
+    server_address,
     start_python,
 )
+from tests.support.slow_link import SlowLink
 from treadle.activities.mcp import McpActivities, parse_mcp_config
 from treadle.activities.sent_marks import outcome_unknown
 from treadle.connection import connect
@@ -36,6 +38,9 @@ HEARTBEAT_SECONDS = 2
 START_DELAY_SECONDS = 3
 """The server answers nothing for this long after it is started: longer than the heartbeat
 timeout, so only heartbeats sent while it starts keep the attempt alive."""
+LINK_DELAY_SECONDS = 0.5
+"""What the killed worker sends reaches the server this late: longer than a beat takes to
+leave a quiet worker, well within the heartbeat timeout."""
 
 
 def _options() -> dict[str, Any]:
@@ -104,8 +109,11 @@ async def serve(address: str, task_queue: str, notes: str) -> None:
 SERVE = serve_command(__name__, 3)
 
 
-async def start_mcp_worker(client: Client, task_queue: str, notes: Path) -> WorkerProcess:
-    address = client.service_client.config.target_host
+async def start_mcp_worker(
+    client: Client, task_queue: str, notes: Path, address: str | None = None
+) -> WorkerProcess:
+    """The test's worker process, reaching the server at ``address`` (by default directly)."""
+    address = address or client.service_client.config.target_host
     return await start_python(
         ["-c", SERVE, address, task_queue, str(notes)],
         clean_env(),
@@ -155,40 +163,41 @@ async def test_a_mutating_call_whose_worker_died_is_not_sent_again(
     client: Client, tmp_path: Path
 ) -> None:
     """The worker is SIGKILLed while the server runs a mutating call (the server started
-    slowly, so the attempt heartbeated before it sent the call). The next attempt, on another
-    worker, does not call again: the notes hold one line, and the model reads that the
-    outcome is unknown."""
+    slowly, so the attempt heartbeated before it sent the call), and what the worker sends
+    reaches the Temporal server late (``SlowLink``: a heartbeat not yet delivered when it dies
+    is lost with it). The call was sent only once the server held its sent mark, so the next
+    attempt, on another worker, does not call again: the notes hold one line, and the model
+    reads that the outcome is unknown."""
     notes = tmp_path / "notes"
     task_queue = f"test-mcp-kill-{uuid.uuid4().hex[:12]}"
-    first = await start_mcp_worker(client, task_queue, notes)
-    try:
-        handle = await client.start_workflow(
-            McpCallOnceWorkflow.run,
-            McpCallRequest(
-                server="test",
-                tool="note_and_wait",
-                arguments={"text": "S", "seconds": 30},
-                call_id="call-1",
-                step=1,
-            ),
-            id=f"mcp-kill-{uuid.uuid4().hex[:8]}",
-            task_queue=task_queue,
-            execution_timeout=timedelta(minutes=3),
-        )
-        deadline = asyncio.get_running_loop().time() + 120  # a watchdog, not a measurement
-        while not (notes.exists() and notes.read_text()):
-            assert asyncio.get_running_loop().time() < deadline, "the call never reached it"
-            await asyncio.sleep(0.05)
-        await first.kill()
-
-        second = await start_mcp_worker(client, task_queue, notes)
+    async with SlowLink(server_address(client), delay=LINK_DELAY_SECONDS) as link:
+        first = await start_mcp_worker(client, task_queue, notes, link.address)
         try:
-            result: ToolResult = await asyncio.wait_for(handle.result(), 120)
+            handle = await client.start_workflow(
+                McpCallOnceWorkflow.run,
+                McpCallRequest(
+                    server="test",
+                    tool="note_and_wait",
+                    arguments={"text": "S", "seconds": 30},
+                    call_id="call-1",
+                    step=1,
+                ),
+                id=f"mcp-kill-{uuid.uuid4().hex[:8]}",
+                task_queue=task_queue,
+                execution_timeout=timedelta(minutes=3),
+            )
+            deadline = asyncio.get_running_loop().time() + 120  # a watchdog, not a measurement
+            while not (notes.exists() and notes.read_text()):
+                assert asyncio.get_running_loop().time() < deadline, "the call never reached it"
+                await asyncio.sleep(0.05)
         finally:
-            await second.terminate()
-    finally:
-        if first.process.returncode is None:
             await first.kill()
+
+    second = await start_mcp_worker(client, task_queue, notes)
+    try:
+        result: ToolResult = await asyncio.wait_for(handle.result(), 120)
+    finally:
+        await second.terminate()
 
     unknown = outcome_unknown("test/note_and_wait")
     assert result == ToolResult(success=False, output=f"ERROR: {unknown}")
