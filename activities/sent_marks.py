@@ -42,6 +42,7 @@ which is true of what the next attempt can know.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import dataclasses
 import time
 from collections import OrderedDict
@@ -55,7 +56,15 @@ from temporalio.service import RPCError
 
 from treadle.activities.heartbeat import beat, carry, heartbeating, last_beat
 
-__all__ = ["SENT_MARK", "mark_sent", "outcome_unknown", "run_once", "sent_before"]
+__all__ = [
+    "SENT_MARK",
+    "call_activity_id",
+    "mark_sent",
+    "outcome_unknown",
+    "run_once",
+    "sent_before",
+    "sent_mark_in",
+]
 
 T = TypeVar("T")
 
@@ -81,10 +90,11 @@ the same activity to take their outcome (``run_once``)."""
 
 @dataclasses.dataclass
 class _Attempt:
-    """One attempt of a call not safe to repeat on this worker: its number, and its effect once
-    started (``None`` while it marks the call sent, and for good if it never got further)."""
+    """One attempt of a call not safe to repeat on this worker: which (its activity's id and
+    attempt number), and its effect once started (``None`` while it marks the call sent, and
+    for good if it never got further)."""
 
-    number: int
+    which: tuple[str, int]
     effect: asyncio.Future[Any] | None = None
 
 
@@ -93,13 +103,31 @@ _attempts: OrderedDict[tuple[str, str, str], _Attempt] = OrderedDict()
 activity id: the same for every attempt), the latest last."""
 
 
+_first_activity: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "treadle_first_activity", default=None
+)
+"""The activity this call was first made as, when the workflow made it again as a new one
+(``run_once``'s ``follows``), for what the call's attempts share: its command's processes."""
+
+
+def call_activity_id() -> str:
+    """The id of the activity this call was first made as: the running one's, unless the
+    workflow made the call again after every attempt of the first lost its worker."""
+    return _first_activity.get() or activity.info().activity_id
+
+
 def _activity_key() -> tuple[str, str, str]:
     info = activity.info()
-    return (info.workflow_id or "", info.workflow_run_id or "", info.activity_id)
+    return (info.workflow_id or "", info.workflow_run_id or "", call_activity_id())
 
 
 async def run_once(
-    call_id: str, run: Callable[[], Awaitable[T]], unknown: Callable[[], Awaitable[T]]
+    call_id: str,
+    run: Callable[[], Awaitable[T]],
+    unknown: Callable[[], Awaitable[T]],
+    *,
+    follows: str | None = None,
+    marked: bool = False,
 ) -> T:
     """``run()`` once for ``call_id``, whatever becomes of this attempt.
 
@@ -114,15 +142,24 @@ async def run_once(
     - else the call is marked sent and run. An attempt the server gives up while it runs (its
       heartbeat came too late: the SDK cancels it as no longer found, or timed out) is not
       cut short: its effect runs to its end, for the next attempt to take. Any other
-      cancellation (the run's, a worker shutting down) stops it."""
+      cancellation (the run's, a worker shutting down) stops it.
+
+    ``follows`` and ``marked`` come from the workflow when it made the call again as a new
+    activity after every attempt of the one before lost its worker: ``follows`` is the id of
+    the activity the call was first made as (its attempts and those of every activity after it
+    are this call's earlier attempts), ``marked`` says the last one had marked the call sent."""
     if not activity.in_activity():
         return await run()
+    _first_activity.set(follows)  # the call's attempts, in every activity, share one key
     key = _activity_key()
-    this = _Attempt(activity.info().attempt)
+    info = activity.info()
+    this = _Attempt((info.activity_id, info.attempt))
     kept = _attempts.get(key)
-    earlier = kept if kept is not None and kept.number != this.number else None
+    earlier = kept if kept is not None and kept.which != this.which else None
     if earlier is not None and earlier.effect is not None:
-        effect = earlier.effect
+        effect = this.effect = earlier.effect  # an attempt after this one takes it over too
+        _attempts[key] = this
+        carry({SENT_MARK: call_id})  # this attempt's beats must not wipe the mark out
         async with heartbeating():
             await asyncio.wait({effect})  # this attempt's own cancellation goes through
         if effect.cancelled() or effect.exception() is not None:
@@ -132,7 +169,7 @@ async def run_once(
         return result
     # An earlier attempt here that never started its effect (given up while it marked the call
     # sent) left a mark with nothing behind it: this worker knows, so the call runs now.
-    if earlier is None and sent_before(call_id):
+    if earlier is None and (marked or sent_before(call_id)):
         return await unknown()
     if _started_too_late():
         raise ApplicationError(
@@ -257,6 +294,15 @@ async def _server_holds(call_id: str, within: float) -> bool:
             return False
         await asyncio.sleep(pause)
         pause = min(pause * 2, CONFIRM_READ_EVERY_SECONDS)
+
+
+def sent_mark_in(failure: BaseException, call_id: str) -> bool:
+    """Whether an activity that failed with ``failure`` (its last attempt's heartbeat timed
+    out) had marked ``call_id`` sent: its last heartbeat's details, as the workflow reads them
+    from history (deterministic: no I/O)."""
+    cause = getattr(failure, "cause", None)
+    details = getattr(cause, "last_heartbeat_details", ())
+    return any(_names(detail, call_id) for detail in details)
 
 
 def _names(detail: Any, call_id: str) -> bool:

@@ -285,7 +285,7 @@ class McpActivities:
             from treadle.activities.mcp.results import result_text
 
             repeatable = await self._repeatable(server, request.tool)
-            if not repeatable and sent_before(request.call_id):
+            if not repeatable and (request.sent_before or sent_before(request.call_id)):
                 activity.logger.warning(
                     "mcp.call_outcome_unknown server=%s tool=%s call_id=%s",
                     request.server,

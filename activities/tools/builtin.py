@@ -564,7 +564,11 @@ class ToolActivities:
 
                 parsed = args
                 result = await run_once(
-                    call.id, lambda: self._in_workspace(request, parsed), unknown
+                    call.id,
+                    lambda: self._in_workspace(request, parsed),
+                    unknown,
+                    follows=request.follows,
+                    marked=request.sent_before,
                 )
             span.finished(result.success)
         activity.logger.info(

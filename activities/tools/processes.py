@@ -9,8 +9,9 @@ Three mechanisms, because no one of them reaches every process:
   the worker's event loop, which lives as long as the worker.)
 * **A mark in the environment**: every process of a command inherits ``TREADLE_COMMAND=<mark>``,
   a hash of the activity's workflow id, run id and activity id (the same for every attempt of
-  one activity). When a command ends, and before a retried attempt starts its own, every process
-  of the worker's user that carries the mark is killed, also those that left the process group
+  one activity, and for a call the workflow made again as a new activity: its first one's).
+  When a command ends, and before a retried attempt starts its own, every process of the
+  worker's user that carries the mark is killed, also those that left the process group
   (``setsid``, daemons).
 * **A record of the process group**: its id, its first process's start time and the boot id, in
   a file named by the mark. A retried attempt kills the processes still in that group, also those
@@ -46,6 +47,8 @@ from pathlib import Path
 from typing import Any
 
 from temporalio import activity
+
+from treadle.activities.sent_marks import call_activity_id
 
 __all__ = [
     "MARK_VARIABLE",
@@ -83,11 +86,12 @@ def mark_this_attempt() -> CommandMark:
     if not activity.in_activity():
         return CommandMark(secrets.token_hex(16), None, retried=False)
     info = activity.info()
-    key = "\0".join((info.workflow_id or "", info.workflow_run_id or "", info.activity_id))
+    first = call_activity_id()  # a call made again as a new activity keeps its first one's
+    key = "\0".join((info.workflow_id or "", info.workflow_run_id or "", first))
     token = hashlib.sha256(key.encode()).hexdigest()[:32]
     directory = _records_dir()
     record = directory / f"{token}.json" if directory is not None else None
-    return CommandMark(token, record, retried=info.attempt > 1)
+    return CommandMark(token, record, retried=info.attempt > 1 or first != info.activity_id)
 
 
 def _records_dir() -> Path | None:

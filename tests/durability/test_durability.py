@@ -193,21 +193,28 @@ async def _wait_for_lines(path: Path, count: int) -> list[str]:
 
 
 @pytest.mark.parametrize(
-    "confined",
+    ("confined", "tool_max_attempts"),
     [
         pytest.param(
-            True, marks=pytest.mark.skipif(not BWRAP_WORKS, reason="bubblewrap does not work")
+            True, 3, marks=pytest.mark.skipif(not BWRAP_WORKS, reason="bubblewrap does not work")
         ),
-        False,
+        (False, 3),
+        (False, 1),
     ],
-    ids=["bwrap", "argument-checks-only"],
+    ids=["bwrap", "argument-checks-only", "made-again"],
 )
 async def test_a_command_whose_worker_died_is_never_run_again(
-    client: Client, model_server: ScriptedModelServer, tmp_path: Path, confined: bool
+    client: Client,
+    model_server: ScriptedModelServer,
+    tmp_path: Path,
+    confined: bool,
+    tool_max_attempts: int,
 ) -> None:
     """SIGKILL to the worker mid-command kills the command's processes (at once, or when the
     retry starts); the retried attempt finds the call marked sent and does not run it again:
-    the model reads that the outcome is unknown, and the command started once."""
+    the model reads that the outcome is unknown, and the command started once. With one
+    attempt allowed (``made-again``) the lost attempt spends none: the workflow makes the call
+    again as a new activity, told the one before had marked it sent."""
     workspace = tmp_path / "ws"
     workspace.mkdir()
     script = f"job-{uuid.uuid4().hex[:8]}.py"
@@ -235,7 +242,8 @@ async def test_a_command_whose_worker_died_is_never_run_again(
     first = await start_worker(server_address(client), task_queue, env)
     handle = await start_agent(
         client, task_queue, f"openai:{model}", workspace, "run the job once",
-        config=RUN_PYTHON, id_prefix="command-crash",
+        config=RUN_PYTHON.model_copy(update={"tool_max_attempts": tool_max_attempts}),
+        id_prefix="command-crash",
     )  # fmt: skip
     log = workspace / "ran.log"
     second = None
@@ -263,5 +271,9 @@ async def test_a_command_whose_worker_died_is_never_run_again(
     assert observed["role"] == "tool"
     assert observed["content"].startswith("ERROR: outcome unknown: an earlier attempt of this")
     history = await handle.fetch_history()
-    assert 2 in [started.attempt for started in activity_starts(history)]
+    if tool_max_attempts > 1:
+        assert 2 in [started.attempt for started in activity_starts(history)]
+    else:
+        # The first activity timed out with its worker; the call was made again, and answered.
+        assert _activity_counts(history.events, "run_tool") == (2, 1)
     await replayer().replay_workflow(history)

@@ -13,6 +13,8 @@ import asyncio
 import uuid
 from pathlib import Path
 
+import pytest
+from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
 from tests.support.harness import activity_starts, replayer, start_agent, wait_for_requests
@@ -166,14 +168,18 @@ START_WAIT_END = (
 )
 
 
+@pytest.mark.parametrize("tool_max_attempts", [3, 1], ids=["retried", "made-again"])
 async def test_a_command_whose_attempt_the_server_gave_up_is_not_cut_short(
-    client: Client, model_server: ScriptedModelServer, tmp_path: Path
+    client: Client, model_server: ScriptedModelServer, tmp_path: Path, tool_max_attempts: int
 ) -> None:
     """A command runs beside a tool that blocks the worker's loop past the command's heartbeat
     timeout: the server gives the command's attempt up and the SDK cancels it as no longer
     found, but its command runs to its end (never cut in half) and the next attempt returns its
     outcome, or, when the worker could not even begin the attempt in time, that attempt runs
-    nothing and the next one runs the command. Either way the command runs once, whole."""
+    nothing and the next one runs the command. Either way the command runs once, whole. With
+    one attempt allowed (``made-again``), the lost attempt spends no attempt of the call: the
+    workflow makes the call again as a new activity, which takes the first one's outcome or
+    runs the command, and the run shows it waited for a worker."""
     module = f"stall_{uuid.uuid4().hex[:8]}"
     (tmp_path / f"{module}.py").write_text(STALL_TOOL.replace("STALL", str(STALL_SECONDS)))
     model = f"gave-up-{uuid.uuid4().hex[:8]}"
@@ -190,7 +196,10 @@ async def test_a_command_whose_attempt_the_server_gave_up_is_not_cut_short(
     worker = await start_worker(server_address(client), task_queue, env, "--tools", module)
     workspace = tmp_path / "ws"
     config = AgentConfig(
-        allow_run_command=True, command_allowlist=("python3",), heartbeat_timeout_seconds=2
+        allow_run_command=True,
+        command_allowlist=("python3",),
+        heartbeat_timeout_seconds=2,
+        tool_max_attempts=tool_max_attempts,
     )
     try:
         handle = await start_agent(
@@ -198,6 +207,7 @@ async def test_a_command_whose_attempt_the_server_gave_up_is_not_cut_short(
             id_prefix="gave-up",
         )  # fmt: skip
         result: AgentResult = await asyncio.wait_for(handle.result(), 120)
+        trace = [e.event for e in (await handle.query(AgentWorkflow.trace)).entries]
     finally:
         assert await worker.terminate() == 0
 
@@ -210,5 +220,16 @@ async def test_a_command_whose_attempt_the_server_gave_up_is_not_cut_short(
     }
     assert observed == {"exit code 0\n(no output)", "stalled"}
     history = await handle.fetch_history()
-    # The command's activity was given up at least once: its last attempt is not its first.
-    assert max(started.attempt for started in activity_starts(history)) >= 2
+    if tool_max_attempts > 1:
+        # The command's activity was given up at least once: its last attempt is not its first.
+        assert max(started.attempt for started in activity_starts(history)) >= 2
+    else:
+        # Each activity had one attempt: the command's was made again as a new one.
+        assert {started.attempt for started in activity_starts(history)} == {1}
+        scheduled = [
+            e.activity_task_scheduled_event_attributes.activity_type.name
+            for e in history.events
+            if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+        ]
+        assert scheduled.count("run_tool") >= 3  # the stall, and the command twice or more
+        assert "WaitingForWorker" in trace

@@ -15,7 +15,9 @@ Two failures are never the caller's to judge, because neither is the call's own:
   too busy to beat). The call is made again at once (``_model_tries``), the run shows that it
   waits for a worker, and no try is spent: only the provider's own errors spend the call's
   ``model_max_attempts``. So a model call is a chain of activities of one attempt each, and
-  the provider's backoff (or its ``Retry-After``) is a timer between two of them.
+  the provider's backoff (or its ``Retry-After``) is a timer between two of them. A tool call
+  whose attempts all lost their worker is made again the same way (``_through_lost_workers``),
+  never repeating an effect that may have happened.
 """
 
 from __future__ import annotations
@@ -69,6 +71,7 @@ with workflow.unsafe.imports_passed_through():
     from treadle.activities.hooks import HookActivities
     from treadle.activities.mcp import McpActivities
     from treadle.activities.model.activity import ModelActivities
+    from treadle.activities.sent_marks import sent_mark_in
     from treadle.activities.store.probe import StoreProbeActivities
     from treadle.activities.tools.builtin import ToolActivities
     from treadle.activities.tools.loading import list_loaded_tools as list_loaded
@@ -170,17 +173,20 @@ async def run_tool(
     command: bool,
     tool_timeout: float | None,
 ) -> ToolResult:
-    """One built-in or custom tool call (``run_tool``), on the run's tool queue."""
-    result: ToolResult = await _through_outages(
-        config,
-        config.tool_task_queue,
-        lambda: workflow.execute_activity_method(
+    """One built-in or custom tool call (``run_tool``), on the run's tool queue, made again
+    while its worker is lost (``_through_lost_workers``)."""
+
+    def attempt(follows: str | None, marked: bool) -> Awaitable[ToolResult]:
+        asked = request
+        if follows is not None:
+            asked = request.model_copy(update={"follows": follows, "sent_before": marked})
+        return workflow.execute_activity_method(
             ToolActivities.run_tool,
-            request,
+            asked,
             **tool_call(config, summary, command=command, tool_timeout=tool_timeout),
-        ),
-    )
-    return result
+        )
+
+    return await _through_lost_workers(config, config.tool_task_queue, request.call.id, attempt)
 
 
 async def list_loaded_tools(config: AgentConfig) -> LoadedTools:
@@ -209,15 +215,15 @@ async def list_mcp_tools(config: AgentConfig, request: McpListRequest, summary: 
 async def call_mcp_tool(
     config: AgentConfig, request: McpCallRequest, summary: str, attempt_timeout: timedelta
 ) -> ToolResult:
-    """One MCP tool call (``call_mcp_tool``)."""
-    result: ToolResult = await _through_outages(
-        config,
-        None,
-        lambda: workflow.execute_activity_method(
-            McpActivities.call_mcp_tool, request, **mcp_call(config, summary, attempt_timeout)
-        ),
-    )
-    return result
+    """One MCP tool call (``call_mcp_tool``), made again while its worker is lost."""
+
+    def attempt(follows: str | None, marked: bool) -> Awaitable[ToolResult]:
+        asked = request if follows is None else request.model_copy(update={"sent_before": marked})
+        return workflow.execute_activity_method(
+            McpActivities.call_mcp_tool, asked, **mcp_call(config, summary, attempt_timeout)
+        )
+
+    return await _through_lost_workers(config, None, request.call_id, attempt)
 
 
 async def run_hook(config: AgentConfig, request: HookRequest, summary: str) -> HookResult:
@@ -291,6 +297,44 @@ async def _through_outages(
             **store_wait(config, outage.where, task_queue),
         )
         _show(None)
+
+
+TOOLS_WAIT_FOR_WORKERS = "tool-calls-wait-for-lost-workers"
+"""The patch under which a tool call whose attempts all lost their worker is made again
+(runs recorded before it failed the call)."""
+
+
+async def _through_lost_workers(
+    config: AgentConfig,
+    task_queue: str | None,
+    call_id: str,
+    attempt: Callable[[str | None, bool], Awaitable[ToolResult]],
+) -> ToolResult:
+    """A tool call, through store outages, made again as a new activity for as long as every
+    attempt of the one before lost its worker (its heartbeat timed out: a dead or starved
+    worker): a busy worker spends none of the call's ``tool_max_attempts``, and the run shows
+    it waits for a worker. The new activity is told the call's first activity (an attempt of
+    the call still running on the same worker is waited for, what its command left is killed)
+    and whether the one before had marked the call sent (a call not safe to repeat is then not
+    run again: outcome unknown)."""
+    follows: str | None = None
+    marked, lost = False, None
+    while True:
+        try:
+            result = await _through_outages(
+                config, task_queue, functools.partial(attempt, follows, marked)
+            )
+        except ActivityError as exc:
+            if not worker_lost(exc) or not workflow.patched(TOOLS_WAIT_FOR_WORKERS):
+                raise
+            lost = lost_worker(lost, exc, workflow.now())
+            _show(lost)
+            follows = follows or exc.activity_id  # the call's first activity
+            marked = sent_mark_in(exc, call_id) or marked
+            continue
+        if lost is not None:
+            _show(None)
+        return result
 
 
 def _show(outage: Outage | None) -> None:

@@ -33,7 +33,7 @@ from typing import Any
 from pydantic import Field, field_validator
 from pydantic_core import PydanticSerializationError, to_json
 
-from treadle.workflows.base import Frozen
+from treadle.workflows.base import Frozen, Lean
 
 __all__ = [
     "ALL_SERVERS",
@@ -309,7 +309,7 @@ class McpListRequest(Frozen):
     """Ask the servers again instead of answering from the worker's cache."""
 
 
-class McpCallRequest(Frozen):
+class McpCallRequest(Lean):
     """Input of ``call_mcp_tool``: one call the workflow has decided to run."""
 
     server: str = Field(min_length=1, max_length=32)
@@ -324,6 +324,9 @@ class McpCallRequest(Frozen):
     """Overrides the server's ``timeout_seconds`` for this call."""
     max_output_chars: int = Field(12_000, ge=100)
     """The run's ``ToolPolicy.max_output_chars``: longer text is cut, as for built-in tools."""
+    sent_before: bool = False
+    """An earlier activity of this call, lost with its worker, had marked it sent: a tool not
+    safe to repeat is not called again (``ToolRequest.sent_before``)."""
 
 
 def unique_names(pairs: Iterable[tuple[str, str]]) -> dict[tuple[str, str], str]:

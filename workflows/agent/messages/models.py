@@ -550,3 +550,10 @@ class ToolRequest(Lean):
     sync: WorkspaceSync | None = None
     """The run's latest snapshot, for a worker with ``--workspace-root`` (a run always sends
     it; ``None``: a call made outside a run, which every worker runs in ``workspace``)."""
+    follows: str | None = None
+    """The id of the activity this call was first made as, when every attempt of it (and of
+    any after it) lost its worker and ``calls.run_tool`` made the call again: an attempt still
+    running on this worker is waited for, not repeated."""
+    sent_before: bool = False
+    """That earlier activity had marked the call sent (``treadle.activities.sent_marks``): a
+    call not safe to repeat is not run again; the model is told its outcome is unknown."""
