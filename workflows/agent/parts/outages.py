@@ -76,14 +76,18 @@ each time (1, 2, 4 ... s), up to ``MODEL_RETRY_CAP``."""
 
 WORKER_SHUTDOWN = "WorkerShutdown"
 """The failure type of an attempt a worker handed back as it shut down (SIGTERM)."""
+NOT_STARTED = frozenset({WORKER_SHUTDOWN, "AttemptGivenUp", "SentMarkUnconfirmed"})
+"""Failure types of attempts that ran nothing of the call (``treadle.activities.sent_marks``):
+handed back at shutdown, begun by a worker too busy to begin it in time, or unable to have the
+server confirm the call was marked sent."""
 
 
 def worker_lost(exc: ActivityError) -> bool:
     """The try's worker stopped answering (its heartbeat timed out: a dead or starved worker)
-    or handed it back as it shut down: no failure of the call."""
+    or gave the attempt back without running anything: no failure of the call."""
     cause = exc.cause
     if isinstance(cause, ApplicationError):
-        return cause.type == WORKER_SHUTDOWN
+        return cause.type in NOT_STARTED
     return isinstance(cause, TimeoutError) and cause.type is TimeoutType.HEARTBEAT
 
 
