@@ -45,6 +45,10 @@ from treadle.workflows.agent.messages.models import AgentConfig, MidTurn
 
 __all__ = ["ThreadExecutor", "a2a_app", "agent_card"]
 
+MESSAGE_PREFIX = 200
+"""How much of a task's message identifies it on the thread's stream (a ``message`` event
+carries its first 2,000 characters)."""
+
 
 def agent_card(url: str) -> AgentCard:
     """The agent card: a Treadle thread per context, a turn per task, streaming, text in and
@@ -87,9 +91,15 @@ class _Turn:
     thread_id: str
     offset: int
     """The stream's offset to read on from."""
-    heard: bool
-    """The thread has taken the task's message (its ``message`` event was read, or the
-    message started the thread): the next answer is the task's."""
+    awaited: str | None
+    """The start of the task's message until the thread's stream shows it taken (its
+    ``message`` event); ``None`` once it has (or the message started the thread): from then on
+    the next answer is the task's."""
+
+    def taken_by(self, event: AgentEvent) -> bool:
+        """``event`` is the thread taking the task's message."""
+        awaited = self.awaited
+        return awaited is not None and event.kind == "message" and event.text.startswith(awaited)
 
 
 class ThreadExecutor(AgentExecutor):
@@ -131,7 +141,7 @@ class ThreadExecutor(AgentExecutor):
                 await self._reply(thread_id, text)
                 if task_id not in self._turns:  # a task this server did not open (restarted)
                     status = await actions.asked(self.agents.status(thread_id))
-                    self._turns[task_id] = _Turn(thread_id, status.stream_offset, heard=True)
+                    self._turns[task_id] = _Turn(thread_id, status.stream_offset, awaited=None)
         except HttpError as exc:
             message = updater.new_agent_message([new_text_part(exc.message)])
             if not first:
@@ -160,7 +170,7 @@ class ThreadExecutor(AgentExecutor):
                 config=config,
             )
             await actions.start(self.agents, self.task_queue, request)
-            return _Turn(thread_id, offset=0, heard=True)
+            return _Turn(thread_id, offset=0, awaited=None)
         except AgentClientError as exc:
             raise actions.http_error(exc) from None
         if status.state.is_terminal:
@@ -178,7 +188,7 @@ class ThreadExecutor(AgentExecutor):
             if exc.status != 409 or not working:
                 raise
             raise HttpError(409, f"{exc.message} (answer task {working[0]}, or wait)") from None
-        return _Turn(thread_id, offset=status.stream_offset, heard=False)
+        return _Turn(thread_id, offset=status.stream_offset, awaited=text[:MESSAGE_PREFIX])
 
     async def _reply(self, thread_id: str, text: str) -> None:
         """The person's answer to what the thread's turn waits for."""
@@ -210,14 +220,14 @@ class ThreadExecutor(AgentExecutor):
                 event = item.value
                 if not isinstance(event, AgentEvent) or event.subagent is not None:
                     continue
-                if event.kind == "message":
-                    turn.heard = True
+                if turn.taken_by(event):
+                    turn.awaited = None
                 if event.kind == "ended":
                     why = f"the thread ended {event.state}: {event.text}"
                     await updater.failed(updater.new_agent_message([new_text_part(why)]))
                     break
-                if not turn.heard:
-                    continue  # the end of a turn before this task's message was taken
+                if turn.awaited is not None:
+                    continue  # another message's turn, before this task's message was taken
                 asking = _asking(event)
                 if asking is not None:
                     await updater.requires_input(updater.new_agent_message([new_text_part(asking)]))
@@ -227,6 +237,9 @@ class ThreadExecutor(AgentExecutor):
                     await updater.add_artifact([new_text_part(answer)], name="answer")
                     await updater.complete()
                     break
+            else:  # the stream ended with neither (a thread terminated from outside)
+                why = "the thread's stream ended before the turn answered"
+                await updater.failed(updater.new_agent_message([new_text_part(why)]))
         del self._turns[task_id]
 
     async def _whole(self, thread_id: str, text: str) -> str:
