@@ -36,7 +36,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 from types import MappingProxyType
@@ -191,6 +191,8 @@ class ModelActivities:
         info = activity.info()
         start_to_close = info.start_to_close_timeout or timedelta(minutes=5)
         said: list[str] = []
+        streams: list[StreamAssembler] = []
+        """The streams this call read (its last one the cut one, when the run cuts it)."""
         try:
             # Heartbeats go on for as long as the call, however long its stream.
             async with heartbeating(), publishing(request) as on_text:
@@ -201,6 +203,7 @@ class ModelActivities:
                     whole,
                     read_timeout=start_to_close.total_seconds() + READ_TIMEOUT_GRACE_SECONDS,
                     on_text=_collecting(said, on_text) if request.interruptible else on_text,
+                    on_stream=streams.append if request.interruptible else None,
                 )
                 result = usage.with_usage(whole, result)  # never silently zero
                 _never_cut(whole, result)
@@ -221,11 +224,15 @@ class ModelActivities:
             if not request.interruptible or activity.is_worker_shutdown():
                 raise
             # The run cut this call for its user's message: it answers with what the model had
-            # said so far (the run waits for it: ``WAIT_CANCELLATION_COMPLETED``).
+            # said so far (the run waits for it: ``WAIT_CANCELLATION_COMPLETED``), and the
+            # tokens its stream reported before the cut (``None``: it reported none, so what
+            # the call spent is unknown; never an estimate).
             partial = current()("".join(said))[:MAX_INTERRUPTED_CHARS]
+            reported = streams[-1].reported_usage() if streams else None
             raise ApplicationError(
                 "the model call was interrupted by the user's message",
                 partial,
+                reported.model_dump(mode="json") if reported is not None else None,
                 type=MODEL_CALL_INTERRUPTED,
                 non_retryable=True,
             ) from None
@@ -317,23 +324,26 @@ class ModelActivities:
         *,
         read_timeout: float,
         on_text: TextCallback | None = None,
+        on_stream: Callable[[StreamAssembler], None] | None = None,
     ) -> ModelResponse:
         """One model call over HTTP, errors classified. Usable without Temporal.
 
         When ``request.stream`` is set, the provider streams and ``on_text`` is called with each
-        piece of the reply's text as it arrives (the pieces join into ``content``); an endpoint
-        that refuses streaming is asked without it, and ``on_text`` is not called. A typed
-        answer the endpoint cannot give as asked is asked as ``json_object`` with its schema
-        (``typed_fallback``)."""
+        piece of the reply's text as it arrives (the pieces join into ``content``), and
+        ``on_stream`` with each stream's assembler as its reading starts (what it reported so
+        far is readable when the call is cut); an endpoint that refuses streaming is asked
+        without it, and neither is called. A typed answer the endpoint cannot give as asked is
+        asked as ``json_object`` with its schema (``typed_fallback``)."""
         request = self.with_output_cap(request)
         typed = self._typed_endpoint(request)
         remembered = typed in self._json_object_only
+        streaming = _Streaming(on_text, on_stream)
         try:
-            return await self._complete(request, read_timeout, on_text, json_object=remembered)
+            return await self._complete(request, read_timeout, streaming, json_object=remembered)
         except ModelHTTPError as exc:
             if typed is None or remembered or exc.status not in typed_fallback.FALLBACK_STATUS:
                 raise
-            result = await self._complete(request, read_timeout, on_text, json_object=True)
+            result = await self._complete(request, read_timeout, streaming, json_object=True)
         if typed not in self._json_object_only:
             self._json_object_only.add(typed)
             activity.logger.warning(
@@ -373,7 +383,7 @@ class ModelActivities:
         self,
         request: ModelRequest,
         read_timeout: float,
-        on_text: TextCallback | None,
+        streaming: _Streaming,
         *,
         json_object: bool,
     ) -> ModelResponse:
@@ -409,7 +419,7 @@ class ModelActivities:
                 ) as response:
                     if response.is_success and _is_event_stream(response):
                         try:
-                            return await self._read_stream(response, protocol, spec.name, on_text)
+                            return await self._read_stream(response, protocol, spec.name, streaming)
                         except _NothingStreamed:
                             refusal = "the stream ended before its first event"
                     else:
@@ -469,10 +479,12 @@ class ModelActivities:
         response: httpx.Response,
         protocol: WireProtocol,
         provider: str,
-        on_text: TextCallback | None,
+        streaming: _Streaming,
     ) -> ModelResponse:
         """The events of a 200 stream, assembled; every way it can break, a ``ModelError``."""
-        assembler = protocol.stream_assembler(provider, on_text)
+        assembler = protocol.stream_assembler(provider, streaming.on_text)
+        if streaming.on_stream is not None:
+            streaming.on_stream(assembler)
         fed = False
         async with contextlib.aclosing(sse_events(response.aiter_lines())) as events:
             try:
@@ -575,6 +587,15 @@ def _is_event_stream(response: httpx.Response) -> bool:
     ``stream`` and answer whole, and a stream sent under another type is still a stream."""
     kind = response.headers.get("content-type", "").partition(";")[0].strip().lower()
     return not (kind == "application/json" or kind.endswith("+json"))
+
+
+@dataclass(frozen=True)
+class _Streaming:
+    """Who hears a streaming call as it goes: its text (``on_text``), its assembler
+    (``on_stream``)."""
+
+    on_text: TextCallback | None = None
+    on_stream: Callable[[StreamAssembler], None] | None = None
 
 
 def _collecting(said: list[str], on_text: TextCallback | None) -> TextCallback:

@@ -167,26 +167,30 @@ def _parse(payload: dict[str, Any], provider: str) -> ModelResponse:
                 )
             )
         # thinking / redacted_thinking and future block types carry nothing the loop needs
-    raw_usage = payload.get("usage")
+    stop_reason = payload.get("stop_reason")
+    model = payload.get("model")
+    return ModelResponse(
+        content="".join(texts) if texts else None,
+        tool_calls=tuple(calls),
+        usage=token_usage(payload.get("usage"), provider),
+        finish_reason=stop_reason if isinstance(stop_reason, str) else None,
+        model=model if isinstance(model, str) else None,
+    )
+
+
+def token_usage(raw_usage: Any, provider: str) -> TokenUsage:
+    """A message's ``usage`` object as counts (zero where it says nothing)."""
     usage: dict[str, Any] = raw_usage if isinstance(raw_usage, dict) else {}
     fresh = token_count(usage, "input_tokens", provider)
     cached = token_count(usage, "cache_read_input_tokens", provider)
     written = token_count(usage, "cache_creation_input_tokens", provider)
     completion = token_count(usage, "output_tokens", provider)
     prompt = fresh + cached + written  # Anthropic counts cache reads and writes separately
-    stop_reason = payload.get("stop_reason")
-    model = payload.get("model")
-    return ModelResponse(
-        content="".join(texts) if texts else None,
-        tool_calls=tuple(calls),
-        usage=TokenUsage(
-            prompt_tokens=prompt,
-            completion_tokens=completion,
-            total_tokens=prompt + completion,
-            cached_tokens=cached,
-        ),
-        finish_reason=stop_reason if isinstance(stop_reason, str) else None,
-        model=model if isinstance(model, str) else None,
+    return TokenUsage(
+        prompt_tokens=prompt,
+        completion_tokens=completion,
+        total_tokens=prompt + completion,
+        cached_tokens=cached,
     )
 
 
@@ -291,6 +295,17 @@ class EventAssembler:
                 raise ModelResponseError(f"{self.provider} stream input_json_delta has no JSON")
             block.json.append(fragment)
         # thinking, signature and citation deltas carry nothing the loop needs
+
+    def reported_usage(self) -> TokenUsage | None:
+        """The usage the stream reported so far: the input counts from ``message_start`` (and
+        its first output count), the output counts of each ``message_delta`` since; ``None``
+        before ``message_start``."""
+        if not self._usage:
+            return None
+        try:
+            return token_usage(self._usage, self.provider)
+        except ModelResponseError:
+            return None
 
     def result(self) -> ModelResponse:
         if self._message is None:

@@ -192,28 +192,33 @@ def _parse(payload: dict[str, Any], provider: str) -> ModelResponse:
             )
         )
 
-    raw_usage = payload.get("usage")
-    usage: dict[str, Any] = raw_usage if isinstance(raw_usage, dict) else {}
-    details = usage.get("prompt_tokens_details")
-    prompt = wire.token_count(usage, "prompt_tokens", provider)
-    completion = wire.token_count(usage, "completion_tokens", provider)
-    total = wire.token_count(usage, "total_tokens", provider)
     finish_reason = choices[0].get("finish_reason")
     model = payload.get("model")
     return ModelResponse(
         content=content,
         tool_calls=tuple(calls),
-        usage=TokenUsage(
-            prompt_tokens=prompt,
-            completion_tokens=completion,
-            total_tokens=total or prompt + completion,
-            cached_tokens=wire.token_count(details, "cached_tokens", provider)
-            if isinstance(details, dict)
-            else 0,
-        ),
+        usage=token_usage(payload.get("usage"), provider),
         finish_reason=finish_reason if isinstance(finish_reason, str) else None,
         model=model if isinstance(model, str) else None,
         confidence=_confidence(choices[0]),
+    )
+
+
+def token_usage(raw_usage: Any, provider: str) -> TokenUsage:
+    """A reply's ``usage`` object as counts (zero where it says nothing)."""
+    usage: dict[str, Any] = raw_usage if isinstance(raw_usage, dict) else {}
+    details = usage.get("prompt_tokens_details")
+    prompt = wire.token_count(usage, "prompt_tokens", provider)
+    completion = wire.token_count(usage, "completion_tokens", provider)
+    total = wire.token_count(usage, "total_tokens", provider)
+    cached = 0
+    if isinstance(details, dict):
+        cached = wire.token_count(details, "cached_tokens", provider)
+    return TokenUsage(
+        prompt_tokens=prompt,
+        completion_tokens=completion,
+        total_tokens=total or prompt + completion,
+        cached_tokens=cached,
     )
 
 
@@ -332,6 +337,16 @@ class ChunkAssembler:
                 call.pieces.append(arguments)
             elif arguments is not None:
                 call.whole = arguments
+
+    def reported_usage(self) -> TokenUsage | None:
+        """The usage a chunk reported so far (OpenAI sends it in the last chunk; vLLM, asked
+        for continuous usage, in each); ``None`` when none did."""
+        if not isinstance(self._usage, dict):
+            return None
+        try:
+            return token_usage(self._usage, self.provider)
+        except ModelResponseError:
+            return None
 
     def result(self) -> ModelResponse:
         if self._has_choice and self._finish_reason is None:

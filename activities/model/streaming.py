@@ -20,7 +20,7 @@ from typing import Any, Protocol
 
 from treadle.activities.errors import ModelResponseError
 from treadle.activities.model.payload import rejoined
-from treadle.workflows.agent.messages.models import ModelResponse
+from treadle.workflows.agent.messages.models import ModelResponse, TokenUsage
 
 __all__ = [
     "ErrorEvent",
@@ -100,6 +100,11 @@ class StreamAssembler(Protocol):
     def feed(self, event: ServerSentEvent) -> None:
         """Take the next event. Raises ``ModelResponseError`` for one that breaks the protocol,
         ``ErrorEvent`` for the provider's error."""
+        ...
+
+    def reported_usage(self) -> TokenUsage | None:
+        """The token counts the stream has reported so far (what a call cut before its end
+        spent, as far as its provider said); ``None`` when it reported none."""
         ...
 
     def result(self) -> ModelResponse:

@@ -1,6 +1,7 @@
 """An A2A client reads Treadle's agent card, sends a task, sees it wait as input-required for
-a person's approval, answers through A2A, and gets the run's answer as the task's artifact;
-streaming gives the same states as they happen."""
+a person's approval, answers through A2A, and gets the turn's answer as the task's artifact;
+streaming gives the same states as they happen. A context is one thread: a later task in it is
+the conversation's next message, and no other context sees it."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import Any
 
 import httpx
 import pytest
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError
 
 from tests.support.harness import TEST_STORE, Harness
 from treadle.client import AgentClient
@@ -19,7 +20,12 @@ a2a = pytest.importorskip("a2a", reason="the a2a extra is not installed (pip ins
 
 from a2a.client import ClientConfig, create_client  # noqa: E402
 from a2a.helpers.proto_helpers import get_artifact_text, new_text_message  # noqa: E402
-from a2a.types import GetTaskRequest, SendMessageRequest, TaskState  # noqa: E402
+from a2a.types import (  # noqa: E402
+    CancelTaskRequest,
+    GetTaskRequest,
+    SendMessageRequest,
+    TaskState,
+)
 
 from treadle.web.a2a import a2a_app  # noqa: E402
 
@@ -61,7 +67,7 @@ async def test_a_task_waits_as_input_required_and_is_approved_through_a2a(
         client = await create_client(served.url, client_config=ClientConfig(streaming=streaming))
         first = new_text_message("Write the notes.")
         task = await final_task(client, first)
-        harness.handles.append(harness.client.get_workflow_handle(f"a2a-{task.id}"))
+        harness.handles.append(harness.client.get_workflow_handle(f"a2a-{task.context_id}"))
         assert task.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
         asking = "".join(p.text for p in task.status.message.parts)
         assert "write_file" in asking and "approve" in asking
@@ -71,6 +77,77 @@ async def test_a_task_waits_as_input_required_and_is_approved_through_a2a(
         assert done.status.state == TaskState.TASK_STATE_COMPLETED
         assert get_artifact_text(done.artifacts[0]) == "Written over A2A."
         assert (harness.workspace / "notes.md").read_text() == "from a2a"
+        await client.close()
+        await agents.close(f"a2a-{task.context_id}")
+        await harness.client.get_workflow_handle(f"a2a-{task.context_id}").result()
+    finally:
+        await served.stop()
+
+
+def said(body: dict[str, Any]) -> str:
+    """Everything a model request's messages say, as one text."""
+    return "\n".join(str(m.get("content") or "") for m in body["messages"])
+
+
+async def test_a_context_is_one_conversation_and_no_other_context_sees_it(
+    harness: Harness,
+) -> None:
+    """Two tasks in one context are two turns of one thread: the second task's model request
+    holds the first task's message and answer, and its answer is the second task's artifact. A
+    task of another context starts a thread of its own whose model sees nothing of the first;
+    a second task there while the first still waits is rejected naming it; cancelling a task
+    ends its context's thread."""
+    agents = AgentClient(harness.client, task_queue=harness.task_queue, store=str(TEST_STORE))
+    model = harness.script(
+        {"tool_calls": [WRITE]},
+        {"content": "Written over A2A."},
+        {"content": "You asked me to write the notes."},
+    )
+    app, card = a2a_app(agents, url="http://127.0.0.1/", task_queue=harness.task_queue,
+                        model=model, workspace=str(harness.workspace))  # fmt: skip
+    served = await serve.start(app)
+    card.supported_interfaces[0].url = served.url + "/"
+    try:
+        client = await create_client(served.url, client_config=ClientConfig(streaming=True))
+        assert "context" in card.description and card.skills[0].id == "converse"
+        first = await final_task(client, new_text_message("Write the notes."))
+        thread = harness.client.get_workflow_handle(f"a2a-{first.context_id}")
+        harness.handles.append(thread)
+        assert first.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
+        approve = new_text_message("approve", task_id=first.id, context_id=first.context_id)
+        assert (await final_task(client, approve)).status.state == TaskState.TASK_STATE_COMPLETED
+
+        asked = new_text_message("What did I ask you?", context_id=first.context_id)
+        second = await final_task(client, asked)
+        assert second.id != first.id and second.context_id == first.context_id
+        assert second.status.state == TaskState.TASK_STATE_COMPLETED
+        assert get_artifact_text(second.artifacts[0]) == "You asked me to write the notes."
+        last = said(harness.requests(model)[-1])
+        assert "Write the notes." in last and "Written over A2A." in last
+        assert "What did I ask you?" in last
+
+        other = await final_task(client, new_text_message("Another matter."))
+        assert other.context_id != first.context_id
+        harness.handles.append(harness.client.get_workflow_handle(f"a2a-{other.context_id}"))
+        assert other.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
+        theirs = [said(b) for b in harness.requests(model) if "Another matter." in said(b)]
+        assert len(theirs) == 1
+        assert "Write the notes." not in theirs[0] and "Written over A2A." not in theirs[0]
+
+        busy = new_text_message("And this?", context_id=other.context_id)
+        refused = await final_task(client, busy)
+        assert refused.status.state == TaskState.TASK_STATE_REJECTED
+        why = "".join(p.text for p in refused.status.message.parts)
+        assert "busy" in why and other.id in why
+
+        cancelled = await client.cancel_task(CancelTaskRequest(id=other.id))
+        assert cancelled.status.state == TaskState.TASK_STATE_CANCELED
+        other_thread = harness.client.get_workflow_handle(f"a2a-{other.context_id}")
+        with pytest.raises(WorkflowFailureError):
+            await other_thread.result()
+        assert (await other_thread.describe()).status is WorkflowExecutionStatus.CANCELED
+        await agents.close(f"a2a-{first.context_id}")
+        await thread.result()
         await client.close()
     finally:
         await served.stop()

@@ -1,10 +1,12 @@
 """Long-term memory across threads: what one thread remembers another of its namespace recalls,
 another namespace sees nothing, a forgotten item is gone; secrets never reach it; the CLI lists
-and edits it."""
+and edits it; a thread's export carries its items and an import restores them."""
 
 from __future__ import annotations
 
+import json
 import uuid
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,7 +15,12 @@ from tests.support.harness import Harness, tool_messages
 from tests.support.processes import clean_env, run_cli
 from tests.support.threads import answered, start_thread
 from treadle.client import AgentClient
-from treadle.workflows.agent.messages.models import AgentStatus
+from treadle.workflows.agent.messages.models import (
+    AgentConfig,
+    AgentStatus,
+    ThreadExport,
+    ThreadSettings,
+)
 from treadle.workflows.agent.workflow import AgentWorkflow
 
 DEPLOY = "The team deploys on Fridays, with pnpm."
@@ -114,3 +121,72 @@ async def test_memory_is_listed_and_edited_from_the_cli(harness: Harness) -> Non
     again = await run_cli(*cli, "forget", namespace, "m1", env=clean_env())
     assert again.returncode == 2
     assert again.stderr.strip() == f"error: no item 'm1' in memory {namespace!r}"
+
+
+async def test_an_imported_thread_brings_its_memory_into_its_new_namespace(
+    harness: Harness, tmp_path: Path
+) -> None:
+    """A thread's export carries its namespace's items; importing the file (from a fresh home,
+    into another namespace) restores them there, a secret of the importer's environment in a
+    hand-edited item redacted first, and the imported thread's ``recall`` finds them; importing
+    it again writes nothing twice; a thread imported without memory says what it left out."""
+    namespace = f"user:alice/agent:{uuid.uuid4().hex[:8]}"
+    a = harness.script(call("remember", text=DEPLOY), {"content": "noted"})
+    thread_a = await start_thread(
+        harness, a, task="Remember how we deploy.", memory={"namespace": namespace}
+    )
+    await answered(harness, thread_a, 1)
+    exported = await run_cli(*harness.cli_args(), "export", thread_a.id)
+    assert exported.returncode == 0, exported.stderr
+    data = json.loads(exported.stdout)
+    assert data["memory"] == {"namespace": namespace, "items": [DEPLOY]}
+    secret = "s3cr3t-" + uuid.uuid4().hex
+    data["memory"]["items"].append(f"The staging password is {secret}.")
+    path = tmp_path / "thread.json"
+    path.write_text(json.dumps(data))
+
+    fresh = f"user:bob/agent:{uuid.uuid4().hex[:8]}"
+    (tmp_path / "config.json").write_text(json.dumps({"memory": {"namespace": fresh}}))
+    b = harness.script(
+        {"content": "(turn 1)"}, {"content": "(turn 2)"},
+        call("recall", query="deploy password"), {"content": "found them"},
+    )  # fmt: skip
+    thread_id = f"imported-{uuid.uuid4().hex[:10]}"
+    harness.handles.append(harness.client.get_workflow_handle(thread_id))
+    home = tmp_path / "home"
+    env = clean_env(TREADLE_HOME=str(home), STAGING_PASSWORD=secret)
+    imported = await run_cli(
+        *harness.cli_args(), "import", str(path), "--id", thread_id, "--model", b,
+        "--config", str(tmp_path / "config.json"), "--workspace", str(harness.workspace),
+        env=env,
+    )  # fmt: skip
+    assert (imported.returncode, imported.stdout.strip()) == (0, thread_id), imported.stderr
+    assert f"memory: restored 2 item(s) into {fresh!r}" in imported.stderr
+    # The importer's secrets are its environment's: this client's too, for the imports below.
+    client = AgentClient(harness.client, task_queue=harness.task_queue, environ=env)
+    texts = [i.text for i in await client.memory_items(fresh)]
+    assert texts == [DEPLOY, "The staging password is [redacted]."]
+    assert [i.text for i in await client.memory_items(namespace)] == [DEPLOY]
+
+    sent = await run_cli(*harness.cli_args(), "send", thread_id, "What do you know?", "--wait")
+    assert sent.returncode == 0, sent.stderr
+    recalled = last_tool_output(harness, b).splitlines()
+    assert sorted(recalled) == [f"m1: {DEPLOY}", "m2: The staging password is [redacted]."]
+    again = await client.import_thread(
+        ThreadExport.model_validate(data),
+        settings=ThreadSettings(model=b, config=AgentConfig(memory={"namespace": fresh})),
+        workspace=str(harness.workspace),
+    )
+    harness.handles.append(harness.client.get_workflow_handle(again.id))
+    assert again.memory_note == f"memory: restored 0 item(s) into {fresh!r}; 2 already there"
+    assert len(await client.memory_items(fresh)) == 2
+    plain = await client.import_thread(
+        ThreadExport.model_validate(data),
+        settings=ThreadSettings(model=b),
+        workspace=str(harness.workspace),
+    )
+    harness.handles.append(harness.client.get_workflow_handle(plain.id))
+    assert plain.memory_note is not None and "not restored" in plain.memory_note
+    for thread in (thread_a.id, thread_id, again.id, plain.id):
+        await client.close(thread)
+        await harness.client.get_workflow_handle(thread).result()

@@ -161,11 +161,42 @@ async def test_interrupts_cut_the_model_call_and_keep_its_partial_reply(
     assert len(first) < len(slow)
     interrupted = await trace_data(handle, "ModelInterrupted")
     assert interrupted and interrupted[0].startswith("step 1: kept ")
+    # OpenAI's stream reports its usage in its last chunk: a cut call's is unknown, and said so.
+    assert "its tokens are unknown (the provider reported none before the cut)" in interrupted[0]
     assert (status.state, status.final_answer, status.queued_messages) == (
         State.WAITING_FOR_USER_INPUT,
         "done",
         0,
     )
+    await close(handle)
+
+
+@pytest.mark.replay_corpus
+async def test_an_interrupted_calls_reported_tokens_count_toward_the_runs_usage(
+    harness: Harness,
+) -> None:
+    """An Anthropic stream reports its input tokens as it starts: a call cut by an interrupt
+    counts what it reported (the input, and the first output count) in the thread's usage,
+    and the trace says how many; the call that follows adds its own."""
+    slow = " ".join(f"w{n}" for n in range(400))
+    model = harness.script(
+        {"content": slow, "chunk_delay": 0.05,
+         "usage": {"prompt_tokens": 1200, "completion_tokens": 900}},
+        {"content": "done", "usage": {"prompt_tokens": 40, "completion_tokens": 2}},
+        provider="anthropic",
+    )  # fmt: skip
+    handle = await start_thread(
+        harness, model, stream_tokens=True, heartbeat_timeout_seconds=1, max_steps=10
+    )
+    await said_something(handle, step=1)
+    await send_message(handle, "stop, wrong file", mode=MidTurn.INTERRUPT)
+    status = await wait_for_answer(handle)
+    assert status.final_answer == "done"
+    interrupted = await trace_data(handle, "ModelInterrupted")
+    assert len(interrupted) == 1 and interrupted[0].startswith("step 1: kept ")
+    assert interrupted[0].endswith("; counted 1201 token(s) the provider reported before the cut")
+    assert (status.usage.prompt_tokens, status.usage.completion_tokens) == (1240, 3)
+    assert status.usage.estimated_tokens == 0
     await close(handle)
 
 

@@ -214,6 +214,8 @@ async def cmd_import(client: Client, args: argparse.Namespace) -> int:
     imported = await AgentClient(client, task_queue=args.task_queue).start_import(plan, args.id)
     if imported.workspace_note is not None:
         print(imported.workspace_note, file=sys.stderr)
+    if imported.memory_note is not None:
+        print(imported.memory_note, file=sys.stderr)
     print(imported.id)
     return 0
 

@@ -153,7 +153,7 @@ def register(subparsers: Any) -> None:
     serve.add_argument("--http", action="store_true", help="mcp: streamable HTTP, not stdio")
     serve.add_argument("--token", help="mcp --http, a2a: access token (required beyond loopback)")
     serve.add_argument(
-        "--model", default="openai:gpt-4o", help="a2a: the model its runs use (provider:model)"
+        "--model", default="openai:gpt-4o", help="a2a: the model its threads use (provider:model)"
     )
     serve.add_argument(
         "--cors-origin", action="append", default=[], metavar="URL",

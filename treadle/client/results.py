@@ -104,6 +104,9 @@ class ImportedThread(Frozen):
     trusted: bool = False
     workspace_note: str | None = None
     """What became of the thread's workspace snapshot (checked out, or left alone)."""
+    memory_note: str | None = None
+    """What became of the file's long-term memory items (restored into the new thread's
+    namespace, or why not); ``None``: the file had none."""
 
 
 class Forked(Frozen):

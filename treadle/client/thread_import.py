@@ -28,6 +28,7 @@ from treadle.client.workdirs import resolve_workspace
 from treadle.workflows.agent.messages.models import (
     AgentConfig,
     AgentInput,
+    ExportedMemory,
     ThreadExport,
     ThreadSettings,
 )
@@ -57,6 +58,8 @@ class ImportPlan:
     make_workspace: bool = False
     """The workspace directory is Treadle's own to create (``workspaces/ID``), or was asked to
     be created, and does not exist yet."""
+    memory: ExportedMemory | None = None
+    """The file's long-term memory items, to restore into the new thread's namespace."""
 
 
 @dataclass(frozen=True)
@@ -122,6 +125,7 @@ def plan_import(
         ignored=_ignored(thread, own, theirs),
         widened=_widened(own, theirs) if trust else (),
         trusted=trust,
+        memory=thread.memory,
     )
 
 

@@ -27,6 +27,7 @@ from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import Protocol, TypeVar, runtime_checkable
 
+from pydantic import ValidationError
 from temporalio import workflow
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError, is_cancelled_exception
@@ -42,6 +43,7 @@ from treadle.workflows.agent.messages.models import (
     LoadedToolsRequest,
     ModelRequest,
     ModelResponse,
+    TokenUsage,
     ToolRequest,
     ToolResult,
 )
@@ -118,6 +120,21 @@ def interruption(exc: BaseException) -> str | None:
         return None
     said = cause.details[0] if cause.details else ""
     return said if isinstance(said, str) else ""
+
+
+def interrupted_usage(exc: BaseException) -> TokenUsage | None:
+    """The tokens a model call cut by the run had spent, as its stream reported them before
+    the cut; ``None`` when it reported none (what it spent is unknown), or for any other
+    outcome."""
+    cause = exc.cause if isinstance(exc, ActivityError) else None
+    if not isinstance(cause, ApplicationError) or cause.type != MODEL_CALL_INTERRUPTED:
+        return None
+    if len(cause.details) < 2 or not isinstance(cause.details[1], dict):
+        return None  # none reported (or cut by a worker that did not send it)
+    try:
+        return TokenUsage.model_validate(cause.details[1])
+    except ValidationError:
+        return None
 
 
 async def summarise(config: AgentConfig, request: ModelRequest, summary: str) -> ModelResponse:

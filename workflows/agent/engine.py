@@ -283,10 +283,11 @@ class AgentEngine(AgentHandlers):
         if isinstance(called, interrupting.Interrupted):
             # The reply so far is the record's, marked; the step is made again with the message.
             m.history = (*m.history, midturn.interrupted_turn(run, called.said))
+            spent = interrupting.spend(run, request, called)
             self._pub.record(
                 State.PLANNING,
                 "ModelInterrupted",
-                f"step {m.step}: kept {len(called.said)} character(s) of the reply",
+                f"step {m.step}: kept {len(called.said)} character(s) of the reply; {spent}",
             )
             return Event.INTERRUPTED
         model, response = called
