@@ -54,7 +54,8 @@ async def test_a_namespace_is_kept_listed_recalled_edited_and_forgotten_over_htt
     )
     assert edited.status_code == 200 and edited.json()["text"] == "Deploys: Thursdays."
     client = AgentClient(harness.client, task_queue=harness.task_queue)
-    assert [i.text for i in await client.memory_items(namespace)][0] == "Deploys: Thursdays."
+    first = (await client.memory_items(namespace))[0]
+    assert first.text == "Deploys: Thursdays."
 
     gone = await http.post("/v1/memory/forget", json={"namespace": namespace, "id": "m1"})
     assert gone.status_code == 200 and gone.json()["id"] == "m1"
@@ -74,7 +75,8 @@ async def test_what_a_person_keeps_over_http_a_run_recalls(
     assert kept.status_code == 201, kept.text
     recall = {"tool_calls": [{"name": "recall", "arguments": {"query": "deploy"}}]}
     model = harness.script(recall, {"content": "Fridays."})
-    body = run_body(harness, model, "When do we deploy?", config={"memory": {"namespace": namespace}})
+    memory = {"memory": {"namespace": namespace}}
+    body = run_body(harness, model, "When do we deploy?", config=memory)
     run_id = await started(http, body, track)
     await until_state(http, run_id, "Done")
     assert tool_messages(harness.requests(model)[1])[-1]["content"] == f"m1: {DEPLOY}"

@@ -35,7 +35,6 @@ from temporalio.client import Client
 
 from treadle.client import FILTERS, AgentClient, Forked, NoStream, StartedRun, Woken
 from treadle.web.api import actions, streams
-from treadle.web.api.memory import memory_operations
 from treadle.web.api.bodies import (
     Answer,
     Answered,
@@ -55,6 +54,7 @@ from treadle.web.api.bodies import (
     Transcript,
     Wake,
 )
+from treadle.web.api.memory import memory_operations
 from treadle.web.api.operations import Operation, Query, openapi, routes
 from treadle.web.api.transcript import Fold
 from treadle.web.guard import Guard, check_access, cors
