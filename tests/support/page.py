@@ -3,9 +3,13 @@ the screen fits it."""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from playwright.async_api import Page, expect
+
+Shot = Callable[[Page, str], Awaitable[None]]
+"""The ``screenshot`` fixture: ``await screenshot(page, name)`` (docs/ui-*.png)."""
 
 
 async def open_run(page: Page, ui: str, workflow_id: str) -> None:

@@ -15,7 +15,7 @@ from tests.support.threads import start_thread
 pytest.importorskip("playwright", reason="playwright is not installed (pip install -e '.[test]')")
 from playwright.async_api import Page, expect
 
-from tests.support.page import fits, open_run, state
+from tests.support.page import Shot, fits, is_phone, open_run, state
 
 WRITE = {"name": "write_file", "arguments": {"path": "notes.md", "content": "hello"}}
 
@@ -27,7 +27,7 @@ async def send(page: Page, text: str, mode: str) -> None:
 
 
 async def test_a_message_mid_turn_follows_the_mode_picked(
-    harness: Harness, ui: str, screen: Page
+    harness: Harness, ui: str, screen: Page, screenshot: Shot
 ) -> None:
     """While a thread's turn waits for an approval: `reject` is not sent and the page shows the
     run's reason; `steer` says it joins the turn, and the turn's next model call reads it;
@@ -59,6 +59,8 @@ async def test_a_message_mid_turn_follows_the_mode_picked(
     await send(screen, "And then the docs.", "queue")
     await expect(result).to_have_text("Queued: answered after the running turn (next).")
     await fits(screen)
+    if not is_phone(screen):
+        await screenshot(screen, "ui-mid-turn")
 
     await screen.locator("#cards .card").get_by_role("button", name="Approve").click()
     await expect(screen.locator(".block-model .text").last).to_have_text(
@@ -72,7 +74,7 @@ async def test_a_message_mid_turn_follows_the_mode_picked(
 
 
 async def test_a_fork_from_a_step_of_the_trace_opens_with_its_lineage(
-    harness: Harness, ui: str, screen: Page
+    harness: Harness, ui: str, screen: Page, screenshot: Shot
 ) -> None:
     """The trace lists the run's steps, each with "Fork from here"; a fork from step 2 with a
     new instruction opens the fork's page, which names the original (a link) and the step; the
@@ -93,6 +95,8 @@ async def test_a_fork_from_a_step_of_the_trace_opens_with_its_lineage(
     await fits(screen)
     await step.get_by_role("button", name="Fork from step 2").click()
     await step.get_by_label("new message for the fork from step 2").fill("Write f9.txt instead.")
+    if not is_phone(screen):
+        await screenshot(screen, "ui-fork")
     await step.get_by_role("button", name="Start the fork").click()
 
     await expect(screen).not_to_have_url(re.compile(re.escape(handle.id) + "$"))

@@ -14,13 +14,13 @@ from treadle.client import AgentClient
 pytest.importorskip("playwright", reason="playwright is not installed (pip install -e '.[test]')")
 from playwright.async_api import Page, expect
 
-from tests.support.page import fits, state
+from tests.support.page import Shot, fits, is_phone, state
 
 DEPLOY = "The team deploys on Fridays, with pnpm."
 
 
 async def test_a_namespace_is_read_added_to_edited_and_forgotten_on_the_page(
-    harness: Harness, ui: str, screen: Page
+    harness: Harness, ui: str, screen: Page, screenshot: Shot
 ) -> None:
     """What a run remembered is listed under its namespace (reached from the runs page's
     Memory link); an item added on the page joins it; Edit and Save replace its text; Forget
@@ -48,6 +48,8 @@ async def test_a_namespace_is_read_added_to_edited_and_forgotten_on_the_page(
     added = screen.locator('.item[data-id="m2"]')
     await expect(added.locator(".text")).to_have_text("Customers are in CET.")
     await fits(screen)
+    if is_phone(screen):
+        await screenshot(screen, "ui-memory-phone")
 
     await added.get_by_role("button", name="Edit m2").click()
     await added.get_by_label("new text of m2").fill("Customers are in CEST.")

@@ -14,14 +14,14 @@ from tests.support.harness import Harness
 pytest.importorskip("playwright", reason="playwright is not installed (pip install -e '.[test]')")
 from playwright.async_api import Page, expect
 
-from tests.support.page import fits, is_phone, open_run, state
+from tests.support.page import Shot, fits, is_phone, open_run, state
 
 CONTENT = "# Notes\n\nline one\nline two\n"
 WRITE = {"name": "write_file", "arguments": {"path": "notes.md", "content": CONTENT}}
 
 
 async def test_a_writes_content_is_shown_as_text_with_its_lines(
-    harness: Harness, ui: str, screen: Page
+    harness: Harness, ui: str, screen: Page, screenshot: Shot
 ) -> None:
     """The approval card shows the file's path and its content as the file's text (its lines,
     no `\\n`); so does the tool call's unfolded arguments once it ran."""
@@ -35,6 +35,8 @@ async def test_a_writes_content_is_shown_as_text_with_its_lines(
     await expect(card.locator('.arguments dd[data-arg="path"]')).to_have_text("notes.md")
     await expect(card.locator(".arguments")).not_to_contain_text("\\n")
     await fits(screen)
+    if is_phone(screen):
+        await screenshot(screen, "ui-phone-write")
 
     await card.get_by_role("button", name="Approve").click()
     await expect(state(screen)).to_have_text("Done")
@@ -48,7 +50,7 @@ async def test_a_writes_content_is_shown_as_text_with_its_lines(
 
 
 async def test_the_runs_list_starts_on_the_first_screen_and_the_form_is_a_tap_away(
-    harness: Harness, ui: str, screen: Page
+    harness: Harness, ui: str, screen: Page, screenshot: Shot
 ) -> None:
     """On a phone the start form is one line, so the runs (the one waiting for you among
     them) start on the first screen; a tap opens the form, whose Start button is reachable.
@@ -65,6 +67,7 @@ async def test_the_runs_list_starts_on_the_first_screen_and_the_form_is_a_tap_aw
     if is_phone(screen):
         await expect(task).to_be_hidden()
         await expect(screen.locator("#runs .run").first).to_be_in_viewport()
+        await screenshot(screen, "ui-runs-phone")
         await screen.get_by_text("Start a run or a thread").click()
     await expect(task).to_be_visible()
     start = screen.get_by_role("button", name="Start", exact=True)
@@ -74,7 +77,7 @@ async def test_the_runs_list_starts_on_the_first_screen_and_the_form_is_a_tap_aw
 
 
 async def test_a_parent_waiting_for_its_sub_agent_says_so_with_a_link(
-    harness: Harness, ui: str, screen: Page
+    harness: Harness, ui: str, screen: Page, screenshot: Shot
 ) -> None:
     """A parent whose sub-agent waits for an approval is `Acting`, and its page says it waits
     for its sub-agent, naming the sub-agent's state, with a link to the sub-agent's page; the
@@ -95,6 +98,8 @@ async def test_a_parent_waiting_for_its_sub_agent_says_so_with_a_link(
     child_id = (await link.inner_text()).strip()
     assert child_id and child_id != handle.id
     await fits(screen)
+    if not is_phone(screen):
+        await screenshot(screen, "ui-subagent")
 
     await screen.goto(ui)
     row = screen.locator(".run").filter(has=screen.get_by_role("link", name=handle.id, exact=True))

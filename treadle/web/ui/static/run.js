@@ -410,7 +410,6 @@ function stepNode(step) {
   const item = el("li", { class: "step", "data-step": step },
     el("div", { class: "row between" }, el("h3", { text: `Step ${step}` })),
     el("ul", { class: "entries" }));
-  if (step < 1) return item;
   const message = el("textarea", { rows: 2, "aria-label": `new message for the fork from step ${step} (optional)`, placeholder: "a new instruction the fork reads first (optional)" });
   const error = el("p", { class: "error", role: "alert" });
   const form = el("div", { class: "fork", hidden: true }, message,
