@@ -114,3 +114,31 @@ async def test_a_fork_from_a_step_of_the_trace_opens_with_its_lineage(
 
     await origin.get_by_role("link").click()
     await expect(screen.locator("#run-id")).to_have_text(handle.id)
+
+
+async def test_an_interrupt_picked_on_the_page_stops_the_turn_and_starts_it_again(
+    harness: Harness, ui: str, screen: Page
+) -> None:
+    """`interrupt` while the turn's write waits for approval: the page says the turn is
+    interrupted, the write never runs (its card is settled), and the step is made again with
+    the message read, whose answer the page shows."""
+    model = harness.script(
+        {"content": "Hello."}, {"tool_calls": [WRITE]}, {"content": "Stopped; nothing written."}
+    )
+    thread = await start_thread(harness, model, task="Hi.", require_approval=["write_file"])
+    await open_run(screen, ui, thread.id)
+    await expect(state(screen)).to_have_text("WaitingForUserInput")
+    await send(screen, "Write notes.md.", "queue")
+    await expect(screen.locator("#cards .card h2")).to_have_text("Approve write_file?")
+
+    await send(screen, "Stop, wrong file.", "interrupt")
+    await expect(screen.locator("#send-result")).to_contain_text("Interrupting: the running")
+    await expect(screen.locator(".block-model .text").last).to_have_text(
+        "Stopped; nothing written."
+    )
+    await expect(screen.locator("#cards .card")).to_have_class(re.compile("settled"))
+    await expect(state(screen)).to_have_text("WaitingForUserInput")
+    await fits(screen)
+    assert not (harness.workspace / "notes.md").exists()
+    last = harness.requests(model)[-1]["messages"]
+    assert any(m["role"] == "user" and "Stop, wrong file." in m["content"] for m in last), last
