@@ -22,8 +22,8 @@ DEPLOY = "The team deploys on Fridays, with pnpm."
 async def test_a_namespace_is_read_added_to_edited_and_forgotten_on_the_page(
     harness: Harness, ui: str, screen: Page, screenshot: Shot
 ) -> None:
-    """What a run remembered is listed under its namespace (reached from the runs page's
-    Memory link); an item added on the page joins it; Edit and Save replace its text; Forget
+    """What a run remembered is listed under its namespace (reached from the run's page,
+    which names it); an item added on the page joins it; Edit and Save replace its text; Forget
     removes it; the client reads each change."""
     namespace = f"user:alice/agent:{uuid.uuid4().hex[:8]}"
     remember = {"tool_calls": [{"name": "remember", "arguments": {"text": DEPLOY}}]}
@@ -32,10 +32,8 @@ async def test_a_namespace_is_read_added_to_edited_and_forgotten_on_the_page(
     await screen.goto(f"{ui}/runs/{handle.id}")
     await expect(state(screen)).to_have_text("Done")
 
-    await screen.goto(ui)
-    await screen.get_by_role("link", name="Memory").click()
-    await screen.get_by_label("Namespace").fill(namespace)
-    await screen.get_by_role("button", name="Show").click()
+    await screen.locator("[data-fact=Memory]").get_by_role("link", name=namespace).click()
+    await expect(screen.get_by_label("Namespace")).to_have_value(namespace)
     items = screen.locator("#items .item")
     await expect(items).to_have_count(1)
     await expect(items.first.locator(".text")).to_have_text(DEPLOY)
@@ -76,7 +74,8 @@ async def test_a_bad_namespace_and_a_gone_item_are_said_on_the_page(
 ) -> None:
     """A namespace outside the pattern is refused with the API's reason; an item forgotten
     elsewhere while the page showed it is refused on its own row, saying so."""
-    await screen.goto(f"{ui}/memory")
+    await screen.goto(ui)
+    await screen.get_by_role("link", name="Memory").click()
     await screen.get_by_label("Namespace").fill("has spaces")
     await screen.get_by_role("button", name="Show").click()
     await expect(screen.locator("#memory-error")).to_contain_text("namespace")

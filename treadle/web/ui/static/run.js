@@ -175,6 +175,7 @@ function renderStatus(view) {
     ["Waiting for", s.outage],
     ["Last", s.last_event],
     ["Queued messages", s.thread && s.queued_messages ? String(s.queued_messages) : null],
+    ["Memory", view.memory ? el("a", { href: `/memory?namespace=${encodeURIComponent(view.memory)}`, text: view.memory }) : null],
     ["Forked from", s.forked_from ? el("span", {}, runLink(s.forked_from.workflow_id), ` at step ${s.forked_from.step}`) : null],
     ["Sub-agent", waitsOn(s)],
     // The answer is in the conversation; here only when the stream could not show it.
