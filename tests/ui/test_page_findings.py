@@ -118,7 +118,8 @@ async def test_a_refused_reply_is_shown_as_refused_not_as_the_answer(
     harness: Harness, ui: str, screen: Page
 ) -> None:
     """A reply shorter than the run's `min_answer_length` is refused by the run: its block
-    says "refused reply" and why, and the answer the run took is the agent's."""
+    says "refused reply", why, and what the run told the model; the answer the run took is
+    the agent's."""
     answer = "The build is green on main, and the release notes are ready."
     model = harness.script({"content": "ok"}, {"content": answer})
     handle = await harness.start(model, "How is the build?", min_answer_length=20)
@@ -130,6 +131,10 @@ async def test_a_refused_reply_is_shown_as_refused_not_as_the_answer(
     await expect(refused.locator(".who")).to_have_text("refused reply")
     await expect(refused.locator(".text")).to_have_text("ok")
     await expect(refused.locator(".refusal")).to_contain_text("Not taken as the answer")
+    await expect(refused.locator(".refusal-note")).to_contain_text(
+        "The run told the model: “Your answer was 2 characters; the final answer must be at "
+        "least 20."
+    )
     await expect(replies.last.locator(".who")).to_have_text("agent")
     await expect(replies.last.locator(".text")).to_have_text(answer)
     await fits(screen)

@@ -44,7 +44,24 @@ function blockNode(block) {
 function markRefused(node, why) {
   node.classList.add("block-refused");
   node.querySelector(".who").textContent = "refused reply";
-  if (!node.querySelector(".refusal")) node.append(el("p", { class: "refusal", text: why }));
+  if (!node.querySelector(".refusal")) {
+    node.append(el("p", { class: "refusal", text: why }), el("p", { class: "refusal-note" }));
+    clearTimeout(refusalTimer);
+    refusalTimer = setTimeout(explainRefusals, 150);
+  }
+}
+
+// The run's own words to the model for each refused reply (its step's ``Feedback`` trace
+// line: "Your answer was 2 characters; ... at least 20"), read once the replies are marked.
+let refusalTimer = null;
+async function explainRefusals() {
+  let trace;
+  try { trace = await api(`${base}/trace`); } catch (e) { return; }
+  for (const node of transcript.querySelectorAll(".block-refused")) {
+    const step = Number(node.id.replace(/^b-m/, ""));
+    const said = trace.entries.find((e) => e.step === step && e.event === "Feedback");
+    if (said) node.querySelector(".refusal-note").textContent = `The run told the model: “${said.data}”`;
+  }
 }
 
 function setOutcome(node, ok, output) {
