@@ -14,11 +14,10 @@ a 404. Everything goes through ``AgentClient`` (its redaction of key shapes incl
 
 from __future__ import annotations
 
-import json
 from collections.abc import Awaitable
 from typing import Protocol, TypeVar
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
@@ -26,7 +25,7 @@ from treadle.client import AgentClient, AgentClientError, MemoryRefused
 from treadle.web.api import actions
 from treadle.web.api.operations import Operation, Query
 from treadle.web.http import HttpError
-from treadle.workflows.base import Frozen
+from treadle.workflows.base import Frozen, describe_errors
 from treadle.workflows.memory.models import (
     MAX_ITEM_CHARS,
     MAX_RECALL,
@@ -108,7 +107,10 @@ def memory_operations(agents: AgentClient, body: Reader) -> list[Operation]:
         found = {k: params[k] for k in ("namespace", "query", "limit") if k in params}
         if "namespace" not in found:
             raise HttpError(400, "name the memory: ?namespace=NAMESPACE")
-        return actions.parsed(_Listing, json.dumps(found).encode())
+        try:
+            return _Listing.model_validate(found)
+        except ValidationError as exc:
+            raise HttpError(400, describe_errors(exc)) from None
 
     async def list_items(request: Request) -> Response:
         asked = listing(request)
