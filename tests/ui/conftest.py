@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.harness import Harness
+from tests.support.harness import TEST_STORE, Harness
+from treadle.client import AgentClient
 from treadle.web import serve
 from treadle.web.ui import ui_app
 
@@ -51,7 +52,9 @@ async def browser() -> AsyncIterator[Browser]:
 @pytest.fixture
 async def ui(harness: Harness) -> AsyncIterator[str]:
     """The page's base URL, serving the harness's namespace and task queue."""
-    app = ui_app(harness.client, task_queue=harness.task_queue, web_ui="http://127.0.0.1:8233")
+    # The workers' store: a fork checks its step's workspace snapshot out of it.
+    agents = AgentClient(harness.client, task_queue=harness.task_queue, store=str(TEST_STORE))
+    app = ui_app(agents, task_queue=harness.task_queue, web_ui="http://127.0.0.1:8233")
     served = await serve.start(app)
     yield served.url
     await served.stop()
@@ -67,6 +70,24 @@ async def context(browser: Browser) -> AsyncIterator[BrowserContext]:
 @pytest.fixture
 async def page(context: BrowserContext) -> Page:
     return await context.new_page()
+
+
+VIEWPORTS = {
+    "phone": {"width": 390, "height": 844},
+    "desktop": {"width": 1280, "height": 900},
+}
+"""The two screens the page is checked on: a phone held upright, and a laptop."""
+
+
+@pytest.fixture(params=list(VIEWPORTS))
+async def screen(request: pytest.FixtureRequest, browser: Browser) -> AsyncIterator[Page]:
+    """A page in a fresh context sized as a phone (touch, mobile) or as a desktop."""
+    phone = request.param == "phone"
+    opened = await browser.new_context(
+        viewport=VIEWPORTS[request.param], is_mobile=phone, has_touch=phone
+    )
+    yield await opened.new_page()
+    await opened.close()
 
 
 @pytest.fixture

@@ -98,7 +98,7 @@ async def test_approving_a_write_by_clicking_runs_the_tool(
     _, handle = await waiting_write(harness, {"content": "Written."})
     await open_run(page, ui, handle.id)
     await expect(card(page).locator("h2")).to_have_text("Approve write_file?")
-    await expect(card(page).locator("pre.arguments")).to_contain_text('"content": "hello"')
+    await expect(card(page).locator('.arguments dd[data-arg="content"]')).to_have_text("hello")
     await expect(state(page)).to_have_text("WaitingForHuman")
     await screenshot(page, "ui-approval")
 
@@ -109,7 +109,7 @@ async def test_approving_a_write_by_clicking_runs_the_tool(
     await expect(page.locator(".block-model .text").last).to_have_text("Written.")
     tool = page.locator(".block-tool")
     await tool.get_by_text("arguments and result").click()
-    await expect(tool.locator("pre.arguments")).to_contain_text('"path": "notes.md"')
+    await expect(tool.locator('.arguments dd[data-arg="path"]')).to_have_text("notes.md")
     await expect(tool.locator("pre.result")).to_contain_text("notes.md")
     assert (harness.workspace / "notes.md").read_text() == "hello"
 

@@ -87,7 +87,9 @@ class RunSummary(Frozen):
     last: str | None = None
     """Its last event, when its worker answered."""
     waiting_for: str | None = None
-    """Who an open run waits for, in words (a person, its client, its user)."""
+    """Who an open run waits for, in words (a person, its client, its user, its sub-agent)."""
+    waiting_on: str | None = None
+    """The workflow id of the sub-agent it waits for (its ``delegate`` call is running)."""
     answered: bool = False
     """Whether its worker answered the state query (else: from visibility alone)."""
 

@@ -501,6 +501,26 @@ def _summary(execution: WorkflowExecution, status: AgentStatus | None) -> RunSum
         task=status.task[:200] if status is not None else None,
         thread=status.thread if status is not None else None,
         last=status.last_event if status is not None else None,
-        waiting_for=waiting_for(state) if running else None,
+        waiting_for=_waiting(state, status) if running else None,
+        waiting_on=_busy_child(status),
         answered=status is not None,
     )
+
+
+def _busy_child(status: AgentStatus | None) -> str | None:
+    """The sub-agent a run waits for (its ``delegate`` call is running), if any."""
+    if status is None or status.state.is_terminal:
+        return None
+    return next((c.workflow_id for c in status.children if c.status == "running"), None)
+
+
+def _waiting(state: str, status: AgentStatus | None) -> str | None:
+    """Who a running run waits for: a person, its client or user, or its sub-agent (a parent
+    that delegated is ``Acting`` while its child works or waits for someone)."""
+    own = waiting_for(state)
+    child_id = _busy_child(status)
+    if own is not None or status is None or child_id is None:
+        return own
+    child = next(c for c in status.children if c.workflow_id == child_id)
+    theirs = waiting_for(child.state or "")
+    return f"its sub-agent {child_id}" + (f", which waits for {theirs}" if theirs else "")

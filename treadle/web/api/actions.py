@@ -133,7 +133,10 @@ async def run_view(client: AgentClient, workflow_id: str, web_ui: str | None) ->
     overview = await asked(client.overview(workflow_id))
     status = overview.status
     calls: dict[str, dict[str, Any]] = {}
+    memory = None
     if overview.export is not None:  # else the calls are shown from the stream's events alone
+        kept = overview.export.treadle.config.memory
+        memory = kept.namespace if kept is not None else None
         for message in overview.export.conversation.messages:
             for call in message.tool_calls:
                 calls.setdefault(call.id, {})["arguments"] = _json_or_text(call.arguments)
@@ -153,6 +156,7 @@ async def run_view(client: AgentClient, workflow_id: str, web_ui: str | None) ->
         calls=calls,
         schemas=schemas,
         web_ui=f"{web_ui}/namespaces/{namespace}/workflows/{workflow_id}" if web_ui else None,
+        memory=memory,
     )
 
 

@@ -9,8 +9,10 @@
     GET  /v1/runs/{id}/events                 its stream as Server-Sent Events (resumable)
     GET  /v1/runs/{id}/transcript             its stream folded into blocks
     GET  /v1/runs/{id}/transcript/events      the blocks' ops as Server-Sent Events (resumable)
-    POST /v1/runs/{id}/approve | reject | modify | guide | answer | wake | messages | close |
-         cancel
+    POST /v1/runs/{id}/approve | reject | modify | guide | answer | wake | messages | fork |
+         close | cancel
+    GET  /v1/memory?namespace= | /v1/memory/recall    a memory namespace's items (memory.py)
+    POST /v1/memory/remember | edit | forget
 
 docs/api.md is the manual; the document served is the reference.
 """
@@ -52,6 +54,7 @@ from treadle.web.api.bodies import (
     Transcript,
     Wake,
 )
+from treadle.web.api.memory import memory_operations
 from treadle.web.api.operations import Operation, Query, openapi, routes
 from treadle.web.api.transcript import Fold
 from treadle.web.guard import Guard, check_access, cors
@@ -404,6 +407,7 @@ def api_operations(agents: AgentClient, settings: ApiSettings) -> list[Operation
             answer=Cancelling,
             status=202,
         ),
+        *memory_operations(agents, body),
     ]
     the_document = openapi(operations, title="Treadle", version=_version())
     return operations
@@ -416,7 +420,11 @@ def api_routes(agents: AgentClient, settings: ApiSettings) -> list[Route]:
 def api_app(client: Client | AgentClient, settings: ApiSettings) -> ASGIApp:
     """The API alone, guarded (``treadle.web.guard``) and with CORS for ``settings.origins``."""
     check_access(settings.token, settings.loopback)
-    agents = client if isinstance(client, AgentClient) else AgentClient(client)
+    agents = (
+        client
+        if isinstance(client, AgentClient)
+        else AgentClient(client, task_queue=settings.task_queue)
+    )
     app = json_app(
         api_routes(agents, settings),
         log=log,

@@ -75,7 +75,8 @@ class RunList(Frozen):
 
 class RunView(Frozen):
     """A run as a front end shows it: its status, its calls' arguments and results (from its
-    conversation), the schemas of the calls waiting for approval, its Web UI link."""
+    conversation), the schemas of the calls waiting for approval, its Web UI link, its memory
+    namespace."""
 
     id: str
     status: dict[str, Any]
@@ -84,6 +85,8 @@ class RunView(Frozen):
     calls: dict[str, dict[str, Any]]
     schemas: dict[str, dict[str, Any]]
     web_ui: str | None
+    memory: str | None = None
+    """The long-term memory namespace the run remembers in (``config.memory``), if any."""
 
 
 class Transcript(Frozen):

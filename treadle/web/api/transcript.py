@@ -8,6 +8,7 @@ folding for the live view, sending each change as an op::
     {"op": "text", "id": "m4", "text": "lo"}                     # appended
     {"op": "text", "id": "m4", "text": "Hi.", "retried": true}   # replaces: a retried reply
     {"op": "tool", "id": "t-call_1", "ok": true, "output": "wrote notes.md"}
+    {"op": "refused", "id": "m4", "why": "Not taken as the answer: ..."}  # a refused reply
     {"op": "event", "kind": "decided"}                          # the status may have changed
 
 A snapshot up to offset N and the ops from N on make the same page as the ops from 0, so a page
@@ -45,6 +46,16 @@ _NOTES = {
 }
 """Event kinds shown as one labelled note line."""
 
+_REFUSED = {
+    "Planning -> Reflecting": "Not taken as the answer: the model's confidence was below the "
+    "run's threshold, so it was asked to reconsider.",
+    "Planning -> Planning": "Not taken as the answer: the run's checks refused it (too short, "
+    "or not the answer's schema) and asked the model again.",
+}
+"""A reply's step moving on without an answer: the run refused the reply (``Reflecting``: low
+confidence; ``Planning`` again: too short or not the typed answer's schema). Its block says so,
+instead of showing it as the agent's answer."""
+
 
 @dataclass
 class Fold:
@@ -56,6 +67,9 @@ class Fold:
     text: TextTracker = field(default_factory=TextTracker)
     _by_id: dict[str, dict[str, Any]] = field(default_factory=dict)
     _notes: int = 0
+    _reply: tuple[int, bool] | None = None
+    """The step of the last model reply with text not yet taken as an answer, and whether it
+    called tools."""
 
     def snapshot(self) -> dict[str, Any]:
         """The blocks so far (a copy: folding goes on) and the offset they reach."""
@@ -81,9 +95,13 @@ class Fold:
             return self._add({"id": f"u{event.run}-{self._count()}", "kind": "user",
                               "text": event.text})  # fmt: skip
         if kind == "model":
+            self._reply = (event.step, bool(event.tool_calls))
             new = self.text.rest(event.step, event.text)
             return self._model_text(event.step, new.text, new.retried)
+        if kind == "state":
+            return self._judged(event)
         if kind == "answer":
+            self._reply = None
             if self.text.shown(event.step) == 0 and event.text:
                 self.text.rest(event.step, event.text)
                 return self._model_text(event.step, event.text, False)
@@ -110,6 +128,21 @@ class Fold:
             return self._note("ended", event.state)
         label = _NOTES.get(kind)
         return self._note(label, event.text) if label is not None else []
+
+    def _judged(self, event: AgentEvent) -> list[Op]:
+        """After a reply: whether its step moved on without taking it (see ``_REFUSED``)."""
+        if self._reply is None or self._reply[0] != event.step:
+            return []
+        step, called = self._reply
+        move = event.text.split(" · ", 1)[0]
+        why = _REFUSED.get(move)
+        if move.startswith("Planning ->"):
+            self._reply = None
+        block = self._by_id.get(f"m{step}")
+        if why is None or block is None or (called and move == "Planning -> Planning"):
+            return []
+        block["refused"] = why
+        return [{"op": "refused", "id": block["id"], "why": why}]
 
     def _model_text(self, step: int, text: str, retried: bool) -> list[Op]:
         block_id = f"m{step}"

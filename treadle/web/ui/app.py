@@ -1,7 +1,8 @@
 """The page's app: its HTML, scripts and styles, beside the HTTP API its scripts use.
 
     GET  /                          the runs and threads (runs.html)
-    GET  /runs/{id}                 one run: its conversation (run.html)
+    GET  /runs/{id}                 one run: its conversation, trace and forks (run.html)
+    GET  /memory?namespace=NS       a long-term memory namespace, its items edited (memory.html)
     GET  /static/{name}             the page's scripts and styles (package files, no build step)
     /v1/...                         the HTTP API (``treadle.web.api``; docs/api.md)
 
@@ -49,7 +50,10 @@ def ui_app(
     ``token``: the access token (``None`` on loopback only); ``web_ui``: the Temporal Web UI's
     base URL; ``origins``: other origins allowed to use the API (CORS)."""
     check_access(token, loopback)
-    agents = client if isinstance(client, AgentClient) else AgentClient(client)
+    # Its task queue is where the runs it starts go, and where a new memory namespace runs.
+    agents = (
+        client if isinstance(client, AgentClient) else AgentClient(client, task_queue=task_queue)
+    )
     settings = ApiSettings(
         task_queue=task_queue, token=token, loopback=loopback, origins=origins, web_ui=web_ui
     )
@@ -69,6 +73,7 @@ def ui_app(
     routes = [
         route("/", page("runs.html"), ("GET",)),
         route("/runs/{id}", page("run.html"), ("GET",)),
+        route("/memory", page("memory.html"), ("GET",)),
         route("/static/{name}", static, ("GET",)),
         *api_routes(agents, settings),
     ]

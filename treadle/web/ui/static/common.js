@@ -44,3 +44,25 @@ function stateBadge(state) {
     : /Error|Halted|Cancelled|Failed|Terminated|Timed/.test(state) ? "bad" : "busy";
   return el("span", { class: `badge badge-${kind}`, "data-state": state, text: state });
 }
+
+// A call's arguments as a person reads them: each string as text — a file's content with its
+// lines, never an escaped JSON string — and any other value as JSON. (The Modify editor keeps
+// the JSON, which is what it sends.)
+function argumentsView(args) {
+  if (args === null || typeof args !== "object" || Array.isArray(args)) {
+    return el("pre", { class: "arg-text", text: typeof args === "string" ? args : JSON.stringify(args, null, 2) });
+  }
+  const list = el("dl", { class: "args" });
+  for (const [name, value] of Object.entries(args)) {
+    let shown;
+    if (typeof value !== "string") shown = el("code", { text: JSON.stringify(value) });
+    else if (value.includes("\n") || value.length > 60) shown = el("pre", { class: "arg-text", text: value });
+    else shown = el("code", { text: value });
+    list.append(el("dt", { text: name }), el("dd", { "data-arg": name }, shown));
+  }
+  return list;
+}
+
+function runLink(id) {
+  return el("a", { href: `/runs/${encodeURIComponent(id)}`, text: id });
+}

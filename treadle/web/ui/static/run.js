@@ -21,6 +21,7 @@ function blockNode(block) {
   } else if (block.kind === "model") {
     node.append(el("span", { class: "who", text: "agent" }), el("div", { class: "text", text: block.text }));
     if (block.retried) node.classList.add("retried");
+    if (block.refused) markRefused(node, block.refused);
   } else if (block.kind === "tool") {
     node.dataset.call = block.call_id;
     node.append(
@@ -29,13 +30,38 @@ function blockNode(block) {
         el("code", { text: `${block.tool} ${block.target || ""}`.trim() }),
         el("span", { class: "outcome" })),
       el("details", {}, el("summary", { text: "arguments and result" }),
-        el("pre", { class: "arguments" }), el("pre", { class: "result" })));
+        el("div", { class: "arguments" }), el("pre", { class: "result" })));
     setOutcome(node, block.ok, block.output);
     fillCall(node);
   } else {
     node.append(el("span", { class: "label", text: block.label }), el("span", { class: "text", text: ` ${block.text}` }));
   }
   return node;
+}
+
+// A reply the run did not take as its answer (too short, not confident enough, not the
+// answer's schema): said so, never shown as the agent's answer.
+function markRefused(node, why) {
+  node.classList.add("block-refused");
+  node.querySelector(".who").textContent = "refused reply";
+  if (!node.querySelector(".refusal")) {
+    node.append(el("p", { class: "refusal", text: why }), el("p", { class: "refusal-note" }));
+    clearTimeout(refusalTimer);
+    refusalTimer = setTimeout(explainRefusals, 150);
+  }
+}
+
+// The run's own words to the model for each refused reply (its step's ``Feedback`` trace
+// line: "Your answer was 2 characters; ... at least 20"), read once the replies are marked.
+let refusalTimer = null;
+async function explainRefusals() {
+  let trace;
+  try { trace = await api(`${base}/trace`); } catch (e) { return; }
+  for (const node of transcript.querySelectorAll(".block-refused")) {
+    const step = Number(node.id.replace(/^b-m/, ""));
+    const said = trace.entries.find((e) => e.step === step && e.event === "Feedback");
+    if (said) node.querySelector(".refusal-note").textContent = `The run told the model: “${said.data}”`;
+  }
 }
 
 function setOutcome(node, ok, output) {
@@ -47,7 +73,7 @@ function setOutcome(node, ok, output) {
 function fillCall(node) {
   const call = calls[node.dataset.call];
   if (!call) return;
-  if (call.arguments !== undefined) node.querySelector(".arguments").textContent = JSON.stringify(call.arguments, null, 2);
+  if (call.arguments !== undefined) node.querySelector(".arguments").replaceChildren(argumentsView(call.arguments));
   if (call.result !== undefined) node.querySelector(".result").textContent = call.result;
 }
 
@@ -60,6 +86,9 @@ function apply(op) {
     const text = node.querySelector(".text");
     if (op.retried) { text.textContent = op.text; node.classList.add("retried"); }
     else text.textContent += op.text;
+  } else if (op.op === "refused") {
+    const node = document.getElementById(`b-${op.id}`);
+    if (node) markRefused(node, op.why);
   } else if (op.op === "tool") {
     const node = document.getElementById(`b-${op.id}`);
     if (node) setOutcome(node, op.ok, op.output);
@@ -140,6 +169,7 @@ async function refreshOnce() {
   transcript.querySelectorAll(".block-tool").forEach(fillCall);
   renderStatus(view);
   renderCards(view);
+  loadTrace();
   const s = view.status;
   const open = !["Done", "Error", "Halted", "Cancelled"].includes(s.state);
   document.getElementById("thread").hidden = !(s.thread && open);
@@ -162,6 +192,9 @@ function renderStatus(view) {
     ["Waiting for", s.outage],
     ["Last", s.last_event],
     ["Queued messages", s.thread && s.queued_messages ? String(s.queued_messages) : null],
+    ["Memory", view.memory ? el("a", { href: `/memory?namespace=${encodeURIComponent(view.memory)}`, text: view.memory }) : null],
+    ["Forked from", s.forked_from ? el("span", {}, runLink(s.forked_from.workflow_id), ` at step ${s.forked_from.step}`) : null],
+    ["Sub-agent", waitsOn(s)],
     // The answer is in the conversation; here only when the stream could not show it.
     ["Answer", transcript.querySelector(".block-model") ? null : s.final_answer],
     ["Error", s.error],
@@ -169,10 +202,23 @@ function renderStatus(view) {
   const list = el("dl", { class: "facts" });
   for (const [name, value] of facts) {
     if (value === null || value === undefined || value === "") continue;
-    list.append(el("dt", { text: name }), el("dd", { text: value, "data-fact": name }));
+    list.append(el("dt", { text: name }), el("dd", { "data-fact": name }, value));
   }
+  const child = waitsOn(s);
+  document.getElementById("waits-on").replaceChildren(...(child ? ["Waiting for its sub-agent: ", child] : []));
   const links = view.web_ui ? el("p", {}, el("a", { href: view.web_ui, target: "_blank", rel: "noopener", text: "Open in the Temporal Web UI" })) : null;
   document.getElementById("status").replaceChildren(list, links || "");
+}
+
+// A parent whose delegate call runs is Acting while its sub-agent works or waits: it waits for
+// that sub-agent, which this names and links (and what the sub-agent waits for, if anything).
+function waitsOn(s) {
+  if (["Done", "Error", "Halted", "Cancelled"].includes(s.state)) return null;
+  const child = (s.children || []).find((c) => c.status === "running");
+  if (!child) return null;
+  const waits = { WaitingForHuman: "a person", WaitingForClient: "an answer to its question", WaitingForUserInput: "its next message" }[child.state];
+  return el("span", { class: "child" }, runLink(child.workflow_id),
+    child.state ? ` (${child.state}${waits ? `: it waits for ${waits}` : ""})` : "");
 }
 
 // -- what waits for a person ---------------------------------------------------------------
@@ -247,7 +293,7 @@ function approvalCard(p, schema) {
     } }, "Send the new arguments"));
   card.append(
     el("p", { class: "meta", text: `call ${p.call_id} · step ${p.step}` }),
-    el("pre", { class: "arguments", text: argsText }),
+    el("div", { class: "arguments" }, argumentsView(p.arguments)),
     el("div", { class: "row" },
       el("button", { type: "button", onclick: () => act(card, "approve", { call_id: p.call_id }, `Approved by you; ${p.tool} runs.`) }, "Approve"),
       el("button", { type: "button", class: "secondary", onclick: () => { editing.hidden = !editing.hidden; if (!editing.hidden) editor.focus(); } }, "Modify…")),
@@ -311,16 +357,29 @@ function guidanceCard(s, child) {
 
 // -- a thread's next message ----------------------------------------------------------------
 
+// What the API's ``Sent.done`` says happened to the message.
+const SENT = {
+  sent: () => "Sent: it starts a turn.",
+  queued: (m) => `Queued: answered after the running turn (${m.position === 1 ? "next" : `position ${m.position}`}).`,
+  steered: () => "Steered: it joins the running turn; the model reads it before its next call.",
+  interrupting: () => "Interrupting: the running model call stops and the turn starts again with it.",
+};
+
 document.getElementById("send").addEventListener("submit", async (event) => {
   event.preventDefault();
   const box = document.getElementById("message");
   const error = document.getElementById("send-error");
+  const result = document.getElementById("send-result");
+  const mode = document.getElementById("mode").value;
   error.textContent = "";
+  result.textContent = "";
   try {
-    await api(`${base}/messages`, { text: box.value });
+    const sent = await api(`${base}/messages`, { text: box.value, mode: mode || undefined });
     box.value = "";
+    result.textContent = SENT[sent.done](sent);
+    result.dataset.done = sent.done;
     refreshSoon();
-  } catch (e) { error.textContent = e.message; }
+  } catch (e) { error.textContent = `Not sent: ${e.message}`; }
 });
 document.getElementById("message").addEventListener("keydown", (event) => {
   if (event.key === "Enter" && (event.ctrlKey || event.metaKey)) document.getElementById("send").requestSubmit();
@@ -329,6 +388,71 @@ document.getElementById("close").addEventListener("click", async () => {
   const error = document.getElementById("send-error");
   try { await api(`${base}/close`, {}); refreshSoon(); } catch (e) { error.textContent = e.message; }
 });
+
+// -- the trace, and a fork from any of its steps ----------------------------------------------
+
+const tracePanel = document.getElementById("trace");
+
+// Read when opened, and again at each refresh while open (one read at a time).
+let tracing = false;
+async function loadTrace() {
+  if (!tracePanel.open || tracing) return;
+  tracing = true;
+  const steps = document.getElementById("steps");
+  const note = document.getElementById("trace-note");
+  try {
+    const trace = await api(`${base}/trace`);
+    note.textContent = trace.earlier ? `${trace.earlier} earlier entries are not kept (the run continued as new).` : "";
+    const byStep = new Map();
+    for (const entry of trace.entries) {
+      if (!byStep.has(entry.step)) byStep.set(entry.step, []);
+      byStep.get(entry.step).push(entry);
+    }
+    for (const [step, entries] of byStep) {
+      let item = steps.querySelector(`[data-step="${step}"]`);
+      if (!item) {
+        item = stepNode(step);
+        steps.append(item);
+      }
+      item.querySelector(".entries").replaceChildren(...entries.map((e) =>
+        el("li", {}, el("span", { class: "label", text: e.event }), el("span", { text: ` ${e.state}${e.data ? ` · ${e.data}` : ""}` }))));
+    }
+  } catch (e) {
+    note.textContent = `Could not read the trace: ${e.message}`;
+  } finally {
+    tracing = false;
+  }
+}
+
+function stepNode(step) {
+  const item = el("li", { class: "step", "data-step": step },
+    el("div", { class: "row between" }, el("h3", { text: `Step ${step}` })),
+    el("ul", { class: "entries" }));
+  const message = el("textarea", { rows: 2, "aria-label": `new message for the fork from step ${step} (optional)`, placeholder: "a new instruction the fork reads first (optional)" });
+  const error = el("p", { class: "error", role: "alert" });
+  const form = el("div", { class: "fork", hidden: true }, message,
+    el("div", { class: "row" },
+      el("button", { type: "button", onclick: async (event) => {
+        event.target.disabled = true;
+        error.textContent = "";
+        try {
+          const forked = await api(`${base}/fork`, { step, message: message.value.trim() || undefined });
+          location.assign(`/runs/${encodeURIComponent(forked.id)}`);
+        } catch (e) {
+          error.textContent = `Not forked: ${e.message}`;
+          event.target.disabled = false;
+        }
+      } }, "Start the fork")),
+    error);
+  item.querySelector(".row").append(el("button", { type: "button", class: "secondary", "aria-label": `Fork from step ${step}`, onclick: () => {
+    form.hidden = !form.hidden;
+    if (!form.hidden) message.focus();
+  } }, "Fork from here"));
+  item.append(form);
+  return item;
+}
+
+tracePanel.addEventListener("toggle", loadTrace);
 
 refresh();
 follow();

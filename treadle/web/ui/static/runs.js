@@ -59,7 +59,8 @@ function row(run) {
        run.model, run.last ? `last: ${run.last}` : null,
        run.closed ? `ended ${when(run.closed)}` : `started ${when(run.started)}`]
         .filter(Boolean).join(" · ")),
-    run.waiting_for ? el("p", { class: "waiting" }, `Waiting for ${run.waiting_for}`) : null);
+    run.waiting_for ? el("p", { class: "waiting" }, `Waiting for ${run.waiting_for}`) : null,
+    run.waiting_on ? el("p", { class: "meta" }, "Its sub-agent: ", runLink(run.waiting_on)) : null);
 }
 
 document.getElementById("start").addEventListener("submit", async (event) => {
@@ -83,6 +84,10 @@ document.getElementById("start").addEventListener("submit", async (event) => {
     error.textContent = `Not started: ${e.message}`;
   }
 });
+
+// A wide screen shows the start form open; a phone shows the runs first, the form one tap away.
+const startPanel = document.getElementById("start-panel");
+if (window.matchMedia("(min-width: 48rem)").matches) startPanel.open = true;
 
 filter.addEventListener("change", refresh);
 refresh();
