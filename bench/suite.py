@@ -79,7 +79,7 @@ from treadle.workflows.agent.messages.models import (
     ApproveSignal,
     RunStatus,
 )
-from treadle.workflows.agent.messages.search_attributes import at_start
+from treadle.workflows.agent.messages.search_attributes import start_attributes
 from treadle.workflows.agent.workflow import AgentWorkflow
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -299,7 +299,7 @@ async def start_agent(
         AgentWorkflow.run,
         agent_input,
         id=new_id("agent"),
-        search_attributes=at_start(agent_input),  # as Treadle's clients start runs
+        search_attributes=start_attributes(agent_input),  # as Treadle's clients start runs
         task_queue=task_queue,
         task_timeout=task_timeout,
     )

@@ -2,9 +2,9 @@
 failed) is sent at once with the exact step, a step's own moves (Planning <-> Acting or
 PostToolsHook, AgentStep) at most once per ``STEP_ATTRIBUTES_EVERY`` of workflow time, and every
 run of a chain hands over with its exact step in visibility. A run started as Treadle's clients
-start runs (``at_start``) shows its first values from its start and upserts nothing visibility
-shows already; one that answers from a step ends on its close status. A run started without
-them (a client that sets none) upserts as runs always did, its start and its ``Done``."""
+start runs (``start_attributes``) shows its first values from its start and upserts nothing
+visibility shows already; one that answers from a step ends on its close status. A run started
+without them (a client that sets none) upserts as runs always did, its start and its ``Done``."""
 
 from __future__ import annotations
 

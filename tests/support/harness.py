@@ -42,7 +42,7 @@ from treadle.workflows.agent.messages.models import (
     Trace,
     TraceEntry,
 )
-from treadle.workflows.agent.messages.search_attributes import at_start
+from treadle.workflows.agent.messages.search_attributes import start_attributes
 from treadle.workflows.agent.workflow import AgentWorkflow
 
 HISTORIES = Path(__file__).parents[1] / "histories"
@@ -88,8 +88,8 @@ class Harness:
     async def start(
         self, model: str, task: str = "Do the task.", *, shown: bool = True, **config: Any
     ) -> WorkflowHandle[Any, Any]:
-        """Start a run of ``config`` (``shown=False``: without ``at_start``'s attributes, as a
-        client that sets none starts it)."""
+        """Start a run of ``config`` (``shown=False``: without ``start_attributes``, as a client
+        that sets none starts it)."""
         handle = await start_agent(
             self.client,
             self.task_queue,
@@ -180,7 +180,7 @@ async def start_agent(
     **options: Any,
 ) -> WorkflowHandle[Any, Any]:
     """Start an agent run (or a thread) with a fresh id, as a client does (with what it shows
-    first, ``at_start``; ``shown=False``: without); ``options`` go to ``start_workflow``
+    first, ``start_attributes``; ``shown=False``: without); ``options`` go to ``start_workflow``
     (``static_summary``...), the input's other fields keep their defaults."""
     agent_input = AgentInput(
         task=task,
@@ -193,7 +193,7 @@ async def start_agent(
         AgentWorkflow.run,
         agent_input,
         id=f"{id_prefix}-{uuid.uuid4().hex[:12]}",
-        search_attributes=at_start(agent_input) if shown else None,
+        search_attributes=start_attributes(agent_input) if shown else None,
         task_queue=task_queue,
         execution_timeout=execution_timeout,
         **options,

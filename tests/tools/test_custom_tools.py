@@ -37,7 +37,7 @@ from treadle.workflows.agent.messages.models import (
     ApproveSignal,
     ToolPolicy,
 )
-from treadle.workflows.agent.messages.search_attributes import at_start
+from treadle.workflows.agent.messages.search_attributes import start_attributes
 from treadle.workflows.agent.parts import toolbox
 from treadle.workflows.agent.parts.toolbox import Toolbox
 from treadle.workflows.agent.workflow import AgentWorkflow
@@ -259,7 +259,7 @@ async def test_a_worker_loads_your_tool_module_and_runs_offer_it(
         agent_input,
         id=f"shout-{uuid.uuid4().hex[:8]}",
         task_queue=task_queue,
-        search_attributes=at_start(agent_input) if shown else None,
+        search_attributes=start_attributes(agent_input) if shown else None,
         execution_timeout=timedelta(minutes=3),
     )
     for _ in range(300):  # the tool ran and the second model call is live

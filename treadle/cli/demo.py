@@ -229,7 +229,7 @@ class _Demo:
             AgentWorkflow.run,
             agent_input,
             id=workflow_id,
-            search_attributes=search_attributes.at_start(agent_input),
+            search_attributes=search_attributes.start_attributes(agent_input),
             task_queue=self.task_queue,
             static_summary=DEMO_TASK,
             static_details=f"model {DEMO_MODEL} · workspace {workspace}",

@@ -149,7 +149,7 @@ class Runs(ClientBase):
                 # An id names one run for approve/status/trace; never silently start a second.
                 id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
                 # What it shows first, set as it starts: no upsert (billed) to show it.
-                search_attributes=sa.at_start(agent_input, search_attributes),
+                search_attributes=sa.start_attributes(agent_input, search_attributes),
             )
         except WorkflowAlreadyStartedError as exc:
             raise RunExists(

@@ -104,7 +104,7 @@ class ScheduledAgentWorkflow:
                 AgentWorkflow.run,
                 agent,
                 id=run_id,
-                search_attributes=search_attributes.at_start(agent),
+                search_attributes=search_attributes.start_attributes(agent),
                 static_summary=f"{schedule.name} · {_cut(agent.task, 180)}",
                 static_details=f"scheduled agent {schedule.name} ({schedule.describe()})",
             )

@@ -5,8 +5,8 @@ They must be registered on the namespace (``temporal-dev.yaml`` does it for the 
 
 Every upsert is a billed Temporal Cloud action; the values a run is started with are not
 (https://docs.temporal.io/cloud/actions). So the clients that start runs give them what the
-run shows first (``at_start``), and the run sends only what visibility does not show yet
-(``publishing``).
+run shows first (``start_attributes``), and the run sends only what visibility does not show
+yet (``publishing``).
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ REQUIRED: Mapping[str, SearchAttributeIndexedValueType] = MappingProxyType(
 """Name -> type of every search attribute the workflows upsert."""
 
 
-def at_start(
+def start_attributes(
     input: AgentInput, also: TypedSearchAttributes | None = None
 ) -> TypedSearchAttributes | None:
     """What a fresh run of ``input`` shows as it starts (``Planning``, step 0, its model) and

@@ -11,7 +11,7 @@ costs no upsert, and the exact step is always in ``status``, the live view and t
 details. (``Acting`` is sent only after a wait a user searches for: an approval's tools run as
 ``Acting``, never as ``WaitingForHuman``.)
 
-A run started with what it shows first (``search_attributes.at_start``,
+A run started with what it shows first (``search_attributes.start_attributes``,
 ``AgentRun.lean_start``) sends no value visibility already shows: its start costs no upsert. And one
 that answers from a step of its own (``Planning``, ``Acting``, ``PostToolsHook``) ends on its
 close status: ``Completed`` with a step state is ``Done`` (a run that halts, fails or is

@@ -138,7 +138,7 @@ class AgentRun(Mutable):
     """Which run of its continue-as-new chain this is (the workflow id stays the same)."""
     lean_start: bool = False
     """The chain's first run was started as Treadle's clients start runs, with what it shows
-    first (``search_attributes.at_start``): it pays Temporal Cloud for what changes only. It
+    first (``search_attributes.start_attributes``): it pays Temporal Cloud for what changes only. It
     upserts no value visibility shows, ends ``Done`` on its close status (``publishing``), and
     lists the worker's loaded tools with its first model call instead of a local activity's
     marker (``planning.model_request``). Read from the first run's start event and carried, so

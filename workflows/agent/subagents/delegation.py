@@ -94,7 +94,7 @@ async def delegate(
             workflow.info().workflow_type,
             given,
             id=child.workflow_id,
-            search_attributes=sa.at_start(given),  # what it shows first: no upsert of it
+            search_attributes=sa.start_attributes(given),  # what it shows first: no upsert of it
             result_type=AgentResult,
             # A hand-over closes the parent's run, and REQUEST_CANCEL would cancel the child:
             # a cancelled parent cancels its children itself (``child_ends.awaited``).
