@@ -79,6 +79,7 @@ from treadle.workflows.agent.messages.models import (
     ApproveSignal,
     RunStatus,
 )
+from treadle.workflows.agent.messages.search_attributes import start_attributes
 from treadle.workflows.agent.workflow import AgentWorkflow
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -288,15 +289,17 @@ async def start_agent(
     config: AgentConfig,
     task_timeout: timedelta | None = None,
 ) -> WorkflowHandle[Any, AgentResult]:
+    agent_input = AgentInput(
+        task="Write the files.",
+        model=f"openai:{model}",
+        workspace=bench.workspace("agent"),
+        config=config,
+    )
     return await bench.client.start_workflow(
         AgentWorkflow.run,
-        AgentInput(
-            task="Write the files.",
-            model=f"openai:{model}",
-            workspace=bench.workspace("agent"),
-            config=config,
-        ),
+        agent_input,
         id=new_id("agent"),
+        search_attributes=start_attributes(agent_input),  # as Treadle's clients start runs
         task_queue=task_queue,
         task_timeout=task_timeout,
     )

@@ -44,6 +44,7 @@ __all__ = [
     "TraceEntry",
     "TreadlePlugin",
     "UserMessage",
+    "start_attributes",
 ]
 
 _MODELS = "treadle.workflows.agent.messages.models"
@@ -65,6 +66,7 @@ _HOME: dict[str, str] = {
     "ToolContext": _TOOLS,
     "ToolError": _TOOLS,
     "ToolOutput": _TOOLS,
+    "start_attributes": "treadle.workflows.agent.messages.search_attributes",
 }
 """Where each public name lives; the others are the run's messages (``_MODELS``)."""
 

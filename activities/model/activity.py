@@ -238,6 +238,8 @@ class ModelActivities:
             ) from None
         except Exception as exc:  # a bug, or an error nobody foresaw: its text may hold a key
             raise self._failure(ApplicationError(str(exc), type=type(exc).__name__)) from None
+        if request.loaded_tools is not None:  # the run records what it offered from here
+            result = result.model_copy(update={"loaded_tools": request.loaded_tools})
         activity.logger.info(
             "model.call.completed",
             extra={

@@ -37,8 +37,9 @@ def first_task_markers(history: WorkflowHistory) -> list[str]:
 
 async def run_watched(harness: Harness, model: str, **config: Any) -> WorkflowHandle[Any, Any]:
     """A run asked for its state as soon as it starts, as ``starter.py run --wait`` does: the
-    query reaches the worker while its first task (and local activity) may still run."""
-    handle = await harness.start(model, **config)
+    query reaches the worker while its first task (and local activity) may still run. Started
+    without its attributes: a run started with them lists no tools by a local activity."""
+    handle = await harness.start(model, shown=False, **config)
     status: AgentStatus = await handle.query(AgentWorkflow.state)
     assert status.model == model
     result: AgentResult = await handle.result()

@@ -42,6 +42,7 @@ from treadle.workflows.agent.messages.models import (
     Trace,
     TraceEntry,
 )
+from treadle.workflows.agent.messages.search_attributes import start_attributes
 from treadle.workflows.agent.workflow import AgentWorkflow
 
 HISTORIES = Path(__file__).parents[1] / "histories"
@@ -85,8 +86,10 @@ class Harness:
         return [r.body for r in self.models.requests_for(model.partition(":")[2])]
 
     async def start(
-        self, model: str, task: str = "Do the task.", **config: Any
+        self, model: str, task: str = "Do the task.", *, shown: bool = True, **config: Any
     ) -> WorkflowHandle[Any, Any]:
+        """Start a run of ``config`` (``shown=False``: without ``start_attributes``, as a client
+        that sets none starts it)."""
         handle = await start_agent(
             self.client,
             self.task_queue,
@@ -97,6 +100,7 @@ class Harness:
             id_prefix="test",
             static_summary=task,
             execution_timeout=timedelta(minutes=5),
+            shown=shown,
         )
         self.handles.append(handle)
         return handle
@@ -172,20 +176,24 @@ async def start_agent(
     thread: bool = False,
     id_prefix: str = "run",
     execution_timeout: timedelta | None = None,
+    shown: bool = True,
     **options: Any,
 ) -> WorkflowHandle[Any, Any]:
-    """Start an agent run (or a thread) with a fresh id, as a client does; ``options`` go to
-    ``start_workflow`` (``static_summary``...), the input's other fields keep their defaults."""
+    """Start an agent run (or a thread) with a fresh id, as a client does (with what it shows
+    first, ``start_attributes``; ``shown=False``: without); ``options`` go to ``start_workflow``
+    (``static_summary``...), the input's other fields keep their defaults."""
+    agent_input = AgentInput(
+        task=task,
+        model=model,
+        workspace=str(workspace),
+        thread=thread,
+        config=config or AgentConfig(),
+    )
     return await client.start_workflow(
         AgentWorkflow.run,
-        AgentInput(
-            task=task,
-            model=model,
-            workspace=str(workspace),
-            thread=thread,
-            config=config or AgentConfig(),
-        ),
+        agent_input,
         id=f"{id_prefix}-{uuid.uuid4().hex[:12]}",
+        search_attributes=start_attributes(agent_input) if shown else None,
         task_queue=task_queue,
         execution_timeout=execution_timeout,
         **options,

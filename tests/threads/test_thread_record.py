@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from temporalio.api.common.v1 import Payloads
+from temporalio.client import WorkflowHistory
 
 from tests.support.harness import TEST_STORE, Harness
 from tests.support.processes import run_cli
@@ -47,9 +48,9 @@ def _in_arrival_order(harness: Harness, *turns: dict[str, Any]) -> str:
     return f"openai:{name}"
 
 
-async def _hand_over_inputs(harness: Harness, workflow_id: str) -> list[Payloads]:
-    """The input of every continue-as-new command of the chain, first run to last."""
-    inputs = []
+async def _chain_histories(harness: Harness, workflow_id: str) -> list[WorkflowHistory]:
+    """The history of every run of the chain, first run to last."""
+    histories = []
     run_id: str | None = None
     while True:
         history = await harness.client.get_workflow_handle(
@@ -60,12 +61,19 @@ async def _hand_over_inputs(harness: Harness, workflow_id: str) -> list[Payloads
                 0
             ].workflow_execution_started_event_attributes.first_execution_run_id
             continue
+        histories.append(history)
         ended = history.events[-1]
         if not ended.HasField("workflow_execution_continued_as_new_event_attributes"):
-            return inputs
-        attributes = ended.workflow_execution_continued_as_new_event_attributes
-        inputs.append(attributes.input)
-        run_id = attributes.new_execution_run_id
+            return histories
+        run_id = ended.workflow_execution_continued_as_new_event_attributes.new_execution_run_id
+
+
+async def _hand_over_inputs(harness: Harness, workflow_id: str) -> list[Payloads]:
+    """The input of every continue-as-new command of the chain, first run to last."""
+    return [
+        h.events[-1].workflow_execution_continued_as_new_event_attributes.input
+        for h in (await _chain_histories(harness, workflow_id))[:-1]
+    ]
 
 
 async def test_a_thread_shown_as_a_view_still_exports_and_imports_every_message(
@@ -191,6 +199,46 @@ async def test_every_hand_over_of_a_chain_costs_the_same(harness: Harness) -> No
     assert len(carried["memory"]["history"]) <= 2  # only what no model call has sent
     assert carried["memory"]["conversation_head"]
     assert len(carried["trace"]) == handover.TRACE_TAIL
+
+
+async def test_a_wide_progress_window_crosses_hand_overs_in_a_few_bytes_an_action(
+    harness: Harness,
+) -> None:
+    """A chain whose tracker keeps up to 1,000 recent actions: each carried action costs a
+    hand-over under 40 bytes, the chain's history stays under 4 KiB a step, and the no-progress
+    rule still sees every action across the hand-over: 48 new reads, then re-reads, halt at
+    exactly the 30th re-read (a window that lost the run before would still be filling)."""
+    reads, window = 48, 30
+    for i in range(reads):
+        (harness.workspace / f"r{i}.txt").write_text(f"{i:04d}" * 500)
+    script: list[dict[str, Any]] = [
+        {"tool_calls": [{"name": "read_file", "arguments": {"path": f"r{i}.txt"}}]}
+        for i in (*range(reads), *(reads - 4 + j % 4 for j in range(window)))
+    ]
+    model = harness.script(*script, {"content": "read them all"})
+    progress = {"progress_window": window, "max_recent_actions": 1000}
+    handle = await harness.start(
+        model,
+        max_steps=reads + window + 5,
+        progress=progress,
+        recovery="halt",
+    )
+    result: AgentResult = await handle.result()
+    assert result.status is RunStatus.HALTED, result
+    assert result.error == f"halted: No progress in the last {window} actions: {window} read-only"
+    assert result.steps == reads + window
+    histories = await _chain_histories(harness, handle.id)
+    assert len(histories) >= 2, len(histories)  # 800 events a run, the default
+    resumes = [
+        json.loads(h.events[-1].workflow_execution_continued_as_new_event_attributes.input
+                   .payloads[0].data)["resume"]
+        for h in histories[:-1]
+    ]  # fmt: skip
+    actions = resumes[-1]["tracker"]["recent_actions"]
+    assert len(actions) >= window, len(actions)
+    assert len(json.dumps(actions)) / len(actions) < 40
+    per_step = sum(e.ByteSize() for h in histories for e in h.events) / result.steps
+    assert per_step < 4 * 1024, per_step
 
 
 def _run_at(step: int) -> AgentRun:

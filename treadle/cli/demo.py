@@ -42,6 +42,7 @@ from treadle.cli.exits import UsageError
 from treadle.cli.live import outcome
 from treadle.cli.serving import interrupted
 from treadle.connection import connect
+from treadle.workflows.agent.messages import search_attributes
 from treadle.workflows.agent.messages.models import (
     TASK_QUEUE,
     AgentConfig,
@@ -218,15 +219,17 @@ class _Demo:
         """Steps 4 to 7: start the run, stop at its approval, approve (or wait), show the end."""
         workspace = home.workspaces() / workflow_id
         workspace.mkdir(parents=True, exist_ok=True)
+        agent_input = AgentInput(
+            task=DEMO_TASK,
+            model=DEMO_MODEL,
+            workspace=str(workspace),
+            config=AgentConfig(require_approval=("write_file",)),
+        )
         handle = await self.client.start_workflow(
             AgentWorkflow.run,
-            AgentInput(
-                task=DEMO_TASK,
-                model=DEMO_MODEL,
-                workspace=str(workspace),
-                config=AgentConfig(require_approval=("write_file",)),
-            ),
+            agent_input,
             id=workflow_id,
+            search_attributes=search_attributes.start_attributes(agent_input),
             task_queue=self.task_queue,
             static_summary=DEMO_TASK,
             static_details=f"model {DEMO_MODEL} · workspace {workspace}",

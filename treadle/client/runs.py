@@ -68,15 +68,22 @@ __all__ = ["FILTERS", "Runs", "check_arguments", "outcome", "waiting_for"]
 LIST_LIMIT = 50
 LIST_STATUS_TIMEOUT = timedelta(seconds=3)
 """How long a listed run's worker has to answer its status before it is listed without it."""
+_UNANSWERED = "('Halted', 'Error', 'Cancelled')"
+"""The end states a completed run sends (one that answers may send none)."""
 FILTERS: dict[str, str] = {
     "WaitingForHuman": "AgentState = 'WaitingForHuman'",
     "WaitingForClient": "AgentState = 'WaitingForClient'",
     "WaitingForUserInput": "AgentState = 'WaitingForUserInput'",
     "running": "ExecutionStatus = 'Running'",
-    "done": "ExecutionStatus = 'Completed' AND AgentState = 'Done'",
-    "error": "ExecutionStatus != 'Running' AND AgentState != 'Done'",
+    "done": f"ExecutionStatus = 'Completed' AND AgentState NOT IN {_UNANSWERED}",
+    "error": (
+        f"ExecutionStatus != 'Running' AND (ExecutionStatus != 'Completed' "
+        f"OR AgentState IN {_UNANSWERED})"
+    ),
 }
-"""What ``list_runs`` can keep to: the three waits, and running / done / error."""
+"""What ``list_runs`` can keep to: the three waits, and running / done / error. A run that
+answers from one of its steps ends on its close status, ``AgentState`` left at that step's
+state (``publishing``): a completed run is done unless its state says it halted or failed."""
 _WAITS = {
     "WaitingForHuman": "a person: approve a call or guide the run",
     "WaitingForClient": "its client: answer a question",
@@ -141,7 +148,8 @@ class Runs(ClientBase):
                 static_details=f"model {agent_input.model} · workspace {agent_input.workspace}",
                 # An id names one run for approve/status/trace; never silently start a second.
                 id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
-                search_attributes=search_attributes,
+                # What it shows first, set as it starts: no upsert (billed) to show it.
+                search_attributes=sa.start_attributes(agent_input, search_attributes),
             )
         except WorkflowAlreadyStartedError as exc:
             raise RunExists(
@@ -481,12 +489,19 @@ def _decision(**fields: Any) -> Decision:
         raise InvalidRequest(f"invalid decision: {describe_errors(exc)}") from exc
 
 
+def _ended(state: str) -> bool:
+    """``state`` is an end state (a run sends none when it answers from one of its steps)."""
+    return state in {s.value for s in State if s.is_terminal}
+
+
 def _summary(execution: WorkflowExecution, status: AgentStatus | None) -> RunSummary:
     attrs = execution.typed_search_attributes
     state = attrs.get(sa.AGENT_STATE) or ""
     running = execution.status is WorkflowExecutionStatus.RUNNING
     if status is not None:
         state = status.state.value
+    elif execution.status is WorkflowExecutionStatus.COMPLETED and state and not _ended(state):
+        state = State.DONE.value  # it answered from a step: its close status says it ended
     elif not running and execution.status is not None and not state:
         state = execution.status.name.title()
     state = state or "Starting"

@@ -118,9 +118,11 @@ class ToolRunner:
 
     async def list_loaded_tools(self) -> None:
         """Once per run (the list is carried across continue-as-new): which tools the worker
-        loaded from your own modules. Recorded, so a replay offers what the run offered."""
+        loaded from your own modules. Recorded, so a replay offers what the run offered. A run
+        started lean (``AgentRun.lean_start``) lists them with its first model call instead
+        (``planning.model_request``, ``loaded``): no local activity, no marker."""
         run = self._run
-        if run.loaded_tools is not None:
+        if run.loaded_tools is not None or run.lean_start:
             return
         try:
             names = (await calls.list_loaded_tools(run.input.config)).names
@@ -130,6 +132,11 @@ class ToolRunner:
             # A worker built without the activity (its own activity list): it loaded none.
             names = ()
             self._pub.record(run.state, "LoadedToolsUnavailable", failure_message(exc))
+        self.loaded(names)
+
+    def loaded(self, names: tuple[str, ...]) -> None:
+        """The loaded tools the run offers from now on, recorded."""
+        run = self._run
         run.loaded_tools = names
         if names:
             self._pub.record(run.state, "LoadedToolsListed", ", ".join(names))

@@ -90,6 +90,9 @@ class AgentEngine(AgentHandlers):
         # ``resume`` is the whole run handed over by continue-as-new; a new run starts fresh.
         if input.resume is None:
             self._run = AgentRun.begin(input, workflow.now())
+            # Read from the start event: the same on every replay of this run.
+            shown = workflow.info().typed_search_attributes.get(sa.AGENT_STATE)
+            self._run.lean_start = shown is not None  # started by one of Treadle's clients
         else:
             self._run = handover.resumed(input)
         self._pub = Publisher(self._run, input.stream)
@@ -291,6 +294,8 @@ class AgentEngine(AgentHandlers):
             )
             return Event.INTERRUPTED
         model, response = called
+        if run.loaded_tools is None:  # listed with this call (``AgentRun.lean_start``)
+            self._tools.loaded(response.loaded_tools or ())
         run.served_by = model
         run.spend(model, response.usage)
         planning.calibrate(m, response.usage)

@@ -34,6 +34,7 @@ from temporalio.exceptions import (
     is_cancelled_exception,
 )
 
+from treadle.workflows.agent.messages import search_attributes
 from treadle.workflows.agent.messages.models import AgentResult, RunStatus
 from treadle.workflows.agent.messages.state_machine import State
 from treadle.workflows.agent.workflow import AgentWorkflow
@@ -103,6 +104,7 @@ class ScheduledAgentWorkflow:
                 AgentWorkflow.run,
                 agent,
                 id=run_id,
+                search_attributes=search_attributes.start_attributes(agent),
                 static_summary=f"{schedule.name} · {_cut(agent.task, 180)}",
                 static_details=f"scheduled agent {schedule.name} ({schedule.describe()})",
             )

@@ -508,6 +508,10 @@ class ModelRequest(Lean):
     repeated: str | None = None
     """The fingerprint of the provider error the try before failed with, when that may be the
     request's own fault (a 500): the same error again is not tried a third time."""
+    loaded_tools: tuple[str, ...] | None = None
+    """The tools the worker loaded from your own modules, offered in ``tools`` (a run's first
+    call, ``AgentRun.lean_start``): the reply names them back (``ModelResponse.loaded_tools``),
+    so the run records what it offered without a local activity of its own."""
 
 
 class ModelResponse(Lean):
@@ -528,6 +532,8 @@ class ModelResponse(Lean):
     """The whole text of a long reply that calls tools, stored by the content door (a reply
     without tool calls is an answer: its text stays whole, as the run's result)."""
     content_chars: int | None = None
+    loaded_tools: tuple[str, ...] | None = None
+    """The request's ``loaded_tools``, as they were sent: what the run offered, recorded."""
 
 
 class LoadedToolsRequest(Frozen):

@@ -13,6 +13,7 @@ from datetime import datetime
 from pydantic import ValidationError
 from temporalio.exceptions import ActivityError, ApplicationError
 
+from treadle.workflows.agent.messages import catalogue
 from treadle.workflows.agent.messages.catalogue import TOOLS, estimate_prompt_tokens
 from treadle.workflows.agent.messages.config import context_window
 from treadle.workflows.agent.messages.models import (
@@ -71,7 +72,10 @@ def model_request(run: AgentRun) -> Planned | CannotCall:
     (its prompt estimate scaled by what the provider's tokenizer reported before:
     ``calibrate``)."""
     m, config = run.memory, run.input.config
-    box = Toolbox(config, run.mcp, run.loaded_tools)
+    # Not listed yet (``AgentRun.lean_start``): the loaded tools go with this call, and its
+    # reply names them back for the run to record (a replay reads the recorded reply).
+    listing = catalogue.loaded_names() if run.loaded_tools is None else None
+    box = Toolbox(config, run.mcp, run.loaded_tools if listing is None else listing)
     head, sent, turns = m.conversation_head, m.conversation_sent, m.conversation_turns
     if head is None or turns > len(m.history):
         head, sent = None, 0
@@ -94,10 +98,11 @@ def model_request(run: AgentRun) -> Planned | CannotCall:
         context_window_tokens=context_window(config, run.model),
         view_from=m.view_from,
         view_summary_at=m.view_summary_at,
+        loaded_tools=listing,
     )
     request = typed_answers.ask(config, request)
     # Measured whole, as recorded runs measured it (the wire form is leaner, never larger).
-    size = len(request.model_dump_json(context=WHOLE))
+    size = len(request.model_dump_json(context=WHOLE, exclude={"loaded_tools"}))
     if size > MAX_MODEL_INPUT_BYTES:
         return CannotCall(
             Event.FATAL_ERROR,

@@ -10,6 +10,13 @@ end, and otherwise at most once per ``STEP_ATTRIBUTES_EVERY`` of workflow time: 
 costs no upsert, and the exact step is always in ``status``, the live view and the Web UI's
 details. (``Acting`` is sent only after a wait a user searches for: an approval's tools run as
 ``Acting``, never as ``WaitingForHuman``.)
+
+A run started with what it shows first (``search_attributes.start_attributes``,
+``AgentRun.lean_start``) sends no value visibility already shows: its start costs no upsert. And one
+that answers from a step of its own (``Planning``, ``Acting``, ``PostToolsHook``) ends on its
+close status: ``Completed`` with a step state is ``Done`` (a run that halts, fails or is
+cancelled still sends its end state, and one that ends from a wait sends ``Done``), so a simple
+run costs Temporal Cloud no upsert at all. Runs started without them upsert as they always did.
 """
 
 from __future__ import annotations
@@ -135,9 +142,29 @@ class Publisher:
         pending = self._pending_attributes
         if not pending or self._held(pending, exact):
             return
+        if self._run.lean_start:
+            self._drop_shown(pending)  # after ``_held``, which reads the whole change
+            if not pending:
+                return
         workflow.upsert_search_attributes(list(pending.values()))
         self._sent_at = workflow.now()
         pending.clear()
+
+    def _drop_shown(self, pending: dict[str, SearchAttributeUpdate[Any]]) -> None:
+        """Leave out what visibility shows already, and a step state's ``Done`` (the run ends
+        on its close status): only for a run started with what it shows first."""
+        shown = workflow.info().typed_search_attributes
+        for name, update in list(pending.items()):
+            if shown.get(update.key) == update.value:
+                del pending[name]
+        state = pending.get(sa.AGENT_STATE.name)
+        if (
+            state is not None
+            and state.value == State.DONE.value
+            and shown.get(sa.AGENT_STATE) in _STEP_STATES
+            and not set(pending) - _STEP_ATTRIBUTES
+        ):
+            pending.clear()
 
     def _held(self, pending: dict[str, SearchAttributeUpdate[Any]], exact: bool) -> bool:
         """Whether these changes are only a step's own moves (``Planning`` <-> ``Acting`` or

@@ -136,6 +136,14 @@ class AgentRun(Mutable):
     """A ``wait`` call parking the run on a timer (``Waiting``)."""
     runs: int = 1
     """Which run of its continue-as-new chain this is (the workflow id stays the same)."""
+    lean_start: bool = False
+    """The chain's first run was started as Treadle's clients start runs, with what it shows
+    first (``search_attributes.start_attributes``): it pays Temporal Cloud for what changes only. It
+    upserts no value visibility shows, ends ``Done`` on its close status (``publishing``), and
+    lists the worker's loaded tools with its first model call instead of a local activity's
+    marker (``planning.model_request``). Read from the first run's start event and carried, so
+    every replay decides the same; ``False`` for a run started without them, which does all
+    three as runs always did, and so replays as it was recorded."""
     workspace_snapshot: str | None = None
     """The key of the workspace's latest snapshot manifest in the store (``snapshots``)."""
     family: Family = Field(default_factory=Family)

@@ -28,6 +28,14 @@ processes). Its whole state is one pydantic model, so continue-as-new can carry 
 ``reset_after_recovery()`` and ``start_phase()`` clear the error run, the recent actions and
 errors, the run of empty replies and the latch, so the model gets a fresh window; files
 modified, reads seen and test history are kept.
+
+The windowed rules need of an action only its kind, whether it succeeded and changed something,
+which target it was (to count distinct ones) and, for a command, which output it saw (to tell a
+repeat). So ``recent_actions`` keeps each as a *mark* of about 20 characters (``_Mark``): those
+facts, with the target and the output as 64-bit digests. Equal targets have equal digests, so
+every rule decides as it would on the paths themselves, before a hand-over and after it, and a
+wide window (``max_recent_actions`` up to 1,000) crosses continue-as-new in ~25 bytes an action
+instead of the ~130 of the whole record.
 """
 
 from __future__ import annotations
@@ -35,9 +43,9 @@ from __future__ import annotations
 import hashlib
 import re
 from datetime import datetime
-from typing import TypeVar
+from typing import Any, NamedTuple, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from treadle.workflows.agent.messages.progress import (
     ActionKind,
@@ -112,7 +120,9 @@ class ProgressTracker(BaseModel):
     tests_passed: int = 0
     tests_failed: int = 0
     test_history: list[TestRecord] = Field(default_factory=list)
-    recent_actions: list[ActionRecord] = Field(default_factory=list)
+    recent_actions: list[str] = Field(default_factory=list)
+    """The last ``max_recent_actions`` tool calls and tests, oldest first, as marks
+    (``_Mark``: what the windowed rules read of each, in about 20 characters)."""
     recent_errors: list[ErrorRecord] = Field(default_factory=list)
     recent_writes: list[str] = Field(default_factory=list)
     """Targets of the last successful file writes, for the oscillation rule (reads between
@@ -129,6 +139,18 @@ class ProgressTracker(BaseModel):
     phase: _Phase | None = None
     phases: list[PhaseRecord] = Field(default_factory=list)
     last_report_at: int = 0
+
+    @field_validator("recent_actions", mode="before")
+    @classmethod
+    def _marks(cls, value: Any) -> Any:
+        """Whole records (a tracker carried by a run from before marks) become marks: the
+        same facts, so the rules decide as they did."""
+        if not isinstance(value, list):
+            return value
+        return [
+            item if isinstance(item, str) else _mark(ActionRecord.model_validate(item))
+            for item in value
+        ]
 
     # ---------------------------------------------------------------------------------------
     # Recording
@@ -176,12 +198,12 @@ class ProgressTracker(BaseModel):
         elif kind is ActionKind.READ_ONLY:
             changed = self._explored(target, content_hash) and self.config.exploration_is_progress
         elif kind is ActionKind.COMMAND:
+            seen = _Mark.of(kind, True, False, target, content_hash)
             changed = content_hash is None or not any(
                 a.kind is ActionKind.COMMAND
                 and a.success
-                and a.target == target
-                and a.content_hash == content_hash
-                for a in self.recent_actions
+                and (a.target, a.content) == (seen.target, seen.content)
+                for a in map(_Mark.parse, self.recent_actions)
             )
         self._push_action(
             ActionRecord(
@@ -341,8 +363,8 @@ class ProgressTracker(BaseModel):
             tool_calls=self.tool_calls,
             tests_passed=self.tests_passed,
             tests_failed=self.tests_failed,
-            recent_successes=sum(a.success for a in self.recent_actions),
-            recent_failures=sum(not a.success for a in self.recent_actions),
+            recent_successes=sum(_Mark.parse(a).success for a in self.recent_actions),
+            recent_failures=sum(not _Mark.parse(a).success for a in self.recent_actions),
             elapsed_seconds=(now - started_at).total_seconds(),
         )
 
@@ -386,7 +408,7 @@ class ProgressTracker(BaseModel):
         self.error_run_count = 0
 
     def _push_action(self, action: ActionRecord) -> None:
-        _push(self.recent_actions, action, self.config.max_recent_actions)
+        _push(self.recent_actions, _mark(action), self.config.max_recent_actions)
 
     def _repeated_error(self) -> str | None:
         if self.error_run_count < self.config.stuck_threshold:
@@ -418,7 +440,7 @@ class ProgressTracker(BaseModel):
         size = self.config.progress_window
         if len(self.recent_actions) < size:
             return None
-        window = self.recent_actions[-size:]
+        window = [_Mark.parse(a) for a in self.recent_actions[-size:]]
         changed: dict[str, None] = {}
         passing_tests = 0
         kinds: dict[str, int] = {}
@@ -442,6 +464,54 @@ class ProgressTracker(BaseModel):
             f"Too little progress in the last {size} actions "
             f"({progress} of {self.config.min_progress} needed): {parts}"
         )
+
+
+class _Mark(NamedTuple):
+    """One action as the windowed rules read it; kept as ``str(mark)``: ``"w+c 1f0e...``:
+    kind (r, w, c, t), ``+`` succeeded or ``-`` failed, ``c`` changed something, the target's
+    digest, and for a successful command its output's digest."""
+
+    kind: ActionKind
+    success: bool
+    changed: bool
+    target: str
+    content: str = ""
+
+    @classmethod
+    def of(
+        cls, kind: ActionKind, success: bool, changed: bool, target: str, content: str | None
+    ) -> _Mark:
+        # Only a successful command's output is compared (``record_tool_call``).
+        kept = content if kind is ActionKind.COMMAND and success else None
+        return cls(kind, success, changed, _hash(target), "" if kept is None else _hash(kept))
+
+    @classmethod
+    def parse(cls, text: str) -> _Mark:
+        head, _, rest = text.partition(" ")
+        target, _, content = rest.partition(" ")
+        return cls(_KINDS[head[0]], head[1] == "+", head.endswith("c"), target, content)
+
+    def __str__(self) -> str:
+        flags = ("+" if self.success else "-") + ("c" if self.changed else "")
+        return " ".join(
+            part for part in (_CODES[self.kind] + flags, self.target, self.content) if part
+        )
+
+
+_CODES = {
+    ActionKind.READ_ONLY: "r",
+    ActionKind.FILE_WRITE: "w",
+    ActionKind.COMMAND: "c",
+    ActionKind.TEST: "t",
+}
+_KINDS = {code: kind for kind, code in _CODES.items()}
+
+
+def _mark(action: ActionRecord) -> str:
+    """``action`` as the mark ``recent_actions`` keeps."""
+    return str(
+        _Mark.of(action.kind, action.success, action.changed, action.target, action.content_hash)
+    )
 
 
 _LABELS = {

@@ -40,6 +40,7 @@ from temporalio.exceptions import (
 )
 from temporalio.workflow import ParentClosePolicy
 
+from treadle.workflows.agent.messages import search_attributes as sa
 from treadle.workflows.agent.messages.catalogue import DelegateArgs
 from treadle.workflows.agent.messages.family import SEPARATOR, ChildRun
 from treadle.workflows.agent.messages.models import (
@@ -87,11 +88,13 @@ async def delegate(
         f"{child.task}",
     )
     pub.emit("tool_started", child.task, tool=DELEGATE, call_id=call.id, target=child.workflow_id)
+    given = child_input(run, args, child).model_copy(update={"workspace_snapshot": start})
     try:
         handle = await workflow.start_child_workflow(
             workflow.info().workflow_type,
-            child_input(run, args, child).model_copy(update={"workspace_snapshot": start}),
+            given,
             id=child.workflow_id,
+            search_attributes=sa.start_attributes(given),  # what it shows first: no upsert of it
             result_type=AgentResult,
             # A hand-over closes the parent's run, and REQUEST_CANCEL would cancel the child:
             # a cancelled parent cancels its children itself (``child_ends.awaited``).
