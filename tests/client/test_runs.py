@@ -215,6 +215,26 @@ async def test_a_run_whose_worker_is_gone_is_no_worker_answered(
             await harness.client.get_workflow_handle(started.id).terminate("test over")
 
 
+async def test_questions_asked_together_of_a_run_no_worker_takes_are_each_no_worker_answered(
+    harness: Harness, agents: AgentClient
+) -> None:
+    """Three status queries at once of a run no worker has ever taken (as a page asks its
+    status and its stream together): the server holds only some of them for a worker and
+    refuses the others ("query buffer is full"); every one is ``NoWorkerAnswered``, none a
+    refusal by Temporal."""
+    started = await agents.start(
+        task(harness, "openai:none"), task_queue=f"nobody-{uuid.uuid4().hex[:8]}"
+    )
+    try:
+        asked = await asyncio.gather(
+            *(agents.status(started.id) for _ in range(3)), return_exceptions=True
+        )
+    finally:
+        await harness.client.get_workflow_handle(started.id).terminate("test over")
+    assert all(isinstance(a, NoWorkerAnswered) for a in asked), asked
+    assert all("is a worker running?" in str(a) for a in asked), asked
+
+
 async def test_list_runs_finds_a_waiting_run_by_what_it_waits_for(
     harness: Harness, agents: AgentClient, track: Callable[[str], str]
 ) -> None:

@@ -922,26 +922,67 @@ def stream_request(name: str, step: int = 4) -> ModelRequest:
     return request("openai", name, stream=True, step=step)
 
 
+class CountingTransport(httpx.AsyncBaseTransport):
+    """The real HTTP transport, counting the server-sent events it has handed on so far (each
+    ends with a blank line): how far a stream has been read at a given moment."""
+
+    def __init__(self) -> None:
+        self._inner = httpx.AsyncHTTPTransport(retries=0)
+        self._received = bytearray()
+
+    @property
+    def events(self) -> int:
+        return self._received.count(b"\n\n")
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        response = await self._inner.handle_async_request(request)
+        return httpx.Response(
+            response.status_code,
+            headers=response.headers,
+            stream=_Counted(response.stream, self._received),
+            extensions=response.extensions,
+        )
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+class _Counted(httpx.AsyncByteStream):
+    def __init__(self, inner: Any, received: bytearray) -> None:
+        self._inner, self._received = inner, received
+
+    async def __aiter__(self) -> Any:
+        async for chunk in self._inner:
+            self._received.extend(chunk)
+            yield chunk
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
 async def test_a_long_stream_keeps_heartbeating_and_publishing_cannot_fail_it(
-    http: httpx.AsyncClient, model_server: ScriptedModelServer, caplog: pytest.LogCaptureFixture
+    model_server: ScriptedModelServer, caplog: pytest.LogCaptureFixture
 ) -> None:
     """call_model in an activity context with no client to publish with: the call still
-    answers (a warning says why nothing was published), and heartbeats go on through a stream
-    longer than the heartbeat timeout."""
+    answers (a warning says why nothing was published), and heartbeats go on while the stream
+    is read, through a stream longer than the heartbeat timeout."""
     caplog.set_level(logging.WARNING)
+    # The server sends an event every 0.25 s after the first: the stream lasts longer than
+    # the 1.5 s heartbeat timeout by construction, and beats go every 0.5 s.
     name = scripted(model_server, {"content": "a b c d e f g h", "chunk_delay": 0.25})
     env = ActivityEnvironment()
     env.info = dataclasses.replace(env.info, heartbeat_timeout=timedelta(seconds=1.5))
-    beats: list[float] = []
-    env.on_heartbeat = lambda *details: beats.append(asyncio.get_running_loop().time())
-    models = activities(http, model_server)
-    started = asyncio.get_running_loop().time()
-    response = await env.run(models.call_model, stream_request(name))
-    elapsed = asyncio.get_running_loop().time() - started
+    transport = CountingTransport()
+    read_at_beats: list[int] = []
+    env.on_heartbeat = lambda *details: read_at_beats.append(transport.events)
+    async with httpx.AsyncClient(transport=transport) as http:
+        response = await env.run(activities(http, model_server).call_model, stream_request(name))
     assert response.content == "a b c d e f g h"
-    assert elapsed > 1.5  # longer than the heartbeat timeout
-    assert len(beats) >= 3  # every 0.5 s (a third of the timeout) for the whole stream
-    assert beats[-1] - started > 1.0
+    # Beats while the stream was part read: after its first event and before its last, more
+    # than once (not one beat at the start, nor only after the answer).
+    during = [n for n in read_at_beats if 0 < n < transport.events]
+    assert len(during) >= 2, (read_at_beats, transport.events)
+    assert len(set(during)) >= 2, (read_at_beats, transport.events)
     assert "model.tokens.publish_failed" in caplog.text
 
 

@@ -13,13 +13,22 @@ from collections.abc import Callable
 from temporalio.client import Client
 
 from tests.support.harness import running_worker
+from tests.support.monitors import until
 from tests.support.processes import refusal, run_cli
-from treadle.workflows.monitors.models import MonitorView
+from treadle.web.events import running_monitors_query
+from treadle.workflows.monitors.models import MonitorView, monitor_workflow_id
+from treadle.workflows.monitors.workflow import MonitorWorkflow
 
 
 class Cli:
-    def __init__(self, address: str) -> None:
+    """The ``monitors`` commands, each a process of its own. What they wait for (a check-in
+    recorded, a listing visible) is waited for in this process, through the same queries the
+    commands make; a command then shows it: a process per look would cost a Python start-up
+    (two CPU seconds) every 0.2 s."""
+
+    def __init__(self, address: str, client: Client | None = None) -> None:
         self.address = address
+        self.client = client
         self.task_queue = f"test-{uuid.uuid4().hex[:12]}"
 
     async def __call__(self, *args: str) -> subprocess.CompletedProcess[str]:
@@ -40,28 +49,29 @@ class Cli:
         return MonitorView.model_validate_json(await self.ok("show", slug, "--json"))
 
     async def until(
-        self, slug: str, check: Callable[[MonitorView], bool], timeout: float = 30
+        self, slug: str, check: Callable[[MonitorView], bool], timeout: float = 60
     ) -> MonitorView:
-        deadline = asyncio.get_running_loop().time() + timeout
-        while True:
-            current = await self.show(slug)
-            if check(current):
-                return current
-            if asyncio.get_running_loop().time() > deadline:
-                raise AssertionError(current.model_dump_json(indent=1))
-            await asyncio.sleep(0.2)
+        """``show --json`` once the monitor's view (its query, asked here) satisfies ``check``;
+        the command's view must satisfy it too."""
+        assert self.client is not None
+        handle = self.client.get_workflow_handle_for(MonitorWorkflow.run, monitor_workflow_id(slug))
+        await until(handle, check, timeout=timeout)  # a watchdog, not a measured duration
+        shown = await self.show(slug)
+        assert check(shown), shown.model_dump_json(indent=1)
+        return shown
 
-    async def listed(self, slug: str, timeout: float = 30) -> dict[str, object]:
-        """The `list --json` row of a monitor, once visibility shows it."""
-        deadline = asyncio.get_running_loop().time() + timeout
-        while True:
-            rows = json.loads(await self.ok("list", "--json"))
-            for row in rows:
-                if row["slug"] == slug:
-                    return dict(row)
-            if asyncio.get_running_loop().time() > deadline:
-                raise AssertionError(f"{slug} not listed: {rows}")
-            await asyncio.sleep(0.3)
+    async def listed(self, slug: str, timeout: float = 60) -> dict[str, object]:
+        """The `list --json` row of a monitor, once visibility shows it (asked here)."""
+        assert self.client is not None
+        query = running_monitors_query(self.task_queue)
+        wanted = monitor_workflow_id(slug)
+        deadline = asyncio.get_running_loop().time() + timeout  # a watchdog
+        while wanted not in [e.id async for e in self.client.list_workflows(query)]:
+            assert asyncio.get_running_loop().time() < deadline, f"{slug} never listed"
+            await asyncio.sleep(0.2)
+        rows = json.loads(await self.ok("list", "--json"))
+        [row] = [row for row in rows if row["slug"] == slug]
+        return dict(row)
 
 
 def slug() -> str:
@@ -73,7 +83,7 @@ async def test_an_operator_creates_checks_pauses_resumes_and_deletes_a_monitor(
 ) -> None:
     """create prints the ping key and curl line; list, show (text and JSON), checkin, pause,
     resume, disable and delete all work and say what they did."""
-    cli, name = Cli(temporal_address), slug()
+    cli, name = Cli(temporal_address, client), slug()
     async with running_worker(client, cli.task_queue):
         created = await cli.ok(
             "create",
@@ -146,7 +156,7 @@ async def test_monitors_without_a_worker_still_list_and_take_check_ins(
 ) -> None:
     """With no worker, `list` shows the monitor from its memo (health unknown to it) and
     `checkin` is accepted; a worker started later records it."""
-    cli, name = Cli(temporal_address), slug()
+    cli, name = Cli(temporal_address, client), slug()
     created = json.loads(await cli.ok("create", name, "--interval", "15", "--json"))
     assert created["ping_url"] == f"http://127.0.0.1:8780/ping/{created['ping_key']}"
     assert created["schedule"] == "every 15 min"

@@ -472,9 +472,10 @@ async def test_run_command_refuses_programs_not_in_the_allowlist(workspace: Path
         assert_refused(result, "is not allowed; allowed programs:")
 
 
-def _parent_and_child(word: str, *, then: str = "time.sleep(60)") -> str:
-    """A command whose child prints 'child up' and sleeps; both carry ``word`` to be found."""
-    child = "import time; print('child up', flush=True); time.sleep(60)"
+def _parent_and_child(word: str, *, then: str = "time.sleep(3600)") -> str:
+    """A command whose child prints 'child up' and sleeps (for longer than any test waits: a
+    command awaited instead of killed hangs the test); both carry ``word`` to be found."""
+    child = "import time; print('child up', flush=True); time.sleep(3600)"
     parent = (
         "import pathlib, subprocess, sys, time; "
         f"subprocess.Popen([sys.executable, '-c', {child!r}, {word!r}]); {then}"
@@ -486,13 +487,14 @@ async def test_run_command_timeout_kills_the_process_group(workspace: Path) -> N
     """On timeout the command and its children are killed and the partial output returned."""
     word = marker()
     command = _parent_and_child(word)
-    started = time.monotonic()
-    # 10 s: long enough for two Pythons to start and print on a loaded machine, far below the
-    # child's own 60 s sleep.
-    result = await run(workspace, "run_command", COMMANDS, command=command, timeout_seconds=10)
-    assert time.monotonic() - started < 60  # the child's own sleep: it was killed, not awaited
+    # 10 s: long enough for two Pythons to start and print on a loaded machine. The command
+    # and its child sleep an hour: a result at all says they were killed, not awaited (a
+    # watchdog fails a hang).
+    result = await asyncio.wait_for(
+        run(workspace, "run_command", COMMANDS, command=command, timeout_seconds=10), 300
+    )
     assert_refused(result, "command timed out after 10s; output so far:", "child up")
-    assert gone_within(pids_with(word), seconds=5)
+    assert gone_within(pids_with(word), seconds=30)  # a watchdog, returns once they are gone
 
 
 async def test_run_command_environment_has_no_secrets(
@@ -726,18 +728,19 @@ async def test_cancelling_the_activity_kills_the_command(
     """Cancelling run_tool (activity cancellation) kills the command and its children."""
     monkeypatch.setattr(heartbeat, "DEFAULT_INTERVAL_SECONDS", 0.1)
     word = marker()
-    command = _parent_and_child(word, then='pathlib.Path("up").touch(); time.sleep(60)')
+    command = _parent_and_child(word, then='pathlib.Path("up").touch(); time.sleep(3600)')
     env = ActivityEnvironment()
     call = request(workspace, "run_command", json.dumps({"command": command}))
     task = asyncio.ensure_future(
         env.run(ToolActivities().run_tool, call.model_copy(update={"policy": COMMANDS}))
     )
-    deadline = time.monotonic() + 10
-    while not (workspace / "up").exists() and time.monotonic() < deadline:
+    deadline = time.monotonic() + 120  # a watchdog against a hang, not a measured duration
+    while not (workspace / "up").exists():
+        assert time.monotonic() < deadline, "the command never started"
         await asyncio.sleep(0.05)
     running = pids_with(word)
     assert len(running) >= 2  # the command and its child (and bwrap's, when confined)
     env.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
-    assert gone_within(running, seconds=5)
+    assert gone_within(running, seconds=30)  # a watchdog: they sleep an hour unless killed

@@ -254,9 +254,9 @@ async def test_on_a_terminal_watch_keeps_a_status_line_and_asks(harness: Harness
 
     async def read_until(wanted: bytes) -> None:
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + 60
+        deadline = loop.time() + 60  # a watchdog against a hang, not a measured duration
         while wanted not in screen:
-            assert loop.time() < deadline, screen.decode(errors="replace")
+            assert loop.time() < deadline, screen.decode(errors="replace")  # the watchdog
             try:
                 screen.extend(await asyncio.to_thread(os.read, main_fd, 4096))
             except OSError:  # the child closed the terminal

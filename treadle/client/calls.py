@@ -8,6 +8,9 @@ the way translated into the client's own (``treadle.client.errors``), here and n
   ``RunCannotAnswer`` (a key the worker lacks named by its id).
 - A query a worker could not run carries its reason encrypted with the run's payloads
   (``Encoded failure``): it is decoded too (``connection.query_failure``).
+- A query of a run whose worker does not take its workflow task waits, and the server keeps
+  only a few such queries per run: one more is refused (``consistent query buffer is full``).
+  Both are ``NoWorkerAnswered``: the run is not answering.
 - An update that reaches a run as it continues as new is answered NOT_FOUND although the run
   goes on: it is made again (same update id: one request), a quarter second apart, for up to ten
   seconds; a run that has really closed is ``RunEnded``.
@@ -20,6 +23,8 @@ from datetime import timedelta
 from typing import Any
 
 from pydantic import ValidationError
+from temporalio.api.enums.v1 import ResourceExhaustedCause
+from temporalio.api.errordetails.v1 import ResourceExhaustedFailure
 from temporalio.client import (
     Client,
     WorkflowExecutionStatus,
@@ -156,6 +161,16 @@ class Calls:
             return NoWorkerAnswered(
                 f"run {run_id!r} did not answer {what} ({exc.message}); is a worker running?"
             )
+        if _busy_workflow(exc):
+            # The server keeps a run's queries while they wait for a worker to take its
+            # workflow task, a few at most; one more is refused at once (and again on the
+            # client's retries): "consistent query buffer is full". The run is not answering,
+            # as a timeout says: a page's status and stream asked together of a run whose worker
+            # is gone meet this, not a refusal of the run's own.
+            return NoWorkerAnswered(
+                f"run {run_id!r} did not answer {what} (its earlier questions still wait for a "
+                "worker to take them); is a worker running?"
+            )
         return TemporalRefused(f"run {run_id!r}: {exc.message}")
 
     async def query_failed(
@@ -221,3 +236,17 @@ class Calls:
         except (RPCError, WorkflowFailureError, ValidationError):
             return None  # asked of a worker instead, as before
         return ended
+
+
+_BUSY_WORKFLOW = ResourceExhaustedCause.RESOURCE_EXHAUSTED_CAUSE_BUSY_WORKFLOW
+
+
+def _busy_workflow(exc: RPCError) -> bool:
+    """``exc`` is the server's refusal of one more request of a run it holds too many of
+    (RESOURCE_EXHAUSTED, cause BUSY_WORKFLOW), not a rate limit of the namespace."""
+    if exc.status is not RPCStatusCode.RESOURCE_EXHAUSTED:
+        return False
+    details = ResourceExhaustedFailure()
+    return any(
+        d.Unpack(details) and details.cause == _BUSY_WORKFLOW for d in exc.grpc_status.details
+    )
