@@ -74,7 +74,8 @@ LACKS_OLD_KEY = "error: the worker cannot read the run: data encrypted with key 
 
 
 LOCAL_ACTIVITY_MARKER = "core_local_activity"
-"""The marker of a local activity (the run's listing of its worker's loaded tools). Its
+"""The marker of a local activity (the listing of its worker's loaded tools, in a run started
+without ``treadle.start_attributes``). Its
 ``result`` is the activity's result, encoded like any payload; its ``data`` is the core's own
 record (activity id and type, attempt, time): code, not data, written unencoded."""
 
@@ -410,8 +411,10 @@ async def test_history_holds_no_plaintext_when_encryption_is_on(
     history = await client.get_workflow_handle(workflow_id).fetch_history()
     assert canary.encode() not in History(events=history.events).SerializeToString()
     markers = [e.marker_recorded_event_attributes.marker_name for e in history.events]
-    # So the exemption in _payloads is exercised, not hypothetical.
-    assert LOCAL_ACTIVITY_MARKER in markers
+    # A run started by the CLI lists its worker's loaded tools with its first model call (in
+    # that call's encrypted payloads), not in a local activity's marker; the marker exemption
+    # in _payloads is for runs started without start attributes.
+    assert LOCAL_ACTIVITY_MARKER not in markers
     payloads = [p for e in history.events for p in _payloads(e)]
     assert len(payloads) > 5
     assert {p.metadata["encoding"] for p in payloads} == {ENCODING}
