@@ -17,7 +17,6 @@ from treadle.cli.ui import TOKEN_ENV, is_loopback
 from treadle.client import AgentClient
 from treadle.web import serve
 from treadle.web.guard import new_token
-from treadle.web.mcp import mcp_http_app, mcp_server
 
 __all__ = ["MCP_PORT", "cmd_serve_mcp"]
 
@@ -25,6 +24,9 @@ MCP_PORT = 8767
 
 
 async def cmd_serve_mcp(client: Client, args: argparse.Namespace) -> int:
+    # The MCP SDK takes ~0.7 s to import: only `serve mcp` pays it, not every CLI command.
+    from treadle.web.mcp import mcp_http_app, mcp_server
+
     agents = AgentClient(client, task_queue=args.task_queue)
     server = mcp_server(agents, task_queue=args.task_queue)
     if not args.http:
