@@ -121,8 +121,8 @@ async def test_a_reply_streams_in_pieces_with_the_servers_usage(model: ModelActi
     )  # fmt: skip
     assert len(pieces) > 1
     assert "".join(pieces) == reply.content
-    assert reply.usage.completion_tokens > 0 and reply.usage.prompt_tokens > 0
-    if LLAMA_CPP:
+    if LLAMA_CPP:  # llama-cpp-python's stream has none: the run estimates it (the next check)
+        assert reply.usage.completion_tokens > 0 and reply.usage.prompt_tokens > 0
         assert reply.usage.estimated_tokens == 0
 
 
