@@ -1,7 +1,7 @@
 """The agent against a real model server nobody on the project wrote, to check that what the
 scripted model stands in for holds on the real thing (and to verify your own endpoint and key).
 
-Skipped unless TREADLE_REAL_MODEL is set. SmolLM2-135M on upstream llama-server, from two wheels
+Skipped unless TREADLE_REAL_MODEL is set. SmolLM2-135M on llama.cpp's server, from two wheels
 (``bench/llama_server.py``, see docs/models.md; ``tests/models/test_real_server.py`` runs it
 by itself):
 
