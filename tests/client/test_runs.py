@@ -235,6 +235,42 @@ async def test_questions_asked_together_of_a_run_no_worker_takes_are_each_no_wor
     assert all("is a worker running?" in str(a) for a in asked), asked
 
 
+async def test_a_parent_whose_sub_agent_waits_for_a_person_is_listed_as_waiting(
+    harness: Harness, agents: AgentClient, track: Callable[[str], str]
+) -> None:
+    """The "waiting for a person" filter lists a sub-agent waiting for an approval and its
+    parent too (Acting in visibility while it delegates), whose row names the sub-agent."""
+    child_model = harness.script({"tool_calls": [WRITE]}, {"content": "child done"})
+    delegate = {"name": "delegate", "arguments": {"task": "write", "model": child_model}}
+    parent_model = harness.script({"tool_calls": [delegate]}, {"content": "parent done"})
+    started = await agents.start(
+        task(
+            harness,
+            parent_model,
+            require_approval=["write_file"],
+            subagents={"models": [child_model]},
+        )
+    )
+    track(started.id)
+    for _ in range(300):  # the child starts, then visibility catches up (eventually consistent)
+        rows = {r.id: r for r in await agents.list_runs("WaitingForHuman")}
+        if started.id in rows and any(r.id != started.id for r in rows.values()):
+            break
+        await asyncio.sleep(0.1)
+    parent = rows[started.id]
+    [child_id] = [
+        c.workflow_id for c in (await agents.status(started.id)).children if c.status == "running"
+    ]
+    assert rows[child_id].state == "WaitingForHuman"
+    assert parent.state == "Acting"
+    assert parent.waiting_on == child_id
+    assert parent.waiting_for == (
+        f"its sub-agent {child_id}, which waits for a person: approve a call or guide the run"
+    )
+    await agents.approve(child_id)
+    assert (await agents.result(started.id)).answer == "parent done"
+
+
 async def test_list_runs_finds_a_waiting_run_by_what_it_waits_for(
     harness: Harness, agents: AgentClient, track: Callable[[str], str]
 ) -> None:

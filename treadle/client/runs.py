@@ -66,6 +66,8 @@ from treadle.workflows.base import describe_errors
 __all__ = ["FILTERS", "Runs", "check_arguments", "outcome", "waiting_for"]
 
 LIST_LIMIT = 50
+MAX_NESTING = 8
+"""How many generations of parents a wait's filter climbs from a waiting sub-agent."""
 LIST_STATUS_TIMEOUT = timedelta(seconds=3)
 """How long a listed run's worker has to answer its status before it is listed without it."""
 _UNANSWERED = "('Halted', 'Error', 'Cancelled')"
@@ -241,10 +243,38 @@ class Runs(ClientBase):
         try:
             async for execution in self.temporal.list_workflows(query, limit=limit):
                 executions.append(execution)
+            if filter in _WAITS:
+                executions += await self._waiting_ancestors(executions)
         except RPCError as exc:
             raise TemporalRefused(f"Temporal refused the list: {exc.message}") from exc
         statuses = await asyncio.gather(*(self._listed_status(e) for e in executions))
         return [_summary(e, s) for e, s in zip(executions, statuses, strict=True)]
+
+    async def _waiting_ancestors(self, waiting: list[WorkflowExecution]) -> list[WorkflowExecution]:
+        """The running parents (and theirs) of sub-agents listed as waiting: a parent is
+        ``Acting`` in visibility while its ``delegate`` call waits, yet it waits as much as its
+        child does, so a wait's filter lists it too (its row says for which sub-agent)."""
+        listed = {e.id for e in waiting}
+        found: list[WorkflowExecution] = []
+        parents = {e.parent_id for e in waiting if e.parent_id} - listed
+        for _ in range(MAX_NESTING):
+            if not parents:
+                break
+            described = await asyncio.gather(
+                *(self.temporal.get_workflow_handle(p).describe() for p in sorted(parents)),
+                return_exceptions=True,
+            )
+            running = [
+                d
+                for d in described
+                if isinstance(d, WorkflowExecution)
+                and d.status is WorkflowExecutionStatus.RUNNING
+                and d.workflow_type == "AgentWorkflow"
+            ]
+            found += running
+            listed |= {d.id for d in running}
+            parents = {d.parent_id for d in running if d.parent_id} - listed
+        return found
 
     async def _listed_status(self, execution: WorkflowExecution) -> AgentStatus | None:
         if execution.status is not WorkflowExecutionStatus.RUNNING:
