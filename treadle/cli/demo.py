@@ -192,13 +192,17 @@ class _Demo:
 
     def ui_command(self) -> str:
         """``treadle ui`` for this server and queue (runs started in the page go to the
-        demo's worker), linking the run pages to this Web UI; on its default port when that is
-        free, else on one that is (so it runs as printed)."""
+        demo's worker, its Start form offering the scripted model), linking the run pages to
+        this Web UI; on its default port when that is free, else on one that is (so it runs as
+        printed)."""
         arguments = ["ui"]
         if self.ui_port != cli_ui.DEFAULT_PORT:
             arguments += ["--port", str(self.ui_port)]
         if self.ui_url.rstrip("/") != cli_ui.DEFAULT_WEB_UI:
             arguments += ["--web-ui", self.ui_url]
+        if self.task_queue != DEMO_TASK_QUEUE:
+            # On treadle-demo the page offers the scripted model by itself; elsewhere, say so.
+            arguments += ["--model", DEMO_MODEL]
         return self.starter(*arguments, task_queue=True)
 
     @property
