@@ -38,6 +38,7 @@ from temporalio.worker import Worker
 from treadle import home
 from treadle.cli import shell
 from treadle.cli import ui as cli_ui
+from treadle.cli.defaults import DEMO_MODEL, DEMO_TASK_QUEUE
 from treadle.cli.exits import UsageError
 from treadle.cli.live import outcome
 from treadle.cli.serving import interrupted
@@ -61,10 +62,6 @@ DEMO_TASK = (
     "Look at the workspace, write a short project note to notes.md, then check it and "
     "summarise what you did."
 )
-DEMO_MODEL = "openai:demo"
-"""The scripted model's name, for the demo's run and for yours while ``--keep`` is up."""
-DEMO_TASK_QUEUE = "treadle-demo"
-"""The queue ``--keep`` serves when ``--task-queue`` is left at the shared default."""
 TRY_TASK = "Describe this workspace in notes.md"
 """The example task printed for ``--keep``; any task gets the same scripted steps."""
 STATE_TIMEOUT = 60.0
@@ -136,7 +133,7 @@ async def cmd_demo(
                     # worker is up.
                     snapshots = demo.starter("workspace", f"demo-{suffix}")
                     print(f"   Its workspace after each step that changed it: {snapshots}")
-                    print(demo.try_it_yourself(f"try-{suffix}"), flush=True)
+                    print(demo.try_it_yourself(f"try-{suffix}", f"demo-{suffix}"), flush=True)
                     with interrupted() as stopping:
                         await stopping.wait()
                     what = "the worker, the scripted model" + (
@@ -289,8 +286,10 @@ class _Demo:
             namespace=self.namespace,
         )
 
-    def try_it_yourself(self, workflow_id: str) -> str:
-        """Step 8: what to type in another terminal while ``--keep`` holds everything up."""
+    def try_it_yourself(self, workflow_id: str, demo_id: str) -> str:
+        """Step 8: what to type in another terminal while ``--keep`` holds everything up
+        (``demo_id``: the demo's own run, over by now, exported and continued as a thread)."""
+        export = f"{demo_id}.json"
         commands = [
             (f"cd {shlex.quote(shell.here())}", ""),
             (
@@ -314,6 +313,14 @@ class _Demo:
             (
                 self.starter("chat", "--model", DEMO_MODEL, task_queue=True),
                 "a conversation; /exit to leave",
+            ),
+            (
+                f"{self.starter('export', demo_id)} > {shlex.quote(export)}",
+                "the demo's run as a thread file (Loom's JSON)",
+            ),
+            (
+                self.starter("import", export, task_queue=True),
+                "a new thread that continues it, here; prints its id for chat --id",
             ),
             (
                 self.ui_command(),

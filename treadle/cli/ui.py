@@ -27,6 +27,7 @@ from typing import Any
 
 from temporalio.client import Client
 
+from treadle.cli.defaults import model_for
 from treadle.cli.exits import UsageError
 from treadle.cli.serving import listening, serve_until_interrupted
 from treadle.web import serve
@@ -96,14 +97,8 @@ def is_loopback(host: str) -> bool:
 
 
 def default_model(args: argparse.Namespace) -> str:
-    """``--model``, else the demo's scripted model on the demo's queue (its worker answers only
-    that one), else ``DEFAULT_MODEL``."""
-    # Imported here: the demo prints this module's commands, so it imports this module first.
-    from treadle.cli.demo import DEMO_MODEL, DEMO_TASK_QUEUE
-
-    if args.model:
-        return str(args.model)
-    return DEMO_MODEL if args.task_queue == DEMO_TASK_QUEUE else DEFAULT_MODEL
+    """``--model``, else the model a run on the served queue gets (``treadle.cli.defaults``)."""
+    return model_for(args.task_queue, args.model)
 
 
 def _access(args: argparse.Namespace) -> tuple[bool, str | None]:

@@ -104,9 +104,7 @@ def parsed(model: type[M], body: bytes) -> M:
         raise HttpError(400, describe_errors(exc)) from None
 
 
-async def start(
-    client: AgentClient, task_queue: str, request: StartRun, model: str
-) -> StartedRun:
+async def start(client: AgentClient, task_queue: str, request: StartRun, model: str) -> StartedRun:
     """Start the run or thread ``request`` describes, on ``task_queue`` (with ``model`` when it
     names none)."""
     prefix = "thread" if request.thread else "agent"
