@@ -23,7 +23,7 @@ import httpx
 import pytest
 
 from tests.support.harness import Harness
-from tests.support.processes import ROOT, clean_env, free_port
+from tests.support.processes import DATA_ENV, FRESH_SHELL, ROOT, clean_env, free_port
 from treadle import home
 from treadle.cli import shell
 from treadle.cli.demo import DEMO_TASK_QUEUE, kept_queue
@@ -33,14 +33,9 @@ from treadle.workflows.agent.messages.events import approval_commands
 from treadle.workflows.agent.messages.models import TASK_QUEUE, Decision, RejectSignal, RunStatus
 from treadle.workflows.agent.workflow import AgentWorkflow
 
-FRESH_SHELL = {"HOME": os.environ.get("HOME", "/"), "PATH": "/usr/bin:/bin"}
-"""What a new terminal has before anyone activates the virtualenv: no venv on PATH, no
-TEMPORAL_* or model settings."""
 FRESH_WORKSPACES = ROOT / ".treadle" / "workspaces"
 """Where a run started from a fresh shell in the checkout gets its workspace (no TREADLE_HOME:
 the data directory is ``.treadle`` there)."""
-DATA_ENV = ("TREADLE_HOME", "TREADLE_STORE")
-"""Where the suite keeps Treadle's data directory and store (``tests/conftest.py``)."""
 REJECTION = "You rejected the write to notes.md, so I left it as it was. Your reason: {reason}"
 
 

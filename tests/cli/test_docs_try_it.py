@@ -11,8 +11,7 @@ import subprocess
 import time
 import uuid
 
-from tests.cli.test_demo import DATA_ENV, FRESH_SHELL
-from tests.support.processes import ROOT, free_port
+from tests.support.processes import DATA_ENV, FRESH_SHELL, ROOT, free_port
 
 TREADLE = ".venv/bin/treadle"
 
