@@ -23,7 +23,7 @@ import httpx
 import pytest
 
 from tests.support.harness import Harness
-from tests.support.processes import ROOT, clean_env, free_port
+from tests.support.processes import DATA_ENV, FRESH_SHELL, ROOT, clean_env, free_port
 from treadle import home
 from treadle.cli import shell
 from treadle.cli.demo import DEMO_TASK_QUEUE, kept_queue
@@ -33,9 +33,6 @@ from treadle.workflows.agent.messages.events import approval_commands
 from treadle.workflows.agent.messages.models import TASK_QUEUE, Decision, RejectSignal, RunStatus
 from treadle.workflows.agent.workflow import AgentWorkflow
 
-FRESH_SHELL = {"HOME": os.environ.get("HOME", "/"), "PATH": "/usr/bin:/bin"}
-"""What a new terminal has before anyone activates the virtualenv: no venv on PATH, no
-TEMPORAL_* or model settings."""
 FRESH_WORKSPACES = ROOT / ".treadle" / "workspaces"
 """Where a run started from a fresh shell in the checkout gets its workspace (no TREADLE_HOME:
 the data directory is ``.treadle`` there)."""
@@ -71,11 +68,16 @@ def _verb(words: list[str]) -> str:
     return rest[0]
 
 
-def fresh_shell(cd: str, command: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
-    """Run ``cd ...`` then ``command`` in bash with nothing but HOME and a system PATH."""
+def fresh_shell(
+    cd: str, command: str, timeout: float = 30, data: bool = False
+) -> subprocess.CompletedProcess[str]:
+    """Run ``cd ...`` then ``command`` in bash with nothing but HOME and a system PATH (and,
+    with ``data``, the demo's data directory and store, which a user's second terminal in the
+    same directory shares; the suite's are out of the checkout)."""
+    shared = {name: os.environ[name] for name in DATA_ENV if data and name in os.environ}
     return subprocess.run(
         ["/bin/bash", "-c", f"{cd} && {command}"],
-        env=FRESH_SHELL,
+        env={**FRESH_SHELL, **shared},
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -183,6 +185,8 @@ def test_demo_keep_prints_commands_for_a_fresh_shell(kept_demo: KeptDemo) -> Non
         "approve",
         "reject",
         "chat",
+        "export",
+        "import",
         "ui",
     ]
     assert "--model openai:demo" in kept_demo.command("run")
@@ -198,7 +202,7 @@ def test_demo_keep_serves_a_queue_of_its_own(kept_demo: KeptDemo) -> None:
     [eight] = [line for line in kept_demo.lines if line.startswith("8.")]
     assert eight.endswith(f"a worker on task queue {DEMO_TASK_QUEUE}.")
     assert f"3. Worker polling task queue {DEMO_TASK_QUEUE}" in kept_demo.lines
-    for verb in ("run", "chat"):
+    for verb in ("run", "chat", "import"):
         assert f"--task-queue {DEMO_TASK_QUEUE} " in kept_demo.command(verb), verb
     assert kept_queue("mine") == "mine"
 
@@ -388,6 +392,40 @@ def test_commands_a_run_publishes_work_in_a_fresh_shell(
     signal = runnable(stock[3].replace("approve", "reject"))
     assert signal.split()[0].endswith("temporal")
     assert runnable("echo as it is") == "echo as it is"
+
+
+def test_the_printed_export_and_import_continue_the_demo_run_on_its_worker(
+    kept_demo: KeptDemo,
+) -> None:
+    """Step 8's export writes the demo's run as a file and its import, run as printed, starts
+    a thread from it on the demo's queue with the scripted model (no ``--model`` needed there),
+    which the demo's worker answers."""
+    [export] = [c for c in kept_demo.commands if " export " in c]
+    command = export.split("  #", 1)[0]
+    file = ROOT / f"demo-{kept_demo.suffix}.json"
+    try:
+        exported = fresh_shell(kept_demo.commands[0], command, data=True)
+        assert exported.returncode == 0, exported.stderr
+        assert json.loads(file.read_text())["conversation"]["messages"]
+        imported = fresh_shell(kept_demo.commands[0], kept_demo.command("import"), data=True)
+        assert imported.returncode == 0, imported.stderr
+        thread = imported.stdout.strip()
+        sent = fresh_shell(
+            kept_demo.commands[0],
+            kept_demo.command("status").replace(
+                f"status try-{kept_demo.suffix}", f"send {thread} 'and now?' --wait"
+            ),
+            timeout=60,
+            data=True,
+        )
+        assert sent.returncode == 0, sent.stderr
+        assert "I listed the workspace" in sent.stdout
+        status = _wait_for(kept_demo, thread, "state:    WaitingForUserInput")
+        assert "model:    openai:demo" in status
+    finally:
+        file.unlink(missing_ok=True)
+        if "thread" in locals():
+            shutil.rmtree(home.workspaces() / thread, ignore_errors=True)
 
 
 def test_the_demo_runs_snapshots_are_listed_by_the_printed_command(kept_demo: KeptDemo) -> None:

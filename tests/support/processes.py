@@ -29,6 +29,13 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+FRESH_SHELL = {"HOME": os.environ.get("HOME", "/"), "PATH": "/usr/bin:/bin"}
+"""What a new terminal has before anyone activates the virtualenv: no venv on PATH, no
+TEMPORAL_* or model settings."""
+DATA_ENV = ("TREADLE_HOME", "TREADLE_STORE")
+"""Where the suite keeps Treadle's data directory and store (``tests/conftest.py``)."""
+
+
 def clean_env(**extra: str) -> dict[str, str]:
     """The test process's environment minus Temporal and model settings, plus ``extra``."""
     env = {

@@ -23,6 +23,7 @@ from pydantic import ValidationError
 from temporalio.client import Client
 
 from treadle.cli import live, shell
+from treadle.cli.defaults import DEFAULT_MODEL, DEMO_MODEL, DEMO_TASK_QUEUE, model_for
 from treadle.cli.exits import UsageError
 from treadle.client import AgentClient, NoStream, RunNotFound
 from treadle.client.thread_import import ImportPlan, plan_thread
@@ -41,6 +42,10 @@ from treadle.workflows.agent.messages.state_machine import State
 from treadle.workflows.base import describe_errors
 
 EXIT_WORDS = {"/exit", "/quit"}
+MODEL_HELP = (
+    f"provider:model (default {DEFAULT_MODEL}; on the demo's task queue {DEMO_TASK_QUEUE}, "
+    f"its scripted {DEMO_MODEL})"
+)
 
 
 def register(subparsers: Any) -> None:
@@ -48,7 +53,7 @@ def register(subparsers: Any) -> None:
     chat = subparsers.add_parser("chat", help="talk with a thread: type, see the answer, again")
     chat.add_argument("message", nargs="?", help="the first message (default: asked for)")
     chat.add_argument("--id", help="thread id: continue it if it exists (default: new)")
-    chat.add_argument("--model", default="openai:gpt-4o", help="provider:model")
+    chat.add_argument("--model", help=MODEL_HELP)
     chat.add_argument("--workspace", help="directory the tools work in (default: workspaces/ID)")
     chat.add_argument("--create-workspace", action="store_true", help="create --workspace")
     chat.add_argument("--require-approval", metavar="TOOL,...", help="tools that need approval")
@@ -83,7 +88,7 @@ def register(subparsers: Any) -> None:
     load.add_argument("--id", help="the new thread's id (default: thread-<random>)")
     load.add_argument("--workspace", help="directory the tools work in (default: workspaces/ID)")
     load.add_argument("--create-workspace", action="store_true", help="create --workspace")
-    load.add_argument("--model", default="openai:gpt-4o", help="provider:model")
+    load.add_argument("--model", help=MODEL_HELP)
     load.add_argument("--require-approval", metavar="TOOL,...", help="tools that need approval")
     load.add_argument("--config", metavar="FILE", help="AgentConfig fields as JSON")
     load.add_argument(
@@ -184,7 +189,8 @@ def check_import(args: argparse.Namespace) -> None:
     # A workspace that cannot be used is its own error, not the file's.
     resolve_workspace(args.workspace, args.id, create=args.create_workspace)
     try:
-        importer = ThreadSettings(model=args.model, config=_config(args))
+        model = model_for(args.task_queue, args.model)
+        importer = ThreadSettings(model=model, config=_config(args))
     except ValidationError as exc:
         raise UsageError(f"invalid settings: {describe_errors(exc)}") from exc
     try:
@@ -248,7 +254,7 @@ async def _start(agents: AgentClient, args: argparse.Namespace, thread_id: str, 
     try:
         agent_input = AgentInput(
             task=first,
-            model=args.model,
+            model=model_for(args.task_queue, args.model),
             workspace=str(workspace),
             thread=True,
             config=_config(args),

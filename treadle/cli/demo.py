@@ -38,6 +38,7 @@ from temporalio.worker import Worker
 from treadle import home
 from treadle.cli import shell
 from treadle.cli import ui as cli_ui
+from treadle.cli.defaults import DEMO_MODEL, DEMO_TASK_QUEUE
 from treadle.cli.exits import UsageError
 from treadle.cli.live import outcome
 from treadle.cli.serving import interrupted
@@ -62,10 +63,6 @@ DEMO_TASK = (
     "Look at the workspace, write a short project note to notes.md, then check it and "
     "summarise what you did."
 )
-DEMO_MODEL = "openai:demo"
-"""The scripted model's name, for the demo's run and for yours while ``--keep`` is up."""
-DEMO_TASK_QUEUE = "treadle-demo"
-"""The queue ``--keep`` serves when ``--task-queue`` is left at the shared default."""
 TRY_TASK = "Describe this workspace in notes.md"
 """The example task printed for ``--keep``; any task gets the same scripted steps."""
 STATE_TIMEOUT = 60.0
@@ -137,7 +134,7 @@ async def cmd_demo(
                     # worker is up.
                     snapshots = demo.starter("workspace", f"demo-{suffix}")
                     print(f"   Its workspace after each step that changed it: {snapshots}")
-                    print(demo.try_it_yourself(f"try-{suffix}"), flush=True)
+                    print(demo.try_it_yourself(f"try-{suffix}", f"demo-{suffix}"), flush=True)
                     with interrupted() as stopping:
                         await stopping.wait()
                     what = "the worker, the scripted model" + (
@@ -193,13 +190,17 @@ class _Demo:
 
     def ui_command(self) -> str:
         """``treadle ui`` for this server and queue (runs started in the page go to the
-        demo's worker), linking the run pages to this Web UI; on its default port when that is
-        free, else on one that is (so it runs as printed)."""
+        demo's worker, its Start form offering the scripted model), linking the run pages to
+        this Web UI; on its default port when that is free, else on one that is (so it runs as
+        printed)."""
         arguments = ["ui"]
         if self.ui_port != cli_ui.DEFAULT_PORT:
             arguments += ["--port", str(self.ui_port)]
         if self.ui_url.rstrip("/") != cli_ui.DEFAULT_WEB_UI:
             arguments += ["--web-ui", self.ui_url]
+        if self.task_queue != DEMO_TASK_QUEUE:
+            # On treadle-demo the page offers the scripted model by itself; elsewhere, say so.
+            arguments += ["--model", DEMO_MODEL]
         return self.starter(*arguments, task_queue=True)
 
     @property
@@ -288,8 +289,10 @@ class _Demo:
             namespace=self.namespace,
         )
 
-    def try_it_yourself(self, workflow_id: str) -> str:
-        """Step 8: what to type in another terminal while ``--keep`` holds everything up."""
+    def try_it_yourself(self, workflow_id: str, demo_id: str) -> str:
+        """Step 8: what to type in another terminal while ``--keep`` holds everything up
+        (``demo_id``: the demo's own run, over by now, exported and continued as a thread)."""
+        export = f"{demo_id}.json"
         commands = [
             (f"cd {shlex.quote(shell.here())}", ""),
             (
@@ -313,6 +316,14 @@ class _Demo:
             (
                 self.starter("chat", "--model", DEMO_MODEL, task_queue=True),
                 "a conversation; /exit to leave",
+            ),
+            (
+                f"{self.starter('export', demo_id)} > {shlex.quote(export)}",
+                "the demo's run as a thread file (Loom's JSON)",
+            ),
+            (
+                self.starter("import", export, task_queue=True),
+                "a new thread that continues it, here; prints its id for chat --id",
             ),
             (
                 self.ui_command(),

@@ -69,6 +69,7 @@ from treadle.cli import schemas as cli_schemas
 from treadle.cli import snapshots as cli_snapshots
 from treadle.cli import ui as cli_ui
 from treadle.cli import wake as cli_wake
+from treadle.cli.defaults import DEFAULT_MODEL, DEMO_MODEL, DEMO_TASK_QUEUE, model_for
 from treadle.cli.exits import UsageError, run_and_exit
 from treadle.cli.tables import table
 from treadle.client import AgentClient, AgentClientError
@@ -259,7 +260,8 @@ def build_input(args: argparse.Namespace, workspace_id: str) -> PlannedRun:
     if isinstance(config.get("output_schema"), str):  # a schema file or a type's import path
         config["output_schema"] = output_schema.resolve(config["output_schema"])
     # --model a,b: the run's model, then its fallbacks in order.
-    model, *fallbacks = [part.strip() for part in args.model.split(",") if part.strip()] or [""]
+    named = model_for(args.task_queue, args.model)
+    model, *fallbacks = [part.strip() for part in named.split(",") if part.strip()] or [""]
     if fallbacks:
         config["fallback_models"] = fallbacks
     workspace, create = resolve_workspace(
@@ -362,8 +364,8 @@ def add_run_options(run: argparse.ArgumentParser) -> None:
     run.add_argument("task")
     run.add_argument(
         "--model",
-        default="openai:gpt-4o",
-        help="provider:model; a,b,...: fallbacks in order when one is down",
+        help=f"provider:model; a,b,...: fallbacks in order when one is down (default "
+        f"{DEFAULT_MODEL}; on the demo's task queue {DEMO_TASK_QUEUE}, its scripted {DEMO_MODEL})",
     )
     run.add_argument(
         "--output-schema",

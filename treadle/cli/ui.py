@@ -2,12 +2,15 @@
 `treadle api`: the HTTP API alone (docs/api.md).
 
     treadle ui  [--host 127.0.0.1] [--port 8765] [--token TOKEN] [--web-ui URL] [--cors-origin URL]
+                [--model PROVIDER:MODEL]
     treadle api [--host 127.0.0.1] [--port 8766] [--token TOKEN] [--web-ui URL] [--cors-origin URL]
+                [--model PROVIDER:MODEL]
 
 Runs and threads (filtered by what they wait for), one run's conversation as it happens, and
 the decisions it waits for (approve / reject / modify a call, answer its question, guide it),
 made in place. It connects to Temporal like every command (``--address``, ``--namespace``,
-``--profile``); runs it starts go to ``--task-queue``.
+``--profile``); runs it starts go to ``--task-queue``, with ``--model`` when they name none
+(on the demo's queue, ``treadle-demo``, the demo's scripted model ``openai:demo``).
 
 Both listen on loopback unless told otherwise. Beyond loopback an access token is required
 (``--token``, ``TREADLE_UI_TOKEN``, or one made up at start and printed): programs send it as
@@ -24,10 +27,11 @@ from typing import Any
 
 from temporalio.client import Client
 
+from treadle.cli.defaults import model_for
 from treadle.cli.exits import UsageError
 from treadle.cli.serving import listening, serve_until_interrupted
 from treadle.web import serve
-from treadle.web.api import MAX_BODY_BYTES, ApiSettings, api_app
+from treadle.web.api import DEFAULT_MODEL, MAX_BODY_BYTES, ApiSettings, api_app
 from treadle.web.guard import new_token
 from treadle.web.ui import ui_app
 
@@ -69,6 +73,11 @@ def _options(p: Any, port: int) -> None:
         help=f"the Temporal Web UI runs link to (default {DEFAULT_WEB_UI}; '' for none)",
     )
     p.add_argument(
+        "--model",
+        help=f"the model of a run started without one, and the page's Start form's (default "
+        f"{DEFAULT_MODEL}; on the demo's task queue, the demo's scripted model)",
+    )
+    p.add_argument(
         "--cors-origin",
         action="append",
         default=[],
@@ -85,6 +94,11 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+def default_model(args: argparse.Namespace) -> str:
+    """``--model``, else the model a run on the served queue gets (``treadle.cli.defaults``)."""
+    return model_for(args.task_queue, args.model)
 
 
 def _access(args: argparse.Namespace) -> tuple[bool, str | None]:
@@ -106,6 +120,7 @@ async def cmd_ui(client: Client, args: argparse.Namespace) -> int:
         loopback=loopback,
         web_ui=args.web_ui.rstrip("/") or None,
         origins=args.cors_origin,
+        model=default_model(args),
     )
     served = await listening(serve.start(app, args.host, args.port), args.host, args.port)
     url = served.url + (f"/?token={token}" if token else "/")
@@ -127,6 +142,7 @@ async def cmd_api(client: Client, args: argparse.Namespace) -> int:
         origins=tuple(args.cors_origin),
         web_ui=args.web_ui.rstrip("/") or None,
         max_body=args.max_body,
+        model=default_model(args),
     )
     served = await listening(
         serve.start(api_app(client, settings), args.host, args.port), args.host, args.port

@@ -169,7 +169,7 @@ class ThreadExecutor(AgentExecutor):
                 workspace=self.workspace,
                 config=config,
             )
-            await actions.start(self.agents, self.task_queue, request)
+            await actions.start(self.agents, self.task_queue, request, self.model)
             return _Turn(thread_id, offset=0, awaited=None)
         except AgentClientError as exc:
             raise actions.http_error(exc) from None

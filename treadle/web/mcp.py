@@ -89,7 +89,7 @@ def mcp_server(agents: AgentClient, *, task_queue: str) -> MCPServer[Any]:
             )
         except ValueError as exc:
             raise ToolError(f"invalid run: {exc}") from None
-        started = await _tool(actions.start(agents, task_queue, request))
+        started = await _tool(actions.start(agents, task_queue, request, model))
         return started.model_dump(mode="json")
 
     @server.tool(annotations=READ)

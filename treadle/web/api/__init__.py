@@ -12,6 +12,20 @@ memory.py      long-term memory's operations: a namespace listed, recalled, adde
                forgotten
 """
 
-from treadle.web.api.app import MAX_BODY_BYTES, ApiSettings, api_app, api_operations, api_routes
+from treadle.web.api.app import (
+    DEFAULT_MODEL,
+    MAX_BODY_BYTES,
+    ApiSettings,
+    api_app,
+    api_operations,
+    api_routes,
+)
 
-__all__ = ["MAX_BODY_BYTES", "ApiSettings", "api_app", "api_operations", "api_routes"]
+__all__ = [
+    "DEFAULT_MODEL",
+    "MAX_BODY_BYTES",
+    "ApiSettings",
+    "api_app",
+    "api_operations",
+    "api_routes",
+]

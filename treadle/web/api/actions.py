@@ -104,15 +104,16 @@ def parsed(model: type[M], body: bytes) -> M:
         raise HttpError(400, describe_errors(exc)) from None
 
 
-async def start(client: AgentClient, task_queue: str, request: StartRun) -> StartedRun:
-    """Start the run or thread ``request`` describes, on ``task_queue``."""
+async def start(client: AgentClient, task_queue: str, request: StartRun, model: str) -> StartedRun:
+    """Start the run or thread ``request`` describes, on ``task_queue`` (with ``model`` when it
+    names none)."""
     prefix = "thread" if request.thread else "agent"
     workflow_id = request.id or f"{prefix}-{uuid.uuid4().hex[:12]}"
     try:
         workspace, create = resolve_workspace(request.workspace, workflow_id, create=False)
         agent_input = AgentInput(
             task=request.task,
-            model=request.model,
+            model=request.model or model,
             workspace=str(workspace),
             thread=request.thread,
             task_type=request.task_type,

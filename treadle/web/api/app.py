@@ -61,7 +61,14 @@ from treadle.web.guard import Guard, check_access, cors
 from treadle.web.http import HttpError, json_app, read_body
 from treadle.workflows.agent.messages.models import AgentResult, AgentStatus, ThreadExport, Trace
 
-__all__ = ["MAX_BODY_BYTES", "ApiSettings", "api_app", "api_operations", "api_routes"]
+__all__ = [
+    "DEFAULT_MODEL",
+    "MAX_BODY_BYTES",
+    "ApiSettings",
+    "api_app",
+    "api_operations",
+    "api_routes",
+]
 
 log = logging.getLogger("treadle.api")
 
@@ -72,6 +79,8 @@ READ_TIMEOUT = 30.0
 LIST_LIMIT = 50
 MAX_LIST_LIMIT = 500
 PREFIX = "/v1"
+DEFAULT_MODEL = "openai:gpt-4o"
+"""The model of a run started without one, unless the server is told another."""
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -89,6 +98,8 @@ class ApiSettings:
     web_ui: str | None = None
     """The Temporal Web UI's base URL, for runs' links."""
     max_body: int = MAX_BODY_BYTES
+    model: str = DEFAULT_MODEL
+    """The model of a run started without one (and the page's Start form's)."""
 
 
 def api_operations(agents: AgentClient, settings: ApiSettings) -> list[Operation]:
@@ -116,7 +127,9 @@ def api_operations(agents: AgentClient, settings: ApiSettings) -> list[Operation
         return answer(RunList(runs=rows, filters=list(FILTERS)))
 
     async def start(request: Request) -> Response:
-        started = await actions.start(agents, settings.task_queue, await body(request, StartRun))
+        started = await actions.start(
+            agents, settings.task_queue, await body(request, StartRun), settings.model
+        )
         return answer(started, 201)
 
     async def status(request: Request) -> Response:

@@ -52,8 +52,9 @@ class StartRun(Frozen):
 
     task: str = Field(min_length=1, max_length=100_000)
     """What to do (a thread: its first message)."""
-    model: str = Field("openai:gpt-4o", max_length=200)
-    """``provider:model``: ``openai:gpt-4o``, ``ollama:llama3``... (docs/models.md)."""
+    model: str | None = Field(default=None, min_length=1, max_length=200)
+    """``provider:model``: ``openai:gpt-4o``, ``ollama:llama3``... (docs/models.md); default:
+    the server's (``--model``: ``openai:gpt-4o``, or the demo's ``openai:demo`` on its queue)."""
     thread: bool = False
     workspace: str | None = Field(default=None, max_length=4096)
     """A directory on the worker's host that must exist; default: a new one of its own in the

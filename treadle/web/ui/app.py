@@ -13,6 +13,7 @@ CSRF for the browser's cookies).
 
 from __future__ import annotations
 
+import html
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from importlib import resources
@@ -24,7 +25,7 @@ from starlette.types import ASGIApp
 from temporalio.client import Client
 
 from treadle.client import AgentClient
-from treadle.web.api import ApiSettings, api_routes
+from treadle.web.api import DEFAULT_MODEL, ApiSettings, api_routes
 from treadle.web.guard import Guard, check_access, cors
 from treadle.web.http import HttpError, json_app, route
 
@@ -33,6 +34,8 @@ __all__ = ["ui_app"]
 log = logging.getLogger("treadle.ui")
 
 STATIC = resources.files("treadle.web.ui") / "static"
+MODEL_SLOT = b"{{default_model}}"
+"""Where a page names the server's default model (runs.html's Start form)."""
 _TYPES = {".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=utf-8",
           ".css": "text/css; charset=utf-8", ".svg": "image/svg+xml"}  # fmt: skip
 
@@ -45,22 +48,32 @@ def ui_app(
     loopback: bool = True,
     web_ui: str | None = None,
     origins: Sequence[str] = (),
+    model: str = DEFAULT_MODEL,
 ) -> ASGIApp:
     """The page for ``client``'s namespace, and the API; runs it starts go to ``task_queue``.
     ``token``: the access token (``None`` on loopback only); ``web_ui``: the Temporal Web UI's
-    base URL; ``origins``: other origins allowed to use the API (CORS)."""
+    base URL; ``origins``: other origins allowed to use the API (CORS); ``model``: the Start
+    form's model, and a run's that names none."""
     check_access(token, loopback)
     # Its task queue is where the runs it starts go, and where a new memory namespace runs.
     agents = (
         client if isinstance(client, AgentClient) else AgentClient(client, task_queue=task_queue)
     )
     settings = ApiSettings(
-        task_queue=task_queue, token=token, loopback=loopback, origins=origins, web_ui=web_ui
+        task_queue=task_queue,
+        token=token,
+        loopback=loopback,
+        origins=origins,
+        web_ui=web_ui,
+        model=model,
     )
+    # The Start form offers the model this server's runs default to (the demo's scripted model
+    # on the demo's queue), written into the page as it is served.
+    filled = {MODEL_SLOT: html.escape(model, quote=True).encode()}
 
     def page(name: str) -> Callable[[Request], Awaitable[Response]]:
         async def serve(request: Request) -> Response:
-            return _file(name)
+            return _file(name, filled)
 
         return serve
 
@@ -91,7 +104,10 @@ def ui_app(
     return cors(app, origins)
 
 
-def _file(name: str) -> Response:
+def _file(name: str, filled: dict[bytes, bytes] | None = None) -> Response:
     path = STATIC / name
     media = next((t for suffix, t in _TYPES.items() if name.endswith(suffix)), "text/plain")
-    return Response(path.read_bytes(), media_type=media)
+    body = path.read_bytes()
+    for slot, value in (filled or {}).items():
+        body = body.replace(slot, value)
+    return Response(body, media_type=media)
