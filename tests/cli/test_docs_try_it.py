@@ -104,7 +104,7 @@ def test_the_client_query_try_it_sends_the_file_and_takes_the_answer(
     data = _data()
     running = shell(script, data)
     try:
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + 120  # a watchdog against a hang, not a measured duration
         answer = f"{TREADLE} --address {temporal_address} answer {workflow_id} q2 main"
         while True:
             done = subprocess.run(
