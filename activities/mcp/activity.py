@@ -43,6 +43,7 @@ from treadle.activities.sent_marks import mark_sent, outcome_unknown, sent_befor
 from treadle.activities.store.conversation import ConversationStore
 from treadle.activities.tools.builtin import cap_output
 from treadle.workflows.agent.messages.mcp import (
+    NOT_CONFIGURED,
     McpCallRequest,
     McpListRequest,
     McpToolInfo,
@@ -192,7 +193,7 @@ class McpActivities:
         server = self.config.get(name)
         if server is None:
             configured = ", ".join(self.config.names()) or "none"
-            return f"not configured on this worker (configured: {configured})"
+            return f"{NOT_CONFIGURED} (configured: {configured})"
         cached = self._listings.get(name)
         if cached is not None and not refresh:
             return cached

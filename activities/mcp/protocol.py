@@ -125,5 +125,6 @@ def _listing_timeout(conn: Connection, started: float) -> str:
     spent = f"; starting or reaching it took {started:.1f}s of them" if started >= 0.1 else ""
     return (
         f"did not list its tools within its list_timeout_seconds of {limit:g}s{spent} (raise it "
-        "for a server that starts slowly or lists many tools; the next run lists it again)"
+        "for a server that starts slowly or lists many tools; the run lists it again at a later "
+        "step)"
     )

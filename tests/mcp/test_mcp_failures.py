@@ -146,7 +146,7 @@ async def test_a_listing_past_its_limit_names_the_configured_limit(tools_file: P
     assert tools.servers() == ("quick",)  # the other server's tools are offered all the same
     why = tools.unavailable["slow"]
     assert why.startswith("did not list its tools within its list_timeout_seconds of 10s")
-    assert "the next run lists it again" in why
+    assert "the run lists it again at a later step" in why
 
 
 async def test_calling_a_server_that_is_down_fails_retryably(tmp_path: Path) -> None:

@@ -63,6 +63,8 @@ async def test_a_run_offers_and_calls_a_stdio_servers_tools(mcp_harness: McpHarn
         # A call's target (progress tracking, one-line summaries) is its arguments as compact
         # JSON when none of them names a path, URL, command or the like.
         assert {e.target for e in finished} == {'{"a":2,"b":3}', '{"text":"hi"}'}
+        # Its server answered: no listing again, and so no patch marker to pay for.
+        assert patch_markers(await handle.fetch_history()) == []
 
 
 async def test_a_run_calls_a_streamable_http_servers_tool(mcp_harness: McpHarness) -> None:
@@ -252,6 +254,62 @@ async def test_a_server_that_is_down_is_a_trace_line_not_a_failed_run(
             "(MCP servers unavailable: down)",
             "3",
         ]
+
+
+def patch_markers(history: Any) -> list[str]:
+    """The patch markers a run's history holds (``workflow.patched`` on a new path)."""
+    return [
+        e.marker_recorded_event_attributes.marker_name
+        for e in history.events
+        if e.HasField("marker_recorded_event_attributes")
+        and e.marker_recorded_event_attributes.marker_name == "core_patch"
+    ]
+
+
+@pytest.mark.replay_corpus
+async def test_a_server_too_slow_at_its_first_listing_is_listed_again_and_its_tools_join(
+    mcp_harness: McpHarness, tmp_path: Path
+) -> None:
+    """Issue 40: a server whose first listing missed its list_timeout_seconds (a server slow
+    under load) is not lost for the run: it is listed again before the next step and its tools
+    are offered from then on; meanwhile the model reads that it is not listed yet, why (the
+    configured limit) and when it is asked again."""
+    os.environ["MCP_TEST_SLOW_ONCE"] = str(tmp_path / "listed-once")
+    try:
+        entry = stdio_entry("calc", env=["MCP_TEST_SLOW_ONCE"], list_timeout_seconds=10)
+        async with mcp_harness(entry) as h:
+            model = h.script(
+                {"tool_calls": [call("mcp__calc__add", a=2, b=3)]},
+                {"tool_calls": [call("mcp__calc__add", a=2, b=3)]},
+                {"content": "2 + 3 is 5"},
+            )
+            handle = await h.start(model, mcp_servers=["calc"])
+            result: AgentResult = await handle.result()
+            assert (result.status, result.answer) == (RunStatus.DONE, "2 + 3 is 5")
+            first, second, third = h.requests(model)
+            assert "mcp__calc__add" not in offered(first)
+            assert "mcp__calc__add" in offered(second)
+            assert [m["content"] for m in tool_messages(third)] == [
+                "ERROR: tool mcp__calc__add is not offered in this run "
+                "(MCP servers unavailable: calc)",
+                "5",
+            ]
+            notes = [m["content"] for m in third["messages"] if m["role"] == "user"][1:]
+            assert len(notes) == 2, notes
+            assert notes[0].startswith(
+                "MCP server(s) not listed: calc (did not list its tools within its "
+                "list_timeout_seconds of 10s"
+            )
+            assert "the run lists them again before step 2" in notes[0]
+            assert notes[1].startswith("MCP server(s) calc answered: offered from now on:")
+            assert "mcp__calc__add" in notes[1]
+            [again] = await trace_data(handle, "McpToolsRelisted")
+            assert again.startswith("1 of 4 for calc: 10 MCP tool(s) from calc")
+            kinds = [e.ok for e in await events(handle) if e.kind == "mcp_tools"]
+            assert kinds == [False, True]
+            assert patch_markers(await handle.fetch_history()) == ["core_patch"]
+    finally:
+        os.environ.pop("MCP_TEST_SLOW_ONCE", None)
 
 
 async def test_a_server_that_stops_answering_ends_in_an_error_observation(

@@ -9,8 +9,10 @@ unexpected exception), ``slow(seconds)``, ``big(chars)`` (a long text), ``pid()`
 
 Which tools are offered is read from the file ``MCP_TEST_TOOLS`` names (comma-separated names)
 on every listing and call, so a test can change the list under a running server; without the
-variable every tool is offered. ``MCP_TEST_SECRET``, when set, is what ``whoami`` answers (to
-prove that an environment variable named in the config reaches a stdio server), and with
+variable every tool is offered. ``MCP_TEST_LIST_DELAY`` (seconds) slows every listing;
+``MCP_TEST_SLOW_ONCE`` (a file's path) only the first of all the server's processes.
+``MCP_TEST_SECRET``, when set, is what ``whoami`` answers (to prove that an environment
+variable named in the config reaches a stdio server), and with
 ``--http`` every request must carry ``Authorization: Bearer <MCP_TEST_SECRET>``.
 """
 
@@ -51,6 +53,13 @@ class TestServer(MCPServer):
     async def list_tools(self) -> Any:
         # A server slow to list (MCP_TEST_LIST_DELAY seconds) after a quick handshake.
         await asyncio.sleep(float(os.environ.get("MCP_TEST_LIST_DELAY") or 0))
+        # Slow to list the first time only, in any of its processes: the first listing leaves
+        # the file MCP_TEST_SLOW_ONCE names and waits past any test's timeout; later ones
+        # find it and answer.
+        once = os.environ.get("MCP_TEST_SLOW_ONCE")
+        if once and not os.path.exists(once):
+            Path(once).write_text("listed once, slowly", encoding="utf-8")
+            await asyncio.sleep(120)
         tools = await super().list_tools()
         names = offered()
         return [tool for tool in tools if names is None or tool.name in names]

@@ -6,7 +6,8 @@ path (``act``): a call that did not pass its check is its ``ERROR:`` observation
 runs in the workflow (``start_phase``) changes the run's state; one that runs in an activity
 (built-in and your own: ``run_tool``; an MCP server's: ``call_mcp_tool``) is awaited through
 ``calls``. An ``ask_client`` call opens a client query instead, answered in WaitingForClient.
-It also lists the run's MCP tools, once, before the first model call.
+It also lists the run's MCP tools before the first model call (and again the servers that
+did not answer, at later steps: ``mcp_listing``).
 
 The checked forms live on the instance, not in ``AgentRun``: a step's calls are checked in the
 same run that acts on them (continue-as-new happens between steps, or while only sub-agents
@@ -30,7 +31,7 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError, is_cancelled_exception
 
 from treadle.workflows import telemetry
-from treadle.workflows.agent import calls, snapshotting
+from treadle.workflows.agent import calls, mcp_listing, snapshotting
 from treadle.workflows.agent.messages import events, mcp
 from treadle.workflows.agent.messages.catalogue import (
     AskClientArgs,
@@ -38,7 +39,7 @@ from treadle.workflows.agent.messages.catalogue import (
     StartPhaseArgs,
     WaitArgs,
 )
-from treadle.workflows.agent.messages.mcp import McpCallRequest, McpListRequest, McpToolList
+from treadle.workflows.agent.messages.mcp import McpCallRequest
 from treadle.workflows.agent.messages.models import (
     ToolCall,
     ToolOutcome,
@@ -142,36 +143,9 @@ class ToolRunner:
             self._pub.record(run.state, "LoadedToolsListed", ", ".join(names))
 
     async def list_mcp_tools(self) -> None:
-        """List the tools of the run's MCP servers, once (the list is carried across
-        continue-as-new). A server that is down is a trace line; the run goes on without it."""
-        run, config = self._run, self._run.input.config
-        servers = () if mcp.ALL_SERVERS in config.mcp_servers else config.mcp_servers
-        try:
-            listed = await calls.list_mcp_tools(
-                config,
-                McpListRequest(servers=servers),
-                f"list MCP tools of {', '.join(config.mcp_servers)}",
-            )
-        except ActivityError as exc:
-            if is_cancelled_exception(exc):
-                raise
-            why = f"could not be listed: {failure_message(exc)}"
-            listed = McpToolList(
-                unavailable={name: why for name in servers or (mcp.ALL_SERVERS,)},
-                listed_at=workflow.now(),
-            )
-        run.mcp = listed
-        self._pub.record(run.state, "McpToolsListed", listed.describe())
-        missing = self.box().missing()
-        if missing:
-            self._pub.record(
-                run.state, "McpToolsMissing", f"not offered by any server: {', '.join(missing)}"
-            )
-        self._pub.emit("mcp_tools", listed.describe(), ok=not listed.unavailable)
-        if listed.unavailable:
-            workflow.logger.warning(
-                "agent.mcp_unavailable", extra={"unavailable": dict(listed.unavailable)}
-            )
+        """List the tools of the run's MCP servers before its first model call, or again
+        those of the servers it missed, when due (``mcp_listing``)."""
+        await mcp_listing.list_tools(self._run, self._pub)
 
     # ----------------------------------------------------------------------------------------
     # Acting

@@ -403,8 +403,9 @@ def tool_call(
 
 
 def mcp_listing(config: AgentConfig, summary: str) -> workflow.ActivityConfig:
-    """Listing the run's MCP servers, once: the activity reports a server that is down instead
-    of failing, so its attempts are for a worker that dies; it heartbeats while servers start."""
+    """Listing the run's MCP servers (again, for those it missed): the activity reports a server
+    that is down instead of failing, so its attempts are for a worker that dies; it heartbeats
+    while servers start."""
     return workflow.ActivityConfig(
         summary=summary,
         start_to_close_timeout=timedelta(minutes=5),

@@ -28,7 +28,7 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError, is_cancelled_exception
 
 from treadle.workflows import telemetry
-from treadle.workflows.agent import compressing, interrupting, post_tools, snapshotting
+from treadle.workflows.agent import compressing, interrupting, mcp_listing, post_tools, snapshotting
 from treadle.workflows.agent.acting import ToolRunner
 from treadle.workflows.agent.handlers import SIGNALS, AgentHandlers
 from treadle.workflows.agent.messages import events
@@ -254,7 +254,7 @@ class AgentEngine(AgentHandlers):
             )
             return Event.MAX_STEPS
         await self._tools.list_loaded_tools()
-        if config.mcp_servers and run.mcp is None:
+        if config.mcp_servers and (run.mcp is None or mcp_listing.due(run)):
             await self._tools.list_mcp_tools()
         m.step += 1
         telemetry.step_started(m.step)

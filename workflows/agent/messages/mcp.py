@@ -40,10 +40,12 @@ __all__ = [
     "CALL_GRACE_SECONDS",
     "MAX_SCHEMA_BYTES",
     "MCP_PREFIX",
+    "NOT_CONFIGURED",
     "TOOL_NAME",
     "McpArgumentsError",
     "McpCallRequest",
     "McpListRequest",
+    "McpRelisting",
     "McpToolInfo",
     "McpToolList",
     "call_target",
@@ -79,6 +81,9 @@ what happened) fire before Temporal's (which only say that time ran out)."""
 
 ALL_SERVERS = "*"
 """In ``AgentConfig.mcp_servers``: every server the worker has."""
+NOT_CONFIGURED = "not configured on this worker"
+"""How ``list_mcp_tools`` begins the reason of a server the worker does not have: a run does
+not list it again (``workflows/agent/mcp_listing``), as it does a server that did not answer."""
 MAX_ARGUMENTS_CHARS = 100_000
 """An MCP call's arguments longer than this (as JSON) are refused before anything runs: they
 would sit in history twice (the model's call and the activity's input)."""
@@ -307,6 +312,16 @@ class McpListRequest(Frozen):
     """The servers to list, by configured name; empty: every server the worker has."""
     refresh: bool = False
     """Ask the servers again instead of answering from the worker's cache."""
+
+
+class McpRelisting(Frozen):
+    """A run's listing again of the MCP servers its listings missed
+    (``workflows/agent/mcp_listing``), carried across continue-as-new."""
+
+    tries: int = Field(0, ge=0)
+    """Listings made again so far."""
+    due: int = Field(ge=0)
+    """The next one is made when the run's step count reaches this (before step ``due + 1``)."""
 
 
 class McpCallRequest(Lean):

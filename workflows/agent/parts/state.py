@@ -19,7 +19,7 @@ from treadle.workflows.agent.messages import providers
 from treadle.workflows.agent.messages.catalogue import StartPhaseArgs
 from treadle.workflows.agent.messages.events import ClientAnswer, ClientQuery
 from treadle.workflows.agent.messages.family import Family
-from treadle.workflows.agent.messages.mcp import McpToolList
+from treadle.workflows.agent.messages.mcp import McpRelisting, McpToolList
 from treadle.workflows.agent.messages.models import (
     AgentInput,
     PendingApproval,
@@ -97,9 +97,9 @@ class AgentRun(Mutable):
     conversation, the step's calls and approvals, usage); Nexora's ``tracker``; the ``trace``
     tail with ``last_event`` and ``trace_earlier``; ``flags`` one state leaves for the next;
     ``recovery`` (stuck reason, hints given); ``client`` (the client query and its answer);
-    ``mcp`` (the listed MCP tools); ``loaded_tools`` (the worker's own tools, listed);
-    ``thread`` (inbox, closing, idle since); ``runs`` (which
-    run of the chain this is).
+    ``mcp`` (the listed MCP tools) and ``mcp_relist`` (the servers listed again);
+    ``loaded_tools`` (the worker's own tools, listed); ``thread`` (inbox, closing, idle since);
+    ``runs`` (which run of the chain this is).
     """
 
     input: AgentInput
@@ -128,6 +128,9 @@ class AgentRun(Mutable):
     mcp: McpToolList | None = None
     """The MCP tools of ``config.mcp_servers``, listed before the run's first model call and
     carried across continue-as-new; a tool that vanished from its server is dropped."""
+    mcp_relist: McpRelisting | None = None
+    """The servers ``mcp`` misses, listed again at later steps (``agent.mcp_listing``);
+    ``None``: none to list again (or a run recorded before the listings again)."""
     loaded_tools: tuple[str, ...] | None = None
     """The tools the worker loaded from your own modules, as listed before the run's first
     model call (recorded, carried across continue-as-new); ``None``: not listed yet."""
