@@ -5,6 +5,8 @@ the conversation's next message, and no other context sees it."""
 
 from __future__ import annotations
 
+import asyncio
+import signal
 from typing import Any
 
 import httpx
@@ -12,6 +14,8 @@ import pytest
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError
 
 from tests.support.harness import TEST_STORE, Harness
+from tests.support.processes import start_service
+from treadle.cli.defaults import DEFAULT_MODEL, DEMO_MODEL, DEMO_TASK_QUEUE
 from treadle.client import AgentClient
 from treadle.web import serve
 from treadle.web.api import MAX_BODY_BYTES
@@ -172,3 +176,24 @@ async def test_the_agent_keeps_the_apis_access_rules_and_limits(client: Client) 
         assert card.status_code == 200 and card.json()["name"] == "Treadle"
         big = await http.post("/", json={"x": "y" * (MAX_BODY_BYTES + 1)}, headers=bearer)
         assert big.status_code == 413 and "larger" in big.json()["error"]
+
+
+async def test_serve_a2a_gives_its_threads_the_queues_model_unless_told(client: Client) -> None:
+    """Issue 40: ``serve a2a`` without ``--model`` gives its threads the model a run on its
+    queue gets: the demo's scripted model on the demo's queue (the only one its worker
+    answers), as ``ui``, ``api`` and ``run`` do; openai:gpt-4o elsewhere; ``--model`` wins."""
+    address = client.service_client.config.target_host
+    for options, expected in (
+        (("--task-queue", DEMO_TASK_QUEUE), DEMO_MODEL),
+        (("--task-queue", "a2a-elsewhere"), DEFAULT_MODEL),
+        (("--task-queue", DEMO_TASK_QUEUE, "serve", "a2a", "--model", "ollama:x"), "ollama:x"),
+    ):
+        command = options if "serve" in options else (*options, "serve", "a2a")
+        process, line = await start_service("--address", address, *command, "--port", "0")
+        try:
+            assert line.startswith("Treadle's A2A agent on http://127.0.0.1:"), line
+            assert f"model {expected})" in line, line
+        finally:
+            process.send_signal(signal.SIGINT)
+            await asyncio.wait_for(process.communicate(), 60)
+        assert process.returncode == 0

@@ -17,6 +17,9 @@ from mcp.client.streamable_http import streamable_http_client
 
 from tests.support.harness import Harness
 from tests.support.processes import ROOT, clean_env, start_service
+from treadle.cli.defaults import DEFAULT_MODEL, DEMO_MODEL, DEMO_TASK_QUEUE
+from treadle.workflows.agent.messages.models import AgentInput
+from treadle.workflows.agent.workflow import AgentWorkflow
 
 WRITE = {"name": "write_file", "arguments": {"path": "notes.md", "content": "from mcp"}}
 
@@ -109,3 +112,50 @@ async def test_an_mcp_client_drives_a_run_over_streamable_http(harness: Harness)
         process.send_signal(signal.SIGINT)
         _, err = await asyncio.wait_for(process.communicate(), 60)
     assert process.returncode == 0, err.decode()
+
+
+async def started_model(harness: Harness, run_id: str) -> str:
+    """The model a run was started with, as its first event holds it."""
+    history = await harness.client.get_workflow_handle(run_id).fetch_history()
+    attributes = history.events[0].workflow_execution_started_event_attributes
+    [agent_input] = await harness.client.data_converter.decode(
+        attributes.input.payloads, [AgentInput]
+    )
+    assert isinstance(agent_input, AgentInput)
+    return agent_input.model
+
+
+async def test_start_run_without_a_model_gets_the_servers_or_the_queues(harness: Harness) -> None:
+    """Issue 40: a run start_run starts without a model runs with ``serve mcp --model``'s, and
+    without that with the queue's: on the demo's queue the demo's scripted model (the only one
+    its worker answers), as ``ui``, ``api`` and ``run`` give it; elsewhere openai:gpt-4o."""
+    address = harness.client.service_client.config.target_host
+
+    async def start(queue: str, *options: str) -> str:
+        command = ["--address", address, "--task-queue", queue, "serve", "mcp", *options]
+        parameters = StdioServerParameters(
+            command=sys.executable,
+            args=[str(ROOT / "starter.py"), *command],
+            env=clean_env(),
+            cwd=str(ROOT),
+        )
+        async with Client(parameters, read_timeout_seconds=60) as client:
+            started = await call(
+                client, "start_run", task="Say it.", workspace=str(harness.workspace)
+            )
+        run_id: str = started["id"]
+        return run_id
+
+    model = harness.script({"content": "Done by the server's model."})
+    run_id = await start(harness.task_queue, "--model", model)
+    handle = harness.client.get_workflow_handle_for(AgentWorkflow.run, run_id)
+    harness.handles.append(handle)
+    assert (await handle.result()).answer == "Done by the server's model."
+
+    # No worker of the suite serves these queues: the run's start says which model it got.
+    for queue, expected in ((DEMO_TASK_QUEUE, DEMO_MODEL), (f"nobody-{run_id}", DEFAULT_MODEL)):
+        run_id = await start(queue)
+        try:
+            assert await started_model(harness, run_id) == expected
+        finally:
+            await harness.client.get_workflow_handle(run_id).terminate("checked its model")

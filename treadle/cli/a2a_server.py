@@ -1,6 +1,9 @@
 """`treadle serve a2a`: Treadle as an A2A agent (``treadle.web.a2a``; the ``a2a`` extra).
 
-treadle --task-queue treadle-demo serve a2a --model openai:demo [--port 8768] [--token TOKEN]
+treadle --task-queue treadle-demo serve a2a [--model MODEL] [--port 8768] [--token TOKEN]
+
+A task's thread runs with ``--model``, else the model a run on the queue gets
+(``treadle.cli.defaults``: the demo's scripted ``openai:demo`` on the demo's queue).
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ import os
 
 from temporalio.client import Client
 
+from treadle.cli.defaults import model_for
 from treadle.cli.exits import UsageError
 from treadle.cli.serving import listening, serve_until_interrupted
 from treadle.cli.ui import TOKEN_ENV, is_loopback
@@ -35,12 +39,13 @@ async def cmd_serve_a2a(client: Client, args: argparse.Namespace) -> int:
     made_up = token is None and not loopback
     if made_up:
         token = new_token()
+    model = model_for(args.task_queue, args.model)
     agents = AgentClient(client, task_queue=args.task_queue)
     app, card = a2a_app(
         agents,
         url=f"http://{args.host}:{port}/",
         task_queue=args.task_queue,
-        model=args.model,
+        model=model,
         token=token,
         loopback=loopback,
         origins=args.cors_origin,
@@ -50,7 +55,7 @@ async def cmd_serve_a2a(client: Client, args: argparse.Namespace) -> int:
     secret = f"; token {token}" if made_up else ""
     return await serve_until_interrupted(
         f"Treadle's A2A agent on {served.url}/ (card: {served.url}/.well-known/agent-card.json, "
-        f"model {args.model}){secret}; Ctrl-C to stop",
+        f"model {model}){secret}; Ctrl-C to stop",
         served.stop,
         "Treadle's A2A agent stopped.",
     )

@@ -3,6 +3,9 @@ that starts it (Claude Desktop, an IDE), or over streamable HTTP with ``--http``
 
     treadle --task-queue treadle-demo serve mcp                    # stdio
     treadle --task-queue treadle-demo serve mcp --http [--port 8767] [--token TOKEN]
+
+``start_run`` without a model starts the run with ``--model``, else the model a run on the
+queue gets (``treadle.cli.defaults``: the demo's scripted ``openai:demo`` on the demo's queue).
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import os
 
 from temporalio.client import Client
 
+from treadle.cli.defaults import model_for
 from treadle.cli.serving import listening, serve_until_interrupted
 from treadle.cli.ui import TOKEN_ENV, is_loopback
 from treadle.client import AgentClient
@@ -28,7 +32,8 @@ async def cmd_serve_mcp(client: Client, args: argparse.Namespace) -> int:
     from treadle.web.mcp import mcp_http_app, mcp_server
 
     agents = AgentClient(client, task_queue=args.task_queue)
-    server = mcp_server(agents, task_queue=args.task_queue)
+    model = model_for(args.task_queue, args.model)
+    server = mcp_server(agents, task_queue=args.task_queue, model=model)
     if not args.http:
         await server.run_stdio_async()  # until the client closes its end
         return 0

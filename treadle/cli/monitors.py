@@ -36,6 +36,7 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from treadle.cli.a2a_server import cmd_serve_a2a
+from treadle.cli.defaults import DEFAULT_MODEL
 from treadle.cli.exits import UsageError
 from treadle.cli.mcp_server import cmd_serve_mcp
 from treadle.cli.serving import listening, serve_until_interrupted
@@ -153,7 +154,9 @@ def register(subparsers: Any) -> None:
     serve.add_argument("--http", action="store_true", help="mcp: streamable HTTP, not stdio")
     serve.add_argument("--token", help="mcp --http, a2a: access token (required beyond loopback)")
     serve.add_argument(
-        "--model", default="openai:gpt-4o", help="a2a: the model its threads use (provider:model)"
+        "--model",
+        help=f"mcp, a2a: the model of a run started without one (provider:model; default "
+        f"{DEFAULT_MODEL}, on the demo's task queue the demo's scripted model)",
     )
     serve.add_argument(
         "--cors-origin", action="append", default=[], metavar="URL",

@@ -53,8 +53,10 @@ async def _tool(doing: Awaitable[T]) -> T:
         raise ToolError(exc.message) from None
 
 
-def mcp_server(agents: AgentClient, *, task_queue: str) -> MCPServer[Any]:
-    """The MCP server over ``agents``; runs it starts go to ``task_queue``."""
+def mcp_server(agents: AgentClient, *, task_queue: str, model: str) -> MCPServer[Any]:
+    """The MCP server over ``agents``; runs it starts go to ``task_queue``, with ``model`` when
+    ``start_run`` names none (``treadle serve mcp``: its ``--model``, else the queue's)."""
+    default_model = model
     server: MCPServer[Any] = MCPServer(
         "treadle",
         instructions=(
@@ -68,14 +70,15 @@ def mcp_server(agents: AgentClient, *, task_queue: str) -> MCPServer[Any]:
     @server.tool(annotations=ACT)
     async def start_run(
         task: str,
-        model: str = "openai:gpt-4o",
+        model: str | None = None,
         thread: bool = False,
         require_approval: list[str] | None = None,
         workspace: str | None = None,
         max_steps: int | None = None,
     ) -> dict[str, Any]:
         """Start an agent run (a thread with thread=true: it waits for the next message after
-        each answer). require_approval: tools whose calls wait for a person (write_file...)."""
+        each answer). model: provider:model, default the server's. require_approval: tools
+        whose calls wait for a person (write_file...)."""
         config: dict[str, Any] = {"require_approval": require_approval or []}
         if max_steps is not None:
             config["max_steps"] = max_steps
@@ -89,7 +92,7 @@ def mcp_server(agents: AgentClient, *, task_queue: str) -> MCPServer[Any]:
             )
         except ValueError as exc:
             raise ToolError(f"invalid run: {exc}") from None
-        started = await _tool(actions.start(agents, task_queue, request, model))
+        started = await _tool(actions.start(agents, task_queue, request, default_model))
         return started.model_dump(mode="json")
 
     @server.tool(annotations=READ)
