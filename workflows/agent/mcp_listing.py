@@ -4,9 +4,9 @@ listed again at later steps until it answers.
 The first listing (``list_mcp_tools``, one activity for every server of ``config.mcp_servers``)
 reports a server that is down, refused or too slow instead of failing: the run goes on with the
 others. Under load a server may just be slow that once, so its tools are not lost for the whole
-run: before the steps ``RELIST_STEPS`` after the first listing (the next step, then ever wider
-apart) the run asks again for the servers still missing, at most ``RELISTS`` times, and their
-tools join the offered ones the step they answer. A server the worker does not have
+run: before the next step, then 2, 4 and 8 steps after each try (``McpRelisting.due``), the run
+asks again for the servers still missing, at most ``RELISTS`` times, and their tools join the
+offered ones the step they answer. A server the worker does not have
 (``mcp.NOT_CONFIGURED``) is not asked again: no step changes that.
 
 The model reads where each such server stands, as a note of the loop in the conversation (a
