@@ -1,7 +1,8 @@
-"""The key-free try-its of docs/tools.md (your own tool) and docs/client-queries.md (a run that
-asks its client) run as printed: a scripted model, a worker reaching it and a run, in a shell
-with no virtualenv activated. Only the connection differs: the suite's server and a queue of
-the test's own instead of the dev server's defaults, and a free port for the model."""
+"""The key-free try-its of docs/tools.md (your own tool), docs/client-queries.md (a run that
+asks its client) and docs/subagents.md (a parent that delegates) run as printed: a scripted
+model, a worker reaching it and a run, in a shell with no virtualenv activated. Only the
+connection differs: the suite's server and a queue of the test's own instead of the dev
+server's defaults, and a free port for the model."""
 
 from __future__ import annotations
 
@@ -128,3 +129,28 @@ def test_the_client_query_try_it_sends_the_file_and_takes_the_answer(
             running.kill()
             running.communicate()
         (ROOT / "asker.json").unlink(missing_ok=True)
+
+
+def test_the_subagents_try_it_delegates_and_shows_the_childs_answer(temporal_address: str) -> None:
+    """docs/subagents.md: the scripted parent delegates to the sub-agent model its config
+    allows, the child reads README.md and answers, and the parent's live output shows the
+    child's answer as the delegate call's result, then ends Done with its own."""
+    script = connected(
+        try_it("subagents.md", "Try it without an API key, in the repository's directory"),
+        temporal_address,
+        f"try-family-{uuid.uuid4().hex[:8]}",
+    )
+    try:
+        done = shell(script, _data())
+        out, _ = done.communicate(timeout=180)
+        child = r"agent-\w+\.call_t0_0"
+        assert re.search(rf"→ delegate {child}\n", out), out
+        assert re.search(rf"\[{child}\] ✓ read_file README\.md", out), out
+        said = "Treadle runs durable AI agents on Temporal."
+        assert re.search(rf"\[{child}\] model: {re.escape(said)}", out), out
+        assert re.search(rf"✓ delegate Read README\.md .*\(Sub-agent {child} answered:\)", out)
+        assert f"My sub-agent read README.md: {said}" in out, out
+        assert "■ Done" in out, out
+    finally:
+        for made in ("family.json", "family-config.json"):
+            (ROOT / made).unlink(missing_ok=True)
