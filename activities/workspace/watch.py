@@ -27,6 +27,7 @@ import ctypes.util
 import errno
 import logging
 import os
+import queue
 import struct
 import sys
 import threading
@@ -129,6 +130,48 @@ def _calls() -> _Libc:
     return _libc
 
 
+def _close_fd(fd: int) -> None:
+    """Close one inotify descriptor (on the closer's thread)."""
+    os.close(fd)
+
+
+class _Closer:
+    """Closes inotify descriptors on a thread of its own. Closing one makes the kernel drop
+    every watch and wait out a grace period (seconds on a loaded machine), and a watcher's
+    finalizer runs in whichever thread the garbage collector happens to run: in a worker, a
+    workflow's, where two seconds trip the SDK's deadlock detector (seen: a replay failed so).
+    ``close`` and the finalizer only hand the descriptor over; a queue's ``put`` never blocks
+    and may be called from a finalizer."""
+
+    def __init__(self) -> None:
+        self._fds: queue.SimpleQueue[int] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        """Start the thread (when a watcher is made: never from a finalizer)."""
+        with self._lock:
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._run, name="treadle-inotify-closer", daemon=True
+                )
+                self._thread.start()
+
+    def __call__(self, fd: int) -> None:
+        self._fds.put(fd)
+
+    def _run(self) -> None:
+        while True:
+            fd = self._fds.get()
+            try:
+                _close_fd(fd)
+            except OSError:
+                log.debug("workspace.watch.close_failed fd=%d", fd, exc_info=True)
+
+
+_closer = _Closer()
+
+
 class Watcher:
     """One workspace's inotify instance: a watch per directory it was shown (``add``), and
     the paths changed since the last ``drain``. Once ``broken`` (with the reason), it is not
@@ -142,7 +185,8 @@ class Watcher:
             code = ctypes.get_errno()
             raise WatchUnavailable(f"inotify_init1: {os.strerror(code)}{_limit(code)}")
         self.fd: int | None = fd
-        self._closer = weakref.finalize(self, os.close, fd)
+        _closer.start()
+        self._closer = weakref.finalize(self, _closer, fd)
         self._lock = threading.Lock()
         """The descriptor is used in the snapshotter's thread and may be closed from the
         worker's (a workspace forgotten): never both at once."""

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import gc
 import logging
 import os
 import shutil
 import subprocess
 import sys
+import threading
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
@@ -22,7 +24,7 @@ from hypothesis import strategies as st
 
 from tests.support.harness import Harness
 from treadle.activities.store.blobs import FileBlobStore
-from treadle.activities.workspace import Manifests, Snapshotter
+from treadle.activities.workspace import Manifests, Snapshotter, watch
 from treadle.activities.workspace import snapshot as snapshot_module
 from treadle.activities.workspace.follow import Follower
 from treadle.activities.workspace.watch import Watcher, WatchUnavailable
@@ -394,6 +396,42 @@ def test_watched_snapshots_equal_walked_ones(
             snapshotter.close()
 
     asyncio.run(check())
+
+
+def test_a_dropped_watcher_is_closed_off_the_thread_that_collected_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Closing an inotify descriptor waits for the kernel (seconds on a loaded machine), and the
+    garbage collector runs a watcher's finalizer in whatever thread it happens to run: in a
+    worker, a workflow's, where the SDK's deadlock detector fires after 2 s (a replay failed so
+    beside CPU burners). The descriptor is closed on the closer's own thread instead."""
+    closed: dict[int, str] = {}
+    done = threading.Event()
+
+    def recording_close(fd: int) -> None:
+        closed[fd] = threading.current_thread().name
+        os.close(fd)
+        done.set()
+
+    monkeypatch.setattr(watch, "_close_fd", recording_close)
+    try:
+        watcher = Watcher(tmp_path)
+    except WatchUnavailable as exc:
+        pytest.skip(f"no inotify here: {exc}")
+    fd = watcher.fd
+    assert fd is not None
+    watcher.cycle = watcher  # type: ignore[attr-defined]  # a cycle: only the collector ends it
+
+    def workflow_thread() -> None:
+        nonlocal watcher
+        del watcher
+        gc.collect()
+
+    collector = threading.Thread(target=workflow_thread, name="a-workflow-thread")
+    collector.start()
+    collector.join()
+    assert done.wait(60), "the descriptor was never closed"  # a watchdog, not a duration
+    assert closed == {fd: "treadle-inotify-closer"}
 
 
 def call(name: str, **arguments: object) -> dict[str, object]:
