@@ -26,6 +26,8 @@ import sys
 import tomllib
 from pathlib import Path
 
+from tests.support.parsing import parse
+
 ROOT = Path(__file__).resolve().parents[2]
 LAYERS = ("workflows", "activities", "treadle")
 ENTRY_POINTS = ("worker", "starter")
@@ -127,7 +129,7 @@ def test_workflows_import_activities_only_inside_the_pass_through() -> None:
     found = [
         line
         for path in python_files("workflows")
-        for line in outside_pass_through(ast.parse(path.read_text()), module_name(path))
+        for line in outside_pass_through(parse(path.read_text()), module_name(path))
     ]
     assert found == []
 
@@ -149,7 +151,7 @@ with wf.unsafe.imports_passed_through(), open("x"):
 with open("x"):
     import treadle.activities.model
 """
-    assert outside_pass_through(ast.parse(text), "fake") == [
+    assert outside_pass_through(parse(text), "fake") == [
         "fake:3: from treadle.activities.jobs import record_job_run",
         "fake:8: import treadle.activities.jobs",
         "fake:12: import treadle.activities.model",
@@ -181,7 +183,7 @@ def test_activities_contract_forbids_every_workflow_module() -> None:
     defined = {
         module_name(path)
         for path in python_files("workflows")
-        if workflow_classes(ast.parse(path.read_text()))
+        if workflow_classes(parse(path.read_text()))
     }
     [contract] = [
         c
@@ -209,7 +211,7 @@ class C: ...
 @workflow.run
 class NotAWorkflow: ...
 """
-    assert workflow_classes(ast.parse(text)) == ["A", "B", "C"]
+    assert workflow_classes(parse(text)) == ["A", "B", "C"]
 
 
 # --------------------------------------------------------------------------------------------
@@ -264,7 +266,7 @@ def test_workflow_code_reads_no_clock_randomness_or_files() -> None:
     found = [
         line
         for path in python_files("workflows")
-        for line in nondeterminism(ast.parse(path.read_text()), str(path.relative_to(ROOT)))
+        for line in nondeterminism(parse(path.read_text()), str(path.relative_to(ROOT)))
     ]
     assert found == []
 
@@ -282,7 +284,7 @@ def f():
     workflow.now()
     timedelta(seconds=1)
 """
-    assert nondeterminism(ast.parse(text), "workflows/fake.py") == [
+    assert nondeterminism(parse(text), "workflows/fake.py") == [
         "workflows/fake.py:1: import time",
         "workflows/fake.py:2: import os",
         "workflows/fake.py:7: datetime.now()",

@@ -8,6 +8,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+from tests.support.parsing import parse
+
 ROOT = Path(__file__).resolve().parents[2]
 TESTS = ROOT / "tests"
 SHARED = {"support", "histories"}
@@ -15,7 +17,7 @@ SHARED = {"support", "histories"}
 
 def _imported(path: Path) -> set[str]:
     names: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+    for node in ast.walk(parse(path.read_text(), filename=str(path))):
         if isinstance(node, ast.Import):
             names.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:

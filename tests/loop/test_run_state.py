@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from temporalio.contrib.pydantic import pydantic_data_converter
 
+from tests.support.parsing import parse
 from treadle.workflows.agent.messages.models import AgentConfig, AgentInput, TokenUsage, ToolCall
 from treadle.workflows.agent.messages.state_machine import State
 from treadle.workflows.agent.parts import approvals
@@ -87,7 +88,7 @@ def test_the_workflow_class_keeps_nothing_but_the_run() -> None:
     classes = [
         node
         for name, source in AGENT_SOURCES.items()
-        for node in ast.parse(source.read_text()).body
+        for node in parse(source.read_text()).body
         if isinstance(node, ast.ClassDef) and node.name == name
     ]
     assert len(classes) == len(AGENT_SOURCES)
