@@ -1,7 +1,6 @@
 """``python -m treadle ARGS`` is the ``treadle`` command."""
 
-from treadle.cli.exits import run_and_exit
-from treadle.cli.main import main
+from treadle.cli.exits import command, run_and_exit
 
 if __name__ == "__main__":
-    run_and_exit(main)
+    run_and_exit(command("treadle.cli.main"))

@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import importlib
 import json
 import os
 import sys
@@ -70,7 +69,7 @@ from treadle.cli import snapshots as cli_snapshots
 from treadle.cli import ui as cli_ui
 from treadle.cli import wake as cli_wake
 from treadle.cli.defaults import DEFAULT_MODEL, DEMO_MODEL, DEMO_TASK_QUEUE, model_for
-from treadle.cli.exits import UsageError, run_and_exit
+from treadle.cli.exits import UsageError, imported, run_and_exit
 from treadle.cli.tables import table
 from treadle.client import AgentClient, AgentClientError
 from treadle.client.workdirs import resolve_workspace
@@ -551,7 +550,7 @@ async def _dispatch(client: Client, args: argparse.Namespace, planned: PlannedRu
 def main(argv: Sequence[str] | None = None) -> int:
     given = list(sys.argv[1:] if argv is None else argv)
     if given and given[0] in DELEGATED:
-        module = importlib.import_module(DELEGATED[given[0]][0])
+        module = imported(DELEGATED[given[0]][0])  # the worker's modules: frozen once loaded
         code: int = module.main(given[1:], prog=f"treadle {given[0]}")
         return code
     args = parse_args(given)
