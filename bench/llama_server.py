@@ -129,8 +129,8 @@ def find() -> Server:
     if kind == LLAMA_CPP_PYTHON:
         if importlib.util.find_spec("llama_cpp") is None:
             raise Unavailable(
-                "no llama-cpp-python: CMAKE_ARGS=-DGGML_NATIVE=OFF .venv/bin/pip install "
-                "'llama-cpp-python[server]' (it compiles llama.cpp)"
+                "no llama-cpp-python: build it portable as docs/models.md#the-real-server-check "
+                "says (it compiles llama.cpp, about 30 minutes)"
             )
         return Server(
             kind, [sys.executable, "-m", "llama_cpp.server"], model, dict(os.environ),

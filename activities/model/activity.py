@@ -436,11 +436,12 @@ class ModelActivities:
                     response = await self._client.post(
                         url, content=sent, headers=headers, timeout=timeout
                     )
-                except httpx.RemoteProtocolError:
+                except (httpx.RemoteProtocolError, httpx.ReadError):
                     if refusal is None:
                         raise
                     # The pooled connection the refused stream came on may be one its server
-                    # is closing (llama.cpp's, after the stream it could not finish).
+                    # is closing (llama.cpp's, after the stream it could not finish; or reset,
+                    # llama-cpp-python's, whose stream fails after its 200 with no event).
                     response = await self._client.post(
                         url, content=sent, headers=headers, timeout=timeout
                     )

@@ -8,8 +8,11 @@ from __future__ import annotations
 import asyncio
 import base64
 import dataclasses
+import json
 import logging
 import random
+import socket
+import struct
 import uuid
 from collections.abc import Mapping
 from datetime import timedelta
@@ -478,6 +481,70 @@ async def test_an_endpoint_that_refused_streaming_is_not_asked_to_stream_again(
         request(provider, refuses, stream=True), read_timeout=10
     )
     assert streamed_flags(model_server, refuses)[4:] == [True, False]
+
+
+async def _read_request(reader: asyncio.StreamReader) -> None:
+    head = await reader.readuntil(b"\r\n\r\n")
+    length = next(
+        int(line.split(b":")[1])
+        for line in head.split(b"\r\n")
+        if line.lower().startswith(b"content-length:")
+    )
+    await reader.readexactly(length)
+
+
+async def test_a_whole_request_after_an_empty_stream_survives_its_connection_reset(
+    http: httpx.AsyncClient,
+) -> None:
+    """llama-cpp-python's server answers a streamed request offering tools, when its model
+    picks a call, with a 200 and no event (its handler fails after the headers went) and resets
+    the connection: the request asked whole after it, sent on that pooled connection, meets a
+    reset (``ReadError``) and is sent again once, on a new connection, which answers."""
+    connections = 0
+    completion = json.dumps(
+        {"choices": [{"message": {"role": "assistant", "content": "Whole."},
+                      "finish_reason": "stop"}]}
+    ).encode()  # fmt: skip
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal connections
+        connections += 1
+        await _read_request(reader)
+        if connections == 1:  # an event stream with no event, then a reset under the next
+            writer.write(
+                b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: 0\r\n\r\n"
+            )
+            await writer.drain()
+            await _read_request(reader)
+            sock = writer.get_extra_info("socket")
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            writer.transport.abort()
+            return
+        writer.write(
+            b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
+            b"content-length: %d\r\n\r\n%s" % (len(completion), completion)
+        )
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        models = ModelActivities(
+            ProviderSettings.from_env({"LLAMACPP_BASE_URL": f"http://127.0.0.1:{port}/v1"}), http
+        )
+        response = await models.complete(
+            ModelRequest(
+                model="llamacpp:m", messages=(ChatMessage(role="user", content="Hi."),),
+                stream=True,
+            ),
+            read_timeout=10,
+        )  # fmt: skip
+    finally:
+        server.close()
+        await server.wait_closed()
+    assert response.content == "Whole."
+    assert connections == 2
 
 
 @pytest.mark.parametrize(

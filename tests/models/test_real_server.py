@@ -133,6 +133,9 @@ async def test_every_catalogue_tool_and_a_tool_call_history_are_accepted(
     history holding a tool call and its result are taken by the server and its template: the
     schemas reach the prompt, and any call the model makes names an offered tool."""
     history = (
+        # A run's first message, as every run sends one: llama-cpp-python's function-calling
+        # format renders the tools into the system message, so without it they reach no prompt.
+        ChatMessage(role="system", content="You are a helpful agent."),
         ChatMessage(role="user", content="Read notes.txt, then say what it holds."),
         ChatMessage(
             role="assistant", content=None,
