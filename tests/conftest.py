@@ -71,7 +71,11 @@ async def temporal_address(
         ip="127.0.0.1",
         port=free_port(),
         ui_port=free_port(),
-        db_filename=str(tmp_path_factory.mktemp("temporal") / "dev.sqlite"),
+        db_filename=str(tmp_path_factory.mktemp("temporal") / "dev.sqlite"),  # its log's place
+        # In memory: the same server and SQLite, a third less of its CPU (measured: 52 -> 31 s
+        # over tests/loop and tests/approvals), and the suite is CPU-bound on two cores. No test
+        # restarts this server; those that test a restart start their own, with a file.
+        in_memory=True,
         namespace="default",
         log_level="error",
         search_attributes={

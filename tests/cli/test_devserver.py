@@ -199,6 +199,19 @@ def test_command_registers_search_attributes_and_dynamic_config() -> None:
     assert "--ui-codec-endpoint" not in command  # empty: the Web UI shows payloads as stored
 
 
+def test_a_server_in_memory_is_given_no_database_file(tmp_path: Path) -> None:
+    """``in_memory: true`` starts the server without --db-filename (start-dev then keeps its
+    SQLite database in memory); the file's directory still holds the log. The suite's own
+    servers run so: every test that uses the ``client`` fixture runs on one."""
+    config = load_config(
+        write(tmp_path, f"db_filename: {tmp_path / 'x.sqlite'}\nin_memory: true\n")
+    )
+    command = build_command(config, "temporal")
+    assert "--db-filename" not in command
+    assert DevServer(config).log_path.parent == tmp_path
+    assert "--db-filename" in build_command(DevServerConfig(), "temporal")
+
+
 def test_command_serves_the_servers_metrics_on_the_port_given() -> None:
     """A metrics_port becomes start-dev's --metrics-port and the metrics URL; without one the
     CLI picks a free port and the config names none."""
