@@ -51,6 +51,14 @@ def shell(script: str, data: dict[str, str]) -> subprocess.Popen[str]:
     )
 
 
+def ran(doc: str, opening: str, address: str, queue: str) -> str:
+    """What the try-it of ``doc`` that starts with ``opening`` printed, run as printed in a
+    fresh shell against the suite's server, on a queue of its own."""
+    done = shell(connected(try_it(doc, opening), address, queue), _data())
+    out, _ = done.communicate(timeout=180)
+    return out
+
+
 def _data() -> dict[str, str]:
     """The suite's data directory and store, which the worker and the commands share."""
     return {name: os.environ[name] for name in DATA_ENV if name in os.environ}
@@ -67,14 +75,13 @@ def test_the_own_tool_try_it_calls_count_lines(temporal_address: str) -> None:
     made = not package.exists()
     package.mkdir(exist_ok=True)
     (package / "tools.py").write_text(module.group(1))
-    script = connected(
-        try_it("tools.md", "Try it without an API key: save the module above"),
-        temporal_address,
-        f"try-tools-{uuid.uuid4().hex[:8]}",
-    )
     try:
-        done = shell(script, _data())
-        out, _ = done.communicate(timeout=180)
+        out = ran(
+            "tools.md",
+            "Try it without an API key: save the module above",
+            temporal_address,
+            f"try-tools-{uuid.uuid4().hex[:8]}",
+        )
         lines = len((ROOT / "README.md").read_text().splitlines())
         assert f"✓ count_lines README.md ({lines})" in out, out
         assert "■ Done" in out, out
@@ -135,14 +142,13 @@ def test_the_subagents_try_it_delegates_and_shows_the_childs_answer(temporal_add
     """docs/subagents.md: the scripted parent delegates to the sub-agent model its config
     allows, the child reads README.md and answers, and the parent's live output shows the
     child's answer as the delegate call's result, then ends Done with its own."""
-    script = connected(
-        try_it("subagents.md", "Try it without an API key, in the repository's directory"),
-        temporal_address,
-        f"try-family-{uuid.uuid4().hex[:8]}",
-    )
     try:
-        done = shell(script, _data())
-        out, _ = done.communicate(timeout=180)
+        out = ran(
+            "subagents.md",
+            "Try it without an API key, in the repository's directory",
+            temporal_address,
+            f"try-family-{uuid.uuid4().hex[:8]}",
+        )
         child = r"agent-\w+\.call_t0_0"
         assert re.search(rf"→ delegate {child}\n", out), out
         assert re.search(rf"\[{child}\] ✓ read_file README\.md", out), out
